@@ -1,0 +1,17 @@
+//! The flo wire protocol: length-prefixed MessagePack frames, the request and reply
+//! messages shared by server, CLI, SDK and load test, and error values. No I/O here.
+
+mod error;
+mod frame;
+mod message;
+
+pub use error::{ErrorCode, ErrorValue};
+pub use frame::{
+    FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, decode_frame, decode_payload, encode_frame,
+    split_frame,
+};
+pub use message::{
+    KV_KEY_BYTES_MAX, KV_LIST_LIMIT_DEFAULT, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
+    NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION, Reply, Request, RequestId, Response, ShardInfo,
+    ShardMap, StatusInfo,
+};

@@ -1,0 +1,311 @@
+//! Server start-up: data directory (lock, identity), one pinned executor per shard, log
+//! recovery, mesh, listeners; and the orderly stop.
+
+use super::config::ServerConfig;
+use super::log_writer::{SegmentWriter, drain, flush_loop};
+use super::mesh::{self, ExecutorTable, Mesh, MeshMsg};
+use super::shard::Shard;
+use crate::clock::SystemClock;
+use crate::engine::ShardCore;
+use crate::hash::{PARTITIONS_DEFAULT, Partitioning};
+use crate::state::ShardState;
+use crate::ual::{RecoveryError, recover};
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+const META_FILE: &str = "flo.meta";
+const LOCK_FILE: &str = "LOCK";
+const META_FORMAT: u32 = 1;
+/// Longest shard count accepted.
+pub const SHARDS_MAX: u32 = 128;
+const STOP_POLL_MS: u64 = 20;
+const EXPIRY_SWEEP_MS: u64 = 1000;
+const EXPIRY_SWEEP_KEYS_MAX: usize = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot use data directory {dir}: {source}")]
+    DataDir { dir: PathBuf, source: io::Error },
+    #[error("data directory {0} is in use by another flo server (it holds {0}/LOCK)")]
+    Locked(PathBuf),
+    #[error(
+        "data directory {dir} was created with {found} shards; start with --shards {found} \
+         (changing the shard count of existing data is not supported yet)"
+    )]
+    ShardCount { dir: PathBuf, found: u32 },
+    #[error("data directory {dir} has an unreadable {META_FILE}: {reason}")]
+    Meta { dir: PathBuf, reason: String },
+    #[error("--shards must be 1 to {SHARDS_MAX}, got {0}")]
+    BadShards(u32),
+    #[error("cannot listen on {addr}: {source} (is another server running there?)")]
+    Listen { addr: SocketAddr, source: io::Error },
+    #[error("shard {shard}: {source}")]
+    Recovery { shard: u32, source: RecoveryError },
+    #[error("shard {shard}: {message}")]
+    Shard { shard: u32, message: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Meta {
+    format: u32,
+    shards: u32,
+    partitions: u32,
+}
+
+fn dir_err(dir: &Path) -> impl Fn(io::Error) -> ServerError + '_ {
+    move |source| ServerError::DataDir { dir: dir.to_path_buf(), source }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Takes the directory's lock; held (by the open file) for the life of the server.
+fn lock_data_dir(dir: &Path) -> Result<fs::File, ServerError> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))
+        .map_err(dir_err(dir))?;
+    // SAFETY: flock on a file descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(ServerError::Locked(dir.to_path_buf()));
+    }
+    Ok(file)
+}
+
+/// Reads the directory's identity, or writes it for a new directory.
+fn load_meta(dir: &Path, shards: Option<u32>) -> Result<Meta, ServerError> {
+    let path = dir.join(META_FILE);
+    match fs::read(&path) {
+        Ok(bytes) => {
+            let meta: Meta = serde_json::from_slice(&bytes)
+                .map_err(|e| ServerError::Meta { dir: dir.to_path_buf(), reason: e.to_string() })?;
+            if meta.format != META_FORMAT {
+                let reason = format!("format {} is not supported", meta.format);
+                return Err(ServerError::Meta { dir: dir.to_path_buf(), reason });
+            }
+            if shards.is_some_and(|n| n != meta.shards) {
+                return Err(ServerError::ShardCount { dir: dir.to_path_buf(), found: meta.shards });
+            }
+            Ok(meta)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let shards = shards.unwrap_or_else(|| allowed_cpus().len() as u32);
+            let meta = Meta { format: META_FORMAT, shards, partitions: PARTITIONS_DEFAULT };
+            let tmp = dir.join(format!("{META_FILE}.tmp"));
+            let write = || -> io::Result<()> {
+                let f = fs::File::create(&tmp)?;
+                serde_json::to_writer_pretty(&f, &meta)?;
+                f.sync_all()?;
+                fs::rename(&tmp, &path)?;
+                sync_dir(dir)
+            };
+            write().map_err(dir_err(dir))?;
+            Ok(meta)
+        }
+        Err(e) => Err(dir_err(dir)(e)),
+    }
+}
+
+/// CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity fills a cpu_set_t we own; CPU_ISSET reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect();
+        if cpus.is_empty() { vec![0] } else { cpus }
+    }
+}
+
+/// What a running server tells its caller once every shard is serving.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub addr: SocketAddr,
+    pub shards: u32,
+    pub partitions: u32,
+}
+
+/// Runs the server until `stop` is set. `on_ready` is called once every shard serves.
+pub fn run_server(
+    config: ServerConfig,
+    stop: Arc<AtomicBool>,
+    on_ready: impl FnOnce(&Ready),
+) -> Result<(), ServerError> {
+    let dir = config.data_dir.clone();
+    fs::create_dir_all(&dir).map_err(dir_err(&dir))?;
+    let _lock = lock_data_dir(&dir)?;
+    if let Some(n) = config.shards
+        && !(1..=SHARDS_MAX).contains(&n)
+    {
+        return Err(ServerError::BadShards(n));
+    }
+    let meta = load_meta(&dir, config.shards)?;
+    let partitioning = Partitioning::new(meta.partitions, meta.shards);
+
+    // Refuse a port another process serves (SO_REUSEPORT would let us share it silently),
+    // and learn the port when 0 was asked for.
+    let probe = std::net::TcpListener::bind(config.listen)
+        .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+    let addr = probe.local_addr().map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+    drop(probe);
+
+    for s in 0..meta.shards {
+        fs::create_dir_all(shard_dir(&dir, s)).map_err(dir_err(&dir))?;
+    }
+    sync_dir(&dir).map_err(dir_err(&dir))?;
+
+    let cpus = allowed_cpus();
+    let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
+    let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
+    let mut handles = Vec::new();
+    for s in 0..meta.shards {
+        let boot = ShardBoot {
+            id: s,
+            dir: shard_dir(&dir, s),
+            addr,
+            partitioning,
+            config: config.clone(),
+            mesh: mesh.clone(),
+            table: table.clone(),
+            stop: stop.clone(),
+            ready: ready_tx.clone(),
+        };
+        let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
+            .name(&format!("flo-shard-{s}"))
+            .io_memory(config.io_memory_bytes);
+        let handle = builder
+            .spawn(move || shard_main(boot))
+            .map_err(|e| ServerError::Shard { shard: s, message: format!("cannot start executor: {e}") })?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    for _ in 0..meta.shards {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(ServerError::Shard { shard: 0, message: "a shard stopped while starting".into() });
+            }
+        }
+    }
+    on_ready(&Ready { addr, shards: meta.shards, partitions: meta.partitions });
+    for h in handles {
+        let _ = h.join();
+    }
+    // Shards that failed after start-up report here.
+    if let Ok(Err(e)) = ready_rx.try_recv() {
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn shard_dir(data: &Path, shard: u32) -> PathBuf {
+    data.join(format!("shard-{shard:03}"))
+}
+
+struct ShardBoot {
+    id: u32,
+    dir: PathBuf,
+    addr: SocketAddr,
+    partitioning: Partitioning,
+    config: ServerConfig,
+    mesh: Mesh,
+    table: ExecutorTable,
+    stop: Arc<AtomicBool>,
+    ready: mpsc::Sender<Result<u32, ServerError>>,
+}
+
+async fn shard_main(boot: ShardBoot) {
+    let ready = boot.ready.clone();
+    if let Err(e) = serve_shard(boot).await {
+        let _ = ready.send(Err(e));
+    }
+}
+
+async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
+    let id = boot.id;
+    let shard_err = |message: String| ServerError::Shard { shard: id, message };
+    let mut state = ShardState::default();
+    let log = recover(&boot.dir, |lsn, record| state.apply(lsn, record))
+        .map_err(|source| ServerError::Recovery { shard: id, source })?;
+    if let Some((file, offset, reason)) = &log.truncated {
+        eprintln!(
+            "warning: shard {id}: cut a torn log tail in {} at offset {offset} ({reason}); every record before it is intact",
+            file.display()
+        );
+    }
+    let (writer, segments) = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
+        .await
+        .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
+    let core = ShardCore::new(id, state, log.last_lsn, segments, Rc::new(SystemClock));
+    let shard = Rc::new(Shard::new(id, boot.partitioning, boot.config.durability, core));
+
+    glommio::spawn_local(flush_loop(shard.clone(), writer)).detach();
+    if boot.partitioning.shards > 1 {
+        let joined = mesh::join(boot.mesh, boot.table, id).await;
+        mesh::spawn_tasks(shard.clone(), joined);
+    }
+    glommio::spawn_local(sweep_loop(shard.clone())).detach();
+
+    let listener =
+        TcpListener::bind(boot.addr).map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
+    let _ = boot.ready.send(Ok(id));
+
+    let accepting = accept_loop(shard.clone(), listener);
+    let stopping = async {
+        while !boot.stop.load(Ordering::Relaxed) {
+            glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
+        }
+    };
+    futures_lite::future::or(accepting, stopping).await;
+    drain(&shard).await;
+    // Let writers send the replies the last flush released.
+    glommio::timer::sleep(Duration::from_millis(50)).await;
+    Ok(())
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                glommio::spawn_local(super::conn::serve(shard.clone(), stream)).detach();
+            }
+            Err(e) => {
+                eprintln!("warning: shard {}: accept failed: {e}", shard.id);
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn sweep_loop(shard: Rc<Shard>) {
+    loop {
+        glommio::timer::sleep(Duration::from_millis(EXPIRY_SWEEP_MS)).await;
+        let swept = shard.core.borrow_mut().sweep_expired(EXPIRY_SWEEP_KEYS_MAX);
+        if swept > 0 {
+            shard.flush.notify();
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send(m: MeshMsg) -> impl Send {
+    m
+}

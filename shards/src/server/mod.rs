@@ -1,0 +1,12 @@
+//! The glommio half: executors, data directory, log files, listener, connections, mesh.
+
+mod boot;
+mod config;
+mod conn;
+mod log_writer;
+mod mesh;
+mod outbox;
+mod shard;
+
+pub use boot::{Ready, ServerError, run_server};
+pub use config::{Durability, ServerConfig};

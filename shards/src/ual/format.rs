@@ -1,0 +1,139 @@
+//! Record layout (little-endian):
+//!
+//! ```text
+//! 0  u32 payload length (0 = padding up to the next block boundary)
+//! 4  u32 CRC32 over bytes 0..4, 8..20 and the payload
+//! 8  u64 LSN
+//! 16 u16 record type
+//! 18 u16 flags (bit 0: first record of a batch)
+//! 20 payload (MessagePack)
+//! ```
+//!
+//! Every batch starts on a block boundary and is padded with zeros to the next one, so a
+//! block holding acknowledged records is never written again.
+
+pub const BLOCK_BYTES: u64 = 4096;
+pub const RECORD_HEADER_BYTES: usize = 20;
+pub const RECORD_PAYLOAD_BYTES_MAX: usize = 8 << 20;
+pub const FLAG_BATCH_START: u16 = 1;
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+pub const SEGMENT_BYTES_MIN: u64 = 64 << 10;
+
+pub fn align_up(v: u64) -> u64 {
+    v.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+}
+
+pub fn segment_file_name(first_lsn: u64) -> String {
+    format!("{first_lsn:020}.ual")
+}
+
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".ual")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn checksum(header: &[u8], payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&header[0..4]);
+    h.update(&header[8..RECORD_HEADER_BYTES]);
+    h.update(payload);
+    h.finalize()
+}
+
+/// Appends one record to `out`; `write_payload` encodes the payload in place.
+pub fn write_record(
+    out: &mut Vec<u8>,
+    lsn: u64,
+    rtype: u16,
+    flags: u16,
+    write_payload: impl FnOnce(&mut Vec<u8>),
+) {
+    let start = out.len();
+    out.extend_from_slice(&[0; RECORD_HEADER_BYTES]);
+    write_payload(out);
+    let len = out.len() - start - RECORD_HEADER_BYTES;
+    assert!(len > 0 && len <= RECORD_PAYLOAD_BYTES_MAX, "record payload of {len} bytes");
+    let (head, payload) = out[start..].split_at_mut(RECORD_HEADER_BYTES);
+    head[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    head[8..16].copy_from_slice(&lsn.to_le_bytes());
+    head[16..18].copy_from_slice(&rtype.to_le_bytes());
+    head[18..20].copy_from_slice(&flags.to_le_bytes());
+    let crc = checksum(head, payload);
+    head[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    Record { lsn: u64, rtype: u16, flags: u16, payload: &'a [u8], end: usize },
+    /// All-zero header: padding (or unwritten space) up to the next block boundary.
+    Padding,
+    /// The file ends here (nothing but zeros, or no bytes at all, remain in this block).
+    End,
+    Damaged(&'static str),
+}
+
+pub fn parse_record(buf: &[u8], pos: usize) -> Parsed<'_> {
+    let rest = &buf[pos.min(buf.len())..];
+    if rest.len() < RECORD_HEADER_BYTES {
+        return if rest.iter().all(|&b| b == 0) { Parsed::End } else { Parsed::Damaged("partial record header") };
+    }
+    let head = &rest[..RECORD_HEADER_BYTES];
+    let len = u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize;
+    if len == 0 {
+        return if head.iter().all(|&b| b == 0) { Parsed::Padding } else { Parsed::Damaged("invalid record header") };
+    }
+    if len > RECORD_PAYLOAD_BYTES_MAX {
+        return Parsed::Damaged("record length out of range");
+    }
+    if rest.len() < RECORD_HEADER_BYTES + len {
+        return Parsed::Damaged("record cut short");
+    }
+    let payload = &rest[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + len];
+    let crc = u32::from_le_bytes(head[4..8].try_into().unwrap());
+    if crc != checksum(head, payload) {
+        return Parsed::Damaged("record checksum mismatch");
+    }
+    Parsed::Record {
+        lsn: u64::from_le_bytes(head[8..16].try_into().unwrap()),
+        rtype: u16::from_le_bytes(head[16..18].try_into().unwrap()),
+        flags: u16::from_le_bytes(head[18..20].try_into().unwrap()),
+        payload,
+        end: pos + RECORD_HEADER_BYTES + len,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_and_detects_flips() {
+        let mut buf = Vec::new();
+        write_record(&mut buf, 42, 7, FLAG_BATCH_START, |o| o.extend_from_slice(b"hello"));
+        match parse_record(&buf, 0) {
+            Parsed::Record { lsn, rtype, flags, payload, end } => {
+                assert_eq!((lsn, rtype, flags, payload, end), (42, 7, 1, &b"hello"[..], buf.len()));
+            }
+            other => panic!("{other:?}"),
+        }
+        for i in 0..buf.len() {
+            let mut bad = buf.clone();
+            bad[i] ^= 0x40;
+            assert!(matches!(parse_record(&bad, 0), Parsed::Damaged(_)), "flip at {i}");
+        }
+        assert_eq!(parse_record(&[0u8; 64], 0), Parsed::Padding);
+        assert_eq!(parse_record(&[0u8; 5], 0), Parsed::End);
+        assert!(matches!(parse_record(&buf[..buf.len() - 1], 0), Parsed::Damaged(_)));
+    }
+
+    #[test]
+    fn segment_names_sort_by_lsn() {
+        assert_eq!(segment_file_name(1), "00000000000000000001.ual");
+        assert_eq!(parse_segment_file_name(&segment_file_name(12345)), Some(12345));
+        assert_eq!(parse_segment_file_name("12.ual"), None);
+        assert_eq!(parse_segment_file_name("00000000000000000001.ual.torn"), None);
+    }
+}

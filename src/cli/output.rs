@@ -1,0 +1,41 @@
+use flo::protocol::KvEntry;
+use serde_json::{Value, json};
+
+pub struct Output {
+    pub json: bool,
+}
+
+impl Output {
+    /// Prints `doc` in JSON mode, otherwise the human text.
+    pub fn print(&self, doc: Value, human: impl FnOnce() -> String) {
+        if self.json {
+            println!("{doc}");
+        } else {
+            let text = human();
+            if !text.is_empty() {
+                println!("{text}");
+            }
+        }
+    }
+}
+
+/// A value as text: UTF-8 as is, other bytes as hex.
+pub fn value_text(value: &[u8]) -> String {
+    match std::str::from_utf8(value) {
+        Ok(s) => s.to_string(),
+        Err(_) => value.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+pub fn entry_json(e: &KvEntry) -> Value {
+    let mut doc = json!({
+        "key": e.key,
+        "version": e.version,
+        "expires_at_ms": e.expires_at_ms,
+    });
+    match std::str::from_utf8(&e.value) {
+        Ok(s) => doc["value"] = json!(s),
+        Err(_) => doc["value_hex"] = json!(value_text(&e.value)),
+    }
+    doc
+}

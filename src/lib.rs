@@ -1,0 +1,8 @@
+//! flo client SDK. Talks the flo protocol over plain blocking sockets, so applications
+//! use it from any runtime (or none). The server lives behind the default `server`
+//! feature; depend on `flo` with `default-features = false` to get only the client.
+
+mod client;
+
+pub use client::{Client, Connection, Error, PutOptions};
+pub use flo_protocol as protocol;
