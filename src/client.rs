@@ -53,13 +53,21 @@ impl Connection {
         Ok(())
     }
 
+    /// The next response already received, without reading the socket.
+    pub fn recv_buffered(&mut self) -> Result<Option<Response>, Error> {
+        let Some((payload, used)) = split_frame(&self.buf[self.start..self.end], FRAME_BYTES_MAX)? else {
+            return Ok(None);
+        };
+        let response = decode_payload(payload);
+        self.start += used;
+        Ok(Some(response?))
+    }
+
     /// Receives the next response (whichever request it answers).
     pub fn recv(&mut self) -> Result<Response, Error> {
         loop {
-            if let Some((payload, used)) = split_frame(&self.buf[self.start..self.end], FRAME_BYTES_MAX)? {
-                let response = decode_payload(payload);
-                self.start += used;
-                return Ok(response?);
+            if let Some(response) = self.recv_buffered()? {
+                return Ok(response);
             }
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
