@@ -58,7 +58,7 @@ impl ShardCore {
                 }
             }
             Op::KvPut { namespace, key, value, ttl_ms, if_version } => {
-                match self.state.kv.plan_put(&namespace, &key, value, ttl_ms, if_version, now) {
+                match self.state.kv.plan_put(namespace, key, value, ttl_ms, if_version, now) {
                     Ok(record) => {
                         let Record::KvPut { version, .. } = record else { unreachable!() };
                         let lsn = self.commit(record);

@@ -89,14 +89,14 @@ impl KvStore {
 
     pub fn plan_put(
         &self,
-        namespace: &str,
-        key: &str,
+        namespace: String,
+        key: String,
         value: Vec<u8>,
         ttl_ms: Option<u64>,
         if_version: Option<u64>,
         now_ms: u64,
     ) -> Result<Record, ErrorValue> {
-        validate_key(namespace, key)?;
+        validate_key(&namespace, &key)?;
         if value.len() > KV_VALUE_BYTES_MAX {
             return Err(ErrorValue::bad_request(format!(
                 "value of {} bytes exceeds the maximum of {KV_VALUE_BYTES_MAX} bytes",
@@ -112,15 +112,10 @@ impl KvStore {
             }
             Some(ttl) => Some(now_ms + ttl),
         };
-        let current = self.get(namespace, key, now_ms);
-        check_version(key, current, if_version)?;
-        Ok(Record::KvPut {
-            namespace: namespace.to_string(),
-            key: key.to_string(),
-            value,
-            version: current.map_or(1, |e| e.version + 1),
-            expires_at_ms,
-        })
+        let current = self.get(&namespace, &key, now_ms);
+        check_version(&key, current, if_version)?;
+        let version = current.map_or(1, |e| e.version + 1);
+        Ok(Record::KvPut { namespace, key, value, version, expires_at_ms })
     }
 
     /// `Ok(None)`: nothing to delete.
@@ -193,7 +188,11 @@ impl KvStore {
         lsn: u64,
     ) {
         let entry = Entry { value, version, expires_at_ms, lsn };
-        if self.spaces.entry(namespace).or_default().insert(key, entry).is_none() {
+        if !self.spaces.contains_key(&namespace) {
+            self.spaces.insert(namespace.clone(), BTreeMap::new());
+        }
+        let space = self.spaces.get_mut(&namespace).expect("namespace inserted above");
+        if space.insert(key, entry).is_none() {
             self.keys += 1;
         }
     }
@@ -215,7 +214,7 @@ mod tests {
     use crate::state::ShardState;
 
     fn put(s: &mut ShardState, key: &str, ttl: Option<u64>, if_v: Option<u64>, now: u64) -> Result<u64, ErrorValue> {
-        let rec = s.kv.plan_put("ns", key, b"v".to_vec(), ttl, if_v, now)?;
+        let rec = s.kv.plan_put("ns".into(), key.into(), b"v".to_vec(), ttl, if_v, now)?;
         let Record::KvPut { version, .. } = rec else { unreachable!() };
         s.apply(1, rec);
         Ok(version)
