@@ -1,6 +1,7 @@
 use flo_protocol::{
-    ErrorValue, FRAME_BYTES_MAX, FrameError, KvEntry, Op, PROTOCOL_VERSION, Reply, Request,
-    Response, StatusInfo, decode_payload, encode_frame, split_frame,
+    ActionInfo, ActionSpec, ErrorValue, FRAME_BYTES_MAX, FrameError, InvokeSpec, KvEntry, Op,
+    PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, decode_payload,
+    encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -197,6 +198,133 @@ impl Client {
     pub fn kv_list(&mut self, prefix: &str, limit: Option<u32>) -> Result<(Vec<KvEntry>, bool), Error> {
         match self.call(Op::KvList { namespace: self.namespace.clone(), prefix: prefix.into(), limit })? {
             Reply::KvList { entries, truncated } => Ok((entries, truncated)),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Options of an invocation (see `Client::invoke`).
+#[derive(Debug, Clone, Default)]
+pub struct InvokeOptions {
+    pub priority: Option<u8>,
+    pub delay_ms: Option<u64>,
+    pub idempotency_key: Option<String>,
+    /// Required worker labels, a flat JSON object.
+    pub labels: Option<String>,
+}
+
+impl Client {
+    /// Registers an action (`spec.namespace` is replaced by the client's namespace).
+    pub fn register_action(&mut self, mut spec: ActionSpec) -> Result<ActionInfo, Error> {
+        spec.namespace = self.namespace.clone();
+        match self.call(Op::ActionRegister(spec))? {
+            Reply::Action(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn action(&mut self, name: &str) -> Result<ActionInfo, Error> {
+        match self.call(Op::ActionGet { namespace: self.namespace.clone(), name: name.into() })? {
+            Reply::Action(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn list_actions(&mut self) -> Result<Vec<ActionInfo>, Error> {
+        match self.call(Op::ActionList { namespace: self.namespace.clone() })? {
+            Reply::Actions(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn delete_action(&mut self, name: &str) -> Result<(), Error> {
+        match self.call(Op::ActionDelete { namespace: self.namespace.clone(), name: name.into() })? {
+            Reply::ActionDeleted { .. } => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn set_action_enabled(&mut self, name: &str, enabled: bool) -> Result<ActionInfo, Error> {
+        let op = Op::ActionSetEnabled { namespace: self.namespace.clone(), name: name.into(), enabled };
+        match self.call(op)? {
+            Reply::Action(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn invoke_spec(&self, action: &str, input: &[u8], opts: InvokeOptions, wait_ms: Option<u64>) -> InvokeSpec {
+        InvokeSpec {
+            namespace: self.namespace.clone(),
+            action: action.into(),
+            input: input.to_vec(),
+            priority: opts.priority,
+            delay_ms: opts.delay_ms,
+            idempotency_key: opts.idempotency_key,
+            labels: opts.labels,
+            wait_ms,
+        }
+    }
+
+    /// Creates a run; returns its id (the existing run's id when the idempotency key was
+    /// seen before).
+    pub fn invoke(&mut self, action: &str, input: &[u8], opts: InvokeOptions) -> Result<String, Error> {
+        let spec = self.invoke_spec(action, input, opts, None);
+        match self.call(Op::ActionInvoke(spec))? {
+            Reply::Invoked { run_id, .. } => Ok(run_id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates a run and waits up to `wait_ms` for it to finish; returns its status.
+    pub fn invoke_and_wait(
+        &mut self,
+        action: &str,
+        input: &[u8],
+        opts: InvokeOptions,
+        wait_ms: u64,
+    ) -> Result<RunInfo, Error> {
+        let spec = self.invoke_spec(action, input, opts, Some(wait_ms));
+        match self.call(Op::ActionInvoke(spec))? {
+            Reply::Run(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
+        match self.call(Op::RunStatus { namespace: self.namespace.clone(), run_id: run_id.into() })? {
+            Reply::Run(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits up to `timeout_ms` for the run to be final; returns its status either way.
+    pub fn wait_run(&mut self, run_id: &str, timeout_ms: u64) -> Result<RunInfo, Error> {
+        let op = Op::RunWait { namespace: self.namespace.clone(), run_id: run_id.into(), timeout_ms };
+        match self.call(op)? {
+            Reply::Run(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Runs of an action, newest first; `dead_letter` keeps only those that exhausted
+    /// their retries.
+    pub fn list_runs(
+        &mut self,
+        action: &str,
+        status: Option<RunStatus>,
+        dead_letter: bool,
+        limit: Option<u32>,
+    ) -> Result<(Vec<RunInfo>, bool), Error> {
+        let op = Op::RunList { namespace: self.namespace.clone(), action: action.into(), status, dead_letter, limit };
+        match self.call(op)? {
+            Reply::Runs { runs, truncated } => Ok((runs, truncated)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn cancel_run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
+        match self.call(Op::RunCancel { namespace: self.namespace.clone(), run_id: run_id.into() })? {
+            Reply::Run(info) => Ok(info),
             other => Err(unexpected(other)),
         }
     }

@@ -4,5 +4,5 @@
 
 mod client;
 
-pub use client::{Client, Connection, Error, PutOptions};
+pub use client::{Client, Connection, Error, InvokeOptions, PutOptions};
 pub use flo_protocol as protocol;

@@ -11,7 +11,9 @@ pub use frame::{
     split_frame,
 };
 pub use message::{
-    KV_KEY_BYTES_MAX, KV_LIST_LIMIT_DEFAULT, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
+    ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, IDEMPOTENCY_KEY_BYTES_MAX,
+    InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, RUN_WAIT_MS_MAX,
+    RunInfo, RunStatus, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_DEFAULT, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
     NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION, Reply, Request, RequestId, Response, ShardInfo,
     ShardMap, StatusInfo,
 };

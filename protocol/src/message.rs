@@ -11,6 +11,13 @@ pub const KV_KEY_BYTES_MAX: usize = 1024;
 pub const KV_VALUE_BYTES_MAX: usize = 1 << 20;
 pub const KV_LIST_LIMIT_DEFAULT: u32 = 1000;
 pub const KV_LIST_LIMIT_MAX: u32 = 10_000;
+pub const ACTION_NAME_BYTES_MAX: usize = 256;
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+pub const RUN_INPUT_BYTES_MAX: usize = 1 << 20;
+pub const RUN_LIST_LIMIT_DEFAULT: u32 = 100;
+pub const RUN_LIST_LIMIT_MAX: u32 = 10_000;
+/// Longest a `RunWait` may be held by the server.
+pub const RUN_WAIT_MS_MAX: u64 = 300_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -57,12 +64,154 @@ pub enum Op {
         prefix: String,
         limit: Option<u32>,
     },
+    /// Register (or re-register, bumping the version) an action.
+    ActionRegister(ActionSpec),
+    ActionGet {
+        namespace: String,
+        name: String,
+    },
+    ActionList {
+        namespace: String,
+    },
+    ActionDelete {
+        namespace: String,
+        name: String,
+    },
+    ActionSetEnabled {
+        namespace: String,
+        name: String,
+        enabled: bool,
+    },
+    /// Create a run of an action.
+    ActionInvoke(InvokeSpec),
+    RunStatus {
+        namespace: String,
+        run_id: String,
+    },
+    /// Reply once the run is final (completed, failed, cancelled, timed out) or after
+    /// `timeout_ms` with its current status.
+    RunWait {
+        namespace: String,
+        run_id: String,
+        timeout_ms: u64,
+    },
+    /// Runs of an action, newest first.
+    RunList {
+        namespace: String,
+        action: String,
+        status: Option<RunStatus>,
+        /// Only runs that exhausted their retries (the dead-letter list).
+        dead_letter: bool,
+        limit: Option<u32>,
+    },
+    RunCancel {
+        namespace: String,
+        run_id: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// Executed by workers that poll for tasks.
+    User,
+    /// Executed inline on the shard as WebAssembly.
+    Wasm,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::User => "user",
+            ActionKind::Wasm => "wasm",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    TimedOut,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::TimedOut => "timed_out",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        !matches!(self, RunStatus::Pending | RunStatus::Running)
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        Some(match s {
+            "pending" => RunStatus::Pending,
+            "running" => RunStatus::Running,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            "timed_out" => RunStatus::TimedOut,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionSpec {
+    pub namespace: String,
+    pub name: String,
+    pub kind: ActionKind,
+    /// WebAssembly module (binary or text) for `wasm` actions.
+    #[serde(with = "serde_bytes")]
+    pub wasm: Option<Vec<u8>>,
+    pub timeout_ms: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub retry_delay_ms: Option<u64>,
+    pub description: Option<String>,
+    pub memory_limit_mb: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvokeSpec {
+    pub namespace: String,
+    pub action: String,
+    #[serde(with = "serde_bytes")]
+    pub input: Vec<u8>,
+    pub priority: Option<u8>,
+    pub delay_ms: Option<u64>,
+    pub idempotency_key: Option<String>,
+    /// Required worker labels: a flat JSON object.
+    pub labels: Option<String>,
+    /// Reply with the run (`Reply::Run`) once it is final, or after this long with its
+    /// current status, instead of with its id at once.
+    pub wait_ms: Option<u64>,
 }
 
 impl Op {
     /// Whether the operation changes state (and so is answered only once durable).
     pub fn is_mutation(&self) -> bool {
-        matches!(self, Op::KvPut { .. } | Op::KvDelete { .. })
+        matches!(
+            self,
+            Op::KvPut { .. }
+                | Op::KvDelete { .. }
+                | Op::ActionRegister(_)
+                | Op::ActionDelete { .. }
+                | Op::ActionSetEnabled { .. }
+                | Op::ActionInvoke(_)
+                | Op::RunCancel { .. }
+        )
     }
 }
 
@@ -97,6 +246,69 @@ pub enum Reply {
         /// More entries matched than `limit`.
         truncated: bool,
     },
+    Action(ActionInfo),
+    Actions(Vec<ActionInfo>),
+    ActionDeleted {
+        deleted: bool,
+    },
+    Invoked {
+        run_id: String,
+        /// False when an idempotency key matched an existing run.
+        created: bool,
+    },
+    Run(RunInfo),
+    Runs {
+        runs: Vec<RunInfo>,
+        truncated: bool,
+    },
+    /// Acknowledgement of a change with nothing else to report.
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionInfo {
+    pub namespace: String,
+    pub name: String,
+    pub kind: ActionKind,
+    pub version: u32,
+    pub enabled: bool,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
+    pub retry_delay_ms: u64,
+    pub description: Option<String>,
+    pub memory_limit_mb: u32,
+    /// Size of the WebAssembly module, for `wasm` actions.
+    pub wasm_bytes: Option<u64>,
+    /// What the module's `describe` export returned.
+    pub wasm_describe: Option<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub namespace: String,
+    pub action: String,
+    pub action_version: u32,
+    pub status: RunStatus,
+    #[serde(with = "serde_bytes")]
+    pub input: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub output: Option<Vec<u8>>,
+    /// Outcome named by the guest or worker (`success` when none was named).
+    pub outcome: Option<String>,
+    pub error: Option<String>,
+    pub attempt: u32,
+    pub priority: u8,
+    pub labels: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// Failed or timed out after exhausting its retries.
+    pub dead_lettered: bool,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// When a pending run becomes available (delay or retry backoff).
+    pub available_at_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +337,7 @@ pub struct ShardInfo {
     pub durable_lsn: u64,
     pub segments: u32,
     pub kv_keys: u64,
+    pub runs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,12 +2,19 @@
 //! state. A mutation validates, builds records, appends them to the log and applies them;
 //! the caller answers once the returned LSN is durable.
 
+use crate::actions::{
+    RunKey, Scheduler, action_info, idempotent_run_id, run_info, validate_action_name,
+    validate_idempotency_key,
+};
 use crate::clock::Clock;
-use crate::kv::KvStore;
+use crate::kv::{KvStore, validate_namespace};
 use crate::record::Record;
 use crate::state::ShardState;
 use crate::ual::LogBuffer;
-use flo_protocol::{ErrorValue, KV_LIST_LIMIT_DEFAULT, Op, Reply, ShardInfo};
+use flo_protocol::{
+    ActionKind, ErrorValue, InvokeSpec, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, Reply,
+    ShardInfo,
+};
 use std::rc::Rc;
 
 /// Result of executing an operation on its shard.
@@ -30,11 +37,38 @@ pub struct ShardCore {
     pub durable_lsn: u64,
     pub segments: u32,
     pub clock: Rc<dyn Clock>,
+    pub scheduler: Scheduler,
+}
+
+/// The shard owning what a keyed operation touches (`None`: not keyed).
+pub fn route_key(op: &Op) -> Option<(&str, String)> {
+    Some(match op {
+        Op::KvGet { namespace, key } | Op::KvPut { namespace, key, .. } | Op::KvDelete { namespace, key, .. } => {
+            (namespace, key.clone())
+        }
+        Op::RunStatus { namespace, run_id }
+        | Op::RunWait { namespace, run_id, .. }
+        | Op::RunCancel { namespace, run_id } => (namespace, run_id.clone()),
+        Op::ActionInvoke(InvokeSpec { namespace, action, idempotency_key: Some(key), .. }) => {
+            (namespace, idempotent_run_id(action, key))
+        }
+        _ => return None,
+    })
 }
 
 impl ShardCore {
     pub fn new(shard: u32, state: ShardState, last_lsn: u64, segments: u32, clock: Rc<dyn Clock>) -> Self {
-        ShardCore { shard, state, log: LogBuffer::new(last_lsn + 1), durable_lsn: last_lsn, segments, clock }
+        let mut scheduler = Scheduler::default();
+        scheduler.rebuild(&state.runs, &state.registry, clock.now_ms());
+        ShardCore {
+            shard,
+            state,
+            log: LogBuffer::new(last_lsn + 1),
+            durable_lsn: last_lsn,
+            segments,
+            clock,
+            scheduler,
+        }
     }
 
     /// Appends a record and applies it: the only way live state changes.
@@ -91,10 +125,124 @@ impl ShardCore {
                 }
             }
             Op::Status => Done::now(Ok(Reply::ShardStatus(self.info()))),
+            Op::ActionGet { namespace, name } => {
+                let result = match self.state.registry.get(&namespace, &name) {
+                    Some(def) => Ok(Reply::Action(action_info(&namespace, &name, def))),
+                    None => Err(ErrorValue::not_found(format!(
+                        "action {name:?} is not registered in namespace {namespace:?}"
+                    ))),
+                };
+                Done::now(result)
+            }
+            Op::ActionList { namespace } => {
+                let list = self.state.registry.list(&namespace);
+                Done::now(Ok(Reply::Actions(list.iter().map(|(n, d)| action_info(&namespace, n, d)).collect())))
+            }
+            Op::ActionInvoke(spec) => self.invoke(spec, now),
+            Op::RunStatus { namespace, run_id } | Op::RunWait { namespace, run_id, .. } => self.run_status(&namespace, &run_id),
+            Op::RunList { namespace, action, status, dead_letter, limit } => {
+                let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
+                match self.state.runs.list(&namespace, &action, status, dead_letter, limit) {
+                    Ok((runs, truncated)) => Done {
+                        wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
+                        result: Ok(Reply::Runs {
+                            runs: runs.iter().map(|(id, r)| run_info(&namespace, id, r, self.is_executing(&namespace, id))).collect(),
+                            truncated,
+                        }),
+                    },
+                    Err(e) => Done::now(Err(e)),
+                }
+            }
+            Op::RunCancel { namespace, run_id } => match self.state.runs.plan_cancel(&namespace, &run_id, now) {
+                Ok(record) => {
+                    self.commit(record);
+                    self.run_status(&namespace, &run_id)
+                }
+                Err(e) => Done::now(Err(e)),
+            },
+            Op::ActionRegister(_) | Op::ActionDelete { .. } | Op::ActionSetEnabled { .. } => {
+                Done::now(Err(ErrorValue::internal("registry change reached a shard directly")))
+            }
             Op::Hello { .. } | Op::ShardMap => {
                 Done::now(Err(ErrorValue::internal("connection-level operation reached a shard")))
             }
         }
+    }
+
+    fn is_executing(&self, namespace: &str, run_id: &str) -> bool {
+        !self.scheduler.executing.is_empty()
+            && self.scheduler.executing.contains(&(namespace.to_string(), run_id.to_string()))
+    }
+
+    pub fn run_status(&self, namespace: &str, run_id: &str) -> Done {
+        match self.state.runs.require(namespace, run_id) {
+            Ok(run) => Done {
+                wait_lsn: run.lsn,
+                result: Ok(Reply::Run(run_info(namespace, run_id, run, self.is_executing(namespace, run_id)))),
+            },
+            Err(e) => Done::now(Err(e)),
+        }
+    }
+
+    /// Creates a run on this shard (the caller routed it here).
+    fn invoke(&mut self, spec: InvokeSpec, now: u64) -> Done {
+        let plan = || -> Result<(String, bool), ErrorValue> {
+            validate_namespace(&spec.namespace)?;
+            validate_action_name(&spec.action)?;
+            if let Some(key) = &spec.idempotency_key {
+                validate_idempotency_key(key)?;
+            }
+            self.state.registry.invocable(&spec.namespace, &spec.action)?;
+            Ok(match &spec.idempotency_key {
+                Some(key) => (idempotent_run_id(&spec.action, key), true),
+                None => {
+                    let state = &self.state;
+                    (state.runs.next_run_id(&spec.namespace, &spec.action, |id| state.owns(&spec.namespace, id)), false)
+                }
+            })
+        };
+        let (run_id, idempotent) = match plan() {
+            Ok(v) => v,
+            Err(e) => return Done::now(Err(e)),
+        };
+        if idempotent && let Some(run) = self.state.runs.get(&spec.namespace, &run_id) {
+            return Done { wait_lsn: run.lsn, result: Ok(Reply::Invoked { run_id, created: false }) };
+        }
+        let def = self.state.registry.get(&spec.namespace, &spec.action).expect("checked above");
+        let kind = def.kind;
+        let namespace = spec.namespace.clone();
+        let record = match self.state.runs.plan_create(spec, def, run_id.clone(), now) {
+            Ok(r) => r,
+            Err(e) => return Done::now(Err(e)),
+        };
+        let lsn = self.commit(record);
+        if kind == ActionKind::Wasm {
+            let run = self.state.runs.get(&namespace, &run_id).expect("just created");
+            let (priority, seq, at) = (run.priority, run.seq, run.available_at_ms);
+            self.scheduler.schedule((namespace, run_id.clone()), priority, seq, at, now);
+        }
+        Done { wait_lsn: lsn, result: Ok(Reply::Invoked { run_id, created: true }) }
+    }
+
+    /// Moves due timers to the ready queue.
+    pub fn fire_timers(&mut self) -> usize {
+        let now = self.clock.now_ms();
+        self.scheduler.fire_due(now, &self.state.runs)
+    }
+
+    /// Next runnable WASM run that is still pending.
+    pub fn next_runnable(&mut self) -> Option<RunKey> {
+        while let Some(key) = self.scheduler.pop_ready() {
+            let pending = self
+                .state
+                .runs
+                .get(&key.0, &key.1)
+                .is_some_and(|r| r.status == flo_protocol::RunStatus::Pending);
+            if pending && !self.scheduler.executing.contains(&key) {
+                return Some(key);
+            }
+        }
+        None
     }
 
     pub fn info(&self) -> ShardInfo {
@@ -104,6 +252,7 @@ impl ShardCore {
             durable_lsn: self.durable_lsn,
             segments: self.segments,
             kv_keys: self.state.kv.key_count(),
+            runs: self.state.runs.len() as u64,
         }
     }
 

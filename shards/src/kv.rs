@@ -197,6 +197,18 @@ impl KvStore {
         }
     }
 
+    /// A WebAssembly guest's write (committed with its run's completion at `at_ms`):
+    /// a put gets the next version, no TTL; `None` deletes.
+    pub fn apply_guest_write(&mut self, namespace: &str, key: String, value: Option<Vec<u8>>, at_ms: u64, lsn: u64) {
+        match value {
+            Some(value) => {
+                let version = self.get(namespace, &key, at_ms).map_or(1, |e| e.version + 1);
+                self.apply_put(namespace.to_string(), key, value, version, None, lsn);
+            }
+            None => self.apply_delete(namespace, &key),
+        }
+    }
+
     pub fn apply_delete(&mut self, namespace: &str, key: &str) {
         let Some(space) = self.spaces.get_mut(namespace) else { return };
         if space.remove(key).is_some() {

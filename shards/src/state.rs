@@ -1,21 +1,157 @@
 //! Shard state is a fold of the log: `apply` is the one place it changes, used by live
 //! requests (right after their records are appended) and by recovery alike.
 
+use crate::actions::{Registry, Run, Runs};
+use crate::hash::Partitioning;
 use crate::kv::KvStore;
-use crate::record::Record;
+use crate::record::{GuestKvWrite, Record};
+use flo_protocol::RunStatus;
+use std::collections::{HashMap, VecDeque};
 
-#[derive(Default)]
+/// Guest KV writes of a completion that belong to other shards, not yet delivered.
+#[derive(Debug, Clone)]
+pub struct PendingForward {
+    pub lsn: u64,
+    pub namespace: String,
+    pub writes: Vec<GuestKvWrite>,
+}
+
 pub struct ShardState {
+    pub shard: u32,
+    pub partitioning: Partitioning,
     pub kv: KvStore,
+    pub registry: Registry,
+    pub runs: Runs,
+    /// Remote guest KV writes waiting to be forwarded, in LSN order.
+    pub forwards: VecDeque<PendingForward>,
+    /// Highest origin LSN applied from each other shard's forwarded writes.
+    pub remote_applied: HashMap<u32, u64>,
+}
+
+impl Default for ShardState {
+    fn default() -> Self {
+        ShardState::new(0, Partitioning::new(crate::hash::PARTITIONS_DEFAULT, 1))
+    }
 }
 
 impl ShardState {
+    pub fn new(shard: u32, partitioning: Partitioning) -> Self {
+        ShardState {
+            shard,
+            partitioning,
+            kv: KvStore::default(),
+            registry: Registry::default(),
+            runs: Runs::default(),
+            forwards: VecDeque::new(),
+            remote_applied: HashMap::new(),
+        }
+    }
+
+    pub fn owns(&self, namespace: &str, key: &str) -> bool {
+        self.partitioning.shard_of(namespace, key) == self.shard
+    }
+
     pub fn apply(&mut self, lsn: u64, record: Record) {
         match record {
             Record::KvPut { namespace, key, value, version, expires_at_ms } => {
                 self.kv.apply_put(namespace, key, value, version, expires_at_ms, lsn)
             }
             Record::KvDelete { namespace, key } => self.kv.apply_delete(&namespace, &key),
+            Record::ActionDefined { namespace, name, def } => self.registry.apply_defined(namespace, name, def),
+            Record::ActionRemoved { namespace, name, at_ms } => self.registry.apply_removed(&namespace, &name, at_ms),
+            Record::ActionEnabled { namespace, name, enabled, at_ms } => {
+                self.registry.apply_enabled(&namespace, &name, enabled, at_ms)
+            }
+            Record::RunCreated {
+                namespace,
+                run_id,
+                action,
+                action_version,
+                input,
+                priority,
+                labels,
+                idempotency_key,
+                created_at_ms,
+                available_at_ms,
+            } => {
+                let run = Run {
+                    action,
+                    action_version,
+                    status: RunStatus::Pending,
+                    input,
+                    output: None,
+                    outcome: None,
+                    error: None,
+                    attempt: 1,
+                    priority,
+                    labels,
+                    idempotency_key,
+                    dead_lettered: false,
+                    created_at_ms,
+                    updated_at_ms: created_at_ms,
+                    available_at_ms,
+                    seq: self.runs.next_seq(),
+                    lsn,
+                };
+                self.runs.apply_created(namespace, run_id, run);
+            }
+            Record::AttemptFailed { namespace, run_id, attempt, error, timed_out, retry_at_ms, at_ms } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else { return };
+                run.error = Some(error);
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+                match retry_at_ms {
+                    Some(at) => {
+                        run.attempt = attempt + 1;
+                        run.available_at_ms = at;
+                        run.status = RunStatus::Pending;
+                    }
+                    None => {
+                        run.attempt = attempt;
+                        run.status = if timed_out { RunStatus::TimedOut } else { RunStatus::Failed };
+                        run.dead_lettered = true;
+                    }
+                }
+            }
+            Record::RunCompleted { namespace, run_id, attempt, output, outcome, kv_writes, at_ms } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else { return };
+                run.status = RunStatus::Completed;
+                run.attempt = attempt;
+                run.output = Some(output);
+                run.outcome = outcome;
+                run.error = None;
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+                let (local, remote): (Vec<_>, Vec<_>) =
+                    kv_writes.into_iter().partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
+                for w in local {
+                    self.kv.apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                }
+                if !remote.is_empty() {
+                    self.forwards.push_back(PendingForward { lsn, namespace, writes: remote });
+                }
+            }
+            Record::RunCancelled { namespace, run_id, at_ms } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else { return };
+                run.status = RunStatus::Cancelled;
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+            }
+            Record::KvForwarded { up_to_lsn } => {
+                while self.forwards.front().is_some_and(|f| f.lsn <= up_to_lsn) {
+                    self.forwards.pop_front();
+                }
+            }
+            Record::KvRemoteWrites { origin_shard, origin_lsn, namespace, writes, at_ms } => {
+                let seen = self.remote_applied.entry(origin_shard).or_insert(0);
+                if origin_lsn <= *seen {
+                    return;
+                }
+                *seen = origin_lsn;
+                for w in writes {
+                    self.kv.apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                }
+            }
         }
     }
 }

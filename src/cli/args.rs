@@ -27,6 +27,9 @@ pub enum Command {
     /// Key-value store.
     #[command(subcommand)]
     Kv(KvCommand),
+    /// Actions: durable task types run as WebAssembly or by workers.
+    #[command(subcommand)]
+    Action(ActionCommand),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -82,6 +85,82 @@ pub enum KvCommand {
     /// List keys by prefix, in key order.
     List {
         prefix: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ActionCommand {
+    /// Register an action (again: bumps its version). With --wasm it runs inline on the
+    /// server; without, workers execute it.
+    Register {
+        name: String,
+        /// WebAssembly module (.wasm binary or .wat text).
+        #[arg(long)]
+        wasm: Option<PathBuf>,
+        /// Longest an attempt may run, in ms.
+        #[arg(long = "timeout")]
+        timeout_ms: Option<u64>,
+        #[arg(long)]
+        max_retries: Option<u32>,
+        /// Base delay between retries, in ms (doubles per attempt).
+        #[arg(long = "retry-delay")]
+        retry_delay_ms: Option<u64>,
+        #[arg(long)]
+        description: Option<String>,
+        /// Memory limit of a WebAssembly action, in MiB.
+        #[arg(long)]
+        memory_limit_mb: Option<u32>,
+    },
+    /// Run an action with a JSON input; prints the run id.
+    Invoke {
+        name: String,
+        /// Input, usually JSON.
+        #[arg(default_value = "{}")]
+        input: String,
+        /// 0-255, higher runs first.
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Make the run available after this many ms.
+        #[arg(long = "delay")]
+        delay_ms: Option<u64>,
+        /// The same key returns the same run instead of creating another.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Required worker labels, a flat JSON object.
+        #[arg(long)]
+        labels: Option<String>,
+        /// Wait for the run to finish and print its output.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Show a run.
+    Status { run_id: String },
+    /// Show an action's definition.
+    Info { name: String },
+    /// List the actions of the namespace.
+    List,
+    /// List an action's runs, newest first.
+    Runs {
+        name: String,
+        /// pending, running, completed, failed, cancelled or timed_out.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Cancel a pending or running run.
+    Cancel { run_id: String },
+    /// Delete an action (its runs stay queryable).
+    Delete { name: String },
+    /// Accept new invocations again.
+    Enable { name: String },
+    /// Refuse new invocations.
+    Disable { name: String },
+    /// Runs that failed or timed out after exhausting their retries.
+    Dlq {
+        name: String,
         #[arg(long)]
         limit: Option<u32>,
     },

@@ -2,6 +2,7 @@
 //! `--namespace`/`FLO_NAMESPACE`, human output by default, `--json` for exactly one JSON
 //! document on stdout; errors go to stderr with a non-zero exit.
 
+mod action;
 mod args;
 mod kv;
 mod output;
@@ -21,6 +22,7 @@ pub fn run() -> i32 {
         Command::Server(args) => server::run(args),
         Command::Status => connect(&cli).and_then(|mut c| status::run(&mut c, &out)),
         Command::Kv(cmd) => connect(&cli).and_then(|mut c| kv::run(&mut c, cmd, &out)),
+        Command::Action(cmd) => connect(&cli).and_then(|mut c| action::run(&mut c, cmd, &out)),
     };
     match result {
         Ok(()) => 0,

@@ -39,3 +39,9 @@ pub fn entry_json(e: &KvEntry) -> Value {
     }
     doc
 }
+
+/// Milliseconds since the epoch as an RFC 3339 UTC time.
+pub fn time_text(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(t).to_string()
+}

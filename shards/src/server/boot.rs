@@ -4,7 +4,10 @@
 use super::config::ServerConfig;
 use super::log_writer::{SegmentWriter, drain, flush_loop};
 use super::mesh::{self, ExecutorTable, Mesh, MeshMsg};
+use super::forwarder::forward_loop;
 use super::shard::Shard;
+use super::wasm_runner::{SharedModules, WASM_SLOTS, WasmHost, kick, timer_loop};
+use crate::wasm::{WasmConfig, WasmEngine};
 use crate::clock::SystemClock;
 use crate::engine::ShardCore;
 use crate::hash::{PARTITIONS_DEFAULT, Partitioning};
@@ -171,6 +174,12 @@ pub fn run_server(
     sync_dir(&dir).map_err(dir_err(&dir))?;
 
     let cpus = allowed_cpus();
+    let wasm_engine = WasmEngine::new(WasmConfig {
+        max_instances: meta.shards * WASM_SLOTS as u32 + 4,
+        memory_limit_bytes_max: u64::from(crate::actions::MEMORY_LIMIT_MB_MAX) << 20,
+    })
+    .map_err(|e| ServerError::Shard { shard: 0, message: format!("cannot start the wasm engine: {e}") })?;
+    let wasm_modules = SharedModules::default();
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
     let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
@@ -186,6 +195,8 @@ pub fn run_server(
             table: table.clone(),
             stop: stop.clone(),
             ready: ready_tx.clone(),
+            wasm_engine: wasm_engine.clone(),
+            wasm_modules: wasm_modules.clone(),
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
@@ -230,6 +241,8 @@ struct ShardBoot {
     table: ExecutorTable,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<u32, ServerError>>,
+    wasm_engine: WasmEngine,
+    wasm_modules: SharedModules,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -242,7 +255,7 @@ async fn shard_main(boot: ShardBoot) {
 async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
     let shard_err = |message: String| ServerError::Shard { shard: id, message };
-    let mut state = ShardState::default();
+    let mut state = ShardState::new(id, boot.partitioning);
     let log = recover(&boot.dir, |lsn, record| state.apply(lsn, record))
         .map_err(|source| ServerError::Recovery { shard: id, source })?;
     if let Some((file, offset, reason)) = &log.truncated {
@@ -255,9 +268,12 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
     let core = ShardCore::new(id, state, log.last_lsn, segments, Rc::new(SystemClock));
-    let shard = Rc::new(Shard::new(id, boot.partitioning, boot.config.durability, core));
+    let wasm = WasmHost::new(boot.wasm_engine.clone(), boot.wasm_modules.clone());
+    let shard = Rc::new(Shard::new(id, boot.partitioning, boot.config.durability, core, wasm));
 
     glommio::spawn_local(flush_loop(shard.clone(), writer)).detach();
+    glommio::spawn_local(timer_loop(shard.clone())).detach();
+    glommio::spawn_local(forward_loop(shard.clone())).detach();
     if boot.partitioning.shards > 1 {
         let joined = mesh::join(boot.mesh, boot.table, id).await;
         mesh::spawn_tasks(shard.clone(), joined);
@@ -267,6 +283,8 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let listener =
         TcpListener::bind(boot.addr).map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
     let _ = boot.ready.send(Ok(id));
+    // Runs recovered as pending start now.
+    kick(&shard);
 
     let accepting = accept_loop(shard.clone(), listener);
     let stopping = async {

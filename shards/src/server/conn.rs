@@ -2,12 +2,12 @@
 //! writer that sends replies as they become ready (in any order), many per syscall.
 
 use super::outbox::{Outbox, Signal};
-use super::shard::{ReplyResult, Shard, Waiter};
+use super::dispatch;
+use super::shard::{ReplyResult, ReplyTo, Shard, ShardOp, Target};
 use crate::hash::HASH_NAME;
 use flo_protocol::{
-    ErrorValue, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, KV_LIST_LIMIT_DEFAULT, Op,
-    PROTOCOL_VERSION, Reply, Request, RequestId, Response, ShardMap, StatusInfo, decode_payload,
-    encode_frame, split_frame,
+    ErrorValue, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, Op, PROTOCOL_VERSION, Reply,
+    Request, RequestId, Response, ShardMap, decode_payload, encode_frame, split_frame,
 };
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -43,7 +43,7 @@ impl Conn {
         self.outbox.push_ready(encode_response(id, result));
     }
 
-    fn send_when_durable(&self, shard: &Shard, id: u64, lsn: u64, result: ReplyResult) {
+    pub fn send_when_durable(&self, shard: &Shard, id: u64, lsn: u64, result: ReplyResult) {
         shard.deliver(&self.outbox, lsn, encode_response(id, result));
     }
 }
@@ -152,35 +152,30 @@ fn handle_frame(shard: &Rc<Shard>, conn: &Rc<Conn>, payload: &[u8]) {
 }
 
 fn dispatch(shard: &Rc<Shard>, conn: &Rc<Conn>, Request { id, op }: Request) {
-    if let Some(target) = shard.route(&op) {
-        if target == shard.id {
-            let done = shard.execute(op);
-            conn.send_when_durable(shard, id, done.wait_lsn, done.result);
-        } else {
-            shard.forward(target, op, Waiter::Conn { conn: conn.clone(), id });
-        }
-        return;
-    }
-    match op {
-        Op::Hello { protocol_version, .. } => conn.send_now(id, hello(shard, protocol_version)),
-        Op::ShardMap => conn.send_now(
-            id,
-            Ok(Reply::ShardMap(ShardMap {
-                hash: HASH_NAME.to_string(),
-                partitions: shard.partitioning.partitions,
-                shard_count: shard.partitioning.shards,
-                owners: shard.partitioning.owners(),
-            })),
-        ),
-        op @ (Op::Status | Op::KvList { .. }) => {
-            let (shard, conn) = (shard.clone(), conn.clone());
+    let to = ReplyTo::Conn { conn: conn.clone(), id };
+    match shard.target(&op) {
+        Target::Shard(target) if target == shard.id => dispatch::handle(shard, ShardOp::Client(op), to),
+        Target::Shard(target) => shard.forward(target, ShardOp::Client(op), to),
+        Target::All => {
+            let shard = shard.clone();
             glommio::spawn_local(async move {
-                let result = fan_out(&shard, op).await;
-                conn.send_now(id, result);
+                let result = dispatch::fan_out(&shard, op).await;
+                shard.reply(to, 0, result);
             })
             .detach();
         }
-        Op::KvGet { .. } | Op::KvPut { .. } | Op::KvDelete { .. } => unreachable!("keyed ops are routed"),
+        Target::Here => {
+            let result = match op {
+                Op::Hello { protocol_version, .. } => hello(shard, protocol_version),
+                _ => Ok(Reply::ShardMap(ShardMap {
+                    hash: HASH_NAME.to_string(),
+                    partitions: shard.partitioning.partitions,
+                    shard_count: shard.partitioning.shards,
+                    owners: shard.partitioning.owners(),
+                })),
+            };
+            conn.send_now(id, result);
+        }
     }
 }
 
@@ -196,46 +191,4 @@ fn hello(shard: &Shard, protocol_version: u32) -> ReplyResult {
         shard_count: shard.partitioning.shards,
         partitions: shard.partitioning.partitions,
     })
-}
-
-/// Runs `op` on every shard and merges the parts.
-async fn fan_out(shard: &Shard, op: Op) -> ReplyResult {
-    let calls: Vec<_> = (0..shard.partitioning.shards).map(|s| shard.begin_call(s, op.clone())).collect();
-    let mut parts = Vec::with_capacity(calls.len());
-    for call in calls {
-        parts.push(call.finish(shard).await?);
-    }
-    match op {
-        Op::Status => {
-            let mut shards: Vec<_> = parts
-                .into_iter()
-                .filter_map(|p| if let Reply::ShardStatus(info) = p { Some(info) } else { None })
-                .collect();
-            shards.sort_by_key(|s| s.shard);
-            Ok(Reply::Status(StatusInfo {
-                server_version: SERVER_VERSION.to_string(),
-                durability: shard.durability.as_str().to_string(),
-                partitions: shard.partitioning.partitions,
-                shards,
-            }))
-        }
-        Op::KvList { limit, .. } => {
-            let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT) as usize;
-            let mut entries = Vec::new();
-            let mut truncated = false;
-            for part in parts {
-                if let Reply::KvList { entries: e, truncated: t } = part {
-                    entries.extend(e);
-                    truncated |= t;
-                }
-            }
-            entries.sort_by(|a, b| a.key.cmp(&b.key));
-            if entries.len() > limit {
-                entries.truncate(limit);
-                truncated = true;
-            }
-            Ok(Reply::KvList { entries, truncated })
-        }
-        _ => Err(ErrorValue::internal("operation cannot fan out")),
-    }
 }

@@ -1,8 +1,7 @@
 //! Shard-to-shard traffic over glommio's channel mesh, batched: one message carries every
 //! request and reply queued for a peer since the last send.
 
-use super::shard::{ReplyResult, Shard};
-use flo_protocol::Op;
+use super::shard::{ReplyResult, ReplyTo, Shard, ShardOp};
 use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
 use glommio::{Latency, Shares};
 use std::rc::Rc;
@@ -13,7 +12,7 @@ use std::time::Duration;
 pub(crate) const MESH_CHANNEL_MESSAGES: usize = 1024;
 
 pub(crate) struct MeshMsg {
-    pub requests: Vec<(u64, Op)>,
+    pub requests: Vec<(u64, ShardOp)>,
     pub replies: Vec<(u64, ReplyResult)>,
 }
 
@@ -99,11 +98,9 @@ pub(crate) fn spawn_tasks(shard: Rc<Shard>, mut joined: Joined) {
     joined.peer_of.clear();
 }
 
-fn handle(shard: &Shard, from: u32, msg: MeshMsg) {
-    let link = shard.peers[from as usize].as_ref().unwrap();
+fn handle(shard: &Rc<Shard>, from: u32, msg: MeshMsg) {
     for (tag, op) in msg.requests {
-        let done = shard.execute(op);
-        shard.deliver(&link.replies, done.wait_lsn, (tag, done.result));
+        super::dispatch::handle(shard, op, ReplyTo::Peer { shard: from, tag });
     }
     for (tag, result) in msg.replies {
         shard.complete(tag, result);

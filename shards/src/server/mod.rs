@@ -3,10 +3,13 @@
 mod boot;
 mod config;
 mod conn;
+mod dispatch;
+mod forwarder;
 mod log_writer;
 mod mesh;
 mod outbox;
 mod shard;
+mod wasm_runner;
 
 pub use boot::{Ready, ServerError, run_server};
 pub use config::{Durability, ServerConfig};

@@ -4,9 +4,10 @@
 use super::config::Durability;
 use super::conn::Conn;
 use super::outbox::{DurableOneshot, DurableWaiter, Outbox, Signal};
-use crate::engine::{Done, ShardCore};
+use crate::engine::{Done, ShardCore, route_key};
 use crate::hash::Partitioning;
-use flo_protocol::{ErrorValue, Op, Reply};
+use crate::record::{GuestKvWrite, Record};
+use flo_protocol::{ErrorValue, InvokeSpec, Op, Reply};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -14,9 +15,31 @@ use std::rc::Rc;
 
 pub(crate) type ReplyResult = Result<Reply, ErrorValue>;
 
+/// The shard that orders registry changes.
+pub(crate) const COORDINATOR: u32 = 0;
+
+/// What one shard asks another.
+pub(crate) enum ShardOp {
+    /// A client operation owned by the receiving shard (or its part of a fan-out).
+    Client(Op),
+    /// Log and apply a registry change ordered by the coordinator.
+    ApplyRegistry(Record),
+    /// Guest KV writes of a completion on `origin_shard`, for keys the receiver owns.
+    RemoteWrites { origin_shard: u32, origin_lsn: u64, namespace: String, writes: Vec<GuestKvWrite> },
+}
+
+/// Where an operation is executed.
+pub(crate) enum Target {
+    Shard(u32),
+    /// Every shard, results merged.
+    All,
+    /// The connection answers itself.
+    Here,
+}
+
 /// Traffic to one other shard: requests to send it, and replies owed to it.
 pub(crate) struct PeerLink {
-    pub requests: RefCell<Vec<(u64, Op)>>,
+    pub requests: RefCell<Vec<(u64, ShardOp)>>,
     pub replies: Rc<Outbox<(u64, ReplyResult)>>,
     pub signal: Rc<Signal>,
 }
@@ -32,9 +55,10 @@ impl PeerLink {
     }
 }
 
-/// Who gets the reply to a request forwarded to another shard.
-pub(crate) enum Waiter {
+/// Who gets a reply.
+pub(crate) enum ReplyTo {
     Conn { conn: Rc<Conn>, id: u64 },
+    Peer { shard: u32, tag: u64 },
     Oneshot(oneshot::Sender<ReplyResult>),
 }
 
@@ -48,8 +72,19 @@ pub(crate) struct Shard {
     waiting: RefCell<Vec<Rc<dyn DurableWaiter>>>,
     /// Indexed by shard id; `None` for this shard.
     pub peers: Vec<Option<PeerLink>>,
-    waiters: RefCell<HashMap<u64, Waiter>>,
+    waiters: RefCell<HashMap<u64, ReplyTo>>,
     next_tag: Cell<u64>,
+    /// Registry changes are ordered one at a time (on the coordinator).
+    pub registry_turn: glommio::sync::Semaphore,
+    /// Clients waiting for runs to become final.
+    run_watchers: RefCell<HashMap<(String, String), Vec<oneshot::Sender<()>>>>,
+    /// WebAssembly executions in progress on this shard.
+    pub wasm_running: Cell<usize>,
+    pub wasm: super::wasm_runner::WasmHost,
+    /// Wakes the timer task (a run was scheduled for later).
+    pub timer_signal: Signal,
+    /// Wakes the forwarder of guest KV writes to other shards.
+    pub forward_signal: Signal,
 }
 
 /// A call to one shard, started: finish it with `CallHandle::finish`.
@@ -59,7 +94,13 @@ pub(crate) enum CallHandle {
 }
 
 impl Shard {
-    pub fn new(id: u32, partitioning: Partitioning, durability: Durability, core: ShardCore) -> Self {
+    pub fn new(
+        id: u32,
+        partitioning: Partitioning,
+        durability: Durability,
+        core: ShardCore,
+        wasm: super::wasm_runner::WasmHost,
+    ) -> Self {
         let peers = (0..partitioning.shards).map(|s| (s != id).then(PeerLink::new)).collect();
         Shard {
             id,
@@ -71,20 +112,60 @@ impl Shard {
             peers,
             waiters: RefCell::new(HashMap::new()),
             next_tag: Cell::new(1),
+            registry_turn: glommio::sync::Semaphore::new(1),
+            run_watchers: RefCell::new(HashMap::new()),
+            wasm_running: Cell::new(0),
+            wasm,
+            timer_signal: Signal::default(),
+            forward_signal: Signal::default(),
         }
     }
 
-    /// The shard owning a keyed operation; `None` for operations that are not keyed.
-    pub fn route(&self, op: &Op) -> Option<u32> {
+    pub fn now_ms(&self) -> u64 {
+        self.core.borrow().clock.now_ms()
+    }
+
+    /// Completes when the run is marked final (`run_final`).
+    pub fn watch_run(&self, namespace: &str, run_id: &str) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.run_watchers.borrow_mut().entry((namespace.into(), run_id.into())).or_default().push(tx);
+        rx
+    }
+
+    /// A run became final: wake those waiting on it.
+    pub fn run_final(&self, namespace: &str, run_id: &str) {
+        if let Some(list) = self.run_watchers.borrow_mut().remove(&(namespace.to_string(), run_id.to_string())) {
+            for tx in list {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Where a client operation runs.
+    pub fn target(&self, op: &Op) -> Target {
+        if let Some((namespace, key)) = route_key(op) {
+            return Target::Shard(self.partitioning.shard_of(namespace, &key));
+        }
         match op {
-            Op::KvGet { namespace, key }
-            | Op::KvPut { namespace, key, .. }
-            | Op::KvDelete { namespace, key, .. } => Some(self.partitioning.shard_of(namespace, key)),
-            Op::Hello { .. } | Op::Status | Op::ShardMap | Op::KvList { .. } => None,
+            Op::ActionRegister(_) | Op::ActionDelete { .. } | Op::ActionSetEnabled { .. } => {
+                Target::Shard(COORDINATOR)
+            }
+            // Definitions live on every shard; a new run takes an id this shard owns.
+            Op::ActionGet { .. } | Op::ActionList { .. } | Op::ActionInvoke(InvokeSpec { .. }) => {
+                Target::Shard(self.id)
+            }
+            Op::Status | Op::KvList { .. } | Op::RunList { .. } => Target::All,
+            Op::Hello { .. } | Op::ShardMap => Target::Here,
+            Op::KvGet { .. }
+            | Op::KvPut { .. }
+            | Op::KvDelete { .. }
+            | Op::RunStatus { .. }
+            | Op::RunWait { .. }
+            | Op::RunCancel { .. } => unreachable!("keyed operations are routed by key"),
         }
     }
 
-    /// Executes an operation owned by this shard.
+    /// Executes a synchronous operation owned by this shard.
     pub fn execute(&self, op: Op) -> Done {
         let mut core = self.core.borrow_mut();
         let done = core.execute(op);
@@ -92,6 +173,37 @@ impl Shard {
             self.flush.notify();
         }
         done
+    }
+
+    /// Appends and applies one record; returns its LSN.
+    pub fn commit(&self, record: Record) -> u64 {
+        let lsn = self.core.borrow_mut().commit(record);
+        self.flush.notify();
+        lsn
+    }
+
+    /// Sends `result` to `to` once `lsn` is durable.
+    pub fn reply(&self, to: ReplyTo, lsn: u64, result: ReplyResult) {
+        match to {
+            ReplyTo::Conn { conn, id } => conn.send_when_durable(self, id, lsn, result),
+            ReplyTo::Peer { shard, tag } => {
+                let link = self.peers[shard as usize].as_ref().expect("reply to another shard");
+                self.deliver(&link.replies, lsn, (tag, result));
+            }
+            ReplyTo::Oneshot(tx) => {
+                if !self.must_wait(lsn) {
+                    let _ = tx.send(result);
+                    return;
+                }
+                let (waiter, rx) = DurableOneshot::new(lsn);
+                self.waiting.borrow_mut().push(waiter);
+                glommio::spawn_local(async move {
+                    let _ = rx.await;
+                    let _ = tx.send(result);
+                })
+                .detach();
+            }
+        }
     }
 
     pub fn durable_lsn(&self) -> u64 {
@@ -132,7 +244,7 @@ impl Shard {
     }
 
     /// Sends `op` to shard `target`; the reply goes to `waiter`.
-    pub fn forward(&self, target: u32, op: Op, waiter: Waiter) {
+    pub fn forward(&self, target: u32, op: ShardOp, waiter: ReplyTo) {
         let tag = self.next_tag.get();
         self.next_tag.set(tag + 1);
         self.waiters.borrow_mut().insert(tag, waiter);
@@ -144,12 +256,7 @@ impl Shard {
     /// A reply from another shard arrived.
     pub fn complete(&self, tag: u64, result: ReplyResult) {
         let Some(waiter) = self.waiters.borrow_mut().remove(&tag) else { return };
-        match waiter {
-            Waiter::Conn { conn, id } => conn.send_now(id, result),
-            Waiter::Oneshot(tx) => {
-                let _ = tx.send(result);
-            }
-        }
+        self.reply(waiter, 0, result);
     }
 
     /// Starts `op` on shard `target` (this one included) without waiting.
@@ -157,8 +264,13 @@ impl Shard {
         if target == self.id {
             return CallHandle::Local(self.execute(op));
         }
+        self.begin_shard_call(target, ShardOp::Client(op))
+    }
+
+    /// Starts an internal operation on another shard.
+    pub fn begin_shard_call(&self, target: u32, op: ShardOp) -> CallHandle {
         let (tx, rx) = oneshot::channel();
-        self.forward(target, op, Waiter::Oneshot(tx));
+        self.forward(target, op, ReplyTo::Oneshot(tx));
         CallHandle::Remote(rx)
     }
 }

@@ -1,0 +1,189 @@
+//! Executes operations routed to this shard: synchronous ones at once, the rest (registry
+//! changes, waits on runs) in tasks that reply later.
+
+use super::shard::{COORDINATOR, ReplyResult, ReplyTo, Shard, ShardOp};
+use super::wasm_runner;
+use crate::record::Record;
+use flo_protocol::{ErrorValue, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, RUN_WAIT_MS_MAX, Reply, StatusInfo};
+use std::rc::Rc;
+use std::time::Duration;
+
+pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
+    match op {
+        ShardOp::Client(op) => handle_client(shard, op, to),
+        ShardOp::ApplyRegistry(record) => {
+            let lsn = shard.commit(record);
+            shard.reply(to, lsn, Ok(Reply::Done));
+        }
+        ShardOp::RemoteWrites { origin_shard, origin_lsn, namespace, writes } => {
+            let at_ms = shard.now_ms();
+            let lsn = shard.commit(Record::KvRemoteWrites { origin_shard, origin_lsn, namespace, writes, at_ms });
+            shard.reply(to, lsn, Ok(Reply::Done));
+        }
+    }
+}
+
+fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
+    match op {
+        Op::ActionRegister(_) | Op::ActionDelete { .. } | Op::ActionSetEnabled { .. } => {
+            debug_assert_eq!(shard.id, COORDINATOR);
+            let shard = shard.clone();
+            glommio::spawn_local(async move {
+                let result = registry_change(&shard, op).await;
+                shard.reply(to, 0, result);
+            })
+            .detach();
+        }
+        Op::RunWait { namespace, run_id, timeout_ms } => wait_for_run(shard, namespace, run_id, timeout_ms, to),
+        Op::ActionInvoke(spec) => {
+            let (namespace, wait_ms, delayed) = (spec.namespace.clone(), spec.wait_ms, spec.delay_ms.unwrap_or(0) > 0);
+            let done = shard.execute(Op::ActionInvoke(spec));
+            if delayed {
+                shard.timer_signal.notify();
+            }
+            wasm_runner::kick(shard);
+            match (wait_ms, done.result) {
+                (Some(wait_ms), Ok(Reply::Invoked { run_id, .. })) => {
+                    wait_for_run(shard, namespace, run_id, wait_ms, to)
+                }
+                (_, result) => shard.reply(to, done.wait_lsn, result),
+            }
+        }
+        Op::RunCancel { namespace, run_id } => {
+            let done = shard.execute(Op::RunCancel { namespace: namespace.clone(), run_id: run_id.clone() });
+            if done.result.is_ok() {
+                shard.run_final(&namespace, &run_id);
+            }
+            shard.reply(to, done.wait_lsn, done.result);
+        }
+        op => {
+            let done = shard.execute(op);
+            shard.reply(to, done.wait_lsn, done.result);
+        }
+    }
+}
+
+/// Replies with the run once it is final, or after `timeout_ms` with its current status.
+fn wait_for_run(shard: &Rc<Shard>, namespace: String, run_id: String, timeout_ms: u64, to: ReplyTo) {
+    let status = shard.core.borrow().run_status(&namespace, &run_id);
+    let is_final = matches!(&status.result, Ok(Reply::Run(info)) if info.status.is_final());
+    if status.result.is_err() || is_final || timeout_ms == 0 {
+        shard.reply(to, status.wait_lsn, status.result);
+        return;
+    }
+    let watch = shard.watch_run(&namespace, &run_id);
+    let shard = shard.clone();
+    let timeout = Duration::from_millis(timeout_ms.min(RUN_WAIT_MS_MAX));
+    glommio::spawn_local(async move {
+        futures_lite::future::or(
+            async {
+                let _ = watch.await;
+            },
+            glommio::timer::sleep(timeout),
+        )
+        .await;
+        let status = shard.core.borrow().run_status(&namespace, &run_id);
+        shard.reply(to, status.wait_lsn, status.result);
+    })
+    .detach();
+}
+
+/// Orders a registry change (on the coordinator): validate, log and apply it on every
+/// shard, reply once all have it durably.
+async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
+    let _turn = shard.registry_turn.acquire_permit(1).await.map_err(|e| ErrorValue::internal(e.to_string()))?;
+    let now = shard.now_ms();
+    let (namespace, name, record) = match op {
+        Op::ActionRegister(spec) => {
+            let describe = match &spec.wasm {
+                Some(bytes) => wasm_runner::compile_for_registration(shard, bytes.clone()).await?,
+                None => None,
+            };
+            let (ns, name) = (spec.namespace.clone(), spec.name.clone());
+            let record = shard.core.borrow().state.registry.plan_register(spec, describe, now)?;
+            (ns, name, record)
+        }
+        Op::ActionDelete { namespace, name } => {
+            let record = shard.core.borrow().state.registry.plan_delete(&namespace, &name, now)?;
+            (namespace, name, record)
+        }
+        Op::ActionSetEnabled { namespace, name, enabled } => {
+            let record = shard.core.borrow().state.registry.plan_set_enabled(&namespace, &name, enabled, now)?;
+            (namespace, name, record)
+        }
+        _ => return Err(ErrorValue::internal("not a registry change")),
+    };
+    let deleting = matches!(record, Record::ActionRemoved { .. });
+    let calls: Vec<_> = (0..shard.partitioning.shards)
+        .filter(|&s| s != shard.id)
+        .map(|s| shard.begin_shard_call(s, ShardOp::ApplyRegistry(record.clone())))
+        .collect();
+    let lsn = shard.commit(record);
+    shard.wait_durable(lsn).await;
+    for call in calls {
+        call.finish(shard).await?;
+    }
+    if deleting {
+        return Ok(Reply::ActionDeleted { deleted: true });
+    }
+    shard.execute(Op::ActionGet { namespace, name }).result
+}
+
+/// Runs `op` on every shard and merges the parts.
+pub(crate) async fn fan_out(shard: &Shard, op: Op) -> ReplyResult {
+    let calls: Vec<_> = (0..shard.partitioning.shards).map(|s| shard.begin_call(s, op.clone())).collect();
+    let mut parts = Vec::with_capacity(calls.len());
+    for call in calls {
+        parts.push(call.finish(shard).await?);
+    }
+    match op {
+        Op::Status => {
+            let mut shards: Vec<_> = parts
+                .into_iter()
+                .filter_map(|p| if let Reply::ShardStatus(info) = p { Some(info) } else { None })
+                .collect();
+            shards.sort_by_key(|s| s.shard);
+            Ok(Reply::Status(StatusInfo {
+                server_version: super::conn::SERVER_VERSION.to_string(),
+                durability: shard.durability.as_str().to_string(),
+                partitions: shard.partitioning.partitions,
+                shards,
+            }))
+        }
+        Op::KvList { limit, .. } => {
+            let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT) as usize;
+            let mut entries = Vec::new();
+            let mut truncated = false;
+            for part in parts {
+                if let Reply::KvList { entries: e, truncated: t } = part {
+                    entries.extend(e);
+                    truncated |= t;
+                }
+            }
+            entries.sort_by(|a, b| a.key.cmp(&b.key));
+            if entries.len() > limit {
+                entries.truncate(limit);
+                truncated = true;
+            }
+            Ok(Reply::KvList { entries, truncated })
+        }
+        Op::RunList { limit, .. } => {
+            let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;
+            let mut runs = Vec::new();
+            let mut truncated = false;
+            for part in parts {
+                if let Reply::Runs { runs: r, truncated: t } = part {
+                    runs.extend(r);
+                    truncated |= t;
+                }
+            }
+            runs.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.run_id.cmp(&a.run_id)));
+            if runs.len() > limit {
+                runs.truncate(limit);
+                truncated = true;
+            }
+            Ok(Reply::Runs { runs, truncated })
+        }
+        _ => Err(ErrorValue::internal("operation cannot fan out")),
+    }
+}
