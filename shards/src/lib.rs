@@ -2,6 +2,7 @@
 //! engine logic (`engine`, `state`, `kv`, `ual`) is runtime-agnostic, the glommio parts
 //! (files, sockets, mesh) live in `server`.
 
+pub mod actions;
 pub mod clock;
 pub mod engine;
 pub mod hash;
