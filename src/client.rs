@@ -322,6 +322,14 @@ impl Client {
         }
     }
 
+    /// Moves the server's clock forward (servers started with `--test-clock` only).
+    pub fn advance_clock(&mut self, ms: u64) -> Result<(), Error> {
+        match self.call(Op::TestAdvanceClock { ms })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub fn cancel_run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
         match self.call(Op::RunCancel { namespace: self.namespace.clone(), run_id: run_id.into() })? {
             Reply::Run(info) => Ok(info),

@@ -108,6 +108,10 @@ pub enum Op {
         namespace: String,
         run_id: String,
     },
+    /// Moves the server's clock forward (only on a server started with `--test-clock`).
+    TestAdvanceClock {
+        ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -18,6 +18,22 @@ impl Clock for SystemClock {
     }
 }
 
+/// The system clock plus an offset that tests move forward (`flo server --test-clock`).
+#[derive(Debug, Clone, Default)]
+pub struct OffsetClock(pub std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl OffsetClock {
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms() + self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// A clock that moves only when told to.
 #[derive(Debug, Clone, Default)]
 pub struct TestClock(Rc<Cell<u64>>);

@@ -163,7 +163,7 @@ impl ShardCore {
             Op::ActionRegister(_) | Op::ActionDelete { .. } | Op::ActionSetEnabled { .. } => {
                 Done::now(Err(ErrorValue::internal("registry change reached a shard directly")))
             }
-            Op::Hello { .. } | Op::ShardMap => {
+            Op::Hello { .. } | Op::ShardMap | Op::TestAdvanceClock { .. } => {
                 Done::now(Err(ErrorValue::internal("connection-level operation reached a shard")))
             }
         }

@@ -59,6 +59,9 @@ pub struct ServerArgs {
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
+    /// Let clients move the server's clock forward (for tests; never in production).
+    #[arg(long, hide = true)]
+    pub test_clock: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,7 +11,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
         .map(|s| {
             json!({
                 "shard": s.shard, "lsn": s.lsn, "durable_lsn": s.durable_lsn,
-                "segments": s.segments, "kv_keys": s.kv_keys,
+                "segments": s.segments, "kv_keys": s.kv_keys, "runs": s.runs,
             })
         })
         .collect();
@@ -30,11 +30,14 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             info.durability,
             info.partitions
         );
-        text.push_str(&format!("{:<6} {:>12} {:>12} {:>9} {:>10}", "SHARD", "LSN", "DURABLE", "SEGMENTS", "KV KEYS"));
+        text.push_str(&format!(
+            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10}",
+            "SHARD", "LSN", "DURABLE", "SEGMENTS", "KV KEYS", "RUNS"
+        ));
         for s in &info.shards {
             text.push_str(&format!(
-                "\n{:<6} {:>12} {:>12} {:>9} {:>10}",
-                s.shard, s.lsn, s.durable_lsn, s.segments, s.kv_keys
+                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10}",
+                s.shard, s.lsn, s.durable_lsn, s.segments, s.kv_keys, s.runs
             ));
         }
         text

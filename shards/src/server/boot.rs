@@ -8,7 +8,7 @@ use super::forwarder::forward_loop;
 use super::shard::Shard;
 use super::wasm_runner::{SharedModules, WASM_SLOTS, WasmHost, kick, timer_loop};
 use crate::wasm::{WasmConfig, WasmEngine};
-use crate::clock::SystemClock;
+use crate::clock::OffsetClock;
 use crate::engine::ShardCore;
 use crate::hash::{PARTITIONS_DEFAULT, Partitioning};
 use crate::state::ShardState;
@@ -180,6 +180,7 @@ pub fn run_server(
     })
     .map_err(|e| ServerError::Shard { shard: 0, message: format!("cannot start the wasm engine: {e}") })?;
     let wasm_modules = SharedModules::default();
+    let clock = OffsetClock::default();
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
     let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
@@ -197,6 +198,7 @@ pub fn run_server(
             ready: ready_tx.clone(),
             wasm_engine: wasm_engine.clone(),
             wasm_modules: wasm_modules.clone(),
+            clock: clock.clone(),
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
@@ -243,6 +245,7 @@ struct ShardBoot {
     ready: mpsc::Sender<Result<u32, ServerError>>,
     wasm_engine: WasmEngine,
     wasm_modules: SharedModules,
+    clock: OffsetClock,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -267,9 +270,10 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let (writer, segments) = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
-    let core = ShardCore::new(id, state, log.last_lsn, segments, Rc::new(SystemClock));
+    let core = ShardCore::new(id, state, log.last_lsn, segments, Rc::new(boot.clock.clone()));
     let wasm = WasmHost::new(boot.wasm_engine.clone(), boot.wasm_modules.clone());
-    let shard = Rc::new(Shard::new(id, boot.partitioning, boot.config.durability, core, wasm));
+    let test_clock = boot.config.test_clock.then(|| boot.clock.clone());
+    let shard = Rc::new(Shard::new(id, boot.partitioning, boot.config.durability, core, wasm, test_clock));
 
     glommio::spawn_local(flush_loop(shard.clone(), writer)).detach();
     glommio::spawn_local(timer_loop(shard.clone())).detach();

@@ -29,4 +29,6 @@ pub struct ServerConfig {
     pub segment_bytes: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
+    /// Let clients move the clock forward (tests of timers, retries, delays).
+    pub test_clock: bool,
 }

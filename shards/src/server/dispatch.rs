@@ -35,6 +35,11 @@ fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
             .detach();
         }
         Op::RunWait { namespace, run_id, timeout_ms } => wait_for_run(shard, namespace, run_id, timeout_ms, to),
+        // The clock is shared; the origin moved it, each shard re-reads its timers.
+        Op::TestAdvanceClock { .. } => {
+            shard.timer_signal.notify();
+            shard.reply(to, 0, Ok(Reply::Done));
+        }
         Op::ActionInvoke(spec) => {
             let (namespace, wait_ms, delayed) = (spec.namespace.clone(), spec.wait_ms, spec.delay_ms.unwrap_or(0) > 0);
             let done = shard.execute(Op::ActionInvoke(spec));
@@ -130,7 +135,25 @@ async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
 }
 
 /// Runs `op` on every shard and merges the parts.
-pub(crate) async fn fan_out(shard: &Shard, op: Op) -> ReplyResult {
+pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
+    if let Op::TestAdvanceClock { ms } = op {
+        let Some(clock) = &shard.test_clock else {
+            return Err(ErrorValue::new(
+                flo_protocol::ErrorCode::Unauthorized,
+                "the clock can only be moved on a server started with --test-clock",
+            ));
+        };
+        clock.advance(ms);
+        let calls: Vec<_> = (0..shard.partitioning.shards)
+            .filter(|&s| s != shard.id)
+            .map(|s| shard.begin_shard_call(s, ShardOp::Client(op.clone())))
+            .collect();
+        shard.timer_signal.notify();
+        for call in calls {
+            call.finish(shard).await?;
+        }
+        return Ok(Reply::Done);
+    }
     let calls: Vec<_> = (0..shard.partitioning.shards).map(|s| shard.begin_call(s, op.clone())).collect();
     let mut parts = Vec::with_capacity(calls.len());
     for call in calls {

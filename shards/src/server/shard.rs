@@ -85,6 +85,8 @@ pub(crate) struct Shard {
     pub timer_signal: Signal,
     /// Wakes the forwarder of guest KV writes to other shards.
     pub forward_signal: Signal,
+    /// The clock tests may move (`--test-clock`).
+    pub test_clock: Option<crate::clock::OffsetClock>,
 }
 
 /// A call to one shard, started: finish it with `CallHandle::finish`.
@@ -100,6 +102,7 @@ impl Shard {
         durability: Durability,
         core: ShardCore,
         wasm: super::wasm_runner::WasmHost,
+        test_clock: Option<crate::clock::OffsetClock>,
     ) -> Self {
         let peers = (0..partitioning.shards).map(|s| (s != id).then(PeerLink::new)).collect();
         Shard {
@@ -118,6 +121,7 @@ impl Shard {
             wasm,
             timer_signal: Signal::default(),
             forward_signal: Signal::default(),
+            test_clock,
         }
     }
 
@@ -154,7 +158,7 @@ impl Shard {
             Op::ActionGet { .. } | Op::ActionList { .. } | Op::ActionInvoke(InvokeSpec { .. }) => {
                 Target::Shard(self.id)
             }
-            Op::Status | Op::KvList { .. } | Op::RunList { .. } => Target::All,
+            Op::Status | Op::KvList { .. } | Op::RunList { .. } | Op::TestAdvanceClock { .. } => Target::All,
             Op::Hello { .. } | Op::ShardMap => Target::Here,
             Op::KvGet { .. }
             | Op::KvPut { .. }
