@@ -152,6 +152,33 @@ impl Registry {
         Ok(def)
     }
 
+    /// Records that make this registry equal to `target` (the coordinator's).
+    pub fn plan_sync(&self, target: Vec<(String, String, ActionDef)>, now_ms: u64) -> Vec<Record> {
+        let mut records = Vec::new();
+        let mut known = std::collections::HashSet::new();
+        for (namespace, name, def) in target {
+            known.insert((namespace.clone(), name.clone()));
+            let mine = self.spaces.get(&namespace).and_then(|s| s.get(&name));
+            let same = mine.is_some_and(|m| m.removed == def.removed && m.def.version == def.def.version && m.def.enabled == def.def.enabled);
+            if same {
+                continue;
+            }
+            if def.removed {
+                if mine.is_some_and(|m| !m.removed) {
+                    records.push(Record::ActionRemoved { namespace, name, at_ms: now_ms });
+                }
+                continue;
+            }
+            records.push(Record::ActionDefined { namespace, name, def: def.def });
+        }
+        for (namespace, name, mine) in self.all() {
+            if !mine.removed && !known.contains(&(namespace.to_string(), name.to_string())) {
+                records.push(Record::ActionRemoved { namespace: namespace.into(), name: name.into(), at_ms: now_ms });
+            }
+        }
+        records
+    }
+
     pub fn apply_defined(&mut self, namespace: String, name: String, def: ActionDefRecord) {
         self.spaces.entry(namespace).or_default().insert(name, ActionDef { def, removed: false });
     }

@@ -281,6 +281,9 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     if boot.partitioning.shards > 1 {
         let joined = mesh::join(boot.mesh, boot.table, id).await;
         mesh::spawn_tasks(shard.clone(), joined);
+        if id == super::shard::COORDINATOR {
+            glommio::spawn_local(super::dispatch::registry_sync(shard.clone())).detach();
+        }
     }
     glommio::spawn_local(sweep_loop(shard.clone())).detach();
 

@@ -15,6 +15,11 @@ pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
             let lsn = shard.commit(record);
             shard.reply(to, lsn, Ok(Reply::Done));
         }
+        ShardOp::RegistrySync(defs) => {
+            let records = shard.core.borrow().state.registry.plan_sync(defs, shard.now_ms());
+            let lsn = records.into_iter().map(|r| shard.commit(r)).max().unwrap_or(0);
+            shard.reply(to, lsn, Ok(Reply::Done));
+        }
         ShardOp::RemoteWrites { origin_shard, origin_lsn, namespace, writes } => {
             let at_ms = shard.now_ms();
             let lsn = shard.commit(Record::KvRemoteWrites { origin_shard, origin_lsn, namespace, writes, at_ms });
@@ -132,6 +137,25 @@ async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
         return Ok(Reply::ActionDeleted { deleted: true });
     }
     shard.execute(Op::ActionGet { namespace, name }).result
+}
+
+/// On the coordinator at start-up: bring every shard's registry to the coordinator's (a
+/// crash during a registry change may have left it on some shards only).
+pub(crate) async fn registry_sync(shard: Rc<Shard>) {
+    let Ok(_turn) = shard.registry_turn.acquire_permit(1).await else { return };
+    let defs: Vec<_> = {
+        let core = shard.core.borrow();
+        core.state.registry.all().map(|(ns, name, def)| (ns.to_string(), name.to_string(), def.clone())).collect()
+    };
+    let calls: Vec<_> = (0..shard.partitioning.shards)
+        .filter(|&s| s != shard.id)
+        .map(|s| shard.begin_shard_call(s, ShardOp::RegistrySync(defs.clone())))
+        .collect();
+    for call in calls {
+        if let Err(e) = call.finish(&shard).await {
+            eprintln!("warning: registry sync at start-up failed: {e}");
+        }
+    }
 }
 
 /// Runs `op` on every shard and merges the parts.

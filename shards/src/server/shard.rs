@@ -24,6 +24,9 @@ pub(crate) enum ShardOp {
     Client(Op),
     /// Log and apply a registry change ordered by the coordinator.
     ApplyRegistry(Record),
+    /// The coordinator's whole registry (deleted actions included): the receiver logs
+    /// whatever it needs to match it (after a crash during a registry change).
+    RegistrySync(Vec<(String, String, crate::actions::ActionDef)>),
     /// Guest KV writes of a completion on `origin_shard`, for keys the receiver owns.
     RemoteWrites { origin_shard: u32, origin_lsn: u64, namespace: String, writes: Vec<GuestKvWrite> },
 }
