@@ -35,6 +35,9 @@ impl Entry {
     }
 }
 
+/// A page of a listing: entries in key order, and whether more matched.
+pub type KvPage<'a> = (Vec<(&'a str, &'a Entry)>, bool);
+
 #[derive(Default)]
 pub struct KvStore {
     spaces: HashMap<String, BTreeMap<String, Entry>>,
@@ -140,7 +143,7 @@ impl KvStore {
         prefix: &str,
         limit: u32,
         now_ms: u64,
-    ) -> Result<(Vec<(&str, &Entry)>, bool), ErrorValue> {
+    ) -> Result<KvPage<'_>, ErrorValue> {
         validate_namespace(namespace)?;
         if limit == 0 || limit > KV_LIST_LIMIT_MAX {
             return Err(ErrorValue::bad_request(format!(

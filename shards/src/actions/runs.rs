@@ -41,6 +41,9 @@ pub fn retry_delay_ms(base_ms: u64, failed_attempt: u32) -> u64 {
     base_ms.saturating_mul(1u64 << exp)
 }
 
+/// A page of runs, newest first, and whether more matched.
+pub type RunPage<'a> = (Vec<(&'a str, &'a Run)>, bool);
+
 #[derive(Default)]
 pub struct Runs {
     spaces: HashMap<String, HashMap<String, Run>>,
@@ -162,7 +165,7 @@ impl Runs {
         status: Option<RunStatus>,
         dead_letter: bool,
         limit: u32,
-    ) -> Result<(Vec<(&str, &Run)>, bool), ErrorValue> {
+    ) -> Result<RunPage<'_>, ErrorValue> {
         if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
             return Err(ErrorValue::bad_request(format!("limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}")));
         }

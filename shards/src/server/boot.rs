@@ -300,6 +300,8 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         }
     };
     futures_lite::future::or(accepting, stopping).await;
+    // From here on nothing new is executed, so the drain covers every acknowledged write.
+    shard.stopping.set(true);
     drain(&shard).await;
     // Let writers send the replies the last flush released.
     glommio::timer::sleep(Duration::from_millis(50)).await;

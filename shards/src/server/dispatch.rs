@@ -9,6 +9,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
+    if shard.stopping.get() {
+        shard.reply(to, 0, Err(ErrorValue::unavailable("the server is shutting down; retry against it once restarted")));
+        return;
+    }
     match op {
         ShardOp::Client(op) => handle_client(shard, op, to),
         ShardOp::ApplyRegistry(record) => {

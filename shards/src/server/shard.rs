@@ -4,6 +4,7 @@
 use super::config::Durability;
 use super::conn::Conn;
 use super::outbox::{DurableOneshot, DurableWaiter, Outbox, Signal};
+use crate::actions::RunKey;
 use crate::engine::{Done, ShardCore, route_key};
 use crate::hash::Partitioning;
 use crate::record::{GuestKvWrite, Record};
@@ -80,7 +81,7 @@ pub(crate) struct Shard {
     /// Registry changes are ordered one at a time (on the coordinator).
     pub registry_turn: glommio::sync::Semaphore,
     /// Clients waiting for runs to become final.
-    run_watchers: RefCell<HashMap<(String, String), Vec<oneshot::Sender<()>>>>,
+    run_watchers: RefCell<HashMap<RunKey, Vec<oneshot::Sender<()>>>>,
     /// WebAssembly executions in progress on this shard.
     pub wasm_running: Cell<usize>,
     pub wasm: super::wasm_runner::WasmHost,
@@ -90,11 +91,14 @@ pub(crate) struct Shard {
     pub forward_signal: Signal,
     /// The clock tests may move (`--test-clock`).
     pub test_clock: Option<crate::clock::OffsetClock>,
+    /// Shutting down: new operations are refused so the final flush covers every
+    /// acknowledged one.
+    pub stopping: Cell<bool>,
 }
 
 /// A call to one shard, started: finish it with `CallHandle::finish`.
 pub(crate) enum CallHandle {
-    Local(Done),
+    Local(Box<Done>),
     Remote(oneshot::Receiver<ReplyResult>),
 }
 
@@ -125,6 +129,7 @@ impl Shard {
             timer_signal: Signal::default(),
             forward_signal: Signal::default(),
             test_clock,
+            stopping: Cell::new(false),
         }
     }
 
@@ -269,7 +274,7 @@ impl Shard {
     /// Starts `op` on shard `target` (this one included) without waiting.
     pub fn begin_call(&self, target: u32, op: Op) -> CallHandle {
         if target == self.id {
-            return CallHandle::Local(self.execute(op));
+            return CallHandle::Local(Box::new(self.execute(op)));
         }
         self.begin_shard_call(target, ShardOp::Client(op))
     }

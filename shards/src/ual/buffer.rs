@@ -1,7 +1,7 @@
 //! The append side of the log: records are encoded into the pending batch and given LSNs
 //! at once; a flusher takes whole batches, writes and syncs them.
 
-use super::format::{FLAG_BATCH_START, write_record};
+use super::format::{FLAG_BATCH_START, header_padding, write_record};
 use crate::record::Record;
 
 pub struct LogBuffer {
@@ -29,6 +29,9 @@ impl LogBuffer {
             self.first_lsn = lsn;
             FLAG_BATCH_START
         } else {
+            // The batch starts on a block boundary, so offsets in it are block offsets.
+            let pad = header_padding(self.pending.len() as u64) as usize;
+            self.pending.resize(self.pending.len() + pad, 0);
             0
         };
         write_record(&mut self.pending, lsn, record.type_code(), flags, |out| record.encode(out));

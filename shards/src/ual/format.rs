@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Every batch starts on a block boundary and is padded with zeros to the next one, so a
-//! block holding acknowledged records is never written again.
+//! block holding acknowledged records is never written again. A record never starts in
+//! the last `RECORD_HEADER_BYTES - 1` bytes of a block (the writer pads to the boundary
+//! instead), so zeros there are always padding and never the start of a header.
 
 pub const BLOCK_BYTES: u64 = 4096;
 pub const RECORD_HEADER_BYTES: usize = 20;
@@ -75,7 +77,22 @@ pub enum Parsed<'a> {
     Damaged(&'static str),
 }
 
+/// Zero bytes that put the next record at the block boundary when `pos` is too close to
+/// it for a header.
+pub fn header_padding(pos: u64) -> u64 {
+    let room = BLOCK_BYTES - pos % BLOCK_BYTES;
+    if room < RECORD_HEADER_BYTES as u64 { room } else { 0 }
+}
+
 pub fn parse_record(buf: &[u8], pos: usize) -> Parsed<'_> {
+    let pad = header_padding(pos as u64) as usize;
+    if pad > 0 {
+        let tail = &buf[pos.min(buf.len())..(pos + pad).min(buf.len())];
+        if tail.iter().any(|&b| b != 0) {
+            return Parsed::Damaged("bytes where only padding may be");
+        }
+        return if pos + pad >= buf.len() { Parsed::End } else { Parsed::Padding };
+    }
     let rest = &buf[pos.min(buf.len())..];
     if rest.len() < RECORD_HEADER_BYTES {
         return if rest.iter().all(|&b| b == 0) { Parsed::End } else { Parsed::Damaged("partial record header") };
@@ -125,6 +142,12 @@ mod tests {
             assert!(matches!(parse_record(&bad, 0), Parsed::Damaged(_)), "flip at {i}");
         }
         assert_eq!(parse_record(&[0u8; 64], 0), Parsed::Padding);
+        // Near a block end, zeros are padding even when the next block holds records.
+        let mut two_blocks = vec![0u8; 2 * BLOCK_BYTES as usize];
+        two_blocks[BLOCK_BYTES as usize] = 9;
+        assert_eq!(parse_record(&two_blocks, BLOCK_BYTES as usize - 5), Parsed::Padding);
+        two_blocks[BLOCK_BYTES as usize - 2] = 1;
+        assert!(matches!(parse_record(&two_blocks, BLOCK_BYTES as usize - 5), Parsed::Damaged(_)));
         assert_eq!(parse_record(&[0u8; 5], 0), Parsed::End);
         assert!(matches!(parse_record(&buf[..buf.len() - 1], 0), Parsed::Damaged(_)));
     }

@@ -232,6 +232,28 @@ mod tests {
     }
 
     #[test]
+    fn records_near_block_ends_replay_whatever_their_sizes() {
+        // Batches (one record each) of every size class around a block's end.
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogBuffer::new(1);
+        let mut file_bytes = Vec::new();
+        for i in 0..400u64 {
+            let value = vec![7u8; (i as usize * 37) % 4200];
+            log.append(&Record::KvPut { namespace: "n".into(), key: format!("k{i}"), value, version: 1, expires_at_ms: None });
+            if i % 3 == 0 {
+                continue; // several records per batch too
+            }
+            let batch = log.take(Vec::new()).unwrap();
+            file_bytes.extend_from_slice(&batch.bytes);
+            file_bytes.resize(align_up(file_bytes.len() as u64) as usize, 0);
+        }
+        let batch = log.take(Vec::new()).unwrap();
+        file_bytes.extend_from_slice(&batch.bytes);
+        fs::write(dir.path().join(segment_file_name(1)), &file_bytes).unwrap();
+        assert_eq!(count(dir.path()).unwrap(), 400);
+    }
+
+    #[test]
     fn damage_followed_by_valid_batches_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let (path, starts) = write_log(dir.path(), 3, 10);
