@@ -1,1 +1,97 @@
-fn main(){}
+//! flo-loadtest: runs a workload against a flo server (an existing one, or one it spawns)
+//! and reports throughput and latency.
+
+mod args;
+mod driver;
+mod report;
+mod spawn;
+mod workload;
+
+use args::{Args, DEFAULT_ADDR, DurabilityArg};
+use clap::Parser;
+use std::process::ExitCode;
+use std::time::Duration;
+use workload::Workload;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("flo-loadtest: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<ExitCode, String> {
+    args.check()?;
+    let server = if args.spawn {
+        let opts = spawn::SpawnOptions {
+            flo_bin: match &args.flo_bin {
+                Some(path) => path.clone(),
+                None => spawn::default_flo_bin()?,
+            },
+            shards: args.shards,
+            durability: args.durability.unwrap_or(DurabilityArg::Sync).as_str(),
+        };
+        Some(spawn::Server::start(&opts)?)
+    } else {
+        None
+    };
+    let addr = match (&server, &args.addr) {
+        (Some(server), _) => server.addr.clone(),
+        (None, Some(addr)) => addr.clone(),
+        (None, None) => DEFAULT_ADDR.to_string(),
+    };
+    let cfg = driver::Config {
+        addr: addr.clone(),
+        connections: args.connections as usize,
+        pipeline: args.pipeline as usize,
+        ops: args.ops,
+        max_duration: Duration::from_secs_f64(args.max_secs),
+        progress: true,
+    };
+    let outcome = run_workload(args, &cfg);
+
+    let spawned = server.as_ref().map(|s| report::Spawned {
+        shards: s.shards,
+        durability: s.durability.clone(),
+    });
+    let stopped = server.map_or(Ok(()), spawn::Server::stop);
+    let report = report::Report {
+        workload: args.workload.name(),
+        addr: &addr,
+        spawned,
+        connections: args.connections,
+        pipeline: args.pipeline,
+        value_bytes: args.value_bytes,
+        keys: args.key_count(),
+        requested_ops: args.ops,
+        outcome: &outcome,
+    };
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.human());
+    }
+    let mut ok = outcome.errors == 0 && outcome.failures.is_empty();
+    if let Err(message) = stopped {
+        eprintln!("flo-loadtest: {message}");
+        ok = false;
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs the chosen workload; new workloads get a line here.
+fn run_workload(args: &Args, cfg: &driver::Config) -> driver::Outcome {
+    match args.workload {
+        Workload::KvPut => driver::run(cfg, || {
+            workload::KvPut::new(&args.namespace, args.key_count(), args.value_bytes as usize)
+        }),
+    }
+}

@@ -1,0 +1,109 @@
+//! Command line.
+
+use crate::workload::Workload;
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9000";
+
+/// Highest `--pipeline`: the driver packs a slot index into the low bits of request ids.
+pub const PIPELINE_MAX: u32 = 1 << 16;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "flo-loadtest",
+    version,
+    about = "Load generator for the flo server: runs a workload and reports throughput and latency"
+)]
+pub struct Args {
+    /// Workload to run.
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// Start a server of our own (in a temporary directory) and stop it at the end.
+    #[arg(long, conflicts_with = "addr")]
+    pub spawn: bool,
+    /// Address of a running server (default 127.0.0.1:9000 when --spawn is not given).
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// Total operations.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ops: u64,
+    /// Client connections, one thread each.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub connections: u32,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=PIPELINE_MAX as i64))]
+    pub pipeline: u32,
+    /// Bytes of each value written.
+    #[arg(long, default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(0..=flo_protocol::KV_VALUE_BYTES_MAX as i64))]
+    pub value_bytes: u32,
+    /// Distinct keys, cycled (default: as many as --ops).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keys: Option<u64>,
+    /// Namespace the workload works in.
+    #[arg(long, default_value = "loadtest")]
+    pub namespace: String,
+    /// Print exactly one JSON document on stdout (progress still goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Safety limit: stop issuing requests after this many seconds and report what was done.
+    #[arg(long, default_value_t = 600.0)]
+    pub max_secs: f64,
+
+    /// Shards of the spawned server (default: the server's own default).
+    #[arg(
+        long,
+        requires = "spawn",
+        help_heading = "Spawn options (with --spawn)"
+    )]
+    pub shards: Option<u32>,
+    /// Durability of the spawned server [default: sync].
+    #[arg(
+        long,
+        value_enum,
+        requires = "spawn",
+        help_heading = "Spawn options (with --spawn)"
+    )]
+    pub durability: Option<DurabilityArg>,
+    /// The flo executable to spawn (default: `flo` next to this executable).
+    #[arg(
+        long,
+        requires = "spawn",
+        help_heading = "Spawn options (with --spawn)"
+    )]
+    pub flo_bin: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    Sync,
+    Async,
+}
+
+impl DurabilityArg {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DurabilityArg::Sync => "sync",
+            DurabilityArg::Async => "async",
+        }
+    }
+}
+
+impl Args {
+    /// Distinct keys the workload cycles through.
+    pub fn key_count(&self) -> u64 {
+        self.keys.unwrap_or(self.ops)
+    }
+
+    /// Validates what clap cannot express.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.max_secs > 0.0 && self.max_secs.is_finite()) {
+            return Err("--max-secs must be a positive number of seconds".into());
+        }
+        if self.namespace.is_empty() {
+            return Err("--namespace must not be empty".into());
+        }
+        Ok(())
+    }
+}

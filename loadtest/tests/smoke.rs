@@ -1,0 +1,69 @@
+//! Runs the built `flo-loadtest` against a server it spawns.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `flo` of the same build: the test runs as `target/<profile>/deps/smoke-xxxx`.
+fn flo_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable lives in target/<profile>/deps");
+    let flo = profile_dir.join(format!("flo{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        flo.is_file(),
+        "{} does not exist: run `cargo build` (or `cargo build -p flo`) first",
+        flo.display()
+    );
+    flo
+}
+
+#[test]
+fn kv_put_against_a_spawned_server() {
+    let output = Command::new(env!("CARGO_BIN_EXE_flo-loadtest"))
+        .arg("--spawn")
+        .arg("--flo-bin")
+        .arg(flo_bin())
+        .args([
+            "--workload",
+            "kv-put",
+            "--ops",
+            "3000",
+            "--connections",
+            "2",
+        ])
+        .args([
+            "--pipeline",
+            "16",
+            "--shards",
+            "2",
+            "--max-secs",
+            "120",
+            "--json",
+        ])
+        .output()
+        .expect("run flo-loadtest");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "flo-loadtest failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        output.status
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {stdout}"));
+
+    assert_eq!(report["workload"], "kv-put");
+    assert_eq!(report["ops"], 3000, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert!(report["ops_per_s"].as_f64().unwrap() > 0.0, "{report}");
+    let latency = &report["latency_ms"];
+    let p50 = latency["p50"].as_f64().unwrap();
+    let max = latency["max"].as_f64().unwrap();
+    assert!(p50 <= max, "p50 {p50} > max {max}: {report}");
+    assert_eq!(report["connections"], 2);
+    assert_eq!(report["pipeline"], 16);
+    assert_eq!(report["spawned"]["shards"], 2, "{report}");
+    assert_eq!(report["spawned"]["durability"], "sync", "{report}");
+}

@@ -1,0 +1,418 @@
+//! Test harness: runs the real `flo` binary as a server (and as the CLI) in a temporary
+//! data directory on a free port. Every server is killed when its handle is dropped, so a
+//! failing test never leaves a process behind.
+
+#![allow(dead_code)]
+
+use flo::Client;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const FLO_BIN: &str = env!("CARGO_BIN_EXE_flo");
+/// How long a server may take to say it is listening.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a graceful stop (or a CLI run) may take.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Segment size used unless a test asks for another: small, so parallel tests stay light
+/// on disk, large enough that most tests never roll a segment.
+pub const TEST_SEGMENT_BYTES: u64 = 4 << 20;
+
+/// A running `flo server`.
+pub struct TestServer {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    /// The ready line the server printed.
+    pub ready_line: String,
+    stderr: Arc<Mutex<String>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A server that exited instead of becoming ready.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: ExitStatus,
+    pub stderr: String,
+}
+
+fn has_flag(args: &[&str], flag: &str) -> bool {
+    args.iter()
+        .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+}
+
+impl TestServer {
+    /// Starts a server on `dir`: `--listen 127.0.0.1:0 --shards 2` and a small segment size
+    /// unless `extra` sets them. Panics (with the server's stderr) if it does not start.
+    pub fn start(dir: &Path, extra: &[&str]) -> TestServer {
+        match Self::try_start(dir, extra) {
+            Ok(server) => server,
+            Err(r) => panic!("server did not start: {}\nstderr:\n{}", r.status, r.stderr),
+        }
+    }
+
+    /// Like `start`, but a server that exits before it is ready is returned as `Refused`.
+    pub fn try_start(dir: &Path, extra: &[&str]) -> Result<TestServer, Refused> {
+        let mut args: Vec<String> = Vec::new();
+        if !has_flag(extra, "--listen") {
+            args.extend(["--listen".into(), "127.0.0.1:0".into()]);
+        }
+        if !has_flag(extra, "--shards") {
+            args.extend(["--shards".into(), "2".into()]);
+        }
+        if !has_flag(extra, "--segment-bytes") {
+            args.extend(["--segment-bytes".into(), TEST_SEGMENT_BYTES.to_string()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::try_start_exact(dir, &args)
+    }
+
+    /// Starts `flo server --data-dir DIR ARGS...` with exactly these arguments.
+    pub fn try_start_exact(dir: &Path, args: &[String]) -> Result<TestServer, Refused> {
+        let mut child = Command::new(FLO_BIN)
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the flo binary");
+
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut threads = Vec::new();
+        {
+            let mut pipe = child.stderr.take().unwrap();
+            let sink = stderr.clone();
+            threads.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match pipe.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => sink
+                            .lock()
+                            .unwrap()
+                            .push_str(&String::from_utf8_lossy(&buf[..n])),
+                    }
+                }
+            }));
+        }
+        let (tx, rx) = mpsc::channel::<Option<String>>();
+        {
+            let pipe = child.stdout.take().unwrap();
+            threads.push(std::thread::spawn(move || {
+                let mut lines = BufReader::new(pipe).lines();
+                match lines.next() {
+                    Some(Ok(line)) => {
+                        let _ = tx.send(Some(line));
+                        // Keep draining so the server never blocks on a full pipe.
+                        for _ in lines {}
+                    }
+                    _ => {
+                        let _ = tx.send(None);
+                    }
+                }
+            }));
+        }
+
+        let line = match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Some(line)) => line,
+            Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // stdout closed without a ready line: the server exited.
+                let status = wait_timeout(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
+                    let _ = child.kill();
+                    panic!("server closed stdout without exiting")
+                });
+                for t in threads {
+                    let _ = t.join();
+                }
+                let stderr = stderr.lock().unwrap().clone();
+                return Err(Refused { status, stderr });
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "server not ready after {READY_TIMEOUT:?}; stderr:\n{}",
+                    stderr.lock().unwrap()
+                );
+            }
+        };
+        let addr = parse_ready_line(&line).unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("unexpected ready line: {line:?}")
+        });
+        Ok(TestServer {
+            child: Some(child),
+            addr,
+            dir: dir.to_path_buf(),
+            ready_line: line,
+            stderr,
+            threads,
+        })
+    }
+
+    /// A new SDK client (handshake done) in the `default` namespace.
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr).expect("connect to the test server")
+    }
+
+    pub fn addr_string(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("server running").id() as i32
+    }
+
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+
+    /// What the server wrote on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGTERM, wait for the exit, assert it was a clean one. Returns the server's stderr.
+    pub fn stop(mut self) -> String {
+        let mut child = self.child.take().expect("server running");
+        signal(&child, libc::SIGTERM);
+        let status = wait_timeout(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "server did not stop within {EXIT_TIMEOUT:?} of SIGTERM; stderr:\n{}",
+                self.stderr()
+            )
+        });
+        self.join_threads();
+        let stderr = self.stderr();
+        assert!(
+            status.success(),
+            "graceful stop must exit 0, got {status}; stderr:\n{stderr}"
+        );
+        stderr
+    }
+
+    /// SIGKILL and reap. Returns the server's stderr.
+    pub fn kill9(mut self) -> String {
+        let mut child = self.child.take().expect("server running");
+        signal(&child, libc::SIGKILL);
+        let status = child.wait().expect("wait for the killed server");
+        assert!(
+            !status.success(),
+            "a SIGKILLed server cannot exit cleanly: {status}"
+        );
+        self.join_threads();
+        self.stderr()
+    }
+
+    fn join_threads(&mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: plain kill(2) on the pid of a child we spawned and have not reaped yet.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    assert_eq!(
+        rc,
+        0,
+        "kill({}, {sig}) failed: {}",
+        child.id(),
+        std::io::Error::last_os_error()
+    );
+}
+
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `flo 0.1.0 listening on 127.0.0.1:PORT (2 shards, durability sync, data DIR)` → address.
+pub fn parse_ready_line(line: &str) -> Option<SocketAddr> {
+    let rest = line.split_once(" listening on ")?.1;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// Starts a server that must be refused; returns its exit status and stderr.
+pub fn expect_refusal(dir: &Path, extra: &[&str]) -> Refused {
+    match TestServer::try_start(dir, extra) {
+        Ok(server) => {
+            let line = server.ready_line.clone();
+            drop(server);
+            panic!("the server started but should have been refused: {line}")
+        }
+        Err(r) => {
+            assert!(
+                !r.status.success(),
+                "a refused start must exit non-zero: {}\n{}",
+                r.status,
+                r.stderr
+            );
+            assert!(
+                r.stderr.contains("error: "),
+                "a refused start says `error: ...` on stderr:\n{}",
+                r.stderr
+            );
+            r
+        }
+    }
+}
+
+/// Output of one CLI run.
+#[derive(Debug)]
+pub struct CliOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A `flo` command with no FLO_* variables inherited from the test's environment.
+pub fn cli_command() -> Command {
+    let mut cmd = Command::new(FLO_BIN);
+    cmd.env_remove("FLO_ADDR").env_remove("FLO_NAMESPACE");
+    cmd
+}
+
+/// Runs `flo --addr ADDR ARGS...`.
+pub fn run_cli(addr: &str, args: &[&str]) -> (ExitStatus, String, String) {
+    let mut cmd = cli_command();
+    cmd.arg("--addr").arg(addr).args(args);
+    let out = run_command(cmd);
+    (out.status, out.stdout, out.stderr)
+}
+
+/// Runs a command to completion (with a time limit), capturing its output.
+pub fn run_command(mut cmd: Command) -> CliOutput {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the flo binary");
+    let mut out_pipe = child.stdout.take().unwrap();
+    let mut err_pipe = child.stderr.take().unwrap();
+    let out_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out_pipe.read_to_string(&mut s);
+        s
+    });
+    let err_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let status = wait_timeout(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("command {cmd:?} did not finish within {EXIT_TIMEOUT:?}")
+    });
+    CliOutput {
+        status,
+        stdout: out_thread.join().unwrap(),
+        stderr: err_thread.join().unwrap(),
+    }
+}
+
+/// A new temporary data directory (removed when dropped).
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("flo-it-")
+        .tempdir()
+        .expect("create a temp dir")
+}
+
+/// Segment files of one shard, in LSN order.
+pub fn segment_files(data_dir: &Path, shard: u32) -> Vec<PathBuf> {
+    let dir = data_dir.join(format!("shard-{shard:03}"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ual"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A small deterministic PRNG (xorshift64*), so tests need no extra crate.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+
+    /// Seeded from the clock and the thread, for data that only needs to differ per run.
+    pub fn from_time() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        Rng::new(nanos ^ (std::process::id() as u64).rotate_left(32))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}

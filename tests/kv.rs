@@ -1,0 +1,646 @@
+//! Key-value store through the SDK against a real server with two shards.
+
+mod common;
+
+use common::{TestServer, temp_dir, wait_until};
+use flo::protocol::{ErrorCode, KV_KEY_BYTES_MAX, KV_VALUE_BYTES_MAX, Op, Reply};
+use flo::{Client, Error, PutOptions};
+use std::time::{Duration, Instant};
+
+fn put(c: &mut Client, key: &str, value: &[u8]) -> u64 {
+    c.kv_put(key, value, PutOptions::default())
+        .unwrap_or_else(|e| panic!("put {key:?}: {e}"))
+}
+
+/// The error code and message of a call that must fail with a server error.
+fn server_error<T: std::fmt::Debug>(result: Result<T, Error>) -> (ErrorCode, String) {
+    match result {
+        Err(Error::Server(e)) => (e.code, e.message),
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+/// Every run of digits in `text`, as numbers.
+fn numbers_in(text: &str) -> Vec<u64> {
+    text.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// The message of a call that must fail with `bad_request`.
+fn bad<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
+    let (code, msg) = server_error(result);
+    assert_eq!(code, ErrorCode::BadRequest, "{msg}");
+    assert!(!msg.is_empty());
+    msg
+}
+
+fn kv_keys_per_shard(c: &mut Client) -> Vec<u64> {
+    c.status()
+        .unwrap()
+        .shards
+        .iter()
+        .map(|s| s.kv_keys)
+        .collect()
+}
+
+fn assert_connection_works(c: &mut Client) {
+    let v = put(c, "still-alive", b"yes");
+    assert!(v >= 1);
+    assert_eq!(c.kv_get("still-alive").unwrap().unwrap().value, b"yes");
+}
+
+#[test]
+fn put_get_delete_list_work_across_all_shards() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    assert_eq!(c.shard_count(), 2);
+
+    const N: usize = 200;
+    for i in 0..N {
+        assert_eq!(
+            put(
+                &mut c,
+                &format!("k/{i:03}"),
+                format!("value {i}").as_bytes()
+            ),
+            1
+        );
+    }
+    for i in 0..N {
+        let entry = c
+            .kv_get(&format!("k/{i:03}"))
+            .unwrap()
+            .expect("key present");
+        assert_eq!(entry.key, format!("k/{i:03}"));
+        assert_eq!(entry.value, format!("value {i}").as_bytes());
+        assert_eq!(entry.version, 1);
+        assert_eq!(entry.expires_at_ms, None);
+    }
+    assert_eq!(c.kv_get("k/missing").unwrap(), None);
+
+    // Keys landed on both shards, and every key is counted once.
+    let status = c.status().unwrap();
+    assert_eq!(status.shards.len(), 2);
+    assert_eq!(
+        status.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    for s in &status.shards {
+        assert!(s.kv_keys > 0, "shard {} holds no key: {status:?}", s.shard);
+        assert!(s.lsn >= s.kv_keys && s.durable_lsn == s.lsn, "{status:?}");
+    }
+    assert_eq!(
+        status.shards.iter().map(|s| s.kv_keys).sum::<u64>(),
+        N as u64
+    );
+
+    let (entries, truncated) = c.kv_list("k/", None).unwrap();
+    assert!(!truncated);
+    let keys: Vec<String> = entries.iter().map(|e| e.key.clone()).collect();
+    let expected: Vec<String> = (0..N).map(|i| format!("k/{i:03}")).collect();
+    assert_eq!(keys, expected);
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e.value, format!("value {i}").as_bytes());
+    }
+
+    // Delete every even key.
+    for i in (0..N).step_by(2) {
+        assert!(
+            c.kv_delete(&format!("k/{i:03}"), None).unwrap(),
+            "first delete of k/{i:03} reports it existed"
+        );
+    }
+    for i in (0..N).step_by(2) {
+        assert!(
+            !c.kv_delete(&format!("k/{i:03}"), None).unwrap(),
+            "second delete of k/{i:03} reports nothing"
+        );
+    }
+    for i in 0..N {
+        let got = c.kv_get(&format!("k/{i:03}")).unwrap();
+        assert_eq!(got.is_some(), i % 2 == 1, "k/{i:03}");
+    }
+    let (entries, _) = c.kv_list("k/", None).unwrap();
+    assert_eq!(entries.len(), N / 2);
+    assert!(entries.iter().all(|e| numbers_in(&e.key)[0] % 2 == 1));
+    assert_eq!(
+        kv_keys_per_shard(&mut c).iter().sum::<u64>(),
+        (N / 2) as u64
+    );
+
+    // A second connection sees the same data.
+    let mut other = server.client();
+    assert_eq!(other.kv_get("k/001").unwrap().unwrap().value, b"value 1");
+    server.stop();
+}
+
+#[test]
+fn versions_increment_on_every_put_and_restart_after_delete() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    for expected in 1..=5 {
+        assert_eq!(
+            put(&mut c, "counter", format!("v{expected}").as_bytes()),
+            expected
+        );
+    }
+    let entry = c.kv_get("counter").unwrap().unwrap();
+    assert_eq!((entry.version, entry.value.as_slice()), (5, &b"v5"[..]));
+    // Versions are per key.
+    assert_eq!(put(&mut c, "other", b"x"), 1);
+    // Overwrites count one key each.
+    assert_eq!(kv_keys_per_shard(&mut c).iter().sum::<u64>(), 2);
+    // A deleted key starts over.
+    assert!(c.kv_delete("counter", None).unwrap());
+    assert_eq!(put(&mut c, "counter", b"again"), 1);
+    server.stop();
+}
+
+#[test]
+fn compare_and_set_applies_only_on_the_expected_version() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    assert_eq!(put(&mut c, "cas", b"one"), 1);
+    let v = c
+        .kv_put(
+            "cas",
+            b"two",
+            PutOptions {
+                if_version: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(v, 2);
+
+    // A stale version conflicts; the message names the expected and the current version.
+    let (code, msg) = server_error(c.kv_put(
+        "cas",
+        b"stale",
+        PutOptions {
+            if_version: Some(1),
+            ..Default::default()
+        },
+    ));
+    assert_eq!(code, ErrorCode::Conflict, "{msg}");
+    let nums = numbers_in(&msg);
+    assert!(
+        nums.contains(&1) && nums.contains(&2),
+        "message should name versions 1 and 2: {msg}"
+    );
+    assert!(msg.contains("cas"), "message should name the key: {msg}");
+    let (code, msg) = server_error(c.kv_put(
+        "cas",
+        b"future",
+        PutOptions {
+            if_version: Some(7),
+            ..Default::default()
+        },
+    ));
+    assert_eq!(code, ErrorCode::Conflict, "{msg}");
+    assert!(
+        numbers_in(&msg).contains(&7) && numbers_in(&msg).contains(&2),
+        "{msg}"
+    );
+    let entry = c.kv_get("cas").unwrap().unwrap();
+    assert_eq!(
+        (entry.version, entry.value.as_slice()),
+        (2, &b"two"[..]),
+        "a failed CAS changes nothing"
+    );
+
+    // Conditional delete.
+    let (code, msg) = server_error(c.kv_delete("cas", Some(1)));
+    assert_eq!(code, ErrorCode::Conflict, "{msg}");
+    assert!(c.kv_get("cas").unwrap().is_some());
+    assert!(c.kv_delete("cas", Some(2)).unwrap());
+    assert_eq!(c.kv_get("cas").unwrap(), None);
+    // A conditional delete of an absent key expecting a version conflicts too.
+    let (code, _) = server_error(c.kv_delete("cas", Some(2)));
+    assert_eq!(code, ErrorCode::Conflict);
+    server.stop();
+}
+
+#[test]
+fn if_version_zero_means_only_if_absent() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let only_new = PutOptions {
+        if_version: Some(0),
+        ..Default::default()
+    };
+    assert_eq!(c.kv_put("lock", b"owner-a", only_new).unwrap(), 1);
+    let (code, msg) = server_error(c.kv_put("lock", b"owner-b", only_new));
+    assert_eq!(code, ErrorCode::Conflict, "{msg}");
+    assert!(
+        numbers_in(&msg).contains(&0) && numbers_in(&msg).contains(&1),
+        "{msg}"
+    );
+    assert_eq!(c.kv_get("lock").unwrap().unwrap().value, b"owner-a");
+    // Delete "only if absent" of a present key conflicts.
+    assert_eq!(
+        server_error(c.kv_delete("lock", Some(0))).0,
+        ErrorCode::Conflict
+    );
+    // Deleting an absent key with if_version 0 is consistent: nothing to delete.
+    assert!(!c.kv_delete("never-there", Some(0)).unwrap());
+    assert!(c.kv_delete("lock", None).unwrap());
+    assert_eq!(c.kv_put("lock", b"owner-b", only_new).unwrap(), 1);
+    assert_eq!(c.kv_get("lock").unwrap().unwrap().value, b"owner-b");
+    server.stop();
+}
+
+#[test]
+fn ttl_key_is_readable_at_once_and_gone_after_it_expires() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let put_at = Instant::now();
+    assert_eq!(
+        c.kv_put(
+            "ttl/short",
+            b"brief",
+            PutOptions {
+                ttl_ms: Some(300),
+                ..Default::default()
+            }
+        )
+        .unwrap(),
+        1
+    );
+    put(&mut c, "ttl/forever", b"stays");
+    put(&mut c, "ttl/zz", b"stays too");
+
+    let entry = c.kv_get("ttl/short").unwrap().expect("readable at once");
+    assert_eq!(entry.value, b"brief");
+    let expires = entry.expires_at_ms.expect("a TTL'd key reports its expiry");
+    assert!(
+        expires >= before + 300 && expires <= before + 300 + 5_000,
+        "expires_at_ms {expires}, put at ~{before}"
+    );
+    assert_eq!(c.kv_list("ttl/", None).unwrap().0.len(), 3);
+    assert!(
+        put_at.elapsed() < Duration::from_millis(300),
+        "test too slow to check the key before expiry"
+    );
+
+    std::thread::sleep(Duration::from_millis(1000).saturating_sub(put_at.elapsed()));
+    assert_eq!(
+        c.kv_get("ttl/short").unwrap(),
+        None,
+        "expired key must be gone"
+    );
+    let keys: Vec<String> = c
+        .kv_list("ttl/", None)
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(keys, vec!["ttl/forever", "ttl/zz"]);
+    assert_eq!(c.kv_get("ttl/forever").unwrap().unwrap().value, b"stays");
+    assert!(
+        !c.kv_delete("ttl/short", None).unwrap(),
+        "an expired key does not exist"
+    );
+
+    // The expiry sweep eventually removes it from the key count too.
+    assert!(
+        wait_until(Duration::from_secs(5), || kv_keys_per_shard(&mut c)
+            .iter()
+            .sum::<u64>()
+            == 2),
+        "kv_keys should drop to 2 once the expired key is swept: {:?}",
+        kv_keys_per_shard(&mut c)
+    );
+    // The key is absent: "only if absent" succeeds, starting again at version 1.
+    let only_new = PutOptions {
+        if_version: Some(0),
+        ..Default::default()
+    };
+    assert_eq!(c.kv_put("ttl/short", b"new", only_new).unwrap(), 1);
+    assert_eq!(c.kv_get("ttl/short").unwrap().unwrap().expires_at_ms, None);
+    server.stop();
+}
+
+#[test]
+fn list_returns_prefix_matches_in_key_order_across_shards_and_limit_truncates() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    // Insert in a scrambled order.
+    let mut ids: Vec<u32> = (0..60).collect();
+    let mut rng = common::Rng::new(7);
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    for id in &ids {
+        put(
+            &mut c,
+            &format!("user/{id:02}"),
+            format!("u{id}").as_bytes(),
+        );
+    }
+    for key in ["users", "use", "user", "other/1", "a", "z"] {
+        put(&mut c, key, key.as_bytes());
+    }
+    let sorted: Vec<String> = (0..60).map(|i| format!("user/{i:02}")).collect();
+
+    let (entries, truncated) = c.kv_list("user/", None).unwrap();
+    assert!(!truncated);
+    assert_eq!(
+        entries.iter().map(|e| e.key.clone()).collect::<Vec<_>>(),
+        sorted
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.value == format!("u{}", numbers_in(&e.key)[0]).as_bytes())
+    );
+
+    // "user" matches itself, "user/..." and "users", in byte order.
+    let (entries, _) = c.kv_list("user", None).unwrap();
+    let keys: Vec<String> = entries.iter().map(|e| e.key.clone()).collect();
+    let mut expected = vec!["user".to_string()];
+    expected.extend(sorted.iter().cloned());
+    expected.push("users".into());
+    assert_eq!(keys, expected);
+
+    // The empty prefix lists everything, in order.
+    let (all, truncated) = c.kv_list("", None).unwrap();
+    assert!(!truncated);
+    assert_eq!(all.len(), 66);
+    assert!(
+        all.windows(2).all(|w| w[0].key < w[1].key),
+        "not in key order"
+    );
+    assert_eq!((all[0].key.as_str(), all[65].key.as_str()), ("a", "z"));
+
+    // Limits: the first N in order, flagged as truncated when more match.
+    let (first, truncated) = c.kv_list("user/", Some(10)).unwrap();
+    assert!(truncated);
+    assert_eq!(
+        first.iter().map(|e| e.key.clone()).collect::<Vec<_>>(),
+        sorted[..10].to_vec()
+    );
+    let (one, truncated) = c.kv_list("user/", Some(1)).unwrap();
+    assert!(truncated);
+    assert_eq!(one[0].key, "user/00");
+    let (exact, truncated) = c.kv_list("user/", Some(60)).unwrap();
+    assert_eq!(
+        (exact.len(), truncated),
+        (60, false),
+        "exactly `limit` matches is not truncated"
+    );
+    let (almost, truncated) = c.kv_list("user/", Some(59)).unwrap();
+    assert_eq!((almost.len(), truncated), (59, true));
+
+    let (none, truncated) = c.kv_list("nomatch/", None).unwrap();
+    assert!(none.is_empty() && !truncated);
+
+    // Out-of-range limits are refused.
+    assert_eq!(
+        server_error(c.kv_list("user/", Some(0))).0,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        server_error(c.kv_list("user/", Some(10_001))).0,
+        ErrorCode::BadRequest
+    );
+    assert_connection_works(&mut c);
+    server.stop();
+}
+
+#[test]
+fn namespaces_are_isolated() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut alpha = server.client().with_namespace("alpha");
+    let mut beta = server.client().with_namespace("beta");
+    let mut default = server.client();
+
+    assert_eq!(put(&mut alpha, "shared", b"from alpha"), 1);
+    assert_eq!(put(&mut beta, "shared", b"from beta"), 1);
+    assert_eq!(put(&mut alpha, "shared", b"from alpha 2"), 2);
+    for i in 0..20 {
+        put(&mut alpha, &format!("a-only/{i:02}"), b"a");
+        put(&mut beta, &format!("b-only/{i:02}"), b"b");
+    }
+
+    let a = alpha.kv_get("shared").unwrap().unwrap();
+    let b = beta.kv_get("shared").unwrap().unwrap();
+    assert_eq!((a.value.as_slice(), a.version), (&b"from alpha 2"[..], 2));
+    assert_eq!((b.value.as_slice(), b.version), (&b"from beta"[..], 1));
+    assert_eq!(default.kv_get("shared").unwrap(), None);
+    assert_eq!(alpha.kv_get("b-only/00").unwrap(), None);
+
+    let alpha_keys: Vec<String> = alpha
+        .kv_list("", None)
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(alpha_keys.len(), 21);
+    assert!(
+        alpha_keys
+            .iter()
+            .all(|k| k == "shared" || k.starts_with("a-only/")),
+        "{alpha_keys:?}"
+    );
+    let beta_keys: Vec<String> = beta
+        .kv_list("", None)
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(beta_keys.len(), 21);
+    assert!(
+        beta_keys
+            .iter()
+            .all(|k| k == "shared" || k.starts_with("b-only/")),
+        "{beta_keys:?}"
+    );
+    assert!(default.kv_list("", None).unwrap().0.is_empty());
+
+    // Deleting in one namespace leaves the other alone; CAS versions are per namespace.
+    assert!(alpha.kv_delete("shared", Some(2)).unwrap());
+    assert_eq!(beta.kv_get("shared").unwrap().unwrap().value, b"from beta");
+    assert_eq!(
+        server_error(beta.kv_delete("shared", Some(2))).0,
+        ErrorCode::Conflict
+    );
+    server.stop();
+}
+
+#[test]
+fn invalid_input_gets_bad_request_and_the_connection_keeps_working() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+
+    // Empty key, for every keyed operation.
+    let msg = bad(c.kv_put("", b"v", PutOptions::default()));
+    assert!(msg.contains("key"), "{msg}");
+    bad(c.kv_get(""));
+    bad(c.kv_delete("", None));
+    assert_connection_works(&mut c);
+
+    // Key length: the maximum is accepted, one more byte is not.
+    let longest = "k".repeat(KV_KEY_BYTES_MAX);
+    assert_eq!(put(&mut c, &longest, b"long key"), 1);
+    assert_eq!(c.kv_get(&longest).unwrap().unwrap().value, b"long key");
+    let too_long = "k".repeat(KV_KEY_BYTES_MAX + 1);
+    let msg = bad(c.kv_put(&too_long, b"v", PutOptions::default()));
+    assert!(
+        msg.contains("key") && numbers_in(&msg).contains(&(KV_KEY_BYTES_MAX as u64 + 1)),
+        "{msg}"
+    );
+    bad(c.kv_get(&too_long));
+    bad(c.kv_delete(&too_long, None));
+    // Multi-byte characters count in bytes: 342 * 3 = 1026 bytes.
+    bad(c.kv_put(&"€".repeat(342), b"v", PutOptions::default()));
+    assert_connection_works(&mut c);
+
+    // Value size: 1 MiB is accepted, one byte more is not.
+    let biggest = vec![0xabu8; KV_VALUE_BYTES_MAX];
+    assert_eq!(put(&mut c, "big", &biggest), 1);
+    assert_eq!(
+        c.kv_get("big").unwrap().unwrap().value.len(),
+        KV_VALUE_BYTES_MAX
+    );
+    let msg = bad(c.kv_put(
+        "big",
+        &vec![1u8; KV_VALUE_BYTES_MAX + 1],
+        PutOptions::default(),
+    ));
+    assert!(msg.contains("value"), "{msg}");
+    assert_eq!(
+        c.kv_get("big").unwrap().unwrap().version,
+        1,
+        "a refused put changes nothing"
+    );
+    assert_connection_works(&mut c);
+
+    // TTL of zero is refused.
+    bad(c.kv_put(
+        "ttl0",
+        b"v",
+        PutOptions {
+            ttl_ms: Some(0),
+            ..Default::default()
+        },
+    ));
+    assert_eq!(c.kv_get("ttl0").unwrap(), None);
+
+    // Empty and over-long namespaces, on the same connection.
+    for namespace in [String::new(), "n".repeat(257)] {
+        let op = Op::KvPut {
+            namespace: namespace.clone(),
+            key: "k".into(),
+            value: b"v".to_vec(),
+            ttl_ms: None,
+            if_version: None,
+        };
+        let msg = bad(c.call(op));
+        assert!(msg.contains("namespace"), "{msg}");
+        bad(c.call(Op::KvGet {
+            namespace: namespace.clone(),
+            key: "k".into(),
+        }));
+        bad(c.call(Op::KvDelete {
+            namespace: namespace.clone(),
+            key: "k".into(),
+            if_version: None,
+        }));
+        bad(c.call(Op::KvList {
+            namespace: namespace.clone(),
+            prefix: String::new(),
+            limit: None,
+        }));
+        assert_connection_works(&mut c);
+    }
+    // The longest namespace is fine.
+    let op = Op::KvPut {
+        namespace: "n".repeat(256),
+        key: "k".into(),
+        value: b"v".to_vec(),
+        ttl_ms: None,
+        if_version: None,
+    };
+    assert_eq!(c.call(op).unwrap(), Reply::KvPut { version: 1 });
+
+    // Through the SDK's namespace setting too.
+    let mut empty_ns = server.client().with_namespace("");
+    bad(empty_ns.kv_put("k", b"v", PutOptions::default()));
+    bad(empty_ns.kv_list("", None));
+    assert!(empty_ns.status().is_ok(), "the connection keeps working");
+
+    // Nothing invalid was stored.
+    let total: u64 = kv_keys_per_shard(&mut c).iter().sum();
+    assert_eq!(
+        total, 4,
+        "long key, big, still-alive, and the 256-byte namespace's key"
+    );
+    server.stop();
+}
+
+#[test]
+fn concurrent_compare_and_set_increments_are_never_lost() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    assert_eq!(put(&mut c, "counter", b"0"), 1);
+    const THREADS: usize = 4;
+    const INCREMENTS: usize = 25;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let mut c = server.client();
+            std::thread::spawn(move || {
+                let mut conflicts = 0;
+                for _ in 0..INCREMENTS {
+                    loop {
+                        let entry = c.kv_get("counter").unwrap().unwrap();
+                        let n: u64 = std::str::from_utf8(&entry.value).unwrap().parse().unwrap();
+                        let opts = PutOptions {
+                            if_version: Some(entry.version),
+                            ..Default::default()
+                        };
+                        match c.kv_put("counter", (n + 1).to_string().as_bytes(), opts) {
+                            Ok(version) => {
+                                assert_eq!(version, entry.version + 1);
+                                break;
+                            }
+                            Err(Error::Server(e)) if e.code == ErrorCode::Conflict => {
+                                conflicts += 1
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                conflicts
+            })
+        })
+        .collect();
+    let conflicts: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let entry = c.kv_get("counter").unwrap().unwrap();
+    let total = (THREADS * INCREMENTS) as u64;
+    assert_eq!(
+        entry.value,
+        total.to_string().as_bytes(),
+        "{conflicts} conflicts were retried"
+    );
+    assert_eq!(entry.version, total + 1);
+    server.stop();
+}
