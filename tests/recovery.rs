@@ -394,7 +394,6 @@ fn a_second_server_on_the_same_data_directory_or_port_is_refused() {
 }
 
 #[test]
-#[ignore = "bug: recovery refuses a clean log when a batch ends 1 to 19 bytes before a 4 KiB block boundary"]
 fn a_batch_ending_just_short_of_a_block_boundary_is_recovered() {
     // A batch is padded with zeros up to the next 4 KiB block. When fewer than a record
     // header's 20 bytes of padding remain, the next batch's header follows within 20 bytes.

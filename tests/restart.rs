@@ -465,7 +465,6 @@ fn graceful_stop_while_streaming_puts_loses_no_acknowledged_write_sync() {
 }
 
 #[test]
-#[ignore = "bug: with --durability async, puts acknowledged during a graceful stop are lost (shards keep executing requests after the final drain)"]
 fn graceful_stop_while_streaming_puts_loses_no_acknowledged_write_async() {
     graceful_stop_while_streaming("async");
 }
