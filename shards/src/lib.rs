@@ -11,5 +11,6 @@ pub mod record;
 pub mod server;
 pub mod state;
 pub mod ual;
+pub mod wasm;
 
 pub use server::{Durability, Ready, ServerConfig, ServerError, run_server};
