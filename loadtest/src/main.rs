@@ -52,6 +52,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         max_duration: Duration::from_secs_f64(args.max_secs),
         progress: true,
     };
+    if args.workload == Workload::WasmInvoke {
+        workload::register_wasm_action(&addr, &args.namespace)?;
+    }
     let outcome = run_workload(args, &cfg);
 
     let spawned = server.as_ref().map(|s| report::Spawned {
@@ -93,5 +96,6 @@ fn run_workload(args: &Args, cfg: &driver::Config) -> driver::Outcome {
         Workload::KvPut => driver::run(cfg, || {
             workload::KvPut::new(&args.namespace, args.key_count(), args.value_bytes as usize)
         }),
+        Workload::WasmInvoke => driver::run(cfg, || workload::WasmInvoke::new(&args.namespace)),
     }
 }

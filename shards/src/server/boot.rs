@@ -278,6 +278,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     glommio::spawn_local(flush_loop(shard.clone(), writer)).detach();
     glommio::spawn_local(timer_loop(shard.clone())).detach();
     glommio::spawn_local(forward_loop(shard.clone())).detach();
+    glommio::spawn_local(super::dispatch::watch_expiry_loop(shard.clone())).detach();
     if boot.partitioning.shards > 1 {
         let joined = mesh::join(boot.mesh, boot.table, id).await;
         mesh::spawn_tasks(shard.clone(), joined);

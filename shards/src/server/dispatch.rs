@@ -3,6 +3,7 @@
 
 use super::shard::{COORDINATOR, ReplyResult, ReplyTo, Shard, ShardOp};
 use super::wasm_runner;
+use crate::clock::Clock;
 use crate::record::Record;
 use flo_protocol::{ErrorValue, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, RUN_WAIT_MS_MAX, Reply, StatusInfo};
 use std::rc::Rc;
@@ -85,22 +86,28 @@ fn wait_for_run(shard: &Rc<Shard>, namespace: String, run_id: String, timeout_ms
         shard.reply(to, status.wait_lsn, status.result);
         return;
     }
-    let watch = shard.watch_run(&namespace, &run_id);
-    let shard = shard.clone();
-    let timeout = Duration::from_millis(timeout_ms.min(RUN_WAIT_MS_MAX));
-    glommio::spawn_local(async move {
-        futures_lite::future::or(
-            async {
-                let _ = watch.await;
-            },
-            glommio::timer::sleep(timeout),
-        )
-        .await;
-        let status = shard.core.borrow().run_status(&namespace, &run_id);
-        shard.reply(to, status.wait_lsn, status.result);
-    })
-    .detach();
+    // Deadlines on the real clock: the test clock moves runs, not client patience.
+    let deadline = crate::clock::SystemClock.now_ms() + timeout_ms.min(RUN_WAIT_MS_MAX);
+    shard.watch_run((namespace, run_id), deadline, to);
+    if deadline < shard.watch_wake_ms.get() {
+        shard.watch_signal.notify();
+    }
 }
+
+/// Answers waits whose deadline passed.
+pub(crate) async fn watch_expiry_loop(shard: Rc<Shard>) {
+    loop {
+        let next = shard.expire_watches(crate::clock::SystemClock.now_ms());
+        let sleep_ms = next.map_or(WATCH_TICK_MS_MAX, |d| {
+            d.saturating_sub(crate::clock::SystemClock.now_ms()).clamp(1, WATCH_TICK_MS_MAX)
+        });
+        shard.watch_wake_ms.set(crate::clock::SystemClock.now_ms() + sleep_ms);
+        futures_lite::future::or(glommio::timer::sleep(Duration::from_millis(sleep_ms)), shard.watch_signal.wait()).await;
+    }
+}
+
+/// Longest the wait-expiry task sleeps without looking.
+const WATCH_TICK_MS_MAX: u64 = 1000;
 
 /// Orders a registry change (on the coordinator): validate, log and apply it on every
 /// shard, reply once all have it durably.

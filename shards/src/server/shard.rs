@@ -80,8 +80,10 @@ pub(crate) struct Shard {
     next_tag: Cell<u64>,
     /// Registry changes are ordered one at a time (on the coordinator).
     pub registry_turn: glommio::sync::Semaphore,
-    /// Clients waiting for runs to become final.
-    run_watchers: RefCell<HashMap<RunKey, Vec<oneshot::Sender<()>>>>,
+    /// Clients waiting for runs to become final, with their deadlines.
+    run_watchers: RefCell<HashMap<RunKey, Vec<(u64, ReplyTo)>>>,
+    /// Watch deadlines, earliest first (entries may be stale).
+    watch_deadlines: RefCell<std::collections::BinaryHeap<std::cmp::Reverse<(u64, RunKey)>>>,
     /// WebAssembly executions in progress on this shard.
     pub wasm_running: Cell<usize>,
     pub wasm: super::wasm_runner::WasmHost,
@@ -89,6 +91,9 @@ pub(crate) struct Shard {
     pub timer_signal: Signal,
     /// Wakes the forwarder of guest KV writes to other shards.
     pub forward_signal: Signal,
+    /// Wakes the task that expires waits on runs (when a wait ends before `watch_wake_ms`).
+    pub watch_signal: Signal,
+    pub watch_wake_ms: Cell<u64>,
     /// The clock tests may move (`--test-clock`).
     pub test_clock: Option<crate::clock::OffsetClock>,
     /// Shutting down: new operations are refused so the final flush covers every
@@ -124,10 +129,13 @@ impl Shard {
             next_tag: Cell::new(1),
             registry_turn: glommio::sync::Semaphore::new(1),
             run_watchers: RefCell::new(HashMap::new()),
+            watch_deadlines: RefCell::new(std::collections::BinaryHeap::new()),
             wasm_running: Cell::new(0),
             wasm,
             timer_signal: Signal::default(),
             forward_signal: Signal::default(),
+            watch_signal: Signal::default(),
+            watch_wake_ms: Cell::new(0),
             test_clock,
             stopping: Cell::new(false),
         }
@@ -137,18 +145,54 @@ impl Shard {
         self.core.borrow().clock.now_ms()
     }
 
-    /// Completes when the run is marked final (`run_final`).
-    pub fn watch_run(&self, namespace: &str, run_id: &str) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        self.run_watchers.borrow_mut().entry((namespace.into(), run_id.into())).or_default().push(tx);
-        rx
+    /// Answers `to` with the run's status once it is final (`run_final`) or at
+    /// `deadline_ms` (`expire_watches`), whichever comes first.
+    pub fn watch_run(&self, key: RunKey, deadline_ms: u64, to: ReplyTo) {
+        self.watch_deadlines.borrow_mut().push(std::cmp::Reverse((deadline_ms, key.clone())));
+        self.run_watchers.borrow_mut().entry(key).or_default().push((deadline_ms, to));
     }
 
-    /// A run became final: wake those waiting on it.
+    fn answer_watch(&self, (namespace, run_id): &RunKey, to: ReplyTo) {
+        let status = self.core.borrow().run_status(namespace, run_id);
+        self.reply(to, status.wait_lsn, status.result);
+    }
+
+    /// A run became final: answer those waiting on it.
     pub fn run_final(&self, namespace: &str, run_id: &str) {
-        if let Some(list) = self.run_watchers.borrow_mut().remove(&(namespace.to_string(), run_id.to_string())) {
-            for tx in list {
-                let _ = tx.send(());
+        if self.run_watchers.borrow().is_empty() {
+            return;
+        }
+        let key = (namespace.to_string(), run_id.to_string());
+        let Some(list) = self.run_watchers.borrow_mut().remove(&key) else { return };
+        for (_, to) in list {
+            self.answer_watch(&key, to);
+        }
+    }
+
+    /// Answers the watches whose deadline passed; returns the next deadline.
+    pub fn expire_watches(&self, now_ms: u64) -> Option<u64> {
+        loop {
+            let key = {
+                let mut heap = self.watch_deadlines.borrow_mut();
+                match heap.peek() {
+                    Some(std::cmp::Reverse((deadline, _))) if *deadline <= now_ms => heap.pop().unwrap().0.1,
+                    Some(std::cmp::Reverse((deadline, _))) => return Some(*deadline),
+                    None => return None,
+                }
+            };
+            let expired: Vec<ReplyTo> = {
+                let mut watchers = self.run_watchers.borrow_mut();
+                let Some(list) = watchers.get_mut(&key) else { continue };
+                let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(list).into_iter().partition(|(d, _)| *d <= now_ms);
+                if kept.is_empty() {
+                    watchers.remove(&key);
+                } else {
+                    *list = kept;
+                }
+                gone.into_iter().map(|(_, to)| to).collect()
+            };
+            for to in expired {
+                self.answer_watch(&key, to);
             }
         }
     }
