@@ -6,7 +6,7 @@ use flo_protocol::{
     ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
     NAMESPACE_BYTES_MAX,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Longest TTL accepted (about 100 years), so deadlines never overflow.
 pub const KV_TTL_MS_MAX: u64 = 100 * 365 * 24 * 3600 * 1000;
@@ -42,6 +42,8 @@ pub type KvPage<'a> = (Vec<(&'a str, &'a Entry)>, bool);
 pub struct KvStore {
     spaces: HashMap<String, BTreeMap<String, Entry>>,
     keys: u64,
+    /// (expires_at_ms, namespace, key) of every entry with a TTL, soonest first.
+    expiries: BTreeSet<(u64, String, String)>,
 }
 
 pub fn validate_namespace(namespace: &str) -> Result<(), ErrorValue> {
@@ -165,20 +167,20 @@ impl KvStore {
         Ok((out, false))
     }
 
-    /// Delete records for up to `max` expired keys.
+    /// Delete records for up to `max` expired keys, soonest expired first.
     pub fn expired(&self, now_ms: u64, max: usize) -> Vec<Record> {
-        let mut out = Vec::new();
-        for (namespace, space) in &self.spaces {
-            for (key, entry) in space {
-                if out.len() == max {
-                    return out;
-                }
-                if !entry.live(now_ms) {
-                    out.push(Record::KvDelete { namespace: namespace.clone(), key: key.clone() });
-                }
-            }
+        self.expiries
+            .iter()
+            .take_while(|(at, _, _)| *at <= now_ms)
+            .take(max)
+            .map(|(_, namespace, key)| Record::KvDelete { namespace: namespace.clone(), key: key.clone() })
+            .collect()
+    }
+
+    fn forget_expiry(&mut self, namespace: &str, key: &str, old: Option<&Entry>) {
+        if let Some(at) = old.and_then(|e| e.expires_at_ms) {
+            self.expiries.remove(&(at, namespace.to_string(), key.to_string()));
         }
-        out
     }
 
     pub fn apply_put(
@@ -195,8 +197,27 @@ impl KvStore {
             self.spaces.insert(namespace.clone(), BTreeMap::new());
         }
         let space = self.spaces.get_mut(&namespace).expect("namespace inserted above");
-        if space.insert(key, entry).is_none() {
-            self.keys += 1;
+        let expiries = &mut self.expiries;
+        match space.entry(key) {
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                if let Some(at) = expires_at_ms {
+                    expiries.insert((at, namespace.clone(), slot.key().clone()));
+                }
+                slot.insert(entry);
+                self.keys += 1;
+            }
+            std::collections::btree_map::Entry::Occupied(mut slot) => {
+                let old_at = slot.get().expires_at_ms;
+                if old_at != expires_at_ms {
+                    if let Some(at) = old_at {
+                        expiries.remove(&(at, namespace.clone(), slot.key().clone()));
+                    }
+                    if let Some(at) = expires_at_ms {
+                        expiries.insert((at, namespace.clone(), slot.key().clone()));
+                    }
+                }
+                slot.insert(entry);
+            }
         }
     }
 
@@ -214,12 +235,12 @@ impl KvStore {
 
     pub fn apply_delete(&mut self, namespace: &str, key: &str) {
         let Some(space) = self.spaces.get_mut(namespace) else { return };
-        if space.remove(key).is_some() {
-            self.keys -= 1;
-        }
+        let Some(old) = space.remove(key) else { return };
+        self.keys -= 1;
         if space.is_empty() {
             self.spaces.remove(namespace);
         }
+        self.forget_expiry(namespace, key, Some(&old));
     }
 }
 
@@ -253,6 +274,13 @@ mod tests {
         assert!(s.kv.get("ns", "t", 1099).is_some());
         assert!(s.kv.get("ns", "t", 1100).is_none());
         assert_eq!(s.kv.expired(1100, 10).len(), 1);
+        assert!(s.kv.expired(1099, 10).is_empty());
+        // Overwriting without TTL or deleting drops the key from the expiry index.
+        put(&mut s, "u", Some(50), None, 1000).unwrap();
+        put(&mut s, "u", None, None, 1000).unwrap();
+        assert_eq!(s.kv.expired(2000, 10).len(), 1, "only t is left to expire");
+        s.apply(2, Record::KvDelete { namespace: "ns".into(), key: "t".into() });
+        assert!(s.kv.expired(2000, 10).is_empty());
         assert_eq!(put(&mut s, "t", None, Some(0), 1100).unwrap(), 1);
     }
 
