@@ -6,7 +6,8 @@ use flo_protocol::{
     ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
     NAMESPACE_BYTES_MAX,
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use ahash::AHashMap as HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Longest TTL accepted (about 100 years), so deadlines never overflow.
 pub const KV_TTL_MS_MAX: u64 = 100 * 365 * 24 * 3600 * 1000;

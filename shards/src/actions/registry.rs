@@ -3,7 +3,8 @@
 
 use crate::record::{ActionDefRecord, Record};
 use flo_protocol::{ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, ErrorValue};
-use std::collections::{BTreeMap, HashMap};
+use ahash::AHashMap as HashMap;
+use std::collections::BTreeMap;
 
 pub const TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const TIMEOUT_MS_MAX: u64 = 24 * 3600 * 1000;

@@ -5,7 +5,7 @@ use flo_protocol::{
     ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
     RunInfo, RunStatus,
 };
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 
 pub const PRIORITY_DEFAULT: u8 = 10;
 pub const DELAY_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
@@ -87,7 +87,7 @@ impl Runs {
     }
 
     pub fn len(&self) -> usize {
-        self.spaces.values().map(HashMap::len).sum()
+        self.spaces.values().map(|runs| runs.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -11,7 +11,7 @@ use crate::record::{GuestKvWrite, Record};
 use flo_protocol::{ErrorValue, InvokeSpec, Op, Reply};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 use std::rc::Rc;
 
 pub(crate) type ReplyResult = Result<Reply, ErrorValue>;

@@ -8,7 +8,7 @@ use crate::record::{GuestKvWrite, Record};
 use crate::wasm::{ExecLimits, ExecResult, GuestError, GuestKv, WasmEngine, WasmModule};
 use flo_protocol::{ErrorValue, Op, Reply};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -21,7 +21,7 @@ pub(crate) const WASM_SLOTS: usize = 4;
 const TIMER_TICK_MS_MAX: u64 = 1000;
 
 /// Compiled modules by content hash, shared by all shards (compiling is the costly part).
-pub(crate) type SharedModules = Arc<Mutex<HashMap<u128, WasmModule>>>;
+pub(crate) type SharedModules = Arc<Mutex<std::collections::HashMap<u128, WasmModule>>>;
 
 pub(crate) struct WasmHost {
     engine: WasmEngine,
