@@ -32,6 +32,8 @@ const META_FORMAT: u32 = 1;
 /// Longest shard count accepted.
 pub const SHARDS_MAX: u32 = 128;
 const STOP_POLL_MS: u64 = 20;
+/// Longest a shard runs tasks before it looks at I/O again.
+const PREEMPT_MS: u64 = 1;
 const EXPIRY_SWEEP_MS: u64 = 1000;
 const EXPIRY_SWEEP_KEYS_MAX: usize = 1000;
 
@@ -202,7 +204,10 @@ pub fn run_server(
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
-            .io_memory(config.io_memory_bytes);
+            .io_memory(config.io_memory_bytes)
+            // Poll the network at least this often even while tasks (a guest yielding
+            // every millisecond, say) stay runnable; glommio's default is 100 ms.
+            .preempt_timer(Duration::from_millis(PREEMPT_MS));
         let handle = builder
             .spawn(move || shard_main(boot))
             .map_err(|e| ServerError::Shard { shard: s, message: format!("cannot start executor: {e}") })?;

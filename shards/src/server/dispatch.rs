@@ -235,7 +235,10 @@ pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
                     truncated |= t;
                 }
             }
-            runs.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.run_id.cmp(&a.run_id)));
+            // Newest first; ties in the same millisecond by id, `a-10` after `a-9`.
+            runs.sort_by(|a, b| {
+                (b.created_at_ms, b.run_id.len(), &b.run_id).cmp(&(a.created_at_ms, a.run_id.len(), &a.run_id))
+            });
             if runs.len() > limit {
                 runs.truncate(limit);
                 truncated = true;
