@@ -36,7 +36,13 @@ impl Connection {
     pub fn connect(addr: impl ToSocketAddrs) -> Result<Self, Error> {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
-        Ok(Connection { stream, out: Vec::new(), buf: vec![0; 64 << 10], start: 0, end: 0 })
+        Ok(Connection {
+            stream,
+            out: Vec::new(),
+            buf: vec![0; 64 << 10],
+            start: 0,
+            end: 0,
+        })
     }
 
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<(), Error> {
@@ -56,7 +62,8 @@ impl Connection {
 
     /// The next response already received, without reading the socket.
     pub fn recv_buffered(&mut self) -> Result<Option<Response>, Error> {
-        let Some((payload, used)) = split_frame(&self.buf[self.start..self.end], FRAME_BYTES_MAX)? else {
+        let Some((payload, used)) = split_frame(&self.buf[self.start..self.end], FRAME_BYTES_MAX)?
+        else {
             return Ok(None);
         };
         let response = decode_payload(payload);
@@ -81,7 +88,10 @@ impl Connection {
             }
             let n = self.stream.read(&mut self.buf[self.end..])?;
             if n == 0 {
-                return Err(Error::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection")));
+                return Err(Error::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                )));
             }
             self.end += n;
         }
@@ -113,11 +123,23 @@ impl Client {
     /// Connects and performs the handshake.
     pub fn connect(addr: impl ToSocketAddrs) -> Result<Self, Error> {
         let conn = Connection::connect(addr)?;
-        let mut client =
-            Client { conn, next_id: 1, namespace: "default".into(), shard_count: 0, server_version: String::new() };
-        let hello = Op::Hello { protocol_version: PROTOCOL_VERSION, client: format!("flo-rust/{}", env!("CARGO_PKG_VERSION")) };
+        let mut client = Client {
+            conn,
+            next_id: 1,
+            namespace: "default".into(),
+            shard_count: 0,
+            server_version: String::new(),
+        };
+        let hello = Op::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            client: format!("flo-rust/{}", env!("CARGO_PKG_VERSION")),
+        };
         match client.call(hello)? {
-            Reply::Hello { shard_count, server_version, .. } => {
+            Reply::Hello {
+                shard_count,
+                server_version,
+                ..
+            } => {
                 client.shard_count = shard_count;
                 client.server_version = server_version;
             }
@@ -180,7 +202,10 @@ impl Client {
     }
 
     pub fn kv_get(&mut self, key: &str) -> Result<Option<KvEntry>, Error> {
-        match self.call(Op::KvGet { namespace: self.namespace.clone(), key: key.into() })? {
+        match self.call(Op::KvGet {
+            namespace: self.namespace.clone(),
+            key: key.into(),
+        })? {
             Reply::KvValue(entry) => Ok(entry),
             other => Err(unexpected(other)),
         }
@@ -188,15 +213,27 @@ impl Client {
 
     /// Deletes `key`; returns whether it existed.
     pub fn kv_delete(&mut self, key: &str, if_version: Option<u64>) -> Result<bool, Error> {
-        match self.call(Op::KvDelete { namespace: self.namespace.clone(), key: key.into(), if_version })? {
+        match self.call(Op::KvDelete {
+            namespace: self.namespace.clone(),
+            key: key.into(),
+            if_version,
+        })? {
             Reply::KvDeleted { deleted } => Ok(deleted),
             other => Err(unexpected(other)),
         }
     }
 
     /// Entries whose key starts with `prefix`, in key order; the flag says more matched.
-    pub fn kv_list(&mut self, prefix: &str, limit: Option<u32>) -> Result<(Vec<KvEntry>, bool), Error> {
-        match self.call(Op::KvList { namespace: self.namespace.clone(), prefix: prefix.into(), limit })? {
+    pub fn kv_list(
+        &mut self,
+        prefix: &str,
+        limit: Option<u32>,
+    ) -> Result<(Vec<KvEntry>, bool), Error> {
+        match self.call(Op::KvList {
+            namespace: self.namespace.clone(),
+            prefix: prefix.into(),
+            limit,
+        })? {
             Reply::KvList { entries, truncated } => Ok((entries, truncated)),
             other => Err(unexpected(other)),
         }
@@ -224,35 +261,53 @@ impl Client {
     }
 
     pub fn action(&mut self, name: &str) -> Result<ActionInfo, Error> {
-        match self.call(Op::ActionGet { namespace: self.namespace.clone(), name: name.into() })? {
+        match self.call(Op::ActionGet {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+        })? {
             Reply::Action(info) => Ok(info),
             other => Err(unexpected(other)),
         }
     }
 
     pub fn list_actions(&mut self) -> Result<Vec<ActionInfo>, Error> {
-        match self.call(Op::ActionList { namespace: self.namespace.clone() })? {
+        match self.call(Op::ActionList {
+            namespace: self.namespace.clone(),
+        })? {
             Reply::Actions(list) => Ok(list),
             other => Err(unexpected(other)),
         }
     }
 
     pub fn delete_action(&mut self, name: &str) -> Result<(), Error> {
-        match self.call(Op::ActionDelete { namespace: self.namespace.clone(), name: name.into() })? {
+        match self.call(Op::ActionDelete {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+        })? {
             Reply::ActionDeleted { .. } => Ok(()),
             other => Err(unexpected(other)),
         }
     }
 
     pub fn set_action_enabled(&mut self, name: &str, enabled: bool) -> Result<ActionInfo, Error> {
-        let op = Op::ActionSetEnabled { namespace: self.namespace.clone(), name: name.into(), enabled };
+        let op = Op::ActionSetEnabled {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+            enabled,
+        };
         match self.call(op)? {
             Reply::Action(info) => Ok(info),
             other => Err(unexpected(other)),
         }
     }
 
-    fn invoke_spec(&self, action: &str, input: &[u8], opts: InvokeOptions, wait_ms: Option<u64>) -> InvokeSpec {
+    fn invoke_spec(
+        &self,
+        action: &str,
+        input: &[u8],
+        opts: InvokeOptions,
+        wait_ms: Option<u64>,
+    ) -> InvokeSpec {
         InvokeSpec {
             namespace: self.namespace.clone(),
             action: action.into(),
@@ -267,7 +322,12 @@ impl Client {
 
     /// Creates a run; returns its id (the existing run's id when the idempotency key was
     /// seen before).
-    pub fn invoke(&mut self, action: &str, input: &[u8], opts: InvokeOptions) -> Result<String, Error> {
+    pub fn invoke(
+        &mut self,
+        action: &str,
+        input: &[u8],
+        opts: InvokeOptions,
+    ) -> Result<String, Error> {
         let spec = self.invoke_spec(action, input, opts, None);
         match self.call(Op::ActionInvoke(spec))? {
             Reply::Invoked { run_id, .. } => Ok(run_id),
@@ -291,7 +351,10 @@ impl Client {
     }
 
     pub fn run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
-        match self.call(Op::RunStatus { namespace: self.namespace.clone(), run_id: run_id.into() })? {
+        match self.call(Op::RunStatus {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+        })? {
             Reply::Run(info) => Ok(info),
             other => Err(unexpected(other)),
         }
@@ -299,7 +362,11 @@ impl Client {
 
     /// Waits up to `timeout_ms` for the run to be final; returns its status either way.
     pub fn wait_run(&mut self, run_id: &str, timeout_ms: u64) -> Result<RunInfo, Error> {
-        let op = Op::RunWait { namespace: self.namespace.clone(), run_id: run_id.into(), timeout_ms };
+        let op = Op::RunWait {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+            timeout_ms,
+        };
         match self.call(op)? {
             Reply::Run(info) => Ok(info),
             other => Err(unexpected(other)),
@@ -315,7 +382,13 @@ impl Client {
         dead_letter: bool,
         limit: Option<u32>,
     ) -> Result<(Vec<RunInfo>, bool), Error> {
-        let op = Op::RunList { namespace: self.namespace.clone(), action: action.into(), status, dead_letter, limit };
+        let op = Op::RunList {
+            namespace: self.namespace.clone(),
+            action: action.into(),
+            status,
+            dead_letter,
+            limit,
+        };
         match self.call(op)? {
             Reply::Runs { runs, truncated } => Ok((runs, truncated)),
             other => Err(unexpected(other)),
@@ -331,7 +404,10 @@ impl Client {
     }
 
     pub fn cancel_run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
-        match self.call(Op::RunCancel { namespace: self.namespace.clone(), run_id: run_id.into() })? {
+        match self.call(Op::RunCancel {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+        })? {
             Reply::Run(info) => Ok(info),
             other => Err(unexpected(other)),
         }

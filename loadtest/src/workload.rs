@@ -101,7 +101,9 @@ pub fn register_wasm_action(addr: &str, namespace: &str) -> Result<(), String> {
         description: Some("flo-loadtest: returns {\"ok\":true}".into()),
         memory_limit_mb: Some(1),
     };
-    client.register_action(spec).map_err(|e| format!("cannot register {WASM_ACTION}: {e}"))?;
+    client
+        .register_action(spec)
+        .map_err(|e| format!("cannot register {WASM_ACTION}: {e}"))?;
     Ok(())
 }
 
@@ -113,7 +115,10 @@ pub struct WasmInvoke {
 
 impl WasmInvoke {
     pub fn new(namespace: &str) -> Self {
-        WasmInvoke { namespace: namespace.into(), input: br#"{"n":1}"#.to_vec() }
+        WasmInvoke {
+            namespace: namespace.into(),
+            input: br#"{"n":1}"#.to_vec(),
+        }
     }
 }
 
@@ -139,7 +144,12 @@ impl Generator for WasmInvoke {
     fn check(&self, reply: &Reply) -> Result<(), String> {
         match reply {
             Reply::Run(run) if run.status == RunStatus::Completed => Ok(()),
-            Reply::Run(run) => Err(format!("run {} ended {}: {:?}", run.run_id, run.status.as_str(), run.error)),
+            Reply::Run(run) => Err(format!(
+                "run {} ended {}: {:?}",
+                run.run_id,
+                run.status.as_str(),
+                run.error
+            )),
             other => Err(format!("unexpected reply to an invoke: {other:?}")),
         }
     }

@@ -51,7 +51,10 @@ pub struct ErrorValue {
 
 impl ErrorValue {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ErrorValue { code, message: message.into() }
+        ErrorValue {
+            code,
+            message: message.into(),
+        }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::BadRequest, message)

@@ -29,7 +29,10 @@ pub fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<(), Fr
     let len = out.len() - start - FRAME_HEADER_BYTES;
     if len > FRAME_BYTES_MAX {
         out.truncate(start);
-        return Err(FrameError::TooLarge { len, max: FRAME_BYTES_MAX });
+        return Err(FrameError::TooLarge {
+            len,
+            max: FRAME_BYTES_MAX,
+        });
     }
     out[start..start + FRAME_HEADER_BYTES].copy_from_slice(&(len as u32).to_be_bytes());
     Ok(())

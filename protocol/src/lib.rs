@@ -12,8 +12,8 @@ pub use frame::{
 };
 pub use message::{
     ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, IDEMPOTENCY_KEY_BYTES_MAX,
-    InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, RUN_WAIT_MS_MAX,
-    RunInfo, RunStatus, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_DEFAULT, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
-    NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION, Reply, Request, RequestId, Response, ShardInfo,
-    ShardMap, StatusInfo,
+    InvokeSpec, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_DEFAULT, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX,
+    KvEntry, NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION, RUN_INPUT_BYTES_MAX,
+    RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, RUN_WAIT_MS_MAX, Reply, Request, RequestId,
+    Response, RunInfo, RunStatus, ShardInfo, ShardMap, StatusInfo,
 };

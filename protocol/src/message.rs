@@ -35,7 +35,10 @@ pub struct RequestId {
 #[serde(rename_all = "snake_case")]
 pub enum Op {
     /// Handshake: the client states its protocol version.
-    Hello { protocol_version: u32, client: String },
+    Hello {
+        protocol_version: u32,
+        client: String,
+    },
     /// Server version, durability and per-shard log positions.
     Status,
     /// How keys map to partitions and partitions to shards.

@@ -33,12 +33,18 @@ fn request_round_trips_through_a_frame() {
 
 #[test]
 fn error_response_round_trips() {
-    let resp = Response { id: 3, result: Err(ErrorValue::not_found("no such key")) };
+    let resp = Response {
+        id: 3,
+        result: Err(ErrorValue::not_found("no such key")),
+    };
     let mut buf = Vec::new();
     encode_frame(&resp, &mut buf).unwrap();
     let (back, _) = decode_frame::<Response>(&buf).unwrap().unwrap();
     assert_eq!(back, resp);
-    let ok = Response { id: 4, result: Ok(Reply::KvDeleted { deleted: true }) };
+    let ok = Response {
+        id: 4,
+        result: Ok(Reply::KvDeleted { deleted: true }),
+    };
     buf.clear();
     encode_frame(&ok, &mut buf).unwrap();
     assert_eq!(decode_frame::<Response>(&buf).unwrap().unwrap().0, ok);
@@ -49,7 +55,11 @@ fn incomplete_frame_asks_for_more() {
     let mut buf = Vec::new();
     encode_frame(&put(1, "k"), &mut buf).unwrap();
     for cut in 0..buf.len() {
-        assert_eq!(decode_frame::<Request>(&buf[..cut]).unwrap(), None, "cut at {cut}");
+        assert_eq!(
+            decode_frame::<Request>(&buf[..cut]).unwrap(),
+            None,
+            "cut at {cut}"
+        );
     }
 }
 
@@ -64,7 +74,10 @@ fn oversize_frame_is_refused_before_reading_it() {
 fn garbage_payload_is_malformed() {
     let mut buf = 5u32.to_be_bytes().to_vec();
     buf.extend_from_slice(&[0xc1, 0xff, 0x00, 0x13, 0x37]);
-    assert!(matches!(decode_frame::<Request>(&buf), Err(FrameError::Malformed(_))));
+    assert!(matches!(
+        decode_frame::<Request>(&buf),
+        Err(FrameError::Malformed(_))
+    ));
 }
 
 proptest! {

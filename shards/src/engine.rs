@@ -26,7 +26,10 @@ pub struct Done {
 
 impl Done {
     fn now(result: Result<Reply, ErrorValue>) -> Self {
-        Done { result, wait_lsn: 0 }
+        Done {
+            result,
+            wait_lsn: 0,
+        }
     }
 }
 
@@ -43,21 +46,32 @@ pub struct ShardCore {
 /// The shard owning what a keyed operation touches (`None`: not keyed).
 pub fn route_key(op: &Op) -> Option<(&str, String)> {
     Some(match op {
-        Op::KvGet { namespace, key } | Op::KvPut { namespace, key, .. } | Op::KvDelete { namespace, key, .. } => {
-            (namespace, key.clone())
-        }
+        Op::KvGet { namespace, key }
+        | Op::KvPut { namespace, key, .. }
+        | Op::KvDelete { namespace, key, .. } => (namespace, key.clone()),
         Op::RunStatus { namespace, run_id }
-        | Op::RunWait { namespace, run_id, .. }
-        | Op::RunCancel { namespace, run_id } => (namespace, run_id.clone()),
-        Op::ActionInvoke(InvokeSpec { namespace, action, idempotency_key: Some(key), .. }) => {
-            (namespace, idempotent_run_id(action, key))
+        | Op::RunWait {
+            namespace, run_id, ..
         }
+        | Op::RunCancel { namespace, run_id } => (namespace, run_id.clone()),
+        Op::ActionInvoke(InvokeSpec {
+            namespace,
+            action,
+            idempotency_key: Some(key),
+            ..
+        }) => (namespace, idempotent_run_id(action, key)),
         _ => return None,
     })
 }
 
 impl ShardCore {
-    pub fn new(shard: u32, state: ShardState, last_lsn: u64, segments: u32, clock: Rc<dyn Clock>) -> Self {
+    pub fn new(
+        shard: u32,
+        state: ShardState,
+        last_lsn: u64,
+        segments: u32,
+        clock: Rc<dyn Clock>,
+    ) -> Self {
         let mut scheduler = Scheduler::default();
         scheduler.rebuild(&state.runs, &state.registry, clock.now_ms());
         ShardCore {
@@ -91,27 +105,51 @@ impl ShardCore {
                     result: Ok(Reply::KvValue(entry.map(|e| e.to_wire(&key)))),
                 }
             }
-            Op::KvPut { namespace, key, value, ttl_ms, if_version } => {
-                match self.state.kv.plan_put(namespace, key, value, ttl_ms, if_version, now) {
+            Op::KvPut {
+                namespace,
+                key,
+                value,
+                ttl_ms,
+                if_version,
+            } => {
+                match self
+                    .state
+                    .kv
+                    .plan_put(namespace, key, value, ttl_ms, if_version, now)
+                {
                     Ok(record) => {
-                        let Record::KvPut { version, .. } = record else { unreachable!() };
+                        let Record::KvPut { version, .. } = record else {
+                            unreachable!()
+                        };
                         let lsn = self.commit(record);
-                        Done { result: Ok(Reply::KvPut { version }), wait_lsn: lsn }
+                        Done {
+                            result: Ok(Reply::KvPut { version }),
+                            wait_lsn: lsn,
+                        }
                     }
                     Err(e) => Done::now(Err(e)),
                 }
             }
-            Op::KvDelete { namespace, key, if_version } => {
-                match self.state.kv.plan_delete(&namespace, &key, if_version, now) {
-                    Ok(Some(record)) => {
-                        let lsn = self.commit(record);
-                        Done { result: Ok(Reply::KvDeleted { deleted: true }), wait_lsn: lsn }
+            Op::KvDelete {
+                namespace,
+                key,
+                if_version,
+            } => match self.state.kv.plan_delete(&namespace, &key, if_version, now) {
+                Ok(Some(record)) => {
+                    let lsn = self.commit(record);
+                    Done {
+                        result: Ok(Reply::KvDeleted { deleted: true }),
+                        wait_lsn: lsn,
                     }
-                    Ok(None) => Done::now(Ok(Reply::KvDeleted { deleted: false })),
-                    Err(e) => Done::now(Err(e)),
                 }
-            }
-            Op::KvList { namespace, prefix, limit } => {
+                Ok(None) => Done::now(Ok(Reply::KvDeleted { deleted: false })),
+                Err(e) => Done::now(Err(e)),
+            },
+            Op::KvList {
+                namespace,
+                prefix,
+                limit,
+            } => {
                 let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT);
                 match self.state.kv.list(&namespace, &prefix, limit, now) {
                     Ok((items, truncated)) => Done {
@@ -136,49 +174,83 @@ impl ShardCore {
             }
             Op::ActionList { namespace } => {
                 let list = self.state.registry.list(&namespace);
-                Done::now(Ok(Reply::Actions(list.iter().map(|(n, d)| action_info(&namespace, n, d)).collect())))
+                Done::now(Ok(Reply::Actions(
+                    list.iter()
+                        .map(|(n, d)| action_info(&namespace, n, d))
+                        .collect(),
+                )))
             }
             Op::ActionInvoke(spec) => self.invoke(spec, now),
-            Op::RunStatus { namespace, run_id } | Op::RunWait { namespace, run_id, .. } => self.run_status(&namespace, &run_id),
-            Op::RunList { namespace, action, status, dead_letter, limit } => {
+            Op::RunStatus { namespace, run_id }
+            | Op::RunWait {
+                namespace, run_id, ..
+            } => self.run_status(&namespace, &run_id),
+            Op::RunList {
+                namespace,
+                action,
+                status,
+                dead_letter,
+                limit,
+            } => {
                 let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
-                match self.state.runs.list(&namespace, &action, status, dead_letter, limit) {
+                match self
+                    .state
+                    .runs
+                    .list(&namespace, &action, status, dead_letter, limit)
+                {
                     Ok((runs, truncated)) => Done {
                         wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
                         result: Ok(Reply::Runs {
-                            runs: runs.iter().map(|(id, r)| run_info(&namespace, id, r, self.is_executing(&namespace, id))).collect(),
+                            runs: runs
+                                .iter()
+                                .map(|(id, r)| {
+                                    run_info(&namespace, id, r, self.is_executing(&namespace, id))
+                                })
+                                .collect(),
                             truncated,
                         }),
                     },
                     Err(e) => Done::now(Err(e)),
                 }
             }
-            Op::RunCancel { namespace, run_id } => match self.state.runs.plan_cancel(&namespace, &run_id, now) {
-                Ok(record) => {
-                    self.commit(record);
-                    self.run_status(&namespace, &run_id)
+            Op::RunCancel { namespace, run_id } => {
+                match self.state.runs.plan_cancel(&namespace, &run_id, now) {
+                    Ok(record) => {
+                        self.commit(record);
+                        self.run_status(&namespace, &run_id)
+                    }
+                    Err(e) => Done::now(Err(e)),
                 }
-                Err(e) => Done::now(Err(e)),
-            },
+            }
             Op::ActionRegister(_) | Op::ActionDelete { .. } | Op::ActionSetEnabled { .. } => {
-                Done::now(Err(ErrorValue::internal("registry change reached a shard directly")))
+                Done::now(Err(ErrorValue::internal(
+                    "registry change reached a shard directly",
+                )))
             }
-            Op::Hello { .. } | Op::ShardMap | Op::TestAdvanceClock { .. } => {
-                Done::now(Err(ErrorValue::internal("connection-level operation reached a shard")))
-            }
+            Op::Hello { .. } | Op::ShardMap | Op::TestAdvanceClock { .. } => Done::now(Err(
+                ErrorValue::internal("connection-level operation reached a shard"),
+            )),
         }
     }
 
     fn is_executing(&self, namespace: &str, run_id: &str) -> bool {
         !self.scheduler.executing.is_empty()
-            && self.scheduler.executing.contains(&(namespace.to_string(), run_id.to_string()))
+            && self
+                .scheduler
+                .executing
+                .contains(&(namespace.to_string(), run_id.to_string()))
     }
 
     pub fn run_status(&self, namespace: &str, run_id: &str) -> Done {
         match self.state.runs.require(namespace, run_id) {
             Ok(run) => Done {
                 wait_lsn: run.lsn,
-                result: Ok(Reply::Run(run_info(namespace, run_id, run, self.is_executing(namespace, run_id)))),
+                result: Ok(Reply::Run(run_info(
+                    namespace,
+                    run_id,
+                    run,
+                    self.is_executing(namespace, run_id),
+                ))),
             },
             Err(e) => Done::now(Err(e)),
         }
@@ -192,12 +264,19 @@ impl ShardCore {
             if let Some(key) = &spec.idempotency_key {
                 validate_idempotency_key(key)?;
             }
-            self.state.registry.invocable(&spec.namespace, &spec.action)?;
+            self.state
+                .registry
+                .invocable(&spec.namespace, &spec.action)?;
             Ok(match &spec.idempotency_key {
                 Some(key) => (idempotent_run_id(&spec.action, key), true),
                 None => {
                     let state = &self.state;
-                    (state.runs.next_run_id(&spec.namespace, &spec.action, |id| state.owns(&spec.namespace, id)), false)
+                    (
+                        state.runs.next_run_id(&spec.namespace, &spec.action, |id| {
+                            state.owns(&spec.namespace, id)
+                        }),
+                        false,
+                    )
                 }
             })
         };
@@ -206,9 +285,19 @@ impl ShardCore {
             Err(e) => return Done::now(Err(e)),
         };
         if idempotent && let Some(run) = self.state.runs.get(&spec.namespace, &run_id) {
-            return Done { wait_lsn: run.lsn, result: Ok(Reply::Invoked { run_id, created: false }) };
+            return Done {
+                wait_lsn: run.lsn,
+                result: Ok(Reply::Invoked {
+                    run_id,
+                    created: false,
+                }),
+            };
         }
-        let def = self.state.registry.get(&spec.namespace, &spec.action).expect("checked above");
+        let def = self
+            .state
+            .registry
+            .get(&spec.namespace, &spec.action)
+            .expect("checked above");
         let kind = def.kind;
         let namespace = spec.namespace.clone();
         let record = match self.state.runs.plan_create(spec, def, run_id.clone(), now) {
@@ -217,11 +306,22 @@ impl ShardCore {
         };
         let lsn = self.commit(record);
         if kind == ActionKind::Wasm {
-            let run = self.state.runs.get(&namespace, &run_id).expect("just created");
+            let run = self
+                .state
+                .runs
+                .get(&namespace, &run_id)
+                .expect("just created");
             let (priority, seq, at) = (run.priority, run.seq, run.available_at_ms);
-            self.scheduler.schedule((namespace, run_id.clone()), priority, seq, at, now);
+            self.scheduler
+                .schedule((namespace, run_id.clone()), priority, seq, at, now);
         }
-        Done { wait_lsn: lsn, result: Ok(Reply::Invoked { run_id, created: true }) }
+        Done {
+            wait_lsn: lsn,
+            result: Ok(Reply::Invoked {
+                run_id,
+                created: true,
+            }),
+        }
     }
 
     /// Moves due timers to the ready queue.

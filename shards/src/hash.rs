@@ -25,7 +25,10 @@ pub struct Partitioning {
 
 impl Partitioning {
     pub fn new(partitions: u32, shards: u32) -> Self {
-        assert!(shards >= 1 && partitions >= shards, "need 1 <= shards <= partitions");
+        assert!(
+            shards >= 1 && partitions >= shards,
+            "need 1 <= shards <= partitions"
+        );
         Partitioning { partitions, shards }
     }
 

@@ -2,11 +2,11 @@
 //! for prefix listing. `plan_*` validate and build records; `apply_*` change state.
 
 use crate::record::Record;
+use ahash::AHashMap as HashMap;
 use flo_protocol::{
     ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
     NAMESPACE_BYTES_MAX,
 };
-use ahash::AHashMap as HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Longest TTL accepted (about 100 years), so deadlines never overflow.
@@ -68,8 +68,14 @@ fn validate_key(namespace: &str, key: &str) -> Result<(), ErrorValue> {
     Ok(())
 }
 
-fn check_version(key: &str, current: Option<&Entry>, expected: Option<u64>) -> Result<(), ErrorValue> {
-    let Some(expected) = expected else { return Ok(()) };
+fn check_version(
+    key: &str,
+    current: Option<&Entry>,
+    expected: Option<u64>,
+) -> Result<(), ErrorValue> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
     let actual = current.map_or(0, |e| e.version);
     if actual != expected {
         return Err(ErrorValue::conflict(format!(
@@ -86,7 +92,10 @@ impl KvStore {
 
     /// The live (unexpired) entry of a key.
     pub fn get(&self, namespace: &str, key: &str, now_ms: u64) -> Option<&Entry> {
-        self.spaces.get(namespace)?.get(key).filter(|e| e.live(now_ms))
+        self.spaces
+            .get(namespace)?
+            .get(key)
+            .filter(|e| e.live(now_ms))
     }
 
     pub fn validate_get(namespace: &str, key: &str) -> Result<(), ErrorValue> {
@@ -121,7 +130,13 @@ impl KvStore {
         let current = self.get(&namespace, &key, now_ms);
         check_version(&key, current, if_version)?;
         let version = current.map_or(1, |e| e.version + 1);
-        Ok(Record::KvPut { namespace, key, value, version, expires_at_ms })
+        Ok(Record::KvPut {
+            namespace,
+            key,
+            value,
+            version,
+            expires_at_ms,
+        })
     }
 
     /// `Ok(None)`: nothing to delete.
@@ -135,7 +150,10 @@ impl KvStore {
         validate_key(namespace, key)?;
         let current = self.get(namespace, key, now_ms);
         check_version(key, current, if_version)?;
-        Ok(current.map(|_| Record::KvDelete { namespace: namespace.to_string(), key: key.to_string() }))
+        Ok(current.map(|_| Record::KvDelete {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+        }))
     }
 
     /// Live entries whose key starts with `prefix`, in key order, at most `limit`; the flag
@@ -153,10 +171,15 @@ impl KvStore {
                 "limit must be 1 to {KV_LIST_LIMIT_MAX}, got {limit}"
             )));
         }
-        let Some(space) = self.spaces.get(namespace) else { return Ok((Vec::new(), false)) };
+        let Some(space) = self.spaces.get(namespace) else {
+            return Ok((Vec::new(), false));
+        };
         let mut out = Vec::new();
         let matching = space
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(prefix))
             .filter(|(_, e)| e.live(now_ms));
         for (k, e) in matching {
@@ -174,13 +197,17 @@ impl KvStore {
             .iter()
             .take_while(|(at, _, _)| *at <= now_ms)
             .take(max)
-            .map(|(_, namespace, key)| Record::KvDelete { namespace: namespace.clone(), key: key.clone() })
+            .map(|(_, namespace, key)| Record::KvDelete {
+                namespace: namespace.clone(),
+                key: key.clone(),
+            })
             .collect()
     }
 
     fn forget_expiry(&mut self, namespace: &str, key: &str, old: Option<&Entry>) {
         if let Some(at) = old.and_then(|e| e.expires_at_ms) {
-            self.expiries.remove(&(at, namespace.to_string(), key.to_string()));
+            self.expiries
+                .remove(&(at, namespace.to_string(), key.to_string()));
         }
     }
 
@@ -193,11 +220,19 @@ impl KvStore {
         expires_at_ms: Option<u64>,
         lsn: u64,
     ) {
-        let entry = Entry { value, version, expires_at_ms, lsn };
+        let entry = Entry {
+            value,
+            version,
+            expires_at_ms,
+            lsn,
+        };
         if !self.spaces.contains_key(&namespace) {
             self.spaces.insert(namespace.clone(), BTreeMap::new());
         }
-        let space = self.spaces.get_mut(&namespace).expect("namespace inserted above");
+        let space = self
+            .spaces
+            .get_mut(&namespace)
+            .expect("namespace inserted above");
         let expiries = &mut self.expiries;
         match space.entry(key) {
             std::collections::btree_map::Entry::Vacant(slot) => {
@@ -224,10 +259,19 @@ impl KvStore {
 
     /// A WebAssembly guest's write (committed with its run's completion at `at_ms`):
     /// a put gets the next version, no TTL; `None` deletes.
-    pub fn apply_guest_write(&mut self, namespace: &str, key: String, value: Option<Vec<u8>>, at_ms: u64, lsn: u64) {
+    pub fn apply_guest_write(
+        &mut self,
+        namespace: &str,
+        key: String,
+        value: Option<Vec<u8>>,
+        at_ms: u64,
+        lsn: u64,
+    ) {
         match value {
             Some(value) => {
-                let version = self.get(namespace, &key, at_ms).map_or(1, |e| e.version + 1);
+                let version = self
+                    .get(namespace, &key, at_ms)
+                    .map_or(1, |e| e.version + 1);
                 self.apply_put(namespace.to_string(), key, value, version, None, lsn);
             }
             None => self.apply_delete(namespace, &key),
@@ -235,7 +279,9 @@ impl KvStore {
     }
 
     pub fn apply_delete(&mut self, namespace: &str, key: &str) {
-        let Some(space) = self.spaces.get_mut(namespace) else { return };
+        let Some(space) = self.spaces.get_mut(namespace) else {
+            return;
+        };
         let Some(old) = space.remove(key) else { return };
         self.keys -= 1;
         if space.is_empty() {
@@ -250,9 +296,18 @@ mod tests {
     use super::*;
     use crate::state::ShardState;
 
-    fn put(s: &mut ShardState, key: &str, ttl: Option<u64>, if_v: Option<u64>, now: u64) -> Result<u64, ErrorValue> {
-        let rec = s.kv.plan_put("ns".into(), key.into(), b"v".to_vec(), ttl, if_v, now)?;
-        let Record::KvPut { version, .. } = rec else { unreachable!() };
+    fn put(
+        s: &mut ShardState,
+        key: &str,
+        ttl: Option<u64>,
+        if_v: Option<u64>,
+        now: u64,
+    ) -> Result<u64, ErrorValue> {
+        let rec =
+            s.kv.plan_put("ns".into(), key.into(), b"v".to_vec(), ttl, if_v, now)?;
+        let Record::KvPut { version, .. } = rec else {
+            unreachable!()
+        };
         s.apply(1, rec);
         Ok(version)
     }
@@ -264,7 +319,11 @@ mod tests {
         assert_eq!(put(&mut s, "a", None, None, 0).unwrap(), 2);
         let err = put(&mut s, "a", None, Some(1), 0).unwrap_err();
         assert_eq!(err.code, flo_protocol::ErrorCode::Conflict);
-        assert!(err.message.contains("expected 1, current is 2"), "{}", err.message);
+        assert!(
+            err.message.contains("expected 1, current is 2"),
+            "{}",
+            err.message
+        );
         assert_eq!(put(&mut s, "a", None, Some(2), 0).unwrap(), 3);
     }
 
@@ -280,7 +339,13 @@ mod tests {
         put(&mut s, "u", Some(50), None, 1000).unwrap();
         put(&mut s, "u", None, None, 1000).unwrap();
         assert_eq!(s.kv.expired(2000, 10).len(), 1, "only t is left to expire");
-        s.apply(2, Record::KvDelete { namespace: "ns".into(), key: "t".into() });
+        s.apply(
+            2,
+            Record::KvDelete {
+                namespace: "ns".into(),
+                key: "t".into(),
+            },
+        );
         assert!(s.kv.expired(2000, 10).is_empty());
         assert_eq!(put(&mut s, "t", None, Some(0), 1100).unwrap(), 1);
     }

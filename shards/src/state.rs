@@ -53,15 +53,34 @@ impl ShardState {
 
     pub fn apply(&mut self, lsn: u64, record: Record) {
         match record {
-            Record::KvPut { namespace, key, value, version, expires_at_ms } => {
-                self.kv.apply_put(namespace, key, value, version, expires_at_ms, lsn)
-            }
+            Record::KvPut {
+                namespace,
+                key,
+                value,
+                version,
+                expires_at_ms,
+            } => self
+                .kv
+                .apply_put(namespace, key, value, version, expires_at_ms, lsn),
             Record::KvDelete { namespace, key } => self.kv.apply_delete(&namespace, &key),
-            Record::ActionDefined { namespace, name, def } => self.registry.apply_defined(namespace, name, def),
-            Record::ActionRemoved { namespace, name, at_ms } => self.registry.apply_removed(&namespace, &name, at_ms),
-            Record::ActionEnabled { namespace, name, enabled, at_ms } => {
-                self.registry.apply_enabled(&namespace, &name, enabled, at_ms)
-            }
+            Record::ActionDefined {
+                namespace,
+                name,
+                def,
+            } => self.registry.apply_defined(namespace, name, def),
+            Record::ActionRemoved {
+                namespace,
+                name,
+                at_ms,
+            } => self.registry.apply_removed(&namespace, &name, at_ms),
+            Record::ActionEnabled {
+                namespace,
+                name,
+                enabled,
+                at_ms,
+            } => self
+                .registry
+                .apply_enabled(&namespace, &name, enabled, at_ms),
             Record::RunCreated {
                 namespace,
                 run_id,
@@ -95,8 +114,18 @@ impl ShardState {
                 };
                 self.runs.apply_created(namespace, run_id, run);
             }
-            Record::AttemptFailed { namespace, run_id, attempt, error, timed_out, retry_at_ms, at_ms } => {
-                let Some(run) = self.runs.get_mut(&namespace, &run_id) else { return };
+            Record::AttemptFailed {
+                namespace,
+                run_id,
+                attempt,
+                error,
+                timed_out,
+                retry_at_ms,
+                at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return;
+                };
                 run.error = Some(error);
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
@@ -108,13 +137,27 @@ impl ShardState {
                     }
                     None => {
                         run.attempt = attempt;
-                        run.status = if timed_out { RunStatus::TimedOut } else { RunStatus::Failed };
+                        run.status = if timed_out {
+                            RunStatus::TimedOut
+                        } else {
+                            RunStatus::Failed
+                        };
                         run.dead_lettered = true;
                     }
                 }
             }
-            Record::RunCompleted { namespace, run_id, attempt, output, outcome, kv_writes, at_ms } => {
-                let Some(run) = self.runs.get_mut(&namespace, &run_id) else { return };
+            Record::RunCompleted {
+                namespace,
+                run_id,
+                attempt,
+                output,
+                outcome,
+                kv_writes,
+                at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return;
+                };
                 run.status = RunStatus::Completed;
                 run.attempt = attempt;
                 run.output = Some(output);
@@ -122,17 +165,29 @@ impl ShardState {
                 run.error = None;
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
-                let (local, remote): (Vec<_>, Vec<_>) =
-                    kv_writes.into_iter().partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
+                let (local, remote): (Vec<_>, Vec<_>) = kv_writes
+                    .into_iter()
+                    .partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
                 for w in local {
-                    self.kv.apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                    self.kv
+                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
                 }
                 if !remote.is_empty() {
-                    self.forwards.push_back(PendingForward { lsn, namespace, writes: remote });
+                    self.forwards.push_back(PendingForward {
+                        lsn,
+                        namespace,
+                        writes: remote,
+                    });
                 }
             }
-            Record::RunCancelled { namespace, run_id, at_ms } => {
-                let Some(run) = self.runs.get_mut(&namespace, &run_id) else { return };
+            Record::RunCancelled {
+                namespace,
+                run_id,
+                at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return;
+                };
                 run.status = RunStatus::Cancelled;
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
@@ -142,14 +197,21 @@ impl ShardState {
                     self.forwards.pop_front();
                 }
             }
-            Record::KvRemoteWrites { origin_shard, origin_lsn, namespace, writes, at_ms } => {
+            Record::KvRemoteWrites {
+                origin_shard,
+                origin_lsn,
+                namespace,
+                writes,
+                at_ms,
+            } => {
                 let seen = self.remote_applied.entry(origin_shard).or_insert(0);
                 if origin_lsn <= *seen {
                     return;
                 }
                 *seen = origin_lsn;
                 for w in writes {
-                    self.kv.apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                    self.kv
+                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
                 }
             }
         }

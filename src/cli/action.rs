@@ -10,7 +10,15 @@ const WAIT_CHUNK_MS: u64 = 30_000;
 
 pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(), CliError> {
     match cmd {
-        ActionCommand::Register { name, wasm, timeout_ms, max_retries, retry_delay_ms, description, memory_limit_mb } => {
+        ActionCommand::Register {
+            name,
+            wasm,
+            timeout_ms,
+            max_retries,
+            retry_delay_ms,
+            description,
+            memory_limit_mb,
+        } => {
             let module = match wasm {
                 Some(path) => Some(std::fs::read(path).map_err(|e| {
                     CliError::Usage(format!("cannot read wasm module {}: {e}", path.display()))
@@ -20,7 +28,11 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
             let spec = ActionSpec {
                 namespace: String::new(),
                 name: name.clone(),
-                kind: if module.is_some() { ActionKind::Wasm } else { ActionKind::User },
+                kind: if module.is_some() {
+                    ActionKind::Wasm
+                } else {
+                    ActionKind::User
+                },
                 wasm: module,
                 timeout_ms: *timeout_ms,
                 max_retries: *max_retries,
@@ -30,10 +42,23 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
             };
             let info = client.register_action(spec)?;
             out.print(action_json(&info), || {
-                format!("registered {} action {} (version {})", info.kind.as_str(), info.name, info.version)
+                format!(
+                    "registered {} action {} (version {})",
+                    info.kind.as_str(),
+                    info.name,
+                    info.version
+                )
             });
         }
-        ActionCommand::Invoke { name, input, priority, delay_ms, idempotency_key, labels, wait } => {
+        ActionCommand::Invoke {
+            name,
+            input,
+            priority,
+            delay_ms,
+            idempotency_key,
+            labels,
+            wait,
+        } => {
             let opts = InvokeOptions {
                 priority: *priority,
                 delay_ms: *delay_ms,
@@ -59,7 +84,11 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
                 ),
             });
             if info.status != RunStatus::Completed {
-                return Err(CliError::Usage(format!("run {} ended {}", info.run_id, info.status.as_str())));
+                return Err(CliError::Usage(format!(
+                    "run {} ended {}",
+                    info.run_id,
+                    info.status.as_str()
+                )));
             }
         }
         ActionCommand::Status { run_id } => {
@@ -72,27 +101,34 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
         }
         ActionCommand::List => {
             let list = client.list_actions()?;
-            out.print(json!({ "actions": list.iter().map(action_json).collect::<Vec<_>>() }), || {
-                let mut text = format!(
-                    "{:<24} {:<5} {:>7} {:<8} {:>9} {:>7}  DESCRIPTION",
-                    "NAME", "TYPE", "VERSION", "ENABLED", "TIMEOUT", "RETRIES"
-                );
-                for a in &list {
-                    text.push_str(&format!(
-                        "\n{:<24} {:<5} {:>7} {:<8} {:>9} {:>7}  {}",
-                        a.name,
-                        a.kind.as_str(),
-                        a.version,
-                        a.enabled,
-                        format!("{}ms", a.timeout_ms),
-                        a.max_retries,
-                        a.description.as_deref().unwrap_or("")
-                    ));
-                }
-                text
-            });
+            out.print(
+                json!({ "actions": list.iter().map(action_json).collect::<Vec<_>>() }),
+                || {
+                    let mut text = format!(
+                        "{:<24} {:<5} {:>7} {:<8} {:>9} {:>7}  DESCRIPTION",
+                        "NAME", "TYPE", "VERSION", "ENABLED", "TIMEOUT", "RETRIES"
+                    );
+                    for a in &list {
+                        text.push_str(&format!(
+                            "\n{:<24} {:<5} {:>7} {:<8} {:>9} {:>7}  {}",
+                            a.name,
+                            a.kind.as_str(),
+                            a.version,
+                            a.enabled,
+                            format!("{}ms", a.timeout_ms),
+                            a.max_retries,
+                            a.description.as_deref().unwrap_or("")
+                        ));
+                    }
+                    text
+                },
+            );
         }
-        ActionCommand::Runs { name, status, limit } => {
+        ActionCommand::Runs {
+            name,
+            status,
+            limit,
+        } => {
             let status = match status {
                 Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
                     CliError::Usage(format!(
@@ -114,13 +150,19 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
         }
         ActionCommand::Delete { name } => {
             client.delete_action(name)?;
-            out.print(json!({ "name": name, "deleted": true }), || format!("deleted action {name}"));
+            out.print(json!({ "name": name, "deleted": true }), || {
+                format!("deleted action {name}")
+            });
         }
         ActionCommand::Enable { name } | ActionCommand::Disable { name } => {
             let enable = matches!(cmd, ActionCommand::Enable { .. });
             let info = client.set_action_enabled(name, enable)?;
             out.print(action_json(&info), || {
-                format!("action {} {}", info.name, if enable { "enabled" } else { "disabled" })
+                format!(
+                    "action {} {}",
+                    info.name,
+                    if enable { "enabled" } else { "disabled" }
+                )
             });
         }
     }
@@ -128,9 +170,13 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
 }
 
 fn print_runs(out: &Output, runs: &[RunInfo], truncated: bool) {
-    let doc = json!({ "runs": runs.iter().map(run_json).collect::<Vec<_>>(), "truncated": truncated });
+    let doc =
+        json!({ "runs": runs.iter().map(run_json).collect::<Vec<_>>(), "truncated": truncated });
     out.print(doc, || {
-        let mut text = format!("{:<32} {:<10} {:>7}  {:<24} ERROR", "RUN ID", "STATUS", "ATTEMPT", "CREATED");
+        let mut text = format!(
+            "{:<32} {:<10} {:>7}  {:<24} ERROR",
+            "RUN ID", "STATUS", "ATTEMPT", "CREATED"
+        );
         for r in runs {
             text.push_str(&format!(
                 "\n{:<32} {:<10} {:>7}  {:<24} {}",
@@ -236,7 +282,10 @@ fn action_text(a: &ActionInfo) -> String {
         format!("version:     {}", a.version),
         format!("enabled:     {}", a.enabled),
         format!("timeout:     {} ms", a.timeout_ms),
-        format!("retries:     {} (base delay {} ms)", a.max_retries, a.retry_delay_ms),
+        format!(
+            "retries:     {} (base delay {} ms)",
+            a.max_retries, a.retry_delay_ms
+        ),
     ];
     if a.kind == ActionKind::Wasm {
         lines.push(format!("memory:      {} MiB", a.memory_limit_mb));

@@ -3,10 +3,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "flo", version, about = "flo: a durable execution server and its command-line client")]
+#[command(
+    name = "flo",
+    version,
+    about = "flo: a durable execution server and its command-line client"
+)]
 pub struct Cli {
     /// Server address.
-    #[arg(long, global = true, env = "FLO_ADDR", default_value = "127.0.0.1:9000")]
+    #[arg(
+        long,
+        global = true,
+        env = "FLO_ADDR",
+        default_value = "127.0.0.1:9000"
+    )]
     pub addr: String,
     /// Namespace to work in.
     #[arg(long, global = true, env = "FLO_NAMESPACE", default_value = "default")]

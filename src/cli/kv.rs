@@ -1,15 +1,25 @@
+use super::CliError;
 use super::args::KvCommand;
 use super::output::{Output, entry_json, value_text};
-use super::CliError;
 use flo::{Client, PutOptions};
 use serde_json::json;
 
 pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), CliError> {
     match cmd {
-        KvCommand::Put { key, value, ttl_ms, if_version } => {
-            let opts = PutOptions { ttl_ms: *ttl_ms, if_version: *if_version };
+        KvCommand::Put {
+            key,
+            value,
+            ttl_ms,
+            if_version,
+        } => {
+            let opts = PutOptions {
+                ttl_ms: *ttl_ms,
+                if_version: *if_version,
+            };
             let version = client.kv_put(key, value.as_bytes(), opts)?;
-            out.print(json!({ "key": key, "version": version }), || format!("OK (version {version})"));
+            out.print(json!({ "key": key, "version": version }), || {
+                format!("OK (version {version})")
+            });
         }
         KvCommand::Get { key } => {
             let Some(entry) = client.kv_get(key)? else {
@@ -23,7 +33,11 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
         KvCommand::Delete { key, if_version } => {
             let deleted = client.kv_delete(key, *if_version)?;
             out.print(json!({ "key": key, "deleted": deleted }), || {
-                if deleted { "deleted".into() } else { format!("key {key:?} did not exist") }
+                if deleted {
+                    "deleted".into()
+                } else {
+                    format!("key {key:?} did not exist")
+                }
             });
         }
         KvCommand::List { prefix, limit } => {
@@ -33,8 +47,10 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
                 "truncated": truncated,
             });
             out.print(doc, || {
-                let mut lines: Vec<String> =
-                    entries.iter().map(|e| format!("{}\t{}", e.key, value_text(&e.value))).collect();
+                let mut lines: Vec<String> = entries
+                    .iter()
+                    .map(|e| format!("{}\t{}", e.key, value_text(&e.value)))
+                    .collect();
                 if truncated {
                     lines.push("(more keys match: raise --limit)".into());
                 }

@@ -34,14 +34,18 @@ pub fn run() -> i32 {
 }
 
 fn connect(cli: &Cli) -> Result<Client, CliError> {
-    let client = Client::connect(cli.addr.as_str())
-        .map_err(|e| CliError::Connect { addr: cli.addr.clone(), source: e })?;
+    let client = Client::connect(cli.addr.as_str()).map_err(|e| CliError::Connect {
+        addr: cli.addr.clone(),
+        source: e,
+    })?;
     Ok(client.with_namespace(cli.namespace.clone()))
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    #[error("cannot connect to flo at {addr}: {source} (is the server running? set --addr or FLO_ADDR)")]
+    #[error(
+        "cannot connect to flo at {addr}: {source} (is the server running? set --addr or FLO_ADDR)"
+    )]
     Connect { addr: String, source: Error },
     #[error(transparent)]
     Client(#[from] Error),

@@ -9,7 +9,5 @@ pub use registry::{
     ActionDef, MEMORY_LIMIT_MB_DEFAULT, MEMORY_LIMIT_MB_MAX, Registry, action_info,
     validate_action_name,
 };
-pub use runs::{
-    Run, Runs, idempotent_run_id, retry_delay_ms, run_info, validate_idempotency_key,
-};
+pub use runs::{Run, Runs, idempotent_run_id, retry_delay_ms, run_info, validate_idempotency_key};
 pub use scheduler::{RunKey, Scheduler};

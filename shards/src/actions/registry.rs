@@ -2,8 +2,8 @@
 //! shard; each shard's registry is the fold of those records.
 
 use crate::record::{ActionDefRecord, Record};
-use flo_protocol::{ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, ErrorValue};
 use ahash::AHashMap as HashMap;
+use flo_protocol::{ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, ErrorValue};
 use std::collections::BTreeMap;
 
 pub const TIMEOUT_MS_DEFAULT: u64 = 30_000;
@@ -30,7 +30,9 @@ pub struct Registry {
 
 /// Names: 1 to 256 bytes of letters, digits, `-`, `_`, `.`.
 pub fn validate_action_name(name: &str) -> Result<(), ErrorValue> {
-    let ok_chars = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
     if name.is_empty() || name.len() > ACTION_NAME_BYTES_MAX || !ok_chars {
         return Err(ErrorValue::bad_request(format!(
             "action name {name:?} is invalid: use 1 to {ACTION_NAME_BYTES_MAX} letters, digits, '-', '_' or '.'"
@@ -39,10 +41,18 @@ pub fn validate_action_name(name: &str) -> Result<(), ErrorValue> {
     Ok(())
 }
 
-fn bounded(field: &str, value: Option<u64>, default: u64, min: u64, max: u64) -> Result<u64, ErrorValue> {
+fn bounded(
+    field: &str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ErrorValue> {
     let v = value.unwrap_or(default);
     if v < min || v > max {
-        return Err(ErrorValue::bad_request(format!("{field} must be {min} to {max}, got {v}")));
+        return Err(ErrorValue::bad_request(format!(
+            "{field} must be {min} to {max}, got {v}"
+        )));
     }
     Ok(v)
 }
@@ -50,12 +60,22 @@ fn bounded(field: &str, value: Option<u64>, default: u64, min: u64, max: u64) ->
 impl Registry {
     /// A live (not deleted) action.
     pub fn get(&self, namespace: &str, name: &str) -> Option<&ActionDefRecord> {
-        self.spaces.get(namespace)?.get(name).filter(|a| !a.removed).map(|a| &a.def)
+        self.spaces
+            .get(namespace)?
+            .get(name)
+            .filter(|a| !a.removed)
+            .map(|a| &a.def)
     }
 
     pub fn list(&self, namespace: &str) -> Vec<(&str, &ActionDefRecord)> {
-        let Some(space) = self.spaces.get(namespace) else { return Vec::new() };
-        space.iter().filter(|(_, a)| !a.removed).map(|(n, a)| (n.as_str(), &a.def)).collect()
+        let Some(space) = self.spaces.get(namespace) else {
+            return Vec::new();
+        };
+        space
+            .iter()
+            .filter(|(_, a)| !a.removed)
+            .map(|(n, a)| (n.as_str(), &a.def))
+            .collect()
     }
 
     /// Every definition, deleted ones included (for shards catching up).
@@ -77,23 +97,47 @@ impl Registry {
         validate_action_name(&spec.name)?;
         match (spec.kind, &spec.wasm) {
             (ActionKind::Wasm, None) => {
-                return Err(ErrorValue::bad_request("a wasm action needs a module (--wasm FILE)"));
+                return Err(ErrorValue::bad_request(
+                    "a wasm action needs a module (--wasm FILE)",
+                ));
             }
             (ActionKind::User, Some(_)) => {
-                return Err(ErrorValue::bad_request("a user action cannot carry a wasm module"));
+                return Err(ErrorValue::bad_request(
+                    "a user action cannot carry a wasm module",
+                ));
             }
             _ => {}
         }
-        if spec.description.as_ref().is_some_and(|d| d.len() > DESCRIPTION_BYTES_MAX) {
+        if spec
+            .description
+            .as_ref()
+            .is_some_and(|d| d.len() > DESCRIPTION_BYTES_MAX)
+        {
             return Err(ErrorValue::bad_request(format!(
                 "description must be at most {DESCRIPTION_BYTES_MAX} bytes"
             )));
         }
-        let timeout_ms = bounded("timeout_ms", spec.timeout_ms, TIMEOUT_MS_DEFAULT, 1, TIMEOUT_MS_MAX)?;
-        let max_retries =
-            bounded("max_retries", spec.max_retries.map(u64::from), MAX_RETRIES_DEFAULT.into(), 0, MAX_RETRIES_MAX.into())?;
-        let retry_delay_ms =
-            bounded("retry_delay_ms", spec.retry_delay_ms, RETRY_DELAY_MS_DEFAULT, 0, RETRY_DELAY_MS_MAX)?;
+        let timeout_ms = bounded(
+            "timeout_ms",
+            spec.timeout_ms,
+            TIMEOUT_MS_DEFAULT,
+            1,
+            TIMEOUT_MS_MAX,
+        )?;
+        let max_retries = bounded(
+            "max_retries",
+            spec.max_retries.map(u64::from),
+            MAX_RETRIES_DEFAULT.into(),
+            0,
+            MAX_RETRIES_MAX.into(),
+        )?;
+        let retry_delay_ms = bounded(
+            "retry_delay_ms",
+            spec.retry_delay_ms,
+            RETRY_DELAY_MS_DEFAULT,
+            0,
+            RETRY_DELAY_MS_MAX,
+        )?;
         let memory_limit_mb = bounded(
             "memory_limit_mb",
             spec.memory_limit_mb.map(u64::from),
@@ -101,7 +145,10 @@ impl Registry {
             1,
             MEMORY_LIMIT_MB_MAX.into(),
         )?;
-        let previous = self.spaces.get(&spec.namespace).and_then(|s| s.get(&spec.name));
+        let previous = self
+            .spaces
+            .get(&spec.namespace)
+            .and_then(|s| s.get(&spec.name));
         let live = previous.filter(|a| !a.removed);
         let def = ActionDefRecord {
             kind: spec.kind,
@@ -117,18 +164,33 @@ impl Registry {
             created_at_ms: live.map_or(now_ms, |a| a.def.created_at_ms),
             updated_at_ms: now_ms,
         };
-        Ok(Record::ActionDefined { namespace: spec.namespace, name: spec.name, def })
+        Ok(Record::ActionDefined {
+            namespace: spec.namespace,
+            name: spec.name,
+            def,
+        })
     }
 
     fn require(&self, namespace: &str, name: &str) -> Result<&ActionDefRecord, ErrorValue> {
         self.get(namespace, name).ok_or_else(|| {
-            ErrorValue::not_found(format!("action {name:?} is not registered in namespace {namespace:?}"))
+            ErrorValue::not_found(format!(
+                "action {name:?} is not registered in namespace {namespace:?}"
+            ))
         })
     }
 
-    pub fn plan_delete(&self, namespace: &str, name: &str, now_ms: u64) -> Result<Record, ErrorValue> {
+    pub fn plan_delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
         self.require(namespace, name)?;
-        Ok(Record::ActionRemoved { namespace: namespace.into(), name: name.into(), at_ms: now_ms })
+        Ok(Record::ActionRemoved {
+            namespace: namespace.into(),
+            name: name.into(),
+            at_ms: now_ms,
+        })
     }
 
     pub fn plan_set_enabled(
@@ -139,7 +201,12 @@ impl Registry {
         now_ms: u64,
     ) -> Result<Record, ErrorValue> {
         self.require(namespace, name)?;
-        Ok(Record::ActionEnabled { namespace: namespace.into(), name: name.into(), enabled, at_ms: now_ms })
+        Ok(Record::ActionEnabled {
+            namespace: namespace.into(),
+            name: name.into(),
+            enabled,
+            at_ms: now_ms,
+        })
     }
 
     /// The action to invoke: registered and enabled.
@@ -160,28 +227,50 @@ impl Registry {
         for (namespace, name, def) in target {
             known.insert((namespace.clone(), name.clone()));
             let mine = self.spaces.get(&namespace).and_then(|s| s.get(&name));
-            let same = mine.is_some_and(|m| m.removed == def.removed && m.def.version == def.def.version && m.def.enabled == def.def.enabled);
+            let same = mine.is_some_and(|m| {
+                m.removed == def.removed
+                    && m.def.version == def.def.version
+                    && m.def.enabled == def.def.enabled
+            });
             if same {
                 continue;
             }
             if def.removed {
                 if mine.is_some_and(|m| !m.removed) {
-                    records.push(Record::ActionRemoved { namespace, name, at_ms: now_ms });
+                    records.push(Record::ActionRemoved {
+                        namespace,
+                        name,
+                        at_ms: now_ms,
+                    });
                 }
                 continue;
             }
-            records.push(Record::ActionDefined { namespace, name, def: def.def });
+            records.push(Record::ActionDefined {
+                namespace,
+                name,
+                def: def.def,
+            });
         }
         for (namespace, name, mine) in self.all() {
             if !mine.removed && !known.contains(&(namespace.to_string(), name.to_string())) {
-                records.push(Record::ActionRemoved { namespace: namespace.into(), name: name.into(), at_ms: now_ms });
+                records.push(Record::ActionRemoved {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    at_ms: now_ms,
+                });
             }
         }
         records
     }
 
     pub fn apply_defined(&mut self, namespace: String, name: String, def: ActionDefRecord) {
-        self.spaces.entry(namespace).or_default().insert(name, ActionDef { def, removed: false });
+        self.spaces.entry(namespace).or_default().insert(
+            name,
+            ActionDef {
+                def,
+                removed: false,
+            },
+        );
     }
 
     pub fn apply_removed(&mut self, namespace: &str, name: &str, at_ms: u64) {

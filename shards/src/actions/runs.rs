@@ -1,11 +1,11 @@
 //! Runs of actions on this shard: created, attempted, completed, failed, cancelled.
 
 use crate::record::{ActionDefRecord, Record};
+use ahash::AHashMap as HashMap;
 use flo_protocol::{
     ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
     RunInfo, RunStatus,
 };
-use ahash::AHashMap as HashMap;
 
 pub const PRIORITY_DEFAULT: u8 = 10;
 pub const DELAY_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
@@ -60,12 +60,16 @@ pub fn idempotent_run_id(action: &str, key: &str) -> String {
 
 fn validate_labels(labels: &str) -> Result<(), ErrorValue> {
     if labels.len() > LABELS_BYTES_MAX {
-        return Err(ErrorValue::bad_request(format!("labels must be at most {LABELS_BYTES_MAX} bytes")));
+        return Err(ErrorValue::bad_request(format!(
+            "labels must be at most {LABELS_BYTES_MAX} bytes"
+        )));
     }
     let value: serde_json::Value = serde_json::from_str(labels)
         .map_err(|e| ErrorValue::bad_request(format!("labels must be a JSON object: {e}")))?;
     let Some(map) = value.as_object() else {
-        return Err(ErrorValue::bad_request("labels must be a JSON object like {\"gpu\":true}"));
+        return Err(ErrorValue::bad_request(
+            "labels must be a JSON object like {\"gpu\":true}",
+        ));
     };
     if let Some((k, _)) = map.iter().find(|(_, v)| v.is_object() || v.is_array()) {
         return Err(ErrorValue::bad_request(format!(
@@ -82,7 +86,9 @@ impl Runs {
 
     pub fn require(&self, namespace: &str, run_id: &str) -> Result<&Run, ErrorValue> {
         self.get(namespace, run_id).ok_or_else(|| {
-            ErrorValue::not_found(format!("run {run_id:?} not found in namespace {namespace:?}"))
+            ErrorValue::not_found(format!(
+                "run {run_id:?} not found in namespace {namespace:?}"
+            ))
         })
     }
 
@@ -95,13 +101,25 @@ impl Runs {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Run)> {
-        self.spaces.iter().flat_map(|(ns, runs)| runs.iter().map(move |(id, r)| (ns.as_str(), id.as_str(), r)))
+        self.spaces.iter().flat_map(|(ns, runs)| {
+            runs.iter()
+                .map(move |(id, r)| (ns.as_str(), id.as_str(), r))
+        })
     }
 
     /// A fresh `ACTION-N` id that `owned` accepts (ids hash to shards; this shard only
     /// hands out ids it owns, so shards never collide).
-    pub fn next_run_id(&self, namespace: &str, action: &str, owned: impl Fn(&str) -> bool) -> String {
-        let mut n = self.counters.get(&(namespace.to_string(), action.to_string())).copied().unwrap_or(0);
+    pub fn next_run_id(
+        &self,
+        namespace: &str,
+        action: &str,
+        owned: impl Fn(&str) -> bool,
+    ) -> String {
+        let mut n = self
+            .counters
+            .get(&(namespace.to_string(), action.to_string()))
+            .copied()
+            .unwrap_or(0);
         loop {
             n += 1;
             let id = format!("{action}-{n}");
@@ -127,7 +145,9 @@ impl Runs {
         }
         let delay = spec.delay_ms.unwrap_or(0);
         if delay > DELAY_MS_MAX {
-            return Err(ErrorValue::bad_request(format!("delay must be at most {DELAY_MS_MAX} ms")));
+            return Err(ErrorValue::bad_request(format!(
+                "delay must be at most {DELAY_MS_MAX} ms"
+            )));
         }
         if let Some(labels) = &spec.labels {
             validate_labels(labels)?;
@@ -146,7 +166,12 @@ impl Runs {
         })
     }
 
-    pub fn plan_cancel(&self, namespace: &str, run_id: &str, now_ms: u64) -> Result<Record, ErrorValue> {
+    pub fn plan_cancel(
+        &self,
+        namespace: &str,
+        run_id: &str,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
         let run = self.require(namespace, run_id)?;
         if run.status.is_final() {
             return Err(ErrorValue::conflict(format!(
@@ -154,7 +179,11 @@ impl Runs {
                 run.status.as_str()
             )));
         }
-        Ok(Record::RunCancelled { namespace: namespace.into(), run_id: run_id.into(), at_ms: now_ms })
+        Ok(Record::RunCancelled {
+            namespace: namespace.into(),
+            run_id: run_id.into(),
+            at_ms: now_ms,
+        })
     }
 
     /// Runs of `action`, newest first.
@@ -167,9 +196,13 @@ impl Runs {
         limit: u32,
     ) -> Result<RunPage<'_>, ErrorValue> {
         if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
-            return Err(ErrorValue::bad_request(format!("limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}")));
+            return Err(ErrorValue::bad_request(format!(
+                "limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}"
+            )));
         }
-        let Some(space) = self.spaces.get(namespace) else { return Ok((Vec::new(), false)) };
+        let Some(space) = self.spaces.get(namespace) else {
+            return Ok((Vec::new(), false));
+        };
         let mut out: Vec<(&str, &Run)> = space
             .iter()
             .filter(|(_, r)| r.action == action)
@@ -177,18 +210,32 @@ impl Runs {
             .filter(|(_, r)| !dead_letter || r.dead_lettered)
             .map(|(id, r)| (id.as_str(), r))
             .collect();
-        out.sort_by(|a, b| b.1.created_at_ms.cmp(&a.1.created_at_ms).then(b.1.seq.cmp(&a.1.seq)));
+        out.sort_by(|a, b| {
+            b.1.created_at_ms
+                .cmp(&a.1.created_at_ms)
+                .then(b.1.seq.cmp(&a.1.seq))
+        });
         let truncated = out.len() > limit as usize;
         out.truncate(limit as usize);
         Ok((out, truncated))
     }
 
     pub fn apply_created(&mut self, namespace: String, run_id: String, run: Run) {
-        if let Some(n) = run_id.strip_prefix(run.action.as_str()).and_then(|r| r.strip_prefix('-')).and_then(|n| n.parse::<u64>().ok()) {
-            let counter = self.counters.entry((namespace.clone(), run.action.clone())).or_insert(0);
+        if let Some(n) = run_id
+            .strip_prefix(run.action.as_str())
+            .and_then(|r| r.strip_prefix('-'))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            let counter = self
+                .counters
+                .entry((namespace.clone(), run.action.clone()))
+                .or_insert(0);
             *counter = (*counter).max(n);
         }
-        self.spaces.entry(namespace).or_default().insert(run_id, run);
+        self.spaces
+            .entry(namespace)
+            .or_default()
+            .insert(run_id, run);
     }
 
     pub fn next_seq(&mut self) -> u64 {
@@ -211,7 +258,11 @@ pub fn validate_idempotency_key(key: &str) -> Result<(), ErrorValue> {
 }
 
 pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunInfo {
-    let status = if running && run.status == RunStatus::Pending { RunStatus::Running } else { run.status };
+    let status = if running && run.status == RunStatus::Pending {
+        RunStatus::Running
+    } else {
+        run.status
+    };
     RunInfo {
         run_id: run_id.into(),
         namespace: namespace.into(),

@@ -21,7 +21,14 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Queues a pending run: ready now, or at its `available_at_ms`.
-    pub fn schedule(&mut self, key: RunKey, priority: u8, seq: u64, available_at_ms: u64, now_ms: u64) {
+    pub fn schedule(
+        &mut self,
+        key: RunKey,
+        priority: u8,
+        seq: u64,
+        available_at_ms: u64,
+        now_ms: u64,
+    ) {
         if available_at_ms > now_ms {
             self.timers.insert((available_at_ms, seq), key);
         } else {
@@ -63,9 +70,17 @@ impl Scheduler {
             if run.status != RunStatus::Pending {
                 continue;
             }
-            let wasm = registry.get(ns, &run.action).is_some_and(|d| d.kind == ActionKind::Wasm);
+            let wasm = registry
+                .get(ns, &run.action)
+                .is_some_and(|d| d.kind == ActionKind::Wasm);
             if wasm {
-                self.schedule((ns.into(), id.into()), run.priority, run.seq, run.available_at_ms, now_ms);
+                self.schedule(
+                    (ns.into(), id.into()),
+                    run.priority,
+                    run.seq,
+                    run.available_at_ms,
+                    now_ms,
+                );
             }
         }
     }

@@ -2,17 +2,17 @@
 //! recovery, mesh, listeners; and the orderly stop.
 
 use super::config::ServerConfig;
+use super::forwarder::forward_loop;
 use super::log_writer::{SegmentWriter, drain, flush_loop};
 use super::mesh::{self, ExecutorTable, Mesh, MeshMsg};
-use super::forwarder::forward_loop;
 use super::shard::Shard;
 use super::wasm_runner::{SharedModules, WASM_SLOTS, WasmHost, kick, timer_loop};
-use crate::wasm::{WasmConfig, WasmEngine};
 use crate::clock::OffsetClock;
 use crate::engine::ShardCore;
 use crate::hash::{PARTITIONS_DEFAULT, Partitioning};
 use crate::state::ShardState;
 use crate::ual::{RecoveryError, recover};
+use crate::wasm::{WasmConfig, WasmEngine};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use serde::{Deserialize, Serialize};
@@ -68,7 +68,10 @@ struct Meta {
 }
 
 fn dir_err(dir: &Path) -> impl Fn(io::Error) -> ServerError + '_ {
-    move |source| ServerError::DataDir { dir: dir.to_path_buf(), source }
+    move |source| ServerError::DataDir {
+        dir: dir.to_path_buf(),
+        source,
+    }
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -96,20 +99,32 @@ fn load_meta(dir: &Path, shards: Option<u32>) -> Result<Meta, ServerError> {
     let path = dir.join(META_FILE);
     match fs::read(&path) {
         Ok(bytes) => {
-            let meta: Meta = serde_json::from_slice(&bytes)
-                .map_err(|e| ServerError::Meta { dir: dir.to_path_buf(), reason: e.to_string() })?;
+            let meta: Meta = serde_json::from_slice(&bytes).map_err(|e| ServerError::Meta {
+                dir: dir.to_path_buf(),
+                reason: e.to_string(),
+            })?;
             if meta.format != META_FORMAT {
                 let reason = format!("format {} is not supported", meta.format);
-                return Err(ServerError::Meta { dir: dir.to_path_buf(), reason });
+                return Err(ServerError::Meta {
+                    dir: dir.to_path_buf(),
+                    reason,
+                });
             }
             if shards.is_some_and(|n| n != meta.shards) {
-                return Err(ServerError::ShardCount { dir: dir.to_path_buf(), found: meta.shards });
+                return Err(ServerError::ShardCount {
+                    dir: dir.to_path_buf(),
+                    found: meta.shards,
+                });
             }
             Ok(meta)
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let shards = shards.unwrap_or_else(|| allowed_cpus().len() as u32);
-            let meta = Meta { format: META_FORMAT, shards, partitions: PARTITIONS_DEFAULT };
+            let meta = Meta {
+                format: META_FORMAT,
+                shards,
+                partitions: PARTITIONS_DEFAULT,
+            };
             let tmp = dir.join(format!("{META_FILE}.tmp"));
             let write = || -> io::Result<()> {
                 let f = fs::File::create(&tmp)?;
@@ -133,7 +148,9 @@ fn allowed_cpus() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return vec![0];
         }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect();
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect();
         if cpus.is_empty() { vec![0] } else { cpus }
     }
 }
@@ -165,9 +182,15 @@ pub fn run_server(
 
     // Refuse a port another process serves (SO_REUSEPORT would let us share it silently),
     // and learn the port when 0 was asked for.
-    let probe = std::net::TcpListener::bind(config.listen)
-        .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
-    let addr = probe.local_addr().map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+    let probe =
+        std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = probe.local_addr().map_err(|source| ServerError::Listen {
+        addr: config.listen,
+        source,
+    })?;
     drop(probe);
 
     for s in 0..meta.shards {
@@ -180,7 +203,10 @@ pub fn run_server(
         max_instances: meta.shards * WASM_SLOTS as u32 + 4,
         memory_limit_bytes_max: u64::from(crate::actions::MEMORY_LIMIT_MB_MAX) << 20,
     })
-    .map_err(|e| ServerError::Shard { shard: 0, message: format!("cannot start the wasm engine: {e}") })?;
+    .map_err(|e| ServerError::Shard {
+        shard: 0,
+        message: format!("cannot start the wasm engine: {e}"),
+    })?;
     let wasm_modules = SharedModules::default();
     let clock = OffsetClock::default();
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
@@ -210,7 +236,10 @@ pub fn run_server(
             .preempt_timer(Duration::from_millis(PREEMPT_MS));
         let handle = builder
             .spawn(move || shard_main(boot))
-            .map_err(|e| ServerError::Shard { shard: s, message: format!("cannot start executor: {e}") })?;
+            .map_err(|e| ServerError::Shard {
+                shard: s,
+                message: format!("cannot start executor: {e}"),
+            })?;
         handles.push(handle);
     }
     drop(ready_tx);
@@ -219,11 +248,18 @@ pub fn run_server(
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e),
             Err(_) => {
-                return Err(ServerError::Shard { shard: 0, message: "a shard stopped while starting".into() });
+                return Err(ServerError::Shard {
+                    shard: 0,
+                    message: "a shard stopped while starting".into(),
+                });
             }
         }
     }
-    on_ready(&Ready { addr, shards: meta.shards, partitions: meta.partitions });
+    on_ready(&Ready {
+        addr,
+        shards: meta.shards,
+        partitions: meta.partitions,
+    });
     for h in handles {
         let _ = h.join();
     }
@@ -275,10 +311,23 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let (writer, segments) = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
-    let core = ShardCore::new(id, state, log.last_lsn, segments, Rc::new(boot.clock.clone()));
+    let core = ShardCore::new(
+        id,
+        state,
+        log.last_lsn,
+        segments,
+        Rc::new(boot.clock.clone()),
+    );
     let wasm = WasmHost::new(boot.wasm_engine.clone(), boot.wasm_modules.clone());
     let test_clock = boot.config.test_clock.then(|| boot.clock.clone());
-    let shard = Rc::new(Shard::new(id, boot.partitioning, boot.config.durability, core, wasm, test_clock));
+    let shard = Rc::new(Shard::new(
+        id,
+        boot.partitioning,
+        boot.config.durability,
+        core,
+        wasm,
+        test_clock,
+    ));
 
     glommio::spawn_local(flush_loop(shard.clone(), writer)).detach();
     glommio::spawn_local(timer_loop(shard.clone())).detach();
@@ -293,8 +342,8 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     }
     glommio::spawn_local(sweep_loop(shard.clone())).detach();
 
-    let listener =
-        TcpListener::bind(boot.addr).map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
+    let listener = TcpListener::bind(boot.addr)
+        .map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
     let _ = boot.ready.send(Ok(id));
     // Runs recovered as pending start now.
     kick(&shard);

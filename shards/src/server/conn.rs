@@ -1,8 +1,8 @@
 //! One client connection: a reader that decodes frames and dispatches requests, and a
 //! writer that sends replies as they become ready (in any order), many per syscall.
 
-use super::outbox::{Outbox, Signal};
 use super::dispatch;
+use super::outbox::{Outbox, Signal};
 use super::shard::{ReplyResult, ReplyTo, Shard, ShardOp, Target};
 use crate::hash::HASH_NAME;
 use flo_protocol::{
@@ -84,13 +84,18 @@ async fn write_loop(conn: Rc<Conn>, mut writer: futures_lite::io::WriteHalf<TcpS
             conn.reader_done.set(true);
             break;
         }
-        conn.inflight.set(conn.inflight.get().saturating_sub(frames.len()));
+        conn.inflight
+            .set(conn.inflight.get().saturating_sub(frames.len()));
         conn.room.notify();
     }
     let _ = writer.close().await;
 }
 
-async fn read_loop(shard: &Rc<Shard>, conn: &Rc<Conn>, mut reader: futures_lite::io::ReadHalf<TcpStream>) {
+async fn read_loop(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    mut reader: futures_lite::io::ReadHalf<TcpStream>,
+) {
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let (mut start, mut end) = (0usize, 0usize);
     loop {
@@ -102,7 +107,9 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Rc<Conn>, mut reader: futures_lite:
             buf.copy_within(start..end, 0);
             end -= start;
             start = 0;
-            let need = frame_len(&buf[..end]).unwrap_or(0).max(end + READ_CHUNK_BYTES / 2);
+            let need = frame_len(&buf[..end])
+                .unwrap_or(0)
+                .max(end + READ_CHUNK_BYTES / 2);
             if need > buf.len() {
                 buf.resize(need, 0);
             }
@@ -122,7 +129,12 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Rc<Conn>, mut reader: futures_lite:
                 Err(e @ FrameError::TooLarge { .. }) => {
                     // The stream cannot be resynchronised: answer, then close.
                     conn.inflight.set(conn.inflight.get() + 1);
-                    conn.send_now(0, Err(ErrorValue::bad_request(format!("{e}; closing the connection"))));
+                    conn.send_now(
+                        0,
+                        Err(ErrorValue::bad_request(format!(
+                            "{e}; closing the connection"
+                        ))),
+                    );
                     return;
                 }
                 Err(e) => unreachable!("split_frame only reports sizes: {e}"),
@@ -152,9 +164,14 @@ fn handle_frame(shard: &Rc<Shard>, conn: &Rc<Conn>, payload: &[u8]) {
 }
 
 fn dispatch(shard: &Rc<Shard>, conn: &Rc<Conn>, Request { id, op }: Request) {
-    let to = ReplyTo::Conn { conn: conn.clone(), id };
+    let to = ReplyTo::Conn {
+        conn: conn.clone(),
+        id,
+    };
     match shard.target(&op) {
-        Target::Shard(target) if target == shard.id => dispatch::handle(shard, ShardOp::Client(op), to),
+        Target::Shard(target) if target == shard.id => {
+            dispatch::handle(shard, ShardOp::Client(op), to)
+        }
         Target::Shard(target) => shard.forward(target, ShardOp::Client(op), to),
         Target::All => {
             let shard = shard.clone();
@@ -166,7 +183,9 @@ fn dispatch(shard: &Rc<Shard>, conn: &Rc<Conn>, Request { id, op }: Request) {
         }
         Target::Here => {
             let result = match op {
-                Op::Hello { protocol_version, .. } => hello(shard, protocol_version),
+                Op::Hello {
+                    protocol_version, ..
+                } => hello(shard, protocol_version),
                 _ => Ok(Reply::ShardMap(ShardMap {
                     hash: HASH_NAME.to_string(),
                     partitions: shard.partitioning.partitions,

@@ -5,13 +5,22 @@ use super::shard::{COORDINATOR, ReplyResult, ReplyTo, Shard, ShardOp};
 use super::wasm_runner;
 use crate::clock::Clock;
 use crate::record::Record;
-use flo_protocol::{ErrorValue, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, RUN_WAIT_MS_MAX, Reply, StatusInfo};
+use flo_protocol::{
+    ErrorValue, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, RUN_WAIT_MS_MAX, Reply,
+    StatusInfo,
+};
 use std::rc::Rc;
 use std::time::Duration;
 
 pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
     if shard.stopping.get() {
-        shard.reply(to, 0, Err(ErrorValue::unavailable("the server is shutting down; retry against it once restarted")));
+        shard.reply(
+            to,
+            0,
+            Err(ErrorValue::unavailable(
+                "the server is shutting down; retry against it once restarted",
+            )),
+        );
         return;
     }
     match op {
@@ -21,13 +30,33 @@ pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
             shard.reply(to, lsn, Ok(Reply::Done));
         }
         ShardOp::RegistrySync(defs) => {
-            let records = shard.core.borrow().state.registry.plan_sync(defs, shard.now_ms());
-            let lsn = records.into_iter().map(|r| shard.commit(r)).max().unwrap_or(0);
+            let records = shard
+                .core
+                .borrow()
+                .state
+                .registry
+                .plan_sync(defs, shard.now_ms());
+            let lsn = records
+                .into_iter()
+                .map(|r| shard.commit(r))
+                .max()
+                .unwrap_or(0);
             shard.reply(to, lsn, Ok(Reply::Done));
         }
-        ShardOp::RemoteWrites { origin_shard, origin_lsn, namespace, writes } => {
+        ShardOp::RemoteWrites {
+            origin_shard,
+            origin_lsn,
+            namespace,
+            writes,
+        } => {
             let at_ms = shard.now_ms();
-            let lsn = shard.commit(Record::KvRemoteWrites { origin_shard, origin_lsn, namespace, writes, at_ms });
+            let lsn = shard.commit(Record::KvRemoteWrites {
+                origin_shard,
+                origin_lsn,
+                namespace,
+                writes,
+                at_ms,
+            });
             shard.reply(to, lsn, Ok(Reply::Done));
         }
     }
@@ -44,14 +73,22 @@ fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
             })
             .detach();
         }
-        Op::RunWait { namespace, run_id, timeout_ms } => wait_for_run(shard, namespace, run_id, timeout_ms, to),
+        Op::RunWait {
+            namespace,
+            run_id,
+            timeout_ms,
+        } => wait_for_run(shard, namespace, run_id, timeout_ms, to),
         // The clock is shared; the origin moved it, each shard re-reads its timers.
         Op::TestAdvanceClock { .. } => {
             shard.timer_signal.notify();
             shard.reply(to, 0, Ok(Reply::Done));
         }
         Op::ActionInvoke(spec) => {
-            let (namespace, wait_ms, delayed) = (spec.namespace.clone(), spec.wait_ms, spec.delay_ms.unwrap_or(0) > 0);
+            let (namespace, wait_ms, delayed) = (
+                spec.namespace.clone(),
+                spec.wait_ms,
+                spec.delay_ms.unwrap_or(0) > 0,
+            );
             let done = shard.execute(Op::ActionInvoke(spec));
             if delayed {
                 shard.timer_signal.notify();
@@ -65,7 +102,10 @@ fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
             }
         }
         Op::RunCancel { namespace, run_id } => {
-            let done = shard.execute(Op::RunCancel { namespace: namespace.clone(), run_id: run_id.clone() });
+            let done = shard.execute(Op::RunCancel {
+                namespace: namespace.clone(),
+                run_id: run_id.clone(),
+            });
             if done.result.is_ok() {
                 shard.run_final(&namespace, &run_id);
             }
@@ -79,7 +119,13 @@ fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
 }
 
 /// Replies with the run once it is final, or after `timeout_ms` with its current status.
-fn wait_for_run(shard: &Rc<Shard>, namespace: String, run_id: String, timeout_ms: u64, to: ReplyTo) {
+fn wait_for_run(
+    shard: &Rc<Shard>,
+    namespace: String,
+    run_id: String,
+    timeout_ms: u64,
+    to: ReplyTo,
+) {
     let status = shard.core.borrow().run_status(&namespace, &run_id);
     let is_final = matches!(&status.result, Ok(Reply::Run(info)) if info.status.is_final());
     if status.result.is_err() || is_final || timeout_ms == 0 {
@@ -99,10 +145,17 @@ pub(crate) async fn watch_expiry_loop(shard: Rc<Shard>) {
     loop {
         let next = shard.expire_watches(crate::clock::SystemClock.now_ms());
         let sleep_ms = next.map_or(WATCH_TICK_MS_MAX, |d| {
-            d.saturating_sub(crate::clock::SystemClock.now_ms()).clamp(1, WATCH_TICK_MS_MAX)
+            d.saturating_sub(crate::clock::SystemClock.now_ms())
+                .clamp(1, WATCH_TICK_MS_MAX)
         });
-        shard.watch_wake_ms.set(crate::clock::SystemClock.now_ms() + sleep_ms);
-        futures_lite::future::or(glommio::timer::sleep(Duration::from_millis(sleep_ms)), shard.watch_signal.wait()).await;
+        shard
+            .watch_wake_ms
+            .set(crate::clock::SystemClock.now_ms() + sleep_ms);
+        futures_lite::future::or(
+            glommio::timer::sleep(Duration::from_millis(sleep_ms)),
+            shard.watch_signal.wait(),
+        )
+        .await;
     }
 }
 
@@ -112,7 +165,11 @@ const WATCH_TICK_MS_MAX: u64 = 1000;
 /// Orders a registry change (on the coordinator): validate, log and apply it on every
 /// shard, reply once all have it durably.
 async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
-    let _turn = shard.registry_turn.acquire_permit(1).await.map_err(|e| ErrorValue::internal(e.to_string()))?;
+    let _turn = shard
+        .registry_turn
+        .acquire_permit(1)
+        .await
+        .map_err(|e| ErrorValue::internal(e.to_string()))?;
     let now = shard.now_ms();
     let (namespace, name, record) = match op {
         Op::ActionRegister(spec) => {
@@ -121,15 +178,34 @@ async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
                 None => None,
             };
             let (ns, name) = (spec.namespace.clone(), spec.name.clone());
-            let record = shard.core.borrow().state.registry.plan_register(spec, describe, now)?;
+            let record = shard
+                .core
+                .borrow()
+                .state
+                .registry
+                .plan_register(spec, describe, now)?;
             (ns, name, record)
         }
         Op::ActionDelete { namespace, name } => {
-            let record = shard.core.borrow().state.registry.plan_delete(&namespace, &name, now)?;
+            let record = shard
+                .core
+                .borrow()
+                .state
+                .registry
+                .plan_delete(&namespace, &name, now)?;
             (namespace, name, record)
         }
-        Op::ActionSetEnabled { namespace, name, enabled } => {
-            let record = shard.core.borrow().state.registry.plan_set_enabled(&namespace, &name, enabled, now)?;
+        Op::ActionSetEnabled {
+            namespace,
+            name,
+            enabled,
+        } => {
+            let record = shard
+                .core
+                .borrow()
+                .state
+                .registry
+                .plan_set_enabled(&namespace, &name, enabled, now)?;
             (namespace, name, record)
         }
         _ => return Err(ErrorValue::internal("not a registry change")),
@@ -153,10 +229,16 @@ async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
 /// On the coordinator at start-up: bring every shard's registry to the coordinator's (a
 /// crash during a registry change may have left it on some shards only).
 pub(crate) async fn registry_sync(shard: Rc<Shard>) {
-    let Ok(_turn) = shard.registry_turn.acquire_permit(1).await else { return };
+    let Ok(_turn) = shard.registry_turn.acquire_permit(1).await else {
+        return;
+    };
     let defs: Vec<_> = {
         let core = shard.core.borrow();
-        core.state.registry.all().map(|(ns, name, def)| (ns.to_string(), name.to_string(), def.clone())).collect()
+        core.state
+            .registry
+            .all()
+            .map(|(ns, name, def)| (ns.to_string(), name.to_string(), def.clone()))
+            .collect()
     };
     let calls: Vec<_> = (0..shard.partitioning.shards)
         .filter(|&s| s != shard.id)
@@ -189,7 +271,9 @@ pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
         }
         return Ok(Reply::Done);
     }
-    let calls: Vec<_> = (0..shard.partitioning.shards).map(|s| shard.begin_call(s, op.clone())).collect();
+    let calls: Vec<_> = (0..shard.partitioning.shards)
+        .map(|s| shard.begin_call(s, op.clone()))
+        .collect();
     let mut parts = Vec::with_capacity(calls.len());
     for call in calls {
         parts.push(call.finish(shard).await?);
@@ -198,7 +282,13 @@ pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
         Op::Status => {
             let mut shards: Vec<_> = parts
                 .into_iter()
-                .filter_map(|p| if let Reply::ShardStatus(info) = p { Some(info) } else { None })
+                .filter_map(|p| {
+                    if let Reply::ShardStatus(info) = p {
+                        Some(info)
+                    } else {
+                        None
+                    }
+                })
                 .collect();
             shards.sort_by_key(|s| s.shard);
             Ok(Reply::Status(StatusInfo {
@@ -213,7 +303,11 @@ pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
             let mut entries = Vec::new();
             let mut truncated = false;
             for part in parts {
-                if let Reply::KvList { entries: e, truncated: t } = part {
+                if let Reply::KvList {
+                    entries: e,
+                    truncated: t,
+                } = part
+                {
                     entries.extend(e);
                     truncated |= t;
                 }
@@ -230,14 +324,22 @@ pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
             let mut runs = Vec::new();
             let mut truncated = false;
             for part in parts {
-                if let Reply::Runs { runs: r, truncated: t } = part {
+                if let Reply::Runs {
+                    runs: r,
+                    truncated: t,
+                } = part
+                {
                     runs.extend(r);
                     truncated |= t;
                 }
             }
             // Newest first; ties in the same millisecond by id, `a-10` after `a-9`.
             runs.sort_by(|a, b| {
-                (b.created_at_ms, b.run_id.len(), &b.run_id).cmp(&(a.created_at_ms, a.run_id.len(), &a.run_id))
+                (b.created_at_ms, b.run_id.len(), &b.run_id).cmp(&(
+                    a.created_at_ms,
+                    a.run_id.len(),
+                    &a.run_id,
+                ))
             });
             if runs.len() > limit {
                 runs.truncate(limit);

@@ -15,7 +15,15 @@ const FORWARD_RETRY_MS: u64 = 100;
 
 pub(crate) async fn forward_loop(shard: Rc<Shard>) {
     loop {
-        let batch: Vec<_> = shard.core.borrow().state.forwards.iter().take(FORWARD_BATCH_MAX).cloned().collect();
+        let batch: Vec<_> = shard
+            .core
+            .borrow()
+            .state
+            .forwards
+            .iter()
+            .take(FORWARD_BATCH_MAX)
+            .cloned()
+            .collect();
         let Some(last) = batch.last().map(|f| f.lsn) else {
             shard.forward_signal.wait().await;
             continue;
@@ -24,7 +32,10 @@ pub(crate) async fn forward_loop(shard: Rc<Shard>) {
         for f in batch {
             let mut by_shard: BTreeMap<u32, Vec<GuestKvWrite>> = BTreeMap::new();
             for w in f.writes {
-                by_shard.entry(shard.partitioning.shard_of(&f.namespace, &w.key)).or_default().push(w);
+                by_shard
+                    .entry(shard.partitioning.shard_of(&f.namespace, &w.key))
+                    .or_default()
+                    .push(w);
             }
             for (target, writes) in by_shard {
                 let op = ShardOp::RemoteWrites {

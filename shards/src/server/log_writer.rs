@@ -28,7 +28,9 @@ async fn open_segment(dir: &Path, name: &str, segment_bytes: u64) -> io::Result<
         .await
         .map_err(to_io)?;
     if file.file_size().await.map_err(to_io)? < segment_bytes {
-        file.pre_allocate(segment_bytes, false).await.map_err(to_io)?;
+        file.pre_allocate(segment_bytes, false)
+            .await
+            .map_err(to_io)?;
     }
     Ok(file)
 }
@@ -41,7 +43,11 @@ async fn sync_dir(dir: &Path) -> io::Result<()> {
 
 impl SegmentWriter {
     /// Continues the recovered log: appends go after its last valid record.
-    pub async fn open(dir: &Path, log: &RecoveredLog, segment_bytes: u64) -> io::Result<(Self, u32)> {
+    pub async fn open(
+        dir: &Path,
+        log: &RecoveredLog,
+        segment_bytes: u64,
+    ) -> io::Result<(Self, u32)> {
         let (name, offset, segments) = match log.segments.last() {
             Some(seg) => (
                 seg.path.file_name().unwrap().to_string_lossy().into_owned(),
@@ -53,7 +59,15 @@ impl SegmentWriter {
         let file = open_segment(dir, &name, segment_bytes).await?;
         file.fdatasync().await.map_err(to_io)?;
         sync_dir(dir).await?;
-        Ok((SegmentWriter { dir: dir.to_path_buf(), file, offset, segment_bytes }, segments))
+        Ok((
+            SegmentWriter {
+                dir: dir.to_path_buf(),
+                file,
+                offset,
+                segment_bytes,
+            },
+            segments,
+        ))
     }
 
     /// Writes and syncs one batch; returns true if a new segment was started for it.
@@ -74,7 +88,9 @@ impl SegmentWriter {
         bytes[batch.bytes.len()..].fill(0);
         let written = self.file.write_at(buf, self.offset).await.map_err(to_io)?;
         if written as u64 != padded {
-            return Err(io::Error::other(format!("short write: {written} of {padded} bytes")));
+            return Err(io::Error::other(format!(
+                "short write: {written} of {padded} bytes"
+            )));
         }
         self.file.fdatasync().await.map_err(to_io)?;
         self.offset += padded;
@@ -102,7 +118,10 @@ pub(crate) async fn flush_loop(shard: Rc<Shard>, mut writer: SegmentWriter) {
             Err(e) => {
                 // Nothing written after a failed write can be trusted to be durable, and
                 // nothing unsynced may be acknowledged: stop; recovery restores a clean log.
-                eprintln!("fatal: shard {} cannot write its log: {e}; exiting", shard.id);
+                eprintln!(
+                    "fatal: shard {} cannot write its log: {e}; exiting",
+                    shard.id
+                );
                 std::process::exit(70);
             }
         }

@@ -31,11 +31,23 @@ pub(crate) struct Joined {
 pub(crate) async fn join(mesh: Mesh, table: ExecutorTable, shard: u32) -> Joined {
     table.lock().unwrap()[shard as usize] = Some(glommio::executor().id());
     let (senders, receivers) = mesh.join().await.expect("join the shard mesh");
-    let ids: Vec<usize> = table.lock().unwrap().iter().map(|id| id.expect("every shard registered")).collect();
+    let ids: Vec<usize> = table
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|id| id.expect("every shard registered"))
+        .collect();
     let mut sorted = ids.clone();
     sorted.sort_unstable();
-    let peer_of = ids.iter().map(|id| sorted.binary_search(id).unwrap()).collect();
-    Joined { senders, receivers, peer_of }
+    let peer_of = ids
+        .iter()
+        .map(|id| sorted.binary_search(id).unwrap())
+        .collect();
+    Joined {
+        senders,
+        receivers,
+        peer_of,
+    }
 }
 
 /// Starts a sender and a receiver task per peer shard.

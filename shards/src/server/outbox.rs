@@ -108,7 +108,13 @@ pub struct DurableOneshot {
 impl DurableOneshot {
     pub fn new(lsn: u64) -> (Rc<Self>, futures_channel::oneshot::Receiver<()>) {
         let (tx, rx) = futures_channel::oneshot::channel();
-        (Rc::new(DurableOneshot { lsn, tx: RefCell::new(Some(tx)) }), rx)
+        (
+            Rc::new(DurableOneshot {
+                lsn,
+                tx: RefCell::new(Some(tx)),
+            }),
+            rx,
+        )
     }
 }
 

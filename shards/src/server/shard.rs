@@ -8,10 +8,10 @@ use crate::actions::RunKey;
 use crate::engine::{Done, ShardCore, route_key};
 use crate::hash::Partitioning;
 use crate::record::{GuestKvWrite, Record};
+use ahash::AHashMap as HashMap;
 use flo_protocol::{ErrorValue, InvokeSpec, Op, Reply};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
-use ahash::AHashMap as HashMap;
 use std::rc::Rc;
 
 pub(crate) type ReplyResult = Result<Reply, ErrorValue>;
@@ -29,7 +29,12 @@ pub(crate) enum ShardOp {
     /// whatever it needs to match it (after a crash during a registry change).
     RegistrySync(Vec<(String, String, crate::actions::ActionDef)>),
     /// Guest KV writes of a completion on `origin_shard`, for keys the receiver owns.
-    RemoteWrites { origin_shard: u32, origin_lsn: u64, namespace: String, writes: Vec<GuestKvWrite> },
+    RemoteWrites {
+        origin_shard: u32,
+        origin_lsn: u64,
+        namespace: String,
+        writes: Vec<GuestKvWrite>,
+    },
 }
 
 /// Where an operation is executed.
@@ -116,7 +121,9 @@ impl Shard {
         wasm: super::wasm_runner::WasmHost,
         test_clock: Option<crate::clock::OffsetClock>,
     ) -> Self {
-        let peers = (0..partitioning.shards).map(|s| (s != id).then(PeerLink::new)).collect();
+        let peers = (0..partitioning.shards)
+            .map(|s| (s != id).then(PeerLink::new))
+            .collect();
         Shard {
             id,
             partitioning,
@@ -148,8 +155,14 @@ impl Shard {
     /// Answers `to` with the run's status once it is final (`run_final`) or at
     /// `deadline_ms` (`expire_watches`), whichever comes first.
     pub fn watch_run(&self, key: RunKey, deadline_ms: u64, to: ReplyTo) {
-        self.watch_deadlines.borrow_mut().push(std::cmp::Reverse((deadline_ms, key.clone())));
-        self.run_watchers.borrow_mut().entry(key).or_default().push((deadline_ms, to));
+        self.watch_deadlines
+            .borrow_mut()
+            .push(std::cmp::Reverse((deadline_ms, key.clone())));
+        self.run_watchers
+            .borrow_mut()
+            .entry(key)
+            .or_default()
+            .push((deadline_ms, to));
     }
 
     fn answer_watch(&self, (namespace, run_id): &RunKey, to: ReplyTo) {
@@ -163,7 +176,9 @@ impl Shard {
             return;
         }
         let key = (namespace.to_string(), run_id.to_string());
-        let Some(list) = self.run_watchers.borrow_mut().remove(&key) else { return };
+        let Some(list) = self.run_watchers.borrow_mut().remove(&key) else {
+            return;
+        };
         for (_, to) in list {
             self.answer_watch(&key, to);
         }
@@ -175,15 +190,21 @@ impl Shard {
             let key = {
                 let mut heap = self.watch_deadlines.borrow_mut();
                 match heap.peek() {
-                    Some(std::cmp::Reverse((deadline, _))) if *deadline <= now_ms => heap.pop().unwrap().0.1,
+                    Some(std::cmp::Reverse((deadline, _))) if *deadline <= now_ms => {
+                        heap.pop().unwrap().0.1
+                    }
                     Some(std::cmp::Reverse((deadline, _))) => return Some(*deadline),
                     None => return None,
                 }
             };
             let expired: Vec<ReplyTo> = {
                 let mut watchers = self.run_watchers.borrow_mut();
-                let Some(list) = watchers.get_mut(&key) else { continue };
-                let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(list).into_iter().partition(|(d, _)| *d <= now_ms);
+                let Some(list) = watchers.get_mut(&key) else {
+                    continue;
+                };
+                let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(list)
+                    .into_iter()
+                    .partition(|(d, _)| *d <= now_ms);
                 if kept.is_empty() {
                     watchers.remove(&key);
                 } else {
@@ -210,7 +231,9 @@ impl Shard {
             Op::ActionGet { .. } | Op::ActionList { .. } | Op::ActionInvoke(InvokeSpec { .. }) => {
                 Target::Shard(self.id)
             }
-            Op::Status | Op::KvList { .. } | Op::RunList { .. } | Op::TestAdvanceClock { .. } => Target::All,
+            Op::Status | Op::KvList { .. } | Op::RunList { .. } | Op::TestAdvanceClock { .. } => {
+                Target::All
+            }
             Op::Hello { .. } | Op::ShardMap => Target::Here,
             Op::KvGet { .. }
             | Op::KvPut { .. }
@@ -243,7 +266,9 @@ impl Shard {
         match to {
             ReplyTo::Conn { conn, id } => conn.send_when_durable(self, id, lsn, result),
             ReplyTo::Peer { shard, tag } => {
-                let link = self.peers[shard as usize].as_ref().expect("reply to another shard");
+                let link = self.peers[shard as usize]
+                    .as_ref()
+                    .expect("reply to another shard");
                 self.deliver(&link.replies, lsn, (tag, result));
             }
             ReplyTo::Oneshot(tx) => {
@@ -304,14 +329,18 @@ impl Shard {
         let tag = self.next_tag.get();
         self.next_tag.set(tag + 1);
         self.waiters.borrow_mut().insert(tag, waiter);
-        let link = self.peers[target as usize].as_ref().expect("forward to another shard");
+        let link = self.peers[target as usize]
+            .as_ref()
+            .expect("forward to another shard");
         link.requests.borrow_mut().push((tag, op));
         link.signal.notify();
     }
 
     /// A reply from another shard arrived.
     pub fn complete(&self, tag: u64, result: ReplyResult) {
-        let Some(waiter) = self.waiters.borrow_mut().remove(&tag) else { return };
+        let Some(waiter) = self.waiters.borrow_mut().remove(&tag) else {
+            return;
+        };
         self.reply(waiter, 0, result);
     }
 

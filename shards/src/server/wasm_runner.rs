@@ -6,9 +6,9 @@ use super::shard::Shard;
 use crate::actions::{RunKey, retry_delay_ms};
 use crate::record::{GuestKvWrite, Record};
 use crate::wasm::{ExecLimits, ExecResult, GuestError, GuestKv, WasmEngine, WasmModule};
+use ahash::AHashMap as HashMap;
 use flo_protocol::{ErrorValue, Op, Reply};
 use std::cell::RefCell;
-use ahash::AHashMap as HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -32,7 +32,11 @@ pub(crate) struct WasmHost {
 
 impl WasmHost {
     pub fn new(engine: WasmEngine, shared: SharedModules) -> Self {
-        WasmHost { engine, shared, local: RefCell::new(HashMap::new()) }
+        WasmHost {
+            engine,
+            shared,
+            local: RefCell::new(HashMap::new()),
+        }
     }
 }
 
@@ -49,12 +53,20 @@ async fn compile(shard: &Shard, bytes: Vec<u8>) -> Result<WasmModule, String> {
     let module = glommio::executor()
         .spawn_blocking(move || engine.compile(&bytes).map_err(|e| e.to_string()))
         .await?;
-    shard.wasm.shared.lock().unwrap().insert(key, module.clone());
+    shard
+        .wasm
+        .shared
+        .lock()
+        .unwrap()
+        .insert(key, module.clone());
     Ok(module)
 }
 
 /// Compiles a module being registered; returns what its `describe` export says.
-pub(crate) async fn compile_for_registration(shard: &Shard, bytes: Vec<u8>) -> Result<Option<String>, ErrorValue> {
+pub(crate) async fn compile_for_registration(
+    shard: &Shard,
+    bytes: Vec<u8>,
+) -> Result<Option<String>, ErrorValue> {
     let module = compile(shard, bytes)
         .await
         .map_err(|e| ErrorValue::bad_request(format!("invalid wasm module: {e}")))?;
@@ -64,9 +76,16 @@ pub(crate) async fn compile_for_registration(shard: &Shard, bytes: Vec<u8>) -> R
 /// Starts executions while slots and runnable runs remain.
 pub(crate) fn kick(shard: &Rc<Shard>) {
     while shard.wasm_running.get() < WASM_SLOTS {
-        let Some(key) = shard.core.borrow_mut().next_runnable() else { return };
+        let Some(key) = shard.core.borrow_mut().next_runnable() else {
+            return;
+        };
         shard.wasm_running.set(shard.wasm_running.get() + 1);
-        shard.core.borrow_mut().scheduler.executing.insert(key.clone());
+        shard
+            .core
+            .borrow_mut()
+            .scheduler
+            .executing
+            .insert(key.clone());
         glommio::spawn_local(run_one(shard.clone(), key)).detach();
     }
 }
@@ -82,25 +101,43 @@ struct Prepared {
 
 fn prepare(shard: &Shard, (namespace, run_id): &RunKey) -> Result<Prepared, String> {
     let core = shard.core.borrow();
-    let run = core.state.runs.get(namespace, run_id).ok_or("run vanished")?;
+    let run = core
+        .state
+        .runs
+        .get(namespace, run_id)
+        .ok_or("run vanished")?;
     let def = core
         .state
         .registry
         .get(namespace, &run.action)
         .ok_or_else(|| format!("action {:?} is no longer registered", run.action))?;
-    let wasm = def.wasm.as_ref().ok_or_else(|| format!("action {:?} is not a wasm action", run.action))?;
-    let cached = shard.wasm.local.borrow().contains_key(&(namespace.clone(), run.action.clone(), def.version));
+    let wasm = def
+        .wasm
+        .as_ref()
+        .ok_or_else(|| format!("action {:?} is not a wasm action", run.action))?;
+    let cached = shard.wasm.local.borrow().contains_key(&(
+        namespace.clone(),
+        run.action.clone(),
+        def.version,
+    ));
     Ok(Prepared {
         input: run.input.clone(),
         attempt: run.attempt,
-        limits: ExecLimits { timeout_ms: def.timeout_ms, memory_limit_bytes: u64::from(def.memory_limit_mb) << 20 },
+        limits: ExecLimits {
+            timeout_ms: def.timeout_ms,
+            memory_limit_bytes: u64::from(def.memory_limit_mb) << 20,
+        },
         version: def.version,
         action: run.action.clone(),
         wasm: if cached { Vec::new() } else { wasm.clone() },
     })
 }
 
-async fn module_for(shard: &Shard, namespace: &str, p: &mut Prepared) -> Result<WasmModule, String> {
+async fn module_for(
+    shard: &Shard,
+    namespace: &str,
+    p: &mut Prepared,
+) -> Result<WasmModule, String> {
     let key = (namespace.to_string(), p.action.clone(), p.version);
     if let Some(m) = shard.wasm.local.borrow().get(&key) {
         return Ok(m.clone());
@@ -114,7 +151,10 @@ async fn run_one(shard: Rc<Shard>, key: RunKey) {
     let executed = async {
         let mut p = prepare(&shard, &key)?;
         let module = module_for(&shard, &key.0, &mut p).await?;
-        let kv: Rc<dyn GuestKv> = Rc::new(ShardKv { shard: shard.clone(), namespace: key.0.clone() });
+        let kv: Rc<dyn GuestKv> = Rc::new(ShardKv {
+            shard: shard.clone(),
+            namespace: key.0.clone(),
+        });
         let result = module.execute(&p.input, kv, p.limits).await;
         Ok::<_, String>((p.attempt, result))
     }
@@ -124,7 +164,13 @@ async fn run_one(shard: Rc<Shard>, key: RunKey) {
     match executed {
         Ok((attempt, result)) => record_attempt(&shard, &key, attempt, result),
         Err(message) => {
-            let attempt = shard.core.borrow().state.runs.get(&key.0, &key.1).map_or(1, |r| r.attempt);
+            let attempt = shard
+                .core
+                .borrow()
+                .state
+                .runs
+                .get(&key.0, &key.1)
+                .map_or(1, |r| r.attempt);
             let result = ExecResult {
                 output: Err(GuestError::Instantiate(message)),
                 outcome: None,
@@ -138,11 +184,18 @@ async fn run_one(shard: Rc<Shard>, key: RunKey) {
 }
 
 /// Logs the attempt's result, unless the run changed meanwhile (cancelled).
-fn record_attempt(shard: &Rc<Shard>, (namespace, run_id): &RunKey, attempt: u32, result: ExecResult) {
+fn record_attempt(
+    shard: &Rc<Shard>,
+    (namespace, run_id): &RunKey,
+    attempt: u32,
+    result: ExecResult,
+) {
     let now = shard.now_ms();
     let (retry_delay, max_retries, priority, seq, action) = {
         let core = shard.core.borrow();
-        let Some(run) = core.state.runs.get(namespace, run_id) else { return };
+        let Some(run) = core.state.runs.get(namespace, run_id) else {
+            return;
+        };
         if run.status != flo_protocol::RunStatus::Pending || run.attempt != attempt {
             return;
         }
@@ -157,7 +210,10 @@ fn record_attempt(shard: &Rc<Shard>, (namespace, run_id): &RunKey, attempt: u32,
     };
     for (level, text) in &result.logs {
         if *level >= 1 {
-            eprintln!("[{namespace}/{action} {run_id}] {}: {text}", level_name(*level));
+            eprintln!(
+                "[{namespace}/{action} {run_id}] {}: {text}",
+                level_name(*level)
+            );
         }
     }
     let record = match result.output {
@@ -167,11 +223,16 @@ fn record_attempt(shard: &Rc<Shard>, (namespace, run_id): &RunKey, attempt: u32,
             attempt,
             output,
             outcome: result.outcome,
-            kv_writes: result.kv_writes.into_iter().map(|(key, value)| GuestKvWrite { key, value }).collect(),
+            kv_writes: result
+                .kv_writes
+                .into_iter()
+                .map(|(key, value)| GuestKvWrite { key, value })
+                .collect(),
             at_ms: now,
         },
         Err(error) => {
-            let retry_at_ms = (attempt <= max_retries).then(|| now + retry_delay_ms(retry_delay, attempt));
+            let retry_at_ms =
+                (attempt <= max_retries).then(|| now + retry_delay_ms(retry_delay, attempt));
             Record::AttemptFailed {
                 namespace: namespace.clone(),
                 run_id: run_id.clone(),
@@ -187,7 +248,8 @@ fn record_attempt(shard: &Rc<Shard>, (namespace, run_id): &RunKey, attempt: u32,
         Record::AttemptFailed { retry_at_ms, .. } => *retry_at_ms,
         _ => None,
     };
-    let forwards = matches!(&record, Record::RunCompleted { kv_writes, .. } if !kv_writes.is_empty());
+    let forwards =
+        matches!(&record, Record::RunCompleted { kv_writes, .. } if !kv_writes.is_empty());
     shard.commit(record);
     if forwards {
         shard.forward_signal.notify();
@@ -195,7 +257,11 @@ fn record_attempt(shard: &Rc<Shard>, (namespace, run_id): &RunKey, attempt: u32,
     match retry_at {
         Some(at) => {
             let key = (namespace.clone(), run_id.clone());
-            shard.core.borrow_mut().scheduler.schedule(key, priority, seq, at, now);
+            shard
+                .core
+                .borrow_mut()
+                .scheduler
+                .schedule(key, priority, seq, at, now);
             shard.timer_signal.notify();
         }
         None => shard.run_final(namespace, run_id),
@@ -223,10 +289,20 @@ impl GuestKv for ShardKv {
         if target == self.shard.id {
             let core = self.shard.core.borrow();
             let now = core.clock.now_ms();
-            let value = core.state.kv.get(&self.namespace, key, now).map(|e| e.value.clone());
+            let value = core
+                .state
+                .kv
+                .get(&self.namespace, key, now)
+                .map(|e| e.value.clone());
             return Box::pin(std::future::ready(value));
         }
-        let call = self.shard.begin_call(target, Op::KvGet { namespace: self.namespace.clone(), key: key.into() });
+        let call = self.shard.begin_call(
+            target,
+            Op::KvGet {
+                namespace: self.namespace.clone(),
+                key: key.into(),
+            },
+        );
         let shard = self.shard.clone();
         Box::pin(async move {
             match call.finish(&shard).await {
@@ -244,10 +320,15 @@ pub(crate) async fn timer_loop(shard: Rc<Shard>) {
             let core = shard.core.borrow();
             (core.scheduler.next_due_ms(), core.clock.now_ms())
         };
-        let wait_ms = next.map_or(TIMER_TICK_MS_MAX, |due| due.saturating_sub(now).min(TIMER_TICK_MS_MAX));
+        let wait_ms = next.map_or(TIMER_TICK_MS_MAX, |due| {
+            due.saturating_sub(now).min(TIMER_TICK_MS_MAX)
+        });
         if wait_ms > 0 {
-            futures_lite::future::or(glommio::timer::sleep(Duration::from_millis(wait_ms)), shard.timer_signal.wait())
-                .await;
+            futures_lite::future::or(
+                glommio::timer::sleep(Duration::from_millis(wait_ms)),
+                shard.timer_signal.wait(),
+            )
+            .await;
         }
         if shard.core.borrow_mut().fire_timers() > 0 {
             kick(&shard);

@@ -19,7 +19,11 @@ pub struct Batch {
 
 impl LogBuffer {
     pub fn new(next_lsn: u64) -> Self {
-        LogBuffer { pending: Vec::with_capacity(64 << 10), first_lsn: next_lsn, next_lsn }
+        LogBuffer {
+            pending: Vec::with_capacity(64 << 10),
+            first_lsn: next_lsn,
+            next_lsn,
+        }
     }
 
     /// Encodes `record` into the pending batch and returns its LSN.
@@ -34,7 +38,9 @@ impl LogBuffer {
             self.pending.resize(self.pending.len() + pad, 0);
             0
         };
-        write_record(&mut self.pending, lsn, record.type_code(), flags, |out| record.encode(out));
+        write_record(&mut self.pending, lsn, record.type_code(), flags, |out| {
+            record.encode(out)
+        });
         self.next_lsn += 1;
         lsn
     }
@@ -55,6 +61,10 @@ impl LogBuffer {
         }
         spare.clear();
         let bytes = std::mem::replace(&mut self.pending, spare);
-        Some(Batch { bytes, first_lsn: self.first_lsn, last_lsn: self.next_lsn - 1 })
+        Some(Batch {
+            bytes,
+            first_lsn: self.first_lsn,
+            last_lsn: self.next_lsn - 1,
+        })
     }
 }

@@ -57,7 +57,10 @@ pub fn write_record(
     out.extend_from_slice(&[0; RECORD_HEADER_BYTES]);
     write_payload(out);
     let len = out.len() - start - RECORD_HEADER_BYTES;
-    assert!(len > 0 && len <= RECORD_PAYLOAD_BYTES_MAX, "record payload of {len} bytes");
+    assert!(
+        len > 0 && len <= RECORD_PAYLOAD_BYTES_MAX,
+        "record payload of {len} bytes"
+    );
     let (head, payload) = out[start..].split_at_mut(RECORD_HEADER_BYTES);
     head[0..4].copy_from_slice(&(len as u32).to_le_bytes());
     head[8..16].copy_from_slice(&lsn.to_le_bytes());
@@ -69,7 +72,13 @@ pub fn write_record(
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed<'a> {
-    Record { lsn: u64, rtype: u16, flags: u16, payload: &'a [u8], end: usize },
+    Record {
+        lsn: u64,
+        rtype: u16,
+        flags: u16,
+        payload: &'a [u8],
+        end: usize,
+    },
     /// All-zero header: padding (or unwritten space) up to the next block boundary.
     Padding,
     /// The file ends here (nothing but zeros, or no bytes at all, remain in this block).
@@ -81,7 +90,11 @@ pub enum Parsed<'a> {
 /// it for a header.
 pub fn header_padding(pos: u64) -> u64 {
     let room = BLOCK_BYTES - pos % BLOCK_BYTES;
-    if room < RECORD_HEADER_BYTES as u64 { room } else { 0 }
+    if room < RECORD_HEADER_BYTES as u64 {
+        room
+    } else {
+        0
+    }
 }
 
 pub fn parse_record(buf: &[u8], pos: usize) -> Parsed<'_> {
@@ -91,16 +104,28 @@ pub fn parse_record(buf: &[u8], pos: usize) -> Parsed<'_> {
         if tail.iter().any(|&b| b != 0) {
             return Parsed::Damaged("bytes where only padding may be");
         }
-        return if pos + pad >= buf.len() { Parsed::End } else { Parsed::Padding };
+        return if pos + pad >= buf.len() {
+            Parsed::End
+        } else {
+            Parsed::Padding
+        };
     }
     let rest = &buf[pos.min(buf.len())..];
     if rest.len() < RECORD_HEADER_BYTES {
-        return if rest.iter().all(|&b| b == 0) { Parsed::End } else { Parsed::Damaged("partial record header") };
+        return if rest.iter().all(|&b| b == 0) {
+            Parsed::End
+        } else {
+            Parsed::Damaged("partial record header")
+        };
     }
     let head = &rest[..RECORD_HEADER_BYTES];
     let len = u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize;
     if len == 0 {
-        return if head.iter().all(|&b| b == 0) { Parsed::Padding } else { Parsed::Damaged("invalid record header") };
+        return if head.iter().all(|&b| b == 0) {
+            Parsed::Padding
+        } else {
+            Parsed::Damaged("invalid record header")
+        };
     }
     if len > RECORD_PAYLOAD_BYTES_MAX {
         return Parsed::Damaged("record length out of range");
@@ -129,34 +154,63 @@ mod tests {
     #[test]
     fn record_round_trips_and_detects_flips() {
         let mut buf = Vec::new();
-        write_record(&mut buf, 42, 7, FLAG_BATCH_START, |o| o.extend_from_slice(b"hello"));
+        write_record(&mut buf, 42, 7, FLAG_BATCH_START, |o| {
+            o.extend_from_slice(b"hello")
+        });
         match parse_record(&buf, 0) {
-            Parsed::Record { lsn, rtype, flags, payload, end } => {
-                assert_eq!((lsn, rtype, flags, payload, end), (42, 7, 1, &b"hello"[..], buf.len()));
+            Parsed::Record {
+                lsn,
+                rtype,
+                flags,
+                payload,
+                end,
+            } => {
+                assert_eq!(
+                    (lsn, rtype, flags, payload, end),
+                    (42, 7, 1, &b"hello"[..], buf.len())
+                );
             }
             other => panic!("{other:?}"),
         }
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x40;
-            assert!(matches!(parse_record(&bad, 0), Parsed::Damaged(_)), "flip at {i}");
+            assert!(
+                matches!(parse_record(&bad, 0), Parsed::Damaged(_)),
+                "flip at {i}"
+            );
         }
         assert_eq!(parse_record(&[0u8; 64], 0), Parsed::Padding);
         // Near a block end, zeros are padding even when the next block holds records.
         let mut two_blocks = vec![0u8; 2 * BLOCK_BYTES as usize];
         two_blocks[BLOCK_BYTES as usize] = 9;
-        assert_eq!(parse_record(&two_blocks, BLOCK_BYTES as usize - 5), Parsed::Padding);
+        assert_eq!(
+            parse_record(&two_blocks, BLOCK_BYTES as usize - 5),
+            Parsed::Padding
+        );
         two_blocks[BLOCK_BYTES as usize - 2] = 1;
-        assert!(matches!(parse_record(&two_blocks, BLOCK_BYTES as usize - 5), Parsed::Damaged(_)));
+        assert!(matches!(
+            parse_record(&two_blocks, BLOCK_BYTES as usize - 5),
+            Parsed::Damaged(_)
+        ));
         assert_eq!(parse_record(&[0u8; 5], 0), Parsed::End);
-        assert!(matches!(parse_record(&buf[..buf.len() - 1], 0), Parsed::Damaged(_)));
+        assert!(matches!(
+            parse_record(&buf[..buf.len() - 1], 0),
+            Parsed::Damaged(_)
+        ));
     }
 
     #[test]
     fn segment_names_sort_by_lsn() {
         assert_eq!(segment_file_name(1), "00000000000000000001.ual");
-        assert_eq!(parse_segment_file_name(&segment_file_name(12345)), Some(12345));
+        assert_eq!(
+            parse_segment_file_name(&segment_file_name(12345)),
+            Some(12345)
+        );
         assert_eq!(parse_segment_file_name("12.ual"), None);
-        assert_eq!(parse_segment_file_name("00000000000000000001.ual.torn"), None);
+        assert_eq!(
+            parse_segment_file_name("00000000000000000001.ual.torn"),
+            None
+        );
     }
 }

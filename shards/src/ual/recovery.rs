@@ -36,18 +36,36 @@ pub enum RecoveryError {
          refusing to start so that no acknowledged write is dropped (restore the file from a \
          backup, or move the shard's segments away knowingly)"
     )]
-    Corruption { file: PathBuf, offset: u64, reason: &'static str },
+    Corruption {
+        file: PathBuf,
+        offset: u64,
+        reason: &'static str,
+    },
     #[error(
         "log gap before {file}: expected LSN {expected}, the segment starts at {found}; \
          a segment file is missing"
     )]
-    Gap { file: PathBuf, expected: u64, found: u64 },
-    #[error("record {lsn} in {file} at offset {offset} does not decode ({reason}); it was written by a newer or broken flo")]
-    Undecodable { file: PathBuf, offset: u64, lsn: u64, reason: String },
+    Gap {
+        file: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    #[error(
+        "record {lsn} in {file} at offset {offset} does not decode ({reason}); it was written by a newer or broken flo"
+    )]
+    Undecodable {
+        file: PathBuf,
+        offset: u64,
+        lsn: u64,
+        reason: String,
+    },
 }
 
 fn io_err(dir: &Path) -> impl Fn(io::Error) -> RecoveryError + '_ {
-    move |source| RecoveryError::Io { dir: dir.to_path_buf(), source }
+    move |source| RecoveryError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    }
 }
 
 fn list_segments(dir: &Path) -> Result<Vec<SegmentInfo>, RecoveryError> {
@@ -56,7 +74,10 @@ fn list_segments(dir: &Path) -> Result<Vec<SegmentInfo>, RecoveryError> {
         let entry = entry.map_err(io_err(dir))?;
         let name = entry.file_name();
         if let Some(first_lsn) = name.to_str().and_then(parse_segment_file_name) {
-            segments.push(SegmentInfo { first_lsn, path: entry.path() });
+            segments.push(SegmentInfo {
+                first_lsn,
+                path: entry.path(),
+            });
         }
     }
     segments.sort_by_key(|s| s.first_lsn);
@@ -104,16 +125,19 @@ pub fn recover(
                 Parsed::End => break None,
                 Parsed::Padding => pos = align_up(pos as u64 + 1) as usize,
                 Parsed::Damaged(reason) => break Some((pos, reason)),
-                Parsed::Record { lsn, payload, end, .. } => {
+                Parsed::Record {
+                    lsn, payload, end, ..
+                } => {
                     if lsn != last_lsn + 1 {
                         break Some((pos, "record out of sequence"));
                     }
-                    let record = Record::decode(payload).map_err(|e| RecoveryError::Undecodable {
-                        file: seg.path.clone(),
-                        offset: pos as u64,
-                        lsn,
-                        reason: e.to_string(),
-                    })?;
+                    let record =
+                        Record::decode(payload).map_err(|e| RecoveryError::Undecodable {
+                            file: seg.path.clone(),
+                            offset: pos as u64,
+                            lsn,
+                            reason: e.to_string(),
+                        })?;
                     apply(lsn, record);
                     last_lsn = lsn;
                     pos = end;
@@ -122,11 +146,17 @@ pub fn recover(
             }
         };
         tail_end = good_end as u64;
-        let Some((offset, reason)) = damage else { continue };
+        let Some((offset, reason)) = damage else {
+            continue;
+        };
 
         // Damage: acceptable only as a torn tail, i.e. no batch was written after it.
         if find_batch_start(&buf, offset).is_some() || later_batch_exists(&segments[index + 1..])? {
-            return Err(RecoveryError::Corruption { file: seg.path.clone(), offset: offset as u64, reason });
+            return Err(RecoveryError::Corruption {
+                file: seg.path.clone(),
+                offset: offset as u64,
+                reason,
+            });
         }
         cut_tail(&seg.path, good_end as u64).map_err(io_err(dir))?;
         for later in &segments[index + 1..] {
@@ -138,12 +168,20 @@ pub fn recover(
         truncated = Some((seg.path.clone(), offset as u64, reason));
         break;
     }
-    Ok(RecoveredLog { segments, last_lsn, tail_end, truncated })
+    Ok(RecoveredLog {
+        segments,
+        last_lsn,
+        tail_end,
+        truncated,
+    })
 }
 
 fn later_batch_exists(later: &[SegmentInfo]) -> Result<bool, RecoveryError> {
     for seg in later {
-        let buf = fs::read(&seg.path).map_err(|source| RecoveryError::Io { dir: seg.path.clone(), source })?;
+        let buf = fs::read(&seg.path).map_err(|source| RecoveryError::Io {
+            dir: seg.path.clone(),
+            source,
+        })?;
         let first_is_batch = matches!(parse_record(&buf, 0), Parsed::Record { flags, .. } if flags & FLAG_BATCH_START != 0);
         if first_is_batch || find_batch_start(&buf, 0).is_some() {
             return Ok(true);
@@ -214,7 +252,12 @@ mod tests {
     fn junk_after_the_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
         let (path, _) = write_log(dir.path(), 3, 10);
-        fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"garbage!garbage!garbage!").unwrap();
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"garbage!garbage!garbage!")
+            .unwrap();
         assert_eq!(count(dir.path()).unwrap(), 30);
         // The cut is durable: a second recovery sees a clean log.
         assert!(recover(dir.path(), |_, _| {}).unwrap().truncated.is_none());
@@ -239,7 +282,13 @@ mod tests {
         let mut file_bytes = Vec::new();
         for i in 0..400u64 {
             let value = vec![7u8; (i as usize * 37) % 4200];
-            log.append(&Record::KvPut { namespace: "n".into(), key: format!("k{i}"), value, version: 1, expires_at_ms: None });
+            log.append(&Record::KvPut {
+                namespace: "n".into(),
+                key: format!("k{i}"),
+                value,
+                version: 1,
+                expires_at_ms: None,
+            });
             if i % 3 == 0 {
                 continue; // several records per batch too
             }
@@ -263,6 +312,9 @@ mod tests {
         let err = count(dir.path()).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, RecoveryError::Corruption { .. }), "{msg}");
-        assert!(msg.contains("00000000000000000001.ual") && msg.contains("offset"), "{msg}");
+        assert!(
+            msg.contains("00000000000000000001.ual") && msg.contains("offset"),
+            "{msg}"
+        );
     }
 }
