@@ -297,13 +297,15 @@ pub struct RunInfo {
     pub run_id: String,
     pub namespace: String,
     pub action: String,
+    /// The action version the run was created under, then the one that executed its
+    /// latest attempt (a pending run executes the latest registered version).
     pub action_version: u32,
     pub status: RunStatus,
     #[serde(with = "serde_bytes")]
     pub input: Vec<u8>,
     #[serde(with = "serde_bytes")]
     pub output: Option<Vec<u8>>,
-    /// Outcome named by the guest or worker (`success` when none was named).
+    /// Outcome named by the guest or worker (None when none was named).
     pub outcome: Option<String>,
     pub error: Option<String>,
     pub attempt: u32,

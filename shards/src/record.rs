@@ -82,6 +82,8 @@ pub enum Record {
         namespace: String,
         run_id: String,
         attempt: u32,
+        /// Version of the action that executed the attempt (the latest registered one).
+        action_version: u32,
         error: String,
         timed_out: bool,
         retry_at_ms: Option<u64>,
@@ -91,6 +93,8 @@ pub enum Record {
         namespace: String,
         run_id: String,
         attempt: u32,
+        /// Version of the action that executed the attempt (the latest registered one).
+        action_version: u32,
         #[serde(with = "serde_bytes")]
         output: Vec<u8>,
         outcome: Option<String>,

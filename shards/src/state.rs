@@ -118,6 +118,7 @@ impl ShardState {
                 namespace,
                 run_id,
                 attempt,
+                action_version,
                 error,
                 timed_out,
                 retry_at_ms,
@@ -126,6 +127,7 @@ impl ShardState {
                 let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
                     return;
                 };
+                run.action_version = action_version;
                 run.error = Some(error);
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
@@ -150,6 +152,7 @@ impl ShardState {
                 namespace,
                 run_id,
                 attempt,
+                action_version,
                 output,
                 outcome,
                 kv_writes,
@@ -159,6 +162,7 @@ impl ShardState {
                     return;
                 };
                 run.status = RunStatus::Completed;
+                run.action_version = action_version;
                 run.attempt = attempt;
                 run.output = Some(output);
                 run.outcome = outcome;

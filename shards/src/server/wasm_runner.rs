@@ -156,28 +156,28 @@ async fn run_one(shard: Rc<Shard>, key: RunKey) {
             namespace: key.0.clone(),
         });
         let result = module.execute(&p.input, kv, p.limits).await;
-        Ok::<_, String>((p.attempt, result))
+        Ok::<_, String>((p.attempt, p.version, result))
     }
     .await;
     shard.wasm_running.set(shard.wasm_running.get() - 1);
     shard.core.borrow_mut().scheduler.executing.remove(&key);
     match executed {
-        Ok((attempt, result)) => record_attempt(&shard, &key, attempt, result),
+        Ok((attempt, version, result)) => record_attempt(&shard, &key, attempt, version, result),
         Err(message) => {
-            let attempt = shard
+            let (attempt, version) = shard
                 .core
                 .borrow()
                 .state
                 .runs
                 .get(&key.0, &key.1)
-                .map_or(1, |r| r.attempt);
+                .map_or((1, 0), |r| (r.attempt, r.action_version));
             let result = ExecResult {
                 output: Err(GuestError::Instantiate(message)),
                 outcome: None,
                 kv_writes: Vec::new(),
                 logs: Vec::new(),
             };
-            record_attempt(&shard, &key, attempt, result);
+            record_attempt(&shard, &key, attempt, version, result);
         }
     }
     kick(&shard);
@@ -188,6 +188,7 @@ fn record_attempt(
     shard: &Rc<Shard>,
     (namespace, run_id): &RunKey,
     attempt: u32,
+    action_version: u32,
     result: ExecResult,
 ) {
     let now = shard.now_ms();
@@ -221,6 +222,7 @@ fn record_attempt(
             namespace: namespace.clone(),
             run_id: run_id.clone(),
             attempt,
+            action_version,
             output,
             outcome: result.outcome,
             kv_writes: result
@@ -237,6 +239,7 @@ fn record_attempt(
                 namespace: namespace.clone(),
                 run_id: run_id.clone(),
                 attempt,
+                action_version,
                 timed_out: matches!(error, GuestError::Timeout { .. }),
                 error: error.to_string(),
                 retry_at_ms,
