@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{TestServer, run_cli, temp_dir, wait_until};
+use common::{TestServer, cli_json, cli_ok, run_cli, temp_dir, wait_until};
 use flo::protocol::{
     ActionInfo, ActionKind, ActionSpec, ErrorCode, InvokeSpec, Op, Reply, RunInfo, RunStatus,
 };
@@ -485,26 +485,6 @@ fn kv_value(c: &mut Client, key: &str) -> Option<String> {
     c.kv_get(key)
         .unwrap_or_else(|e| panic!("get {key}: {e}"))
         .map(|e| String::from_utf8(e.value).expect("UTF-8 value"))
-}
-
-/// Runs the CLI, asserts success and an empty stderr, returns stdout.
-fn cli_ok(addr: &str, args: &[&str]) -> String {
-    let (status, stdout, stderr) = run_cli(addr, args);
-    assert!(
-        status.success(),
-        "flo {args:?} failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(stderr.is_empty(), "flo {args:?} wrote to stderr: {stderr}");
-    stdout
-}
-
-/// Runs the CLI with `--json`; stdout must be exactly one JSON document.
-fn cli_json(addr: &str, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let stdout = cli_ok(addr, &all);
-    assert_eq!(stdout.trim_end().lines().count(), 1, "one line: {stdout:?}");
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout:?}"))
 }
 
 /// Runs the CLI expecting failure; returns stderr.

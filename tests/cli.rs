@@ -2,43 +2,12 @@
 
 mod common;
 
-use common::{TestServer, cli_command, run_cli, run_command, temp_dir};
+use common::{
+    TestServer, cli_command, cli_json as json, cli_ok as ok, one_json_document, run_cli,
+    run_command, temp_dir,
+};
 use flo::PutOptions;
 use serde_json::Value;
-
-/// Runs the CLI, asserts success and an empty stderr, returns stdout.
-fn ok(addr: &str, args: &[&str]) -> String {
-    let (status, stdout, stderr) = run_cli(addr, args);
-    assert!(
-        status.success(),
-        "flo {args:?} failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(stderr.is_empty(), "flo {args:?} wrote to stderr: {stderr}");
-    stdout
-}
-
-/// Runs the CLI with `--json`, asserts stdout is exactly one JSON document, returns it.
-fn json(addr: &str, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let stdout = ok(addr, &all);
-    one_json_document(&stdout)
-}
-
-fn one_json_document(stdout: &str) -> Value {
-    assert!(
-        stdout.ends_with('\n'),
-        "output should end with a newline: {stdout:?}"
-    );
-    assert_eq!(
-        stdout.trim_end().lines().count(),
-        1,
-        "expected one line of JSON: {stdout:?}"
-    );
-    // from_str refuses trailing content, so this also proves there is one document only.
-    serde_json::from_str(stdout)
-        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout:?}"))
-}
 
 fn free_port_without_server() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -416,3 +416,37 @@ impl Rng {
         (0..n).map(|_| self.next_u64() as u8).collect()
     }
 }
+
+/// Runs the CLI, asserts success and an empty stderr, returns stdout.
+pub fn cli_ok(addr: &str, args: &[&str]) -> String {
+    let (status, stdout, stderr) = run_cli(addr, args);
+    assert!(
+        status.success(),
+        "flo {args:?} failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stderr.is_empty(), "flo {args:?} wrote to stderr: {stderr}");
+    stdout
+}
+
+/// Runs the CLI with `--json`; stdout must be exactly one JSON document, on one line.
+pub fn cli_json(addr: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    one_json_document(&cli_ok(addr, &all))
+}
+
+/// Parses stdout that must hold exactly one JSON document on one line.
+pub fn one_json_document(stdout: &str) -> serde_json::Value {
+    assert!(
+        stdout.ends_with('\n'),
+        "output should end with a newline: {stdout:?}"
+    );
+    assert_eq!(
+        stdout.trim_end().lines().count(),
+        1,
+        "expected one line of JSON: {stdout:?}"
+    );
+    // from_str refuses trailing content, so this also proves there is one document only.
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout:?}"))
+}
