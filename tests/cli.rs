@@ -3,11 +3,9 @@
 mod common;
 
 use common::{
-    TestServer, cli_command, cli_json as json, cli_ok as ok, one_json_document, run_cli,
-    run_command, temp_dir,
+    TestServer, cli_command, cli_json as json, cli_ok as ok, run_cli, run_command, temp_dir,
 };
 use flo::PutOptions;
-use serde_json::Value;
 
 fn free_port_without_server() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
