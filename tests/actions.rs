@@ -2228,3 +2228,26 @@ fn runs_are_listed_and_filtered_by_status() {
     let out = cli_ok(&addr, &["action", "info", "picky"]);
     assert!(out.contains("type:        wasm"), "{out}");
 }
+
+/// An output too large for the run's completion record fails the attempt with a clear
+/// error; the server keeps serving (the log's records are bounded).
+#[test]
+fn oversize_output_fails_the_run_instead_of_the_server() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    // 9 MiB of output: more than a log record may hold (8 MiB).
+    let wat = r#"(module
+      (memory (export "memory") 150)
+      (func (export "alloc") (param i32) (result i32) (i32.const 1024))
+      (func (export "handle") (param i32 i32) (result i64) (i64.const 9437184)))"#;
+    register(&mut c, wasm_spec("echo", &echo_guest()));
+    let mut spec = wasm_spec("huge", wat);
+    spec.max_retries = Some(0);
+    register(&mut c, spec);
+    let run = run_to_end(&mut c, "huge", "{}");
+    assert_eq!(run.status, RunStatus::Failed, "{run:?}");
+    let error = run.error.unwrap_or_default();
+    assert!(error.contains("exceed the maximum"), "{error}");
+    assert_still_serving(&mut c, "after an oversize output");
+}

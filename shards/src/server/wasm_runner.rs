@@ -217,7 +217,10 @@ fn record_attempt(
             );
         }
     }
-    let record = match result.output {
+    let output = result
+        .output
+        .and_then(|output| check_result_size(&output, &result.kv_writes).map(|()| output));
+    let record = match output {
         Ok(output) => Record::RunCompleted {
             namespace: namespace.clone(),
             run_id: run_id.clone(),
@@ -269,6 +272,27 @@ fn record_attempt(
         }
         None => shard.run_final(namespace, run_id),
     }
+}
+
+/// Largest output plus KV writes one attempt may leave: they go into one log record.
+pub(crate) const RUN_RESULT_BYTES_MAX: usize = 4 << 20;
+
+/// A result too large for its completion record fails the attempt instead.
+fn check_result_size(
+    output: &[u8],
+    kv_writes: &[(String, Option<Vec<u8>>)],
+) -> Result<(), GuestError> {
+    let writes: usize = kv_writes
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+        .sum();
+    let total = output.len() + writes;
+    if total > RUN_RESULT_BYTES_MAX {
+        return Err(GuestError::BadOutput(format!(
+            "output and kv writes of {total} bytes exceed the maximum of {RUN_RESULT_BYTES_MAX} bytes per run"
+        )));
+    }
+    Ok(())
 }
 
 fn level_name(level: u8) -> &'static str {
