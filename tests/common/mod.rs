@@ -70,7 +70,18 @@ impl TestServer {
             args.extend(["--segment-bytes".into(), TEST_SEGMENT_BYTES.to_string()]);
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::try_start_exact(dir, &args)
+        match Self::try_start_exact(dir, &args) {
+            // A start-up that stalls is reported by the server (a rare, not yet understood
+            // hang, seen under heavy load); note it and try once more.
+            Err(r) if r.stderr.contains("start-up stalled") => {
+                eprintln!(
+                    "warning: server start-up stalled, retrying once:\n{}",
+                    r.stderr
+                );
+                Self::try_start_exact(dir, &args)
+            }
+            other => other,
+        }
     }
 
     /// Starts `flo server --data-dir DIR ARGS...` with exactly these arguments.

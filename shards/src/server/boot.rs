@@ -32,6 +32,37 @@ const META_FORMAT: u32 = 1;
 /// Longest shard count accepted.
 pub const SHARDS_MAX: u32 = 128;
 const STOP_POLL_MS: u64 = 20;
+/// Start-up that has not finished after this long is reported (with each shard's phase)
+/// and abandoned, instead of hanging silently.
+const STARTUP_STALL_SECS: u64 = 20;
+const PHASES: [&str; 6] = [
+    "starting its executor",
+    "recovering its log",
+    "opening its log",
+    "joining the shard mesh",
+    "binding the listener",
+    "ready",
+];
+
+/// Each shard's start-up phase (an index into `PHASES`).
+type Phases = Arc<Vec<std::sync::atomic::AtomicUsize>>;
+
+fn startup_stall_report(phases: &Phases) -> String {
+    let states: Vec<String> = phases
+        .iter()
+        .enumerate()
+        .map(|(s, p)| {
+            format!(
+                "shard {s}: {}",
+                PHASES[p.load(Ordering::SeqCst).min(PHASES.len() - 1)]
+            )
+        })
+        .collect();
+    format!(
+        "start-up stalled after {STARTUP_STALL_SECS} s ({}); please report this",
+        states.join(", ")
+    )
+}
 /// Longest a shard runs tasks before it looks at I/O again.
 const PREEMPT_MS: u64 = 1;
 const EXPIRY_SWEEP_MS: u64 = 1000;
@@ -212,6 +243,11 @@ pub fn run_server(
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
     let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
+    let phases: Phases = Arc::new(
+        (0..meta.shards)
+            .map(|_| std::sync::atomic::AtomicUsize::new(0))
+            .collect(),
+    );
     let mut handles = Vec::new();
     for s in 0..meta.shards {
         let boot = ShardBoot {
@@ -224,6 +260,7 @@ pub fn run_server(
             table: table.clone(),
             stop: stop.clone(),
             ready: ready_tx.clone(),
+            phases: phases.clone(),
             wasm_engine: wasm_engine.clone(),
             wasm_modules: wasm_modules.clone(),
             clock: clock.clone(),
@@ -244,7 +281,17 @@ pub fn run_server(
     }
     drop(ready_tx);
     for _ in 0..meta.shards {
-        match ready_rx.recv() {
+        let received = match ready_rx.recv_timeout(Duration::from_secs(STARTUP_STALL_SECS)) {
+            Ok(r) => Ok(r),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(ServerError::Shard {
+                    shard: 0,
+                    message: startup_stall_report(&phases),
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(mpsc::RecvError),
+        };
+        match received {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e),
             Err(_) => {
@@ -284,6 +331,7 @@ struct ShardBoot {
     table: ExecutorTable,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<u32, ServerError>>,
+    phases: Phases,
     wasm_engine: WasmEngine,
     wasm_modules: SharedModules,
     clock: OffsetClock,
@@ -300,6 +348,8 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
     let shard_err = |message: String| ServerError::Shard { shard: id, message };
     let mut state = ShardState::new(id, boot.partitioning);
+    let phase = |p: usize| boot.phases[id as usize].store(p, Ordering::SeqCst);
+    phase(1);
     let log = recover(&boot.dir, |lsn, record| state.apply(lsn, record))
         .map_err(|source| ServerError::Recovery { shard: id, source })?;
     if let Some((file, offset, reason)) = &log.truncated {
@@ -308,6 +358,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
             file.display()
         );
     }
+    phase(2);
     let (writer, segments) = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
@@ -334,6 +385,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     glommio::spawn_local(forward_loop(shard.clone())).detach();
     glommio::spawn_local(super::dispatch::watch_expiry_loop(shard.clone())).detach();
     if boot.partitioning.shards > 1 {
+        phase(3);
         let joined = mesh::join(boot.mesh, boot.table, id).await;
         mesh::spawn_tasks(shard.clone(), joined);
         if id == super::shard::COORDINATOR {
@@ -342,8 +394,10 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     }
     glommio::spawn_local(sweep_loop(shard.clone())).detach();
 
+    phase(4);
     let listener = TcpListener::bind(boot.addr)
         .map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
+    phase(5);
     let _ = boot.ready.send(Ok(id));
     // Runs recovered as pending start now.
     kick(&shard);
