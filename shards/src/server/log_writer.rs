@@ -15,6 +15,22 @@ pub(crate) struct SegmentWriter {
     segment_bytes: u64,
 }
 
+/// While log I/O is outstanding, wake the executor at least this often.
+const IO_POKE_MS: u64 = 2;
+
+/// Runs `io`, waking the executor every `IO_POKE_MS` until it completes. A completion of
+/// an operation the kernel hands to a worker (fallocate, fsync) can fail to wake an
+/// otherwise idle executor: start-up then hung in "opening its log" (seen about once in a
+/// few hundred starts), and at run time a sync could wait for the next unrelated wake-up.
+pub(crate) async fn poked<T>(io: impl std::future::Future<Output = T>) -> T {
+    futures_lite::future::or(io, async {
+        loop {
+            glommio::timer::sleep(std::time::Duration::from_millis(IO_POKE_MS)).await;
+        }
+    })
+    .await
+}
+
 fn to_io(e: glommio::GlommioError<()>) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -56,9 +72,9 @@ impl SegmentWriter {
             ),
             None => (segment_file_name(log.last_lsn + 1), 0, 1),
         };
-        let file = open_segment(dir, &name, segment_bytes).await?;
-        file.fdatasync().await.map_err(to_io)?;
-        sync_dir(dir).await?;
+        let file = poked(open_segment(dir, &name, segment_bytes)).await?;
+        poked(file.fdatasync()).await.map_err(to_io)?;
+        poked(sync_dir(dir)).await?;
         Ok((
             SegmentWriter {
                 dir: dir.to_path_buf(),
@@ -76,23 +92,25 @@ impl SegmentWriter {
         let rolled = self.offset > 0 && self.offset + padded > self.segment_bytes;
         if rolled {
             let name = segment_file_name(batch.first_lsn);
-            let file = open_segment(&self.dir, &name, self.segment_bytes).await?;
-            sync_dir(&self.dir).await?;
+            let file = poked(open_segment(&self.dir, &name, self.segment_bytes)).await?;
+            poked(sync_dir(&self.dir)).await?;
             let old = std::mem::replace(&mut self.file, file);
-            old.close().await.map_err(to_io)?;
+            poked(old.close()).await.map_err(to_io)?;
             self.offset = 0;
         }
         let mut buf = self.file.alloc_dma_buffer(padded as usize);
         let bytes = buf.as_bytes_mut();
         bytes[..batch.bytes.len()].copy_from_slice(&batch.bytes);
         bytes[batch.bytes.len()..].fill(0);
-        let written = self.file.write_at(buf, self.offset).await.map_err(to_io)?;
+        let written = poked(self.file.write_at(buf, self.offset))
+            .await
+            .map_err(to_io)?;
         if written as u64 != padded {
             return Err(io::Error::other(format!(
                 "short write: {written} of {padded} bytes"
             )));
         }
-        self.file.fdatasync().await.map_err(to_io)?;
+        poked(self.file.fdatasync()).await.map_err(to_io)?;
         self.offset += padded;
         Ok(rolled)
     }
