@@ -87,8 +87,6 @@ pub(crate) struct Shard {
     pub registry_turn: glommio::sync::Semaphore,
     /// Clients waiting for runs to become final, with their deadlines.
     run_watchers: RefCell<HashMap<RunKey, Vec<(u64, ReplyTo)>>>,
-    /// Watch deadlines, earliest first (entries may be stale).
-    watch_deadlines: RefCell<std::collections::BinaryHeap<std::cmp::Reverse<(u64, RunKey)>>>,
     /// WebAssembly executions in progress on this shard.
     pub wasm_running: Cell<usize>,
     pub wasm: super::wasm_runner::WasmHost,
@@ -136,7 +134,6 @@ impl Shard {
             next_tag: Cell::new(1),
             registry_turn: glommio::sync::Semaphore::new(1),
             run_watchers: RefCell::new(HashMap::new()),
-            watch_deadlines: RefCell::new(std::collections::BinaryHeap::new()),
             wasm_running: Cell::new(0),
             wasm,
             timer_signal: Signal::default(),
@@ -155,9 +152,6 @@ impl Shard {
     /// Answers `to` with the run's status once it is final (`run_final`) or at
     /// `deadline_ms` (`expire_watches`), whichever comes first.
     pub fn watch_run(&self, key: RunKey, deadline_ms: u64, to: ReplyTo) {
-        self.watch_deadlines
-            .borrow_mut()
-            .push(std::cmp::Reverse((deadline_ms, key.clone())));
         self.run_watchers
             .borrow_mut()
             .entry(key)
@@ -184,38 +178,24 @@ impl Shard {
         }
     }
 
-    /// Answers the watches whose deadline passed; returns the next deadline.
+    /// Answers the watches whose deadline passed; returns the next deadline. Scans the live
+    /// watches only (bounded by requests in flight), when the expiry task wakes.
     pub fn expire_watches(&self, now_ms: u64) -> Option<u64> {
-        loop {
-            let key = {
-                let mut heap = self.watch_deadlines.borrow_mut();
-                match heap.peek() {
-                    Some(std::cmp::Reverse((deadline, _))) if *deadline <= now_ms => {
-                        heap.pop().unwrap().0.1
-                    }
-                    Some(std::cmp::Reverse((deadline, _))) => return Some(*deadline),
-                    None => return None,
-                }
-            };
-            let expired: Vec<ReplyTo> = {
-                let mut watchers = self.run_watchers.borrow_mut();
-                let Some(list) = watchers.get_mut(&key) else {
-                    continue;
-                };
-                let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(list)
-                    .into_iter()
-                    .partition(|(d, _)| *d <= now_ms);
-                if kept.is_empty() {
-                    watchers.remove(&key);
-                } else {
-                    *list = kept;
-                }
-                gone.into_iter().map(|(_, to)| to).collect()
-            };
-            for to in expired {
-                self.answer_watch(&key, to);
-            }
+        let mut expired: Vec<(RunKey, ReplyTo)> = Vec::new();
+        let mut next: Option<u64> = None;
+        self.run_watchers.borrow_mut().retain(|key, list| {
+            let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(list)
+                .into_iter()
+                .partition(|(d, _)| *d <= now_ms);
+            expired.extend(gone.into_iter().map(|(_, to)| (key.clone(), to)));
+            next = kept.iter().map(|(d, _)| *d).chain(next).min();
+            *list = kept;
+            !list.is_empty()
+        });
+        for (key, to) in expired {
+            self.answer_watch(&key, to);
         }
+        next
     }
 
     /// Where a client operation runs.
