@@ -1,7 +1,7 @@
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorValue, FRAME_BYTES_MAX, FrameError, InvokeSpec, KvEntry, Op,
-    PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, decode_payload,
-    encode_frame, split_frame,
+    PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, TaskAssignment,
+    WorkerInfo, WorkerSpec, WorkerStatus, decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -410,6 +410,213 @@ impl Client {
         })? {
             Reply::Run(info) => Ok(info),
             other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// How a failed task continues (see `Client::fail_task`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    /// Another attempt after backoff while retries remain; then failed and dead-lettered.
+    Retry,
+    /// Failed now and dead-lettered.
+    NoRetry,
+    /// Failed now, not dead-lettered (the task can never succeed).
+    NonRetryable,
+}
+
+/// A worker id for a worker that was given none: hostname plus random hex.
+pub fn generate_worker_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_string());
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{host}-{:08x}", hasher.finish() as u32)
+}
+
+/// Worker operations: registry, long-poll for tasks, and reporting their results.
+impl Client {
+    /// Registers (or re-registers, replacing) a worker in the client's namespace.
+    pub fn register_worker(&mut self, mut spec: WorkerSpec) -> Result<WorkerInfo, Error> {
+        spec.namespace = self.namespace.clone();
+        match self.call(Op::WorkerRegister(spec))? {
+            Reply::Worker(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reports liveness and load; returns the worker's status (`Draining`: take no more
+    /// tasks).
+    pub fn heartbeat(&mut self, worker_id: &str, current_load: u32) -> Result<WorkerStatus, Error> {
+        let op = Op::WorkerHeartbeat {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+            current_load,
+        };
+        match self.call(op)? {
+            Reply::WorkerStatus { status } => Ok(status),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn drain_worker(&mut self, worker_id: &str) -> Result<WorkerInfo, Error> {
+        let op = Op::WorkerDrain {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+        };
+        match self.call(op)? {
+            Reply::Worker(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn deregister_worker(&mut self, worker_id: &str) -> Result<(), Error> {
+        let op = Op::WorkerDeregister {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+        };
+        match self.call(op)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn worker(&mut self, worker_id: &str) -> Result<WorkerInfo, Error> {
+        let op = Op::WorkerGet {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+        };
+        match self.call(op)? {
+            Reply::Worker(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn list_workers(&mut self) -> Result<Vec<WorkerInfo>, Error> {
+        match self.call(Op::WorkerList {
+            namespace: self.namespace.clone(),
+        })? {
+            Reply::Workers(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits up to `block_ms` for tasks of `actions`; returns up to `max_tasks` tasks
+    /// leased to `worker_id` (empty when none came).
+    pub fn await_tasks(
+        &mut self,
+        worker_id: &str,
+        actions: &[&str],
+        max_tasks: u32,
+        block_ms: u64,
+    ) -> Result<Vec<TaskAssignment>, Error> {
+        let op = Op::TaskAwait {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+            actions: actions.iter().map(|a| a.to_string()).collect(),
+            max_tasks,
+            block_ms,
+        };
+        match self.call(op)? {
+            Reply::Tasks(tasks) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Completes a task leased to `worker_id` with `result` (and a named outcome).
+    pub fn complete_task(
+        &mut self,
+        worker_id: &str,
+        task: &TaskRef<'_>,
+        result: &[u8],
+        outcome: Option<&str>,
+    ) -> Result<(), Error> {
+        let op = Op::TaskComplete {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+            task_id: task.task_id.into(),
+            action: task.action.into(),
+            attempt: task.attempt,
+            result: result.to_vec(),
+            outcome: outcome.map(str::to_string),
+        };
+        match self.call(op)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Fails a task leased to `worker_id`; returns the run as it is afterwards (pending
+    /// for a retry, or failed).
+    pub fn fail_task(
+        &mut self,
+        worker_id: &str,
+        task: &TaskRef<'_>,
+        error: &str,
+        mode: FailMode,
+    ) -> Result<RunInfo, Error> {
+        let op = Op::TaskFail {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+            task_id: task.task_id.into(),
+            action: task.action.into(),
+            attempt: task.attempt,
+            error: error.into(),
+            retry: mode == FailMode::Retry,
+            non_retryable: mode == FailMode::NonRetryable,
+        };
+        match self.call(op)? {
+            Reply::Run(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Extends the lease of a task leased to `worker_id` to `extend_ms` from now; returns
+    /// when it now expires.
+    pub fn touch_task(
+        &mut self,
+        worker_id: &str,
+        task: &TaskRef<'_>,
+        extend_ms: u64,
+    ) -> Result<u64, Error> {
+        let op = Op::TaskTouch {
+            namespace: self.namespace.clone(),
+            worker_id: worker_id.into(),
+            task_id: task.task_id.into(),
+            action: task.action.into(),
+            extend_ms,
+        };
+        match self.call(op)? {
+            Reply::Lease { expires_at_ms } => Ok(expires_at_ms),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Names a leased task: its id, action and (optionally) the attempt it was leased for.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskRef<'a> {
+    pub task_id: &'a str,
+    pub action: &'a str,
+    /// When given, the server refuses the report if the task moved on to another attempt.
+    pub attempt: Option<u32>,
+}
+
+impl<'a> From<&'a TaskAssignment> for TaskRef<'a> {
+    fn from(task: &'a TaskAssignment) -> Self {
+        TaskRef {
+            task_id: &task.task_id,
+            action: &task.action,
+            attempt: Some(task.attempt),
         }
     }
 }

@@ -4,5 +4,7 @@
 
 mod client;
 
-pub use client::{Client, Connection, Error, InvokeOptions, PutOptions};
+pub use client::{
+    Client, Connection, Error, FailMode, InvokeOptions, PutOptions, TaskRef, generate_worker_id,
+};
 pub use flo_protocol as protocol;

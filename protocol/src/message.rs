@@ -18,6 +18,15 @@ pub const RUN_LIST_LIMIT_DEFAULT: u32 = 100;
 pub const RUN_LIST_LIMIT_MAX: u32 = 10_000;
 /// Longest a `RunWait` may be held by the server.
 pub const RUN_WAIT_MS_MAX: u64 = 300_000;
+pub const WORKER_ID_BYTES_MAX: usize = 256;
+/// Longest a `TaskAwait` is held by the server.
+pub const TASK_AWAIT_MS_MAX: u64 = 300_000;
+/// Most tasks one `TaskAwait` returns.
+pub const TASK_AWAIT_TASKS_MAX: u32 = 1024;
+/// Longest lease one `TaskTouch` grants from now.
+pub const LEASE_EXTEND_MS_MAX: u64 = 24 * 3600 * 1000;
+pub const WORKER_METADATA_BYTES_MAX: usize = 16 << 10;
+pub const WORKER_PROCESSES_MAX: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -111,6 +120,73 @@ pub enum Op {
         namespace: String,
         run_id: String,
     },
+    /// Register (or re-register, replacing) a worker. Lives on the shard its id hashes to.
+    WorkerRegister(WorkerSpec),
+    /// Report liveness and load; the reply carries the worker's status (`draining` tells
+    /// it to stop taking tasks).
+    WorkerHeartbeat {
+        namespace: String,
+        worker_id: String,
+        current_load: u32,
+    },
+    /// Stop giving the worker new tasks (sticky); its leased tasks may still complete.
+    WorkerDrain {
+        namespace: String,
+        worker_id: String,
+    },
+    WorkerDeregister {
+        namespace: String,
+        worker_id: String,
+    },
+    WorkerGet {
+        namespace: String,
+        worker_id: String,
+    },
+    WorkerList {
+        namespace: String,
+    },
+    /// Long-poll for tasks of the given user-hosted actions, from every shard. Replies
+    /// with up to `max_tasks` leased tasks, or none after `block_ms`.
+    TaskAwait {
+        namespace: String,
+        worker_id: String,
+        actions: Vec<String>,
+        max_tasks: u32,
+        block_ms: u64,
+    },
+    /// Report a leased task done. `attempt`, when given, must be the leased attempt.
+    TaskComplete {
+        namespace: String,
+        worker_id: String,
+        task_id: String,
+        action: String,
+        attempt: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        result: Vec<u8>,
+        /// Named outcome (None: `success`).
+        outcome: Option<String>,
+    },
+    /// Report a leased task failed. `retry`: another attempt after backoff while retries
+    /// remain, else failed and dead-lettered. `non_retryable`: failed at once, not
+    /// dead-lettered (the SDK's `NonRetryableError`).
+    TaskFail {
+        namespace: String,
+        worker_id: String,
+        task_id: String,
+        action: String,
+        attempt: Option<u32>,
+        error: String,
+        retry: bool,
+        non_retryable: bool,
+    },
+    /// Extend a leased task's lease to `extend_ms` from now (never shortens it).
+    TaskTouch {
+        namespace: String,
+        worker_id: String,
+        task_id: String,
+        action: String,
+        extend_ms: u64,
+    },
     /// Moves the server's clock forward (only on a server started with `--test-clock`).
     TestAdvanceClock {
         ms: u64,
@@ -190,6 +266,108 @@ pub struct ActionSpec {
     pub memory_limit_mb: Option<u32>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerType {
+    Action,
+    Stream,
+}
+
+impl WorkerType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerType::Action => "action",
+            WorkerType::Stream => "stream",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerStatus {
+    /// Healthy, processing or ready for tasks.
+    Active,
+    /// Healthy, reported no tasks in flight.
+    Idle,
+    /// Finishing its tasks, given nothing new (sticky).
+    Draining,
+    /// No heartbeat for 90 s; a heartbeat makes it active again.
+    Unhealthy,
+}
+
+impl WorkerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerStatus::Active => "active",
+            WorkerStatus::Idle => "idle",
+            WorkerStatus::Draining => "draining",
+            WorkerStatus::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub namespace: String,
+    /// Unique id (clients generate one from hostname + random hex when the user gives none).
+    pub worker_id: String,
+    pub worker_type: WorkerType,
+    /// Default 10.
+    pub max_concurrency: Option<u32>,
+    /// Action names (or stream/group pairs) this worker handles.
+    pub processes: Vec<String>,
+    /// Arbitrary JSON.
+    pub metadata: Option<String>,
+    pub machine_id: Option<String>,
+    /// The worker's labels, a flat JSON object; tasks requiring labels go only to workers
+    /// whose labels contain them with equal values.
+    pub labels: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerProcess {
+    pub name: String,
+    pub kind: String,
+    pub run_count: u64,
+    pub fail_count: u64,
+    pub last_run_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub worker_id: String,
+    pub namespace: String,
+    pub worker_type: WorkerType,
+    pub status: WorkerStatus,
+    pub max_concurrency: u32,
+    pub current_load: u32,
+    pub tasks_completed: u64,
+    pub tasks_failed: u64,
+    pub registered_at_ms: u64,
+    pub last_heartbeat_ms: u64,
+    pub machine_id: Option<String>,
+    pub metadata: Option<String>,
+    pub labels: Option<String>,
+    pub processes: Vec<WorkerProcess>,
+}
+
+/// A task leased to a worker: complete, fail or touch it by `task_id` before
+/// `lease_expires_at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskAssignment {
+    /// The run id.
+    pub task_id: String,
+    pub action: String,
+    pub namespace: String,
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
+    /// From 1; increments on retry.
+    pub attempt: u32,
+    pub priority: u8,
+    pub created_at_ms: u64,
+    pub lease_expires_at_ms: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InvokeSpec {
     pub namespace: String,
@@ -218,6 +396,10 @@ impl Op {
                 | Op::ActionSetEnabled { .. }
                 | Op::ActionInvoke(_)
                 | Op::RunCancel { .. }
+                | Op::TaskAwait { .. }
+                | Op::TaskComplete { .. }
+                | Op::TaskFail { .. }
+                | Op::TaskTouch { .. }
         )
     }
 }
@@ -267,6 +449,18 @@ pub enum Reply {
     Runs {
         runs: Vec<RunInfo>,
         truncated: bool,
+    },
+    Worker(WorkerInfo),
+    Workers(Vec<WorkerInfo>),
+    /// Reply to a heartbeat.
+    WorkerStatus {
+        status: WorkerStatus,
+    },
+    /// Tasks leased by a `TaskAwait` (empty: none came in time).
+    Tasks(Vec<TaskAssignment>),
+    /// The lease after a `TaskTouch`.
+    Lease {
+        expires_at_ms: u64,
     },
     /// Acknowledgement of a change with nothing else to report.
     Done,

@@ -227,6 +227,18 @@ impl ShardCore {
                     "registry change reached a shard directly",
                 )))
             }
+            Op::WorkerRegister(_)
+            | Op::WorkerHeartbeat { .. }
+            | Op::WorkerDrain { .. }
+            | Op::WorkerDeregister { .. }
+            | Op::WorkerGet { .. }
+            | Op::WorkerList { .. }
+            | Op::TaskAwait { .. }
+            | Op::TaskComplete { .. }
+            | Op::TaskFail { .. }
+            | Op::TaskTouch { .. } => Done::now(Err(ErrorValue::unavailable(
+                "workers are not supported by this server yet",
+            ))),
             Op::Hello { .. } | Op::ShardMap | Op::TestAdvanceClock { .. } => Done::now(Err(
                 ErrorValue::internal("connection-level operation reached a shard"),
             )),

@@ -215,6 +215,16 @@ impl Shard {
                 Target::All
             }
             Op::Hello { .. } | Op::ShardMap => Target::Here,
+            Op::WorkerRegister(_)
+            | Op::WorkerHeartbeat { .. }
+            | Op::WorkerDrain { .. }
+            | Op::WorkerDeregister { .. }
+            | Op::WorkerGet { .. }
+            | Op::WorkerList { .. }
+            | Op::TaskAwait { .. }
+            | Op::TaskComplete { .. }
+            | Op::TaskFail { .. }
+            | Op::TaskTouch { .. } => Target::Shard(self.id),
             Op::KvGet { .. }
             | Op::KvPut { .. }
             | Op::KvDelete { .. }
