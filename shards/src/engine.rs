@@ -3,7 +3,7 @@
 //! the caller answers once the returned LSN is durable.
 
 use crate::actions::{
-    RunKey, Scheduler, action_info, idempotent_run_id, run_info, validate_action_name,
+    Queue, RunKey, Scheduler, action_info, idempotent_run_id, run_info, validate_action_name,
     validate_idempotency_key,
 };
 use crate::clock::Clock;
@@ -11,9 +11,9 @@ use crate::kv::{KvStore, validate_namespace};
 use crate::record::Record;
 use crate::state::ShardState;
 use crate::ual::LogBuffer;
+use crate::workers::{TaskReport, WorkerRegistry};
 use flo_protocol::{
-    ActionKind, ErrorValue, InvokeSpec, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, Reply,
-    ShardInfo,
+    ErrorValue, InvokeSpec, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, Reply, ShardInfo,
 };
 use std::rc::Rc;
 
@@ -41,6 +41,9 @@ pub struct ShardCore {
     pub segments: u32,
     pub clock: Rc<dyn Clock>,
     pub scheduler: Scheduler,
+    /// Workers whose id hashes to this shard (in memory; they register again after a
+    /// restart).
+    pub workers: WorkerRegistry,
 }
 
 /// The shard owning what a keyed operation touches (`None`: not keyed).
@@ -54,6 +57,38 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
             namespace, run_id, ..
         }
         | Op::RunCancel { namespace, run_id } => (namespace, run_id.clone()),
+        Op::TaskComplete {
+            namespace, task_id, ..
+        }
+        | Op::TaskFail {
+            namespace, task_id, ..
+        }
+        | Op::TaskTouch {
+            namespace, task_id, ..
+        } => (namespace, task_id.clone()),
+        Op::WorkerRegister(spec) => (&spec.namespace, spec.worker_id.clone()),
+        Op::WorkerHeartbeat {
+            namespace,
+            worker_id,
+            ..
+        }
+        | Op::WorkerDrain {
+            namespace,
+            worker_id,
+        }
+        | Op::WorkerDeregister {
+            namespace,
+            worker_id,
+        }
+        | Op::WorkerGet {
+            namespace,
+            worker_id,
+        }
+        | Op::TaskAwait {
+            namespace,
+            worker_id,
+            ..
+        } => (namespace, worker_id.clone()),
         Op::ActionInvoke(InvokeSpec {
             namespace,
             action,
@@ -82,6 +117,7 @@ impl ShardCore {
             segments,
             clock,
             scheduler,
+            workers: WorkerRegistry::default(),
         }
     }
 
@@ -227,17 +263,53 @@ impl ShardCore {
                     "registry change reached a shard directly",
                 )))
             }
-            Op::WorkerRegister(_)
-            | Op::WorkerHeartbeat { .. }
-            | Op::WorkerDrain { .. }
+            Op::WorkerRegister(spec) => {
+                Done::now(self.workers.register(spec, now).map(Reply::Worker))
+            }
+            Op::WorkerHeartbeat {
+                namespace,
+                worker_id,
+                current_load,
+            } => Done::now(
+                self.workers
+                    .heartbeat(&namespace, &worker_id, current_load, now)
+                    .map(|status| Reply::WorkerStatus { status }),
+            ),
+            Op::WorkerGet {
+                namespace,
+                worker_id,
+            } => Done::now(self.workers.info(&namespace, &worker_id).map(Reply::Worker)),
+            Op::WorkerList { namespace } => {
+                Done::now(Ok(Reply::Workers(self.workers.list(&namespace))))
+            }
+            Op::TaskTouch {
+                namespace,
+                worker_id,
+                task_id,
+                action,
+                extend_ms,
+            } => {
+                let report = TaskReport {
+                    namespace: &namespace,
+                    worker_id: &worker_id,
+                    task_id: &task_id,
+                    action: &action,
+                    attempt: None,
+                };
+                match self.touch_task(&report, extend_ms, now) {
+                    Ok((expires_at_ms, lsn)) => Done {
+                        result: Ok(Reply::Lease { expires_at_ms }),
+                        wait_lsn: lsn,
+                    },
+                    Err(e) => Done::now(Err(e)),
+                }
+            }
+            Op::WorkerDrain { .. }
             | Op::WorkerDeregister { .. }
-            | Op::WorkerGet { .. }
-            | Op::WorkerList { .. }
             | Op::TaskAwait { .. }
             | Op::TaskComplete { .. }
-            | Op::TaskFail { .. }
-            | Op::TaskTouch { .. } => Done::now(Err(ErrorValue::unavailable(
-                "workers are not supported by this server yet",
+            | Op::TaskFail { .. } => Done::now(Err(ErrorValue::internal(
+                "worker operation reached the engine directly",
             ))),
             Op::Hello { .. } | Op::ShardMap | Op::TestAdvanceClock { .. } => Done::now(Err(
                 ErrorValue::internal("connection-level operation reached a shard"),
@@ -317,16 +389,13 @@ impl ShardCore {
             Err(e) => return Done::now(Err(e)),
         };
         let lsn = self.commit(record);
-        if kind == ActionKind::Wasm {
-            let run = self
-                .state
-                .runs
-                .get(&namespace, &run_id)
-                .expect("just created");
-            let (priority, seq, at) = (run.priority, run.seq, run.available_at_ms);
-            self.scheduler
-                .schedule((namespace, run_id.clone()), priority, seq, at, now);
-        }
+        let run = self
+            .state
+            .runs
+            .get(&namespace, &run_id)
+            .expect("just created");
+        self.scheduler
+            .schedule((namespace, run_id.clone()), run, Queue::of(kind), now);
         Done {
             wait_lsn: lsn,
             result: Ok(Reply::Invoked {

@@ -12,5 +12,6 @@ pub mod server;
 pub mod state;
 pub mod ual;
 pub mod wasm;
+pub mod workers;
 
 pub use server::{Durability, Ready, ServerConfig, ServerError, run_server};

@@ -30,6 +30,18 @@ pub struct GuestKvWrite {
     pub value: Option<Vec<u8>>,
 }
 
+/// One task of a `TasksLeased` batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasedTask {
+    pub run_id: String,
+    pub attempt: u32,
+    pub expires_at_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Record {
@@ -88,6 +100,29 @@ pub enum Record {
         timed_out: bool,
         retry_at_ms: Option<u64>,
         at_ms: u64,
+        /// A final failure goes to the dead-letter list (not for non-retryable failures).
+        #[serde(default = "yes")]
+        dead_letter: bool,
+    },
+    /// Pending runs of user-hosted actions leased to a worker (status `running`).
+    TasksLeased {
+        namespace: String,
+        worker_id: String,
+        tasks: Vec<LeasedTask>,
+        at_ms: u64,
+    },
+    /// A leased task's lease now ends at `expires_at_ms`.
+    LeaseExtended {
+        namespace: String,
+        run_id: String,
+        expires_at_ms: u64,
+    },
+    /// Leased tasks handed back unstarted (their worker could not take them): pending
+    /// again, same attempt.
+    LeasesReleased {
+        namespace: String,
+        run_ids: Vec<String>,
+        at_ms: u64,
     },
     RunCompleted {
         namespace: String,
@@ -136,6 +171,9 @@ impl Record {
             Record::AttemptFailed { .. } => 21,
             Record::RunCompleted { .. } => 22,
             Record::RunCancelled { .. } => 23,
+            Record::TasksLeased { .. } => 24,
+            Record::LeaseExtended { .. } => 25,
+            Record::LeasesReleased { .. } => 26,
             Record::KvForwarded { .. } => 30,
             Record::KvRemoteWrites { .. } => 31,
         }

@@ -1,7 +1,7 @@
 //! Shard state is a fold of the log: `apply` is the one place it changes, used by live
 //! requests (right after their records are appended) and by recovery alike.
 
-use crate::actions::{Registry, Run, Runs};
+use crate::actions::{Lease, Registry, Run, Runs};
 use crate::hash::Partitioning;
 use crate::kv::KvStore;
 use crate::record::{GuestKvWrite, Record};
@@ -111,6 +111,7 @@ impl ShardState {
                     available_at_ms,
                     seq: self.runs.next_seq(),
                     lsn,
+                    lease: None,
                 };
                 self.runs.apply_created(namespace, run_id, run);
             }
@@ -123,10 +124,12 @@ impl ShardState {
                 timed_out,
                 retry_at_ms,
                 at_ms,
+                dead_letter,
             } => {
                 let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
                     return;
                 };
+                run.lease = None;
                 run.action_version = action_version;
                 run.error = Some(error);
                 run.updated_at_ms = at_ms;
@@ -144,7 +147,7 @@ impl ShardState {
                         } else {
                             RunStatus::Failed
                         };
-                        run.dead_lettered = true;
+                        run.dead_lettered = dead_letter;
                     }
                 }
             }
@@ -162,6 +165,7 @@ impl ShardState {
                     return;
                 };
                 run.status = RunStatus::Completed;
+                run.lease = None;
                 run.action_version = action_version;
                 run.attempt = attempt;
                 run.output = Some(output);
@@ -193,8 +197,59 @@ impl ShardState {
                     return;
                 };
                 run.status = RunStatus::Cancelled;
+                run.lease = None;
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
+            }
+            Record::TasksLeased {
+                namespace,
+                worker_id,
+                tasks,
+                at_ms,
+            } => {
+                for task in tasks {
+                    let Some(run) = self.runs.get_mut(&namespace, &task.run_id) else {
+                        continue;
+                    };
+                    run.status = RunStatus::Running;
+                    run.attempt = task.attempt;
+                    run.lease = Some(Lease {
+                        worker_id: worker_id.clone(),
+                        expires_at_ms: task.expires_at_ms,
+                    });
+                    run.updated_at_ms = at_ms;
+                    run.lsn = lsn;
+                }
+            }
+            Record::LeaseExtended {
+                namespace,
+                run_id,
+                expires_at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return;
+                };
+                if let Some(lease) = &mut run.lease {
+                    lease.expires_at_ms = lease.expires_at_ms.max(expires_at_ms);
+                    run.lsn = lsn;
+                }
+            }
+            Record::LeasesReleased {
+                namespace,
+                run_ids,
+                at_ms,
+            } => {
+                for run_id in run_ids {
+                    let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                        continue;
+                    };
+                    if run.status == RunStatus::Running {
+                        run.status = RunStatus::Pending;
+                        run.lease = None;
+                        run.updated_at_ms = at_ms;
+                        run.lsn = lsn;
+                    }
+                }
             }
             Record::KvForwarded { up_to_lsn } => {
                 while self.forwards.front().is_some_and(|f| f.lsn <= up_to_lsn) {

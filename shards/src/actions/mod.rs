@@ -9,5 +9,8 @@ pub use registry::{
     ActionDef, MEMORY_LIMIT_MB_DEFAULT, MEMORY_LIMIT_MB_MAX, Registry, action_info,
     validate_action_name,
 };
-pub use runs::{Run, Runs, idempotent_run_id, retry_delay_ms, run_info, validate_idempotency_key};
-pub use scheduler::{RunKey, Scheduler};
+pub use runs::{
+    Lease, Run, Runs, idempotent_run_id, retry_delay_ms, run_info, validate_idempotency_key,
+    validate_labels,
+};
+pub use scheduler::{ActionKey, Queue, RunKey, Scheduler, TaskEntry};

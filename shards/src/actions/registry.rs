@@ -171,7 +171,7 @@ impl Registry {
         })
     }
 
-    fn require(&self, namespace: &str, name: &str) -> Result<&ActionDefRecord, ErrorValue> {
+    pub fn require(&self, namespace: &str, name: &str) -> Result<&ActionDefRecord, ErrorValue> {
         self.get(namespace, name).ok_or_else(|| {
             ErrorValue::not_found(format!(
                 "action {name:?} is not registered in namespace {namespace:?}"

@@ -33,6 +33,14 @@ pub struct Run {
     pub seq: u64,
     /// LSN of the last record that changed this run: replies about it wait for it.
     pub lsn: u64,
+    /// The worker holding a user-hosted run (status `running`).
+    pub lease: Option<Lease>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub worker_id: String,
+    pub expires_at_ms: u64,
 }
 
 /// Backoff before attempt `failed_attempt + 1`: `retry_delay_ms × 2^(failed_attempt-1)`.
@@ -58,7 +66,7 @@ pub fn idempotent_run_id(action: &str, key: &str) -> String {
     format!("{action}:{key}")
 }
 
-fn validate_labels(labels: &str) -> Result<(), ErrorValue> {
+pub fn validate_labels(labels: &str) -> Result<(), ErrorValue> {
     if labels.len() > LABELS_BYTES_MAX {
         return Err(ErrorValue::bad_request(format!(
             "labels must be at most {LABELS_BYTES_MAX} bytes"

@@ -3,6 +3,7 @@
 
 use super::shard::{COORDINATOR, ReplyResult, ReplyTo, Shard, ShardOp};
 use super::wasm_runner;
+use super::worker_host;
 use crate::clock::Clock;
 use crate::record::Record;
 use flo_protocol::{
@@ -42,6 +43,60 @@ pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
                 .max()
                 .unwrap_or(0);
             shard.reply(to, lsn, Ok(Reply::Done));
+        }
+        ShardOp::Want(msg) => {
+            let origin = match &to {
+                ReplyTo::Peer { shard, .. } => *shard,
+                _ => shard.id,
+            };
+            worker_host::on_want(shard, origin, *msg, to);
+        }
+        ShardOp::WantCancel {
+            namespace,
+            worker_id,
+            want_id,
+        } => {
+            worker_host::cancel_want(shard, &namespace, &worker_id, want_id);
+            shard.reply(to, 0, Ok(Reply::Done));
+        }
+        ShardOp::TasksDelivered {
+            namespace,
+            worker_id,
+            want_id,
+            from,
+            tasks,
+        } => {
+            worker_host::on_delivery(shard, &namespace, &worker_id, want_id, from, tasks, false);
+            shard.reply(to, 0, Ok(Reply::Done));
+        }
+        ShardOp::ReleaseLeases {
+            namespace,
+            worker_id,
+            run_ids,
+        } => {
+            let lsn = shard
+                .core
+                .borrow_mut()
+                .release_tasks(&namespace, &worker_id, run_ids);
+            if lsn > 0 {
+                shard.flush.notify();
+                worker_host::dispatch_soon(shard);
+            }
+            shard.reply(to, lsn, Ok(Reply::Done));
+        }
+        ShardOp::WorkerTaskDone {
+            namespace,
+            worker_id,
+            action,
+            ok,
+            at_ms,
+        } => {
+            shard
+                .core
+                .borrow_mut()
+                .workers
+                .record_task(&namespace, &worker_id, &action, ok, at_ms);
+            shard.reply(to, 0, Ok(Reply::Done));
         }
         ShardOp::RemoteWrites {
             origin_shard,
@@ -94,12 +149,49 @@ fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
                 shard.timer_signal.notify();
             }
             wasm_runner::kick(shard);
+            worker_host::dispatch_soon(shard);
             match (wait_ms, done.result) {
                 (Some(wait_ms), Ok(Reply::Invoked { run_id, .. })) => {
                     wait_for_run(shard, namespace, run_id, wait_ms, to)
                 }
                 (_, result) => shard.reply(to, done.wait_lsn, result),
             }
+        }
+        Op::TaskAwait {
+            namespace,
+            worker_id,
+            actions,
+            max_tasks,
+            block_ms,
+        } => worker_host::await_tasks(
+            shard, namespace, worker_id, actions, max_tasks, block_ms, to,
+        ),
+        op @ (Op::TaskComplete { .. } | Op::TaskFail { .. }) => worker_host::report(shard, op, to),
+        Op::WorkerDrain {
+            namespace,
+            worker_id,
+        } => {
+            let result = shard
+                .core
+                .borrow_mut()
+                .workers
+                .drain(&namespace, &worker_id)
+                .map(Reply::Worker);
+            worker_host::worker_gone(shard, &namespace, &worker_id);
+            shard.reply(to, 0, result);
+        }
+        Op::WorkerDeregister {
+            namespace,
+            worker_id,
+        } => {
+            let result = shard
+                .core
+                .borrow_mut()
+                .workers
+                .deregister(&namespace, &worker_id)
+                .map(|()| Reply::Done);
+            worker_host::worker_gone(shard, &namespace, &worker_id);
+            shard.reply(to, 0, result);
         }
         Op::RunCancel { namespace, run_id } => {
             let done = shard.execute(Op::RunCancel {
@@ -143,7 +235,14 @@ fn wait_for_run(
 /// Answers waits whose deadline passed.
 pub(crate) async fn watch_expiry_loop(shard: Rc<Shard>) {
     loop {
-        let next = shard.expire_watches(crate::clock::SystemClock.now_ms());
+        let now = crate::clock::SystemClock.now_ms();
+        let next = match (
+            shard.expire_watches(now),
+            worker_host::expire_awaits(&shard, now),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let sleep_ms = next.map_or(WATCH_TICK_MS_MAX, |d| {
             d.saturating_sub(crate::clock::SystemClock.now_ms())
                 .clamp(1, WATCH_TICK_MS_MAX)
@@ -318,6 +417,17 @@ pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
                 truncated = true;
             }
             Ok(Reply::KvList { entries, truncated })
+        }
+        Op::WorkerList { .. } => {
+            let mut workers: Vec<_> = parts
+                .into_iter()
+                .flat_map(|p| match p {
+                    Reply::Workers(list) => list,
+                    _ => Vec::new(),
+                })
+                .collect();
+            workers.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+            Ok(Reply::Workers(workers))
         }
         Op::RunList { limit, .. } => {
             let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;

@@ -10,6 +10,7 @@ mod mesh;
 mod outbox;
 mod shard;
 mod wasm_runner;
+mod worker_host;
 
 pub use boot::{Ready, ServerError, run_server};
 pub use config::{Durability, ServerConfig};

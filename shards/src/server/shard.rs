@@ -28,6 +28,35 @@ pub(crate) enum ShardOp {
     /// The coordinator's whole registry (deleted actions included): the receiver logs
     /// whatever it needs to match it (after a crash during a registry change).
     RegistrySync(Vec<(String, String, crate::actions::ActionDef)>),
+    /// A worker's home shard asks for tasks (see `worker_host`).
+    Want(Box<super::worker_host::WantMsg>),
+    WantCancel {
+        namespace: String,
+        worker_id: String,
+        want_id: u64,
+    },
+    /// Tasks leased (durably) for a parked want, sent to the worker's home shard.
+    TasksDelivered {
+        namespace: String,
+        worker_id: String,
+        want_id: u64,
+        from: u32,
+        tasks: Vec<flo_protocol::TaskAssignment>,
+    },
+    /// Leased tasks the worker's home could not hand out: pending again.
+    ReleaseLeases {
+        namespace: String,
+        worker_id: String,
+        run_ids: Vec<String>,
+    },
+    /// A worker finished (`ok`) or failed a task: counted on its home shard.
+    WorkerTaskDone {
+        namespace: String,
+        worker_id: String,
+        action: String,
+        ok: bool,
+        at_ms: u64,
+    },
     /// Guest KV writes of a completion on `origin_shard`, for keys the receiver owns.
     RemoteWrites {
         origin_shard: u32,
@@ -102,6 +131,8 @@ pub(crate) struct Shard {
     /// Shutting down: new operations are refused so the final flush covers every
     /// acknowledged one.
     pub stopping: Cell<bool>,
+    /// Awaits of workers homed here and wants parked here.
+    pub workers: super::worker_host::WorkerHost,
 }
 
 /// A call to one shard, started: finish it with `CallHandle::finish`.
@@ -142,6 +173,7 @@ impl Shard {
             watch_wake_ms: Cell::new(0),
             test_clock,
             stopping: Cell::new(false),
+            workers: Default::default(),
         }
     }
 
@@ -215,16 +247,16 @@ impl Shard {
                 Target::All
             }
             Op::Hello { .. } | Op::ShardMap => Target::Here,
+            Op::WorkerList { .. } => Target::All,
             Op::WorkerRegister(_)
             | Op::WorkerHeartbeat { .. }
             | Op::WorkerDrain { .. }
             | Op::WorkerDeregister { .. }
             | Op::WorkerGet { .. }
-            | Op::WorkerList { .. }
             | Op::TaskAwait { .. }
             | Op::TaskComplete { .. }
             | Op::TaskFail { .. }
-            | Op::TaskTouch { .. } => Target::Shard(self.id),
+            | Op::TaskTouch { .. } => unreachable!("keyed operations are routed by key"),
             Op::KvGet { .. }
             | Op::KvPut { .. }
             | Op::KvDelete { .. }
@@ -324,6 +356,12 @@ impl Shard {
             .expect("forward to another shard");
         link.requests.borrow_mut().push((tag, op));
         link.signal.notify();
+    }
+
+    /// Sends `op` to shard `target` without waiting for (or caring about) its reply.
+    pub fn tell(&self, target: u32, op: ShardOp) {
+        let (tx, _rx) = oneshot::channel();
+        self.forward(target, op, ReplyTo::Oneshot(tx));
     }
 
     /// A reply from another shard arrived.

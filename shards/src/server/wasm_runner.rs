@@ -19,6 +19,8 @@ use std::time::Duration;
 pub(crate) const WASM_SLOTS: usize = 4;
 /// Longest the timer task sleeps without looking at the clock.
 const TIMER_TICK_MS_MAX: u64 = 1000;
+/// How often workers' heartbeats are checked (and stale wants swept).
+const HEALTH_CHECK_MS: u64 = 1000;
 
 /// Compiled modules by content hash, shared by all shards (compiling is the costly part).
 pub(crate) type SharedModules = Arc<Mutex<std::collections::HashMap<u128, WasmModule>>>;
@@ -192,7 +194,7 @@ fn record_attempt(
     result: ExecResult,
 ) {
     let now = shard.now_ms();
-    let (retry_delay, max_retries, priority, seq, action) = {
+    let (retry_delay, max_retries, action) = {
         let core = shard.core.borrow();
         let Some(run) = core.state.runs.get(namespace, run_id) else {
             return;
@@ -204,8 +206,6 @@ fn record_attempt(
         (
             def.map_or(0, |d| d.retry_delay_ms),
             def.map_or(0, |d| d.max_retries),
-            run.priority,
-            run.seq,
             run.action.clone(),
         )
     };
@@ -247,6 +247,7 @@ fn record_attempt(
                 error: error.to_string(),
                 retry_at_ms,
                 at_ms: now,
+                dead_letter: true,
             }
         }
     };
@@ -261,13 +262,14 @@ fn record_attempt(
         shard.forward_signal.notify();
     }
     match retry_at {
-        Some(at) => {
+        Some(_) => {
             let key = (namespace.clone(), run_id.clone());
-            shard
-                .core
-                .borrow_mut()
-                .scheduler
-                .schedule(key, priority, seq, at, now);
+            let mut core = shard.core.borrow_mut();
+            let core = &mut *core;
+            if let Some(run) = core.state.runs.get(namespace, run_id) {
+                core.scheduler
+                    .schedule(key, run, crate::actions::Queue::Wasm, now);
+            }
             shard.timer_signal.notify();
         }
         None => shard.run_final(namespace, run_id),
@@ -342,6 +344,7 @@ impl GuestKv for ShardKv {
 
 /// Moves due timers to the ready queue and starts what became runnable.
 pub(crate) async fn timer_loop(shard: Rc<Shard>) {
+    let mut next_health_ms = 0;
     loop {
         let (next, now) = {
             let core = shard.core.borrow();
@@ -359,6 +362,20 @@ pub(crate) async fn timer_loop(shard: Rc<Shard>) {
         }
         if shard.core.borrow_mut().fire_timers() > 0 {
             kick(&shard);
+        }
+        let finals = shard.core.borrow_mut().expire_leases();
+        for (namespace, run_id) in &finals {
+            shard.run_final(namespace, run_id);
+        }
+        if shard.core.borrow().log.pending_bytes() > 0 {
+            shard.flush.notify();
+        }
+        super::worker_host::dispatch_soon(&shard);
+        let now = shard.now_ms();
+        if now >= next_health_ms {
+            shard.core.borrow_mut().workers.check_health(now);
+            super::worker_host::sweep_wants(&shard);
+            next_health_ms = now + HEALTH_CHECK_MS;
         }
     }
 }

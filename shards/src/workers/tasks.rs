@@ -1,0 +1,381 @@
+//! Tasks of user-hosted actions on the shard that owns their runs: leasing queued tasks to
+//! workers, their reports (complete, fail, touch), lease expiry and release. Each change
+//! is a logged record applied through `ShardCore::commit`.
+
+use super::registry::labels_match;
+use crate::actions::{ActionKey, Queue, RunKey, retry_delay_ms};
+use crate::engine::ShardCore;
+use crate::record::{LeasedTask, Record};
+use ahash::AHashSet;
+use flo_protocol::{
+    ACTION_NAME_BYTES_MAX, ErrorValue, LEASE_EXTEND_MS_MAX, RunStatus, TaskAssignment,
+};
+use serde_json::{Map, Value};
+
+/// Queue entries one lease may look at (bounds the work when labels exclude many tasks).
+pub const LEASE_SCAN_MAX: usize = 4096;
+/// Longest error text kept from a worker's failure report.
+pub const TASK_ERROR_BYTES_MAX: usize = 16 << 10;
+/// Lease length when the action's definition is gone.
+const LEASE_MS_FALLBACK: u64 = 30_000;
+
+/// What a worker asks for.
+pub struct WantSpec<'a> {
+    pub namespace: &'a str,
+    pub worker_id: &'a str,
+    pub actions: &'a [String],
+    pub labels: Option<&'a Map<String, Value>>,
+    pub max: usize,
+}
+
+/// Names the leased task a worker reports on.
+pub struct TaskReport<'a> {
+    pub namespace: &'a str,
+    pub worker_id: &'a str,
+    pub task_id: &'a str,
+    pub action: &'a str,
+    pub attempt: Option<u32>,
+}
+
+/// What a failure report did.
+pub struct Failed {
+    pub lsn: u64,
+    /// The run is final (failed); otherwise it waits for another attempt.
+    pub is_final: bool,
+}
+
+impl ShardCore {
+    /// Leases up to `want.max` queued tasks of `want.actions` (highest priority first, then
+    /// oldest) whose labels the worker satisfies. Returns the assignments and the LSN of
+    /// the lease record (0 when none).
+    pub fn lease_tasks(&mut self, want: &WantSpec, now_ms: u64) -> (Vec<TaskAssignment>, u64) {
+        let keys: Vec<ActionKey> = want
+            .actions
+            .iter()
+            .map(|a| (want.namespace.to_string(), a.clone()))
+            .collect();
+        let mut chosen: Vec<String> = Vec::new();
+        let mut seen: AHashSet<String> = AHashSet::new();
+        let mut skipped = Vec::new();
+        let mut scanned = 0;
+        while chosen.len() < want.max && scanned < LEASE_SCAN_MAX {
+            let best = keys
+                .iter()
+                .filter_map(|k| self.scheduler.peek_user(k).map(|e| (k, (e.0, e.1))))
+                .max_by_key(|(_, order)| *order)
+                .map(|(k, _)| k.clone());
+            let Some(key) = best else {
+                break;
+            };
+            let entry = self.scheduler.pop_user(&key).expect("peeked");
+            scanned += 1;
+            let Some(run) = self.state.runs.get(want.namespace, &entry.2) else {
+                continue;
+            };
+            if run.status != RunStatus::Pending || seen.contains(&entry.2) {
+                continue;
+            }
+            if !labels_match(run.labels.as_deref(), want.labels) {
+                skipped.push((key, entry));
+                continue;
+            }
+            seen.insert(entry.2.clone());
+            chosen.push(entry.2);
+        }
+        for (key, entry) in skipped {
+            self.scheduler.push_user(key, entry);
+        }
+        if chosen.is_empty() {
+            return (Vec::new(), 0);
+        }
+        let tasks: Vec<LeasedTask> = chosen
+            .into_iter()
+            .map(|run_id| {
+                let run = self
+                    .state
+                    .runs
+                    .get(want.namespace, &run_id)
+                    .expect("chosen");
+                let lease_ms = self
+                    .state
+                    .registry
+                    .get(want.namespace, &run.action)
+                    .map_or(LEASE_MS_FALLBACK, |d| d.timeout_ms);
+                LeasedTask {
+                    attempt: run.attempt,
+                    expires_at_ms: now_ms.saturating_add(lease_ms),
+                    run_id,
+                }
+            })
+            .collect();
+        let expiries: Vec<(String, u64)> = tasks
+            .iter()
+            .map(|t| (t.run_id.clone(), t.expires_at_ms))
+            .collect();
+        let lsn = self.commit(Record::TasksLeased {
+            namespace: want.namespace.to_string(),
+            worker_id: want.worker_id.to_string(),
+            tasks,
+            at_ms: now_ms,
+        });
+        let mut assignments = Vec::with_capacity(expiries.len());
+        for (run_id, expires_at_ms) in expiries {
+            let run = self
+                .state
+                .runs
+                .get(want.namespace, &run_id)
+                .expect("leased");
+            let seq = run.seq;
+            assignments.push(TaskAssignment {
+                task_id: run_id.clone(),
+                action: run.action.clone(),
+                namespace: want.namespace.to_string(),
+                payload: run.input.clone(),
+                attempt: run.attempt,
+                priority: run.priority,
+                created_at_ms: run.created_at_ms,
+                lease_expires_at_ms: expires_at_ms,
+            });
+            self.scheduler
+                .watch_lease((want.namespace.to_string(), run_id), seq, expires_at_ms);
+        }
+        (assignments, lsn)
+    }
+
+    /// The run a report is about, if `r.worker_id` holds its current lease.
+    fn leased_run(&self, r: &TaskReport, now_ms: u64) -> Result<&crate::actions::Run, ErrorValue> {
+        let run = self.state.runs.require(r.namespace, r.task_id)?;
+        let id = r.task_id;
+        if run.action != r.action {
+            return Err(ErrorValue::bad_request(format!(
+                "task {id:?} is a task of action {:?}, not {:?}",
+                run.action, r.action
+            )));
+        }
+        if run.status.is_final() {
+            return Err(ErrorValue::conflict(format!(
+                "task {id:?} is already {}; there is nothing to report",
+                run.status.as_str()
+            )));
+        }
+        let Some(lease) = &run.lease else {
+            return Err(ErrorValue::conflict(format!(
+                "task {id:?} is not leased to any worker (it is pending, attempt {}); only \
+                 the worker holding its lease can report on it",
+                run.attempt
+            )));
+        };
+        if lease.worker_id != r.worker_id {
+            return Err(ErrorValue::conflict(format!(
+                "task {id:?} is leased to worker {:?}, not {:?}",
+                lease.worker_id, r.worker_id
+            )));
+        }
+        if let Some(attempt) = r.attempt
+            && attempt != run.attempt
+        {
+            return Err(ErrorValue::conflict(format!(
+                "task {id:?} is on attempt {} now; this report for attempt {attempt} is stale",
+                run.attempt
+            )));
+        }
+        if lease.expires_at_ms <= now_ms {
+            return Err(ErrorValue::conflict(format!(
+                "the lease of task {id:?} expired at {} ms (now {now_ms} ms); the attempt \
+                 counts as failed and the task will be retried (use touch to extend a lease)",
+                lease.expires_at_ms
+            )));
+        }
+        Ok(run)
+    }
+
+    /// A worker completed its leased task: returns the LSN to wait for.
+    pub fn complete_task(
+        &mut self,
+        r: &TaskReport,
+        result: Vec<u8>,
+        outcome: Option<String>,
+        now_ms: u64,
+    ) -> Result<u64, ErrorValue> {
+        if let Some(o) = &outcome
+            && (o.is_empty() || o.len() > ACTION_NAME_BYTES_MAX)
+        {
+            return Err(ErrorValue::bad_request(format!(
+                "outcome name must be 1 to {ACTION_NAME_BYTES_MAX} bytes"
+            )));
+        }
+        let run = self.leased_run(r, now_ms)?;
+        let record = Record::RunCompleted {
+            namespace: r.namespace.to_string(),
+            run_id: r.task_id.to_string(),
+            attempt: run.attempt,
+            action_version: run.action_version,
+            output: result,
+            outcome,
+            kv_writes: Vec::new(),
+            at_ms: now_ms,
+        };
+        Ok(self.commit(record))
+    }
+
+    /// A worker failed its leased task: another attempt after backoff (`retry` while
+    /// retries remain), else final: dead-lettered unless `non_retryable`.
+    pub fn fail_task(
+        &mut self,
+        r: &TaskReport,
+        error: &str,
+        retry: bool,
+        non_retryable: bool,
+        now_ms: u64,
+    ) -> Result<Failed, ErrorValue> {
+        let run = self.leased_run(r, now_ms)?;
+        let (attempt, version) = (run.attempt, run.action_version);
+        let error = truncate(error, TASK_ERROR_BYTES_MAX);
+        let retry_at_ms = (retry && !non_retryable)
+            .then(|| self.retry_at(r.namespace, r.action, attempt, now_ms))
+            .flatten();
+        let lsn = self.commit(Record::AttemptFailed {
+            namespace: r.namespace.to_string(),
+            run_id: r.task_id.to_string(),
+            attempt,
+            action_version: version,
+            error,
+            timed_out: false,
+            retry_at_ms,
+            at_ms: now_ms,
+            dead_letter: !non_retryable,
+        });
+        if retry_at_ms.is_some() {
+            self.requeue(r.namespace, r.task_id, now_ms);
+        }
+        Ok(Failed {
+            lsn,
+            is_final: retry_at_ms.is_none(),
+        })
+    }
+
+    /// When the next attempt may start, if the action allows another.
+    fn retry_at(&self, namespace: &str, action: &str, attempt: u32, now_ms: u64) -> Option<u64> {
+        let def = self.state.registry.get(namespace, action)?;
+        (attempt <= def.max_retries)
+            .then(|| now_ms.saturating_add(retry_delay_ms(def.retry_delay_ms, attempt)))
+    }
+
+    /// Queues a pending user run again (at once or at its `available_at_ms`).
+    fn requeue(&mut self, namespace: &str, run_id: &str, now_ms: u64) {
+        let Some(run) = self.state.runs.get(namespace, run_id) else {
+            return;
+        };
+        let key = (namespace.to_string(), run_id.to_string());
+        self.scheduler.schedule(key, run, Queue::User, now_ms);
+    }
+
+    /// Extends a lease to `extend_ms` from now (never shortens it); returns the new
+    /// expiry and the LSN to wait for.
+    pub fn touch_task(
+        &mut self,
+        r: &TaskReport,
+        extend_ms: u64,
+        now_ms: u64,
+    ) -> Result<(u64, u64), ErrorValue> {
+        if extend_ms == 0 || extend_ms > LEASE_EXTEND_MS_MAX {
+            return Err(ErrorValue::bad_request(format!(
+                "extend must be 1 to {LEASE_EXTEND_MS_MAX} ms, got {extend_ms}"
+            )));
+        }
+        let run = self.leased_run(r, now_ms)?;
+        let current = run.lease.as_ref().map_or(0, |l| l.expires_at_ms);
+        let wanted = now_ms.saturating_add(extend_ms);
+        if wanted <= current {
+            return Ok((current, run.lsn));
+        }
+        let seq = run.seq;
+        let lsn = self.commit(Record::LeaseExtended {
+            namespace: r.namespace.to_string(),
+            run_id: r.task_id.to_string(),
+            expires_at_ms: wanted,
+        });
+        self.scheduler.watch_lease(
+            (r.namespace.to_string(), r.task_id.to_string()),
+            seq,
+            wanted,
+        );
+        Ok((wanted, lsn))
+    }
+
+    /// Fails the attempts whose lease expired; returns the runs that became final.
+    pub fn expire_leases(&mut self) -> Vec<RunKey> {
+        let now_ms = self.clock.now_ms();
+        let mut finals = Vec::new();
+        for (namespace, run_id) in self.scheduler.due_leases(now_ms) {
+            let Some(run) = self.state.runs.get(&namespace, &run_id) else {
+                continue;
+            };
+            let Some(lease) = &run.lease else {
+                continue;
+            };
+            if run.status != RunStatus::Running || lease.expires_at_ms > now_ms {
+                continue;
+            }
+            let (attempt, version, action) = (run.attempt, run.action_version, run.action.clone());
+            let error = format!(
+                "lease expired: worker {:?} did not report attempt {attempt} in time",
+                lease.worker_id
+            );
+            let retry_at_ms = self.retry_at(&namespace, &action, attempt, now_ms);
+            self.commit(Record::AttemptFailed {
+                namespace: namespace.clone(),
+                run_id: run_id.clone(),
+                attempt,
+                action_version: version,
+                error,
+                timed_out: true,
+                retry_at_ms,
+                at_ms: now_ms,
+                dead_letter: true,
+            });
+            match retry_at_ms {
+                Some(_) => self.requeue(&namespace, &run_id, now_ms),
+                None => finals.push((namespace, run_id)),
+            }
+        }
+        finals
+    }
+
+    /// Hands leased tasks back unstarted (pending again, same attempt); returns the LSN.
+    pub fn release_tasks(&mut self, namespace: &str, worker_id: &str, run_ids: Vec<String>) -> u64 {
+        let now_ms = self.clock.now_ms();
+        let run_ids: Vec<String> = run_ids
+            .into_iter()
+            .filter(|id| {
+                self.state.runs.get(namespace, id).is_some_and(|r| {
+                    r.status == RunStatus::Running
+                        && r.lease.as_ref().is_some_and(|l| l.worker_id == worker_id)
+                })
+            })
+            .collect();
+        if run_ids.is_empty() {
+            return 0;
+        }
+        let lsn = self.commit(Record::LeasesReleased {
+            namespace: namespace.to_string(),
+            run_ids: run_ids.clone(),
+            at_ms: now_ms,
+        });
+        for id in run_ids {
+            self.requeue(namespace, &id, now_ms);
+        }
+        lsn
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}

@@ -1,0 +1,503 @@
+//! Workers end to end at the protocol level (the SDK's blocking `Client`): registry,
+//! long-poll across shards, leases, reports, retries, expiry, labels, priority, drain,
+//! health, and restarts (spec `flo-workers.md`, worker sections of `flo-actions.md`).
+
+mod common;
+
+use common::{TestServer, temp_dir, wait_until};
+use flo::protocol::{
+    ActionKind, ActionSpec, ErrorCode, RunStatus, TaskAssignment, WorkerSpec, WorkerStatus,
+    WorkerType,
+};
+use flo::{Client, Error, FailMode, InvokeOptions, TaskRef};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+fn user_action(client: &mut Client, name: &str, timeout_ms: u64, max_retries: u32, retry_ms: u64) {
+    client
+        .register_action(ActionSpec {
+            namespace: String::new(),
+            name: name.into(),
+            kind: ActionKind::User,
+            wasm: None,
+            timeout_ms: Some(timeout_ms),
+            max_retries: Some(max_retries),
+            retry_delay_ms: Some(retry_ms),
+            description: None,
+            memory_limit_mb: None,
+        })
+        .expect("register action");
+}
+
+fn worker(client: &mut Client, id: &str, actions: &[&str], labels: Option<&str>) {
+    client
+        .register_worker(WorkerSpec {
+            namespace: String::new(),
+            worker_id: id.into(),
+            worker_type: WorkerType::Action,
+            max_concurrency: None,
+            processes: actions.iter().map(|a| a.to_string()).collect(),
+            metadata: None,
+            machine_id: None,
+            labels: labels.map(str::to_string),
+        })
+        .expect("register worker");
+}
+
+fn await_one(client: &mut Client, id: &str, action: &str, block_ms: u64) -> Option<TaskAssignment> {
+    let mut tasks = client
+        .await_tasks(id, &[action], 1, block_ms)
+        .expect("await");
+    assert!(tasks.len() <= 1, "asked for one task, got {}", tasks.len());
+    tasks.pop()
+}
+
+fn server_code(e: Error) -> ErrorCode {
+    match e {
+        Error::Server(v) => v.code,
+        other => panic!("expected a server error, got {other}"),
+    }
+}
+
+#[test]
+fn a_worker_completes_a_task_and_the_run_records_its_result() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "process-order", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["process-order"], None);
+    let run_id = c
+        .invoke(
+            "process-order",
+            br#"{"order_id":"o-1"}"#,
+            InvokeOptions::default(),
+        )
+        .unwrap();
+    let task = await_one(&mut c, "w1", "process-order", 5000).expect("a task");
+    assert_eq!(task.task_id, run_id);
+    assert_eq!(task.action, "process-order");
+    assert_eq!(task.attempt, 1);
+    assert_eq!(task.payload, br#"{"order_id":"o-1"}"#);
+    assert_eq!(c.run(&run_id).unwrap().status, RunStatus::Running);
+    c.complete_task(
+        "w1",
+        &TaskRef::from(&task),
+        br#"{"status":"done"}"#,
+        Some("approved"),
+    )
+    .unwrap();
+    let run = c.run(&run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.output.as_deref(), Some(&br#"{"status":"done"}"#[..]));
+    assert_eq!(run.outcome.as_deref(), Some("approved"));
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.worker("w1").unwrap().tasks_completed == 1
+    }));
+    let info = c.worker("w1").unwrap();
+    assert_eq!(info.processes[0].run_count, 1);
+    assert!(info.processes[0].last_run_at_ms.is_some());
+    // A completed task is never offered again.
+    assert!(await_one(&mut c, "w1", "process-order", 0).is_none());
+}
+
+#[test]
+fn a_waiting_worker_receives_tasks_from_every_shard() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["job"], None);
+    let addr = server.addr;
+    let waiter = std::thread::spawn(move || {
+        let mut c = Client::connect(addr).unwrap();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while got.len() < 40 && Instant::now() < deadline {
+            for task in c.await_tasks("w1", &["job"], 8, 2000).unwrap() {
+                c.complete_task("w1", &TaskRef::from(&task), b"ok", None)
+                    .unwrap();
+                got.push(task.task_id);
+            }
+        }
+        got
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // Idempotency keys give ids that hash over both shards (plain ids are handed out by
+    // the shard the client is connected to).
+    let mut ids = HashSet::new();
+    for i in 0..40 {
+        let opts = InvokeOptions {
+            idempotency_key: Some(format!("k-{i}")),
+            ..Default::default()
+        };
+        ids.insert(c.invoke("job", format!("{i}").as_bytes(), opts).unwrap());
+    }
+    let got: HashSet<String> = waiter.join().unwrap().into_iter().collect();
+    assert_eq!(got, ids, "every task delivered exactly once");
+    let shards: HashSet<u32> = ids
+        .iter()
+        .map(|id| flo_shard_of("default", id, 2))
+        .collect();
+    assert_eq!(shards.len(), 2, "the tasks lived on both shards");
+}
+
+fn flo_shard_of(namespace: &str, key: &str, shards: u32) -> u32 {
+    flo_shards::hash::Partitioning::new(flo_shards::hash::PARTITIONS_DEFAULT, shards)
+        .shard_of(namespace, key)
+}
+
+#[test]
+fn a_failure_with_retry_comes_back_as_the_next_attempt_after_backoff() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    user_action(&mut c, "flaky", 30_000, 2, 1000);
+    worker(&mut c, "w1", &["flaky"], None);
+    let run_id = c.invoke("flaky", b"{}", InvokeOptions::default()).unwrap();
+    let task = await_one(&mut c, "w1", "flaky", 5000).unwrap();
+    let run = c
+        .fail_task("w1", &TaskRef::from(&task), "temporary", FailMode::Retry)
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Pending);
+    assert_eq!(run.attempt, 2);
+    assert_eq!(run.error.as_deref(), Some("temporary"));
+    // Backoff: not offered before retry_delay_ms.
+    assert!(await_one(&mut c, "w1", "flaky", 300).is_none());
+    c.advance_clock(1000).unwrap();
+    let task = await_one(&mut c, "w1", "flaky", 5000).expect("attempt 2");
+    assert_eq!((task.task_id.as_str(), task.attempt), (run_id.as_str(), 2));
+    // Second failure: backoff doubles.
+    c.fail_task("w1", &TaskRef::from(&task), "again", FailMode::Retry)
+        .unwrap();
+    c.advance_clock(1000).unwrap();
+    assert!(await_one(&mut c, "w1", "flaky", 300).is_none());
+    c.advance_clock(1000).unwrap();
+    let task = await_one(&mut c, "w1", "flaky", 5000).expect("attempt 3");
+    assert_eq!(task.attempt, 3);
+    // Retries exhausted (max_retries 2): failed and dead-lettered.
+    let run = c
+        .fail_task("w1", &TaskRef::from(&task), "still broken", FailMode::Retry)
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(run.dead_lettered);
+    let (dlq, _) = c.list_runs("flaky", None, true, None).unwrap();
+    assert_eq!(dlq.len(), 1);
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.worker("w1").unwrap().tasks_failed == 3
+    }));
+}
+
+#[test]
+fn failures_without_retry_are_final() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "strict", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["strict"], None);
+    c.invoke("strict", b"1", InvokeOptions::default()).unwrap();
+    c.invoke("strict", b"2", InvokeOptions::default()).unwrap();
+    let mut tasks = c.await_tasks("w1", &["strict"], 2, 5000).unwrap();
+    while tasks.len() < 2 {
+        tasks.extend(c.await_tasks("w1", &["strict"], 1, 5000).unwrap());
+    }
+    let run = c
+        .fail_task(
+            "w1",
+            &TaskRef::from(&tasks[0]),
+            "invalid input",
+            FailMode::NoRetry,
+        )
+        .unwrap();
+    assert_eq!((run.status, run.dead_lettered), (RunStatus::Failed, true));
+    let run = c
+        .fail_task(
+            "w1",
+            &TaskRef::from(&tasks[1]),
+            "over limit",
+            FailMode::NonRetryable,
+        )
+        .unwrap();
+    assert_eq!((run.status, run.dead_lettered), (RunStatus::Failed, false));
+    assert_eq!(run.error.as_deref(), Some("over limit"));
+}
+
+#[test]
+fn an_expired_lease_is_a_failed_attempt_and_the_task_goes_to_another_worker() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    user_action(&mut c, "slow", 1000, 1, 500);
+    worker(&mut c, "w1", &["slow"], None);
+    worker(&mut c, "w2", &["slow"], None);
+    let run_id = c.invoke("slow", b"{}", InvokeOptions::default()).unwrap();
+    let first = await_one(&mut c, "w1", "slow", 5000).unwrap();
+    c.advance_clock(1000).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.run(&run_id).unwrap().status == RunStatus::Pending
+    }));
+    let run = c.run(&run_id).unwrap();
+    assert_eq!(run.attempt, 2);
+    assert!(
+        run.error.unwrap().contains("lease expired"),
+        "error says why"
+    );
+    // The late report of the first worker is refused.
+    let err = c
+        .complete_task("w1", &TaskRef::from(&first), b"late", None)
+        .unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::Conflict);
+    c.advance_clock(500).unwrap();
+    let second = await_one(&mut c, "w2", "slow", 5000).expect("re-delivered");
+    assert_eq!(
+        (second.task_id.as_str(), second.attempt),
+        (run_id.as_str(), 2)
+    );
+    // Attempt 2 expires too: retries exhausted → timed out, dead-lettered.
+    c.advance_clock(1000).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.run(&run_id).unwrap().status == RunStatus::TimedOut
+    }));
+    assert!(c.run(&run_id).unwrap().dead_lettered);
+}
+
+#[test]
+fn touch_keeps_a_long_task_leased() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    user_action(&mut c, "report", 1000, 0, 100);
+    worker(&mut c, "w1", &["report"], None);
+    let run_id = c.invoke("report", b"{}", InvokeOptions::default()).unwrap();
+    let task = await_one(&mut c, "w1", "report", 5000).unwrap();
+    for _ in 0..5 {
+        c.advance_clock(800).unwrap();
+        let expires = c.touch_task("w1", &TaskRef::from(&task), 1000).unwrap();
+        assert!(expires > task.lease_expires_at_ms);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(c.run(&run_id).unwrap().status, RunStatus::Running);
+    c.complete_task("w1", &TaskRef::from(&task), b"done", None)
+        .unwrap();
+    assert_eq!(c.run(&run_id).unwrap().status, RunStatus::Completed);
+    // Touching or completing by another worker is refused.
+    let err = c.touch_task("w2", &TaskRef::from(&task), 1000).unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::Conflict);
+}
+
+#[test]
+fn a_drained_worker_gets_no_new_task() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["job"], None);
+    let addr = server.addr;
+    let waiting = std::thread::spawn(move || {
+        let mut c = Client::connect(addr).unwrap();
+        let start = Instant::now();
+        let tasks = c.await_tasks("w1", &["job"], 1, 20_000).unwrap();
+        (tasks.len(), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let info = c.drain_worker("w1").unwrap();
+    assert_eq!(info.status, WorkerStatus::Draining);
+    let (n, waited) = waiting.join().unwrap();
+    assert_eq!(n, 0);
+    assert!(
+        waited < Duration::from_secs(10),
+        "the open await was answered at drain"
+    );
+    c.invoke("job", b"{}", InvokeOptions::default()).unwrap();
+    assert!(await_one(&mut c, "w1", "job", 500).is_none());
+    // Draining is sticky.
+    assert_eq!(c.heartbeat("w1", 0).unwrap(), WorkerStatus::Draining);
+    c.deregister_worker("w1").unwrap();
+    let err = c.worker("w1").unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::NotFound);
+}
+
+#[test]
+fn labelled_tasks_go_only_to_matching_workers() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "render", 30_000, 3, 1000);
+    worker(
+        &mut c,
+        "small",
+        &["render"],
+        Some(r#"{"gpu":true,"vram_gb":16}"#),
+    );
+    worker(
+        &mut c,
+        "big",
+        &["render"],
+        Some(r#"{"gpu":true,"vram_gb":24,"region":"us-east"}"#),
+    );
+    let opts = InvokeOptions {
+        labels: Some(r#"{"gpu":true,"vram_gb":24}"#.into()),
+        ..Default::default()
+    };
+    let run_id = c.invoke("render", b"{}", opts).unwrap();
+    assert!(await_one(&mut c, "small", "render", 300).is_none());
+    let task = await_one(&mut c, "big", "render", 5000).expect("matching worker");
+    assert_eq!(task.task_id, run_id);
+    // A task without labels goes to any worker.
+    let plain = c.invoke("render", b"{}", InvokeOptions::default()).unwrap();
+    assert_eq!(
+        await_one(&mut c, "small", "render", 5000).unwrap().task_id,
+        plain
+    );
+}
+
+#[test]
+fn higher_priority_tasks_are_leased_first() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["job"], None);
+    for (input, priority) in [("low", 1u8), ("high", 200), ("mid", 50), ("default", 10)] {
+        let opts = InvokeOptions {
+            priority: Some(priority),
+            ..Default::default()
+        };
+        c.invoke("job", input.as_bytes(), opts).unwrap();
+    }
+    let order: Vec<String> = (0..4)
+        .map(|_| {
+            let t = await_one(&mut c, "w1", "job", 5000).unwrap();
+            String::from_utf8(t.payload).unwrap()
+        })
+        .collect();
+    assert_eq!(order, ["high", "mid", "default", "low"]);
+}
+
+#[test]
+fn a_silent_worker_becomes_unhealthy_and_a_heartbeat_recovers_it() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["job"], None);
+    assert_eq!(c.worker("w1").unwrap().status, WorkerStatus::Active);
+    c.advance_clock(89_000).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_ne!(c.worker("w1").unwrap().status, WorkerStatus::Unhealthy);
+    c.advance_clock(2_000).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.worker("w1").unwrap().status == WorkerStatus::Unhealthy
+    }));
+    assert_eq!(c.heartbeat("w1", 2).unwrap(), WorkerStatus::Active);
+    assert_eq!(c.worker("w1").unwrap().current_load, 2);
+    assert_eq!(c.heartbeat("w1", 0).unwrap(), WorkerStatus::Idle);
+    let list = c.list_workers().unwrap();
+    assert_eq!(list.len(), 1);
+}
+
+#[test]
+fn bad_worker_requests_get_clear_errors() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    let err = c.await_tasks("ghost", &["job"], 1, 0).unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::NotFound);
+    worker(&mut c, "w1", &["job"], None);
+    let err = c.await_tasks("w1", &["other"], 1, 0).unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::NotFound, "unknown action");
+    user_action(&mut c, "other", 30_000, 3, 1000);
+    let err = c.await_tasks("w1", &["other"], 1, 0).unwrap_err();
+    let Error::Server(e) = err else { panic!() };
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(
+        e.message.contains("not registered for action"),
+        "{}",
+        e.message
+    );
+    let err = c.await_tasks("w1", &["job"], 0, 0).unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::BadRequest);
+    c.invoke("job", b"{}", InvokeOptions::default()).unwrap();
+    let task = await_one(&mut c, "w1", "job", 5000).unwrap();
+    let err = c
+        .complete_task("w2", &TaskRef::from(&task), b"", None)
+        .unwrap_err();
+    let Error::Server(e) = err else { panic!() };
+    assert_eq!(e.code, ErrorCode::Conflict);
+    assert!(
+        e.message.contains("leased to worker \"w1\""),
+        "{}",
+        e.message
+    );
+    let wrong_action = TaskRef {
+        action: "other",
+        ..TaskRef::from(&task)
+    };
+    let err = c.complete_task("w1", &wrong_action, b"", None).unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::BadRequest);
+    let stale = TaskRef {
+        attempt: Some(7),
+        ..TaskRef::from(&task)
+    };
+    let err = c.complete_task("w1", &stale, b"", None).unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::Conflict);
+    c.complete_task("w1", &TaskRef::from(&task), b"", None)
+        .unwrap();
+    let err = c
+        .complete_task("w1", &TaskRef::from(&task), b"", None)
+        .unwrap_err();
+    assert_eq!(server_code(err), ErrorCode::Conflict, "completed twice");
+}
+
+#[test]
+fn leases_and_completions_survive_kill_9() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 1500, 3, 100);
+    worker(&mut c, "w1", &["job"], None);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(
+            c.invoke("job", format!("{i}").as_bytes(), InvokeOptions::default())
+                .unwrap(),
+        );
+    }
+    let mut leased = Vec::new();
+    while leased.len() < 10 {
+        leased.extend(c.await_tasks("w1", &["job"], 10, 5000).unwrap());
+    }
+    let (done, held) = leased.split_at(6);
+    for task in done {
+        c.complete_task("w1", &TaskRef::from(task), b"ok", None)
+            .unwrap();
+    }
+    server.kill9();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    for task in done {
+        assert_eq!(c.run(&task.task_id).unwrap().status, RunStatus::Completed);
+    }
+    for task in held {
+        assert_eq!(c.run(&task.task_id).unwrap().status, RunStatus::Running);
+    }
+    // Workers register again after a restart; leased tasks come back once their lease
+    // expired, completed ones never.
+    worker(&mut c, "w2", &["job"], None);
+    let mut again = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while again.len() < held.len() && Instant::now() < deadline {
+        for task in c.await_tasks("w2", &["job"], 10, 1000).unwrap() {
+            assert_eq!(task.attempt, 2, "a re-offered task is the next attempt");
+            c.complete_task("w2", &TaskRef::from(&task), b"ok", None)
+                .unwrap();
+            again.insert(task.task_id);
+        }
+    }
+    let held_ids: HashSet<String> = held.iter().map(|t| t.task_id.clone()).collect();
+    assert_eq!(again, held_ids);
+    assert!(c.await_tasks("w2", &["job"], 10, 500).unwrap().is_empty());
+    for id in &ids {
+        assert_eq!(c.run(id).unwrap().status, RunStatus::Completed);
+    }
+}
