@@ -691,7 +691,8 @@ pub(crate) fn report(shard: &Rc<Shard>, op: flo_protocol::Op, to: ReplyTo) {
     }
 }
 
-/// Drops parked wants whose deadline passed (their home answered its worker already).
+/// Drops parked wants whose deadline passed (their home answered its worker already) and
+/// stale or repeated ids from the per-action index.
 pub(crate) fn sweep_wants(shard: &Shard) {
     let now = now_real();
     shard
@@ -705,7 +706,10 @@ pub(crate) fn sweep_wants(shard: &Shard) {
         .wants_by_action
         .borrow_mut()
         .retain(|(ns, _), ids| {
-            ids.retain(|id| wants.contains_key(&(ns.clone(), id.clone())));
+            let mut seen = ahash::AHashSet::new();
+            ids.retain(|id| {
+                wants.contains_key(&(ns.clone(), id.clone())) && seen.insert(id.clone())
+            });
             !ids.is_empty()
         });
 }
