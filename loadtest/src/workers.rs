@@ -2,7 +2,9 @@
 //! register as workers of the action, long-poll for tasks (`TaskAwait` for up to
 //! `--await-batch` tasks, held at most `AWAIT_BLOCK_MS`) and complete every task with its
 //! input as the result. A worker queues the completions of a batch and its next await
-//! together and flushes them with one write, so awaiting overlaps completing.
+//! together and flushes them with one write, so awaiting overlaps completing; it awaits only
+//! while at most `--await-batch` completions are unanswered, so no more than twice that
+//! many tasks are ever in its hands.
 //!
 //! The run ends once as many tasks were completed as invocations succeeded. Latency is
 //! invoke-to-complete: from the moment the invoking connection queued the invocation (the
@@ -309,7 +311,8 @@ impl<'a> TaskWorker<'a> {
             let now = Instant::now();
             let timed_out = now >= deadline;
             if !timed_out && !self.shared.finished() {
-                if self.await_id.is_none() {
+                let room = self.completing.len() <= self.cfg.await_batch as usize;
+                if self.await_id.is_none() && room {
                     self.await_id = Some(self.queue(conn, self.await_op())?);
                 }
                 if self.heartbeat_id.is_none() && now >= next_heartbeat {
@@ -355,10 +358,18 @@ impl<'a> TaskWorker<'a> {
             self.await_id = None;
             return match response.result {
                 Ok(Reply::Tasks(tasks)) => {
-                    debug_assert!(tasks.len() <= self.cfg.await_batch as usize);
+                    if tasks.len() > self.cfg.await_batch as usize {
+                        return Err(format!(
+                            "an await for {} tasks returned {}",
+                            self.cfg.await_batch,
+                            tasks.len()
+                        ));
+                    }
                     tasks
                         .into_iter()
-                        .try_for_each(|task| self.queue_complete(conn, task))
+                        .try_for_each(|task| self.queue_complete(conn, task))?;
+                    debug_assert!(self.completing.len() <= 2 * self.cfg.await_batch as usize);
+                    Ok(())
                 }
                 Ok(other) => Err(format!("unexpected reply to a task await: {other:?}")),
                 Err(e) => Err(format!("task await refused: {e}")),

@@ -207,10 +207,9 @@ fn process_names(w: &WorkerInfo) -> String {
     names.join(", ")
 }
 
-/// A flat JSON text field (labels, metadata) as the JSON it holds.
-fn json_text_field(text: &Option<String>) -> Value {
-    text.as_deref()
-        .map_or(Value::Null, |t| bytes_json(t.as_bytes()))
+/// A JSON text field (labels, metadata) as the JSON it holds.
+fn json_text_field(text: Option<&str>) -> Value {
+    text.map_or(Value::Null, |t| bytes_json(t.as_bytes()))
 }
 
 fn task_json(t: &TaskAssignment) -> Value {
@@ -287,8 +286,8 @@ fn worker_json(w: &WorkerInfo) -> Value {
         "tasks_completed": w.tasks_completed,
         "tasks_failed": w.tasks_failed,
         "machine_id": w.machine_id,
-        "metadata": json_text_field(&w.metadata),
-        "labels": json_text_field(&w.labels),
+        "metadata": json_text_field(w.metadata.as_deref()),
+        "labels": json_text_field(w.labels.as_deref()),
         "processes": processes,
         "registered_at": time_text(w.registered_at_ms),
         "last_heartbeat": time_text(w.last_heartbeat_ms),
