@@ -51,6 +51,24 @@ pub struct Args {
     #[arg(long, default_value_t = 600.0)]
     pub max_secs: f64,
 
+    /// Worker connections of the `worker` workload, one thread each.
+    #[arg(long, default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=1024),
+          help_heading = "Worker workload options (with --workload worker)")]
+    pub workers: u32,
+    /// Most tasks one worker takes per await (also its registered max concurrency).
+    #[arg(long, default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=flo_protocol::TASK_AWAIT_TASKS_MAX as i64),
+          help_heading = "Worker workload options (with --workload worker)")]
+    pub await_batch: u32,
+    /// The user-hosted action invoked and completed (registered by the workload).
+    #[arg(
+        long,
+        default_value = "lt-task",
+        help_heading = "Worker workload options (with --workload worker)"
+    )]
+    pub action_name: String,
+
     /// Shards of the spawned server (default: the server's own default).
     #[arg(
         long,
@@ -103,6 +121,9 @@ impl Args {
         }
         if self.namespace.is_empty() {
             return Err("--namespace must not be empty".into());
+        }
+        if self.action_name.is_empty() {
+            return Err("--action-name must not be empty".into());
         }
         Ok(())
     }

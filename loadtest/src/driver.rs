@@ -55,6 +55,22 @@ pub struct Outcome {
     pub server_shards: Option<u32>,
 }
 
+impl Outcome {
+    /// Nothing done yet.
+    pub fn empty() -> Self {
+        Outcome {
+            latency_us: new_histogram(),
+            ops: 0,
+            errors: 0,
+            first_error: None,
+            failures: Vec::new(),
+            elapsed: Duration::ZERO,
+            hit_time_limit: false,
+            server_shards: None,
+        }
+    }
+}
+
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid histogram bounds")
 }
@@ -92,16 +108,7 @@ where
             .progress
             .then(|| scope.spawn(move || report_progress(start, completed, stopped)));
 
-        let mut outcome = Outcome {
-            latency_us: new_histogram(),
-            ops: 0,
-            errors: 0,
-            first_error: None,
-            failures: Vec::new(),
-            elapsed: Duration::ZERO,
-            hit_time_limit: false,
-            server_shards: None,
-        };
+        let mut outcome = Outcome::empty();
         for (index, handle) in handles.into_iter().enumerate() {
             match handle.join() {
                 Ok(done) => {
@@ -202,7 +209,7 @@ fn connection_thread<G: Generator>(
 }
 
 /// Connects and shakes hands; returns the server's shard count.
-fn open(addr: &str) -> Result<(Connection, u32), String> {
+pub fn open(addr: &str) -> Result<(Connection, u32), String> {
     let mut conn =
         Connection::connect(addr).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     conn.set_read_timeout(Some(RESPONSE_TIMEOUT))
@@ -225,7 +232,8 @@ fn open(addr: &str) -> Result<(Connection, u32), String> {
     }
 }
 
-fn describe(e: Error) -> String {
+/// A connection error as a message (a read timeout says how long nothing came).
+pub fn describe(e: Error) -> String {
     match e {
         Error::Io(io)
             if matches!(

@@ -5,12 +5,13 @@ mod args;
 mod driver;
 mod report;
 mod spawn;
+mod workers;
 mod workload;
 
 use args::{Args, DEFAULT_ADDR, DurabilityArg};
 use clap::Parser;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use workload::Workload;
 
 fn main() -> ExitCode {
@@ -52,10 +53,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         max_duration: Duration::from_secs_f64(args.max_secs),
         progress: true,
     };
-    if args.workload == Workload::WasmInvoke {
-        workload::register_wasm_action(&addr, &args.namespace)?;
+    match args.workload {
+        Workload::KvPut => {}
+        Workload::WasmInvoke => workload::register_wasm_action(&addr, &args.namespace)?,
+        Workload::Worker => {
+            workload::register_user_action(&addr, &args.namespace, &args.action_name)?
+        }
     }
-    let outcome = run_workload(args, &cfg);
+    let (outcome, tasks) = run_workload(args, &cfg);
 
     let spawned = server.as_ref().map(|s| report::Spawned {
         shards: s.shards,
@@ -72,13 +77,21 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         keys: args.key_count(),
         requested_ops: args.ops,
         outcome: &outcome,
+        tasks: tasks.as_ref().map(|outcome| report::Tasks {
+            action: &args.action_name,
+            workers: args.workers,
+            await_batch: args.await_batch,
+            outcome,
+        }),
     };
     if args.json {
         println!("{}", report.json());
     } else {
         print!("{}", report.human());
     }
-    let mut ok = outcome.errors == 0 && outcome.failures.is_empty();
+    let mut ok = outcome.errors == 0
+        && outcome.failures.is_empty()
+        && tasks.as_ref().is_none_or(workers::TaskOutcome::ok);
     if let Err(message) = stopped {
         eprintln!("flo-loadtest: {message}");
         ok = false;
@@ -90,12 +103,41 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     })
 }
 
-/// Runs the chosen workload; new workloads get a line here.
-fn run_workload(args: &Args, cfg: &driver::Config) -> driver::Outcome {
+/// Runs the chosen workload; new workloads get a line here. The `worker` workload also
+/// returns what its workers did.
+fn run_workload(
+    args: &Args,
+    cfg: &driver::Config,
+) -> (driver::Outcome, Option<workers::TaskOutcome>) {
     match args.workload {
-        Workload::KvPut => driver::run(cfg, || {
-            workload::KvPut::new(&args.namespace, args.key_count(), args.value_bytes as usize)
-        }),
-        Workload::WasmInvoke => driver::run(cfg, || workload::WasmInvoke::new(&args.namespace)),
+        Workload::KvPut => {
+            let outcome = driver::run(cfg, || {
+                workload::KvPut::new(&args.namespace, args.key_count(), args.value_bytes as usize)
+            });
+            (outcome, None)
+        }
+        Workload::WasmInvoke => {
+            let outcome = driver::run(cfg, || workload::WasmInvoke::new(&args.namespace));
+            (outcome, None)
+        }
+        Workload::Worker => {
+            let epoch = Instant::now();
+            let worker_cfg = workers::Config {
+                addr: cfg.addr.clone(),
+                namespace: args.namespace.clone(),
+                action: args.action_name.clone(),
+                workers: args.workers as usize,
+                await_batch: args.await_batch,
+                max_duration: cfg.max_duration,
+                epoch,
+                progress: cfg.progress,
+            };
+            let (outcome, tasks) = workers::run(&worker_cfg, || {
+                driver::run(cfg, || {
+                    workload::UserInvoke::new(&args.namespace, &args.action_name, epoch)
+                })
+            });
+            (outcome, Some(tasks))
+        }
     }
 }

@@ -4,6 +4,7 @@
 use clap::ValueEnum;
 use flo::protocol::{ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunStatus};
 use std::fmt::Write as _;
+use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
@@ -11,6 +12,12 @@ pub enum Workload {
     KvPut,
     /// Invocations of a trivial WASM action, each answered once the run completed.
     WasmInvoke,
+    /// `--ops` invocations of a user-hosted action (`--action-name`, registered as a user
+    /// action) from the `--connections` connections, completed by `--workers` worker
+    /// connections that each await up to `--await-batch` tasks at a time and complete
+    /// every one with its input. Reports invokes/s, tasks completed/s and invoke-to-complete
+    /// latency.
+    Worker,
 }
 
 impl Workload {
@@ -18,6 +25,7 @@ impl Workload {
         match self {
             Workload::KvPut => "kv-put",
             Workload::WasmInvoke => "wasm-invoke",
+            Workload::Worker => "worker",
         }
     }
 }
@@ -155,9 +163,138 @@ impl Generator for WasmInvoke {
     }
 }
 
+/// Registers the user-hosted action the `worker` workload invokes: a long timeout, so a
+/// lease never expires under load, and no retries.
+pub fn register_user_action(addr: &str, namespace: &str, name: &str) -> Result<(), String> {
+    let mut client = flo::Client::connect(addr)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?
+        .with_namespace(namespace);
+    let spec = ActionSpec {
+        namespace: namespace.into(),
+        name: name.into(),
+        kind: ActionKind::User,
+        wasm: None,
+        timeout_ms: Some(USER_ACTION_TIMEOUT_MS),
+        max_retries: Some(0),
+        retry_delay_ms: None,
+        description: Some("flo-loadtest: completed by the loadtest's workers".into()),
+        memory_limit_mb: None,
+    };
+    client
+        .register_action(spec)
+        .map_err(|e| format!("cannot register {name}: {e}"))?;
+    Ok(())
+}
+
+/// Lease of a `worker` workload task: far longer than any run, so none is handed out twice.
+const USER_ACTION_TIMEOUT_MS: u64 = 600_000;
+
+/// `worker` (invoking side): invoke the user-hosted action with `{"sent_ns":N}`, N the
+/// nanoseconds from the run's epoch to the moment the request is queued. The workers
+/// read it back to measure invoke-to-complete latency.
+pub struct UserInvoke {
+    namespace: String,
+    action: String,
+    epoch: Instant,
+}
+
+impl UserInvoke {
+    pub fn new(namespace: &str, action: &str, epoch: Instant) -> Self {
+        UserInvoke {
+            namespace: namespace.into(),
+            action: action.into(),
+            epoch,
+        }
+    }
+}
+
+impl Generator for UserInvoke {
+    fn fill(&mut self, _n: u64, op: &mut Op) {
+        if !matches!(op, Op::ActionInvoke(_)) {
+            *op = Op::ActionInvoke(InvokeSpec {
+                namespace: self.namespace.clone(),
+                action: self.action.clone(),
+                input: Vec::with_capacity(SENT_PAYLOAD_BYTES_MAX),
+                priority: None,
+                delay_ms: None,
+                idempotency_key: None,
+                labels: None,
+                wait_ms: None,
+            });
+        }
+        if let Op::ActionInvoke(spec) = op {
+            let sent_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            encode_sent_ns(sent_ns, &mut spec.input);
+        }
+    }
+
+    fn check(&self, reply: &Reply) -> Result<(), String> {
+        match reply {
+            Reply::Invoked { created: true, .. } => Ok(()),
+            Reply::Invoked { run_id, .. } => {
+                Err(format!("invoke returned an existing run {run_id}"))
+            }
+            other => Err(format!("unexpected reply to an invoke: {other:?}")),
+        }
+    }
+}
+
+/// Longest `{"sent_ns":N}` payload.
+const SENT_PAYLOAD_BYTES_MAX: usize = 32;
+const SENT_PREFIX: &[u8] = b"{\"sent_ns\":";
+
+/// Writes `{"sent_ns":N}` into `out` (replacing its contents).
+pub fn encode_sent_ns(sent_ns: u64, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(SENT_PREFIX);
+    out.extend_from_slice(sent_ns.to_string().as_bytes());
+    out.push(b'}');
+    debug_assert!(out.len() <= SENT_PAYLOAD_BYTES_MAX);
+}
+
+/// N from a `{"sent_ns":N}` payload; None for any other payload.
+pub fn decode_sent_ns(payload: &[u8]) -> Option<u64> {
+    let digits = payload.strip_prefix(SENT_PREFIX)?.strip_suffix(b"}")?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sent_ns_payload_round_trips_and_is_json() {
+        let mut payload = Vec::new();
+        for n in [0, 1, 123_456_789, u64::MAX] {
+            encode_sent_ns(n, &mut payload);
+            assert_eq!(decode_sent_ns(&payload), Some(n));
+            let json: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+            assert_eq!(json["sent_ns"], n);
+        }
+        assert_eq!(decode_sent_ns(b"{\"sent_ns\":x}"), None);
+        assert_eq!(decode_sent_ns(b"{}"), None);
+    }
+
+    #[test]
+    fn user_invoke_rewrites_the_send_time_in_place() {
+        let mut generator = UserInvoke::new("ns", "lt-task", Instant::now());
+        let mut op = Op::Status;
+        generator.fill(0, &mut op);
+        let Op::ActionInvoke(spec) = &op else {
+            panic!("not an invoke: {op:?}")
+        };
+        assert_eq!(
+            (spec.action.as_str(), spec.namespace.as_str()),
+            ("lt-task", "ns")
+        );
+        let first = decode_sent_ns(&spec.input).expect("a sent_ns payload");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        generator.fill(1, &mut op);
+        let Op::ActionInvoke(spec) = &op else {
+            panic!("not an invoke: {op:?}")
+        };
+        assert!(decode_sent_ns(&spec.input).unwrap() > first);
+    }
 
     #[test]
     fn kv_put_cycles_keys_and_reuses_the_op() {

@@ -1,6 +1,6 @@
 use super::CliError;
 use super::args::ActionCommand;
-use super::output::{Output, time_text};
+use super::output::{Output, bytes_json, time_text};
 use flo::protocol::{ActionInfo, ActionKind, ActionSpec, RunInfo, RunStatus};
 use flo::{Client, InvokeOptions};
 use serde_json::{Value, json};
@@ -199,12 +199,7 @@ fn bytes_text(bytes: &[u8]) -> String {
     super::output::value_text(bytes)
 }
 
-/// Bytes as a JSON value: the JSON they hold, else a string.
-fn bytes_json(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or_else(|_| json!(bytes_text(bytes)))
-}
-
-fn run_json(r: &RunInfo) -> Value {
+pub(super) fn run_json(r: &RunInfo) -> Value {
     json!({
         "run_id": r.run_id,
         "action": r.action,
@@ -224,6 +219,7 @@ fn run_json(r: &RunInfo) -> Value {
         "available_at": time_text(r.available_at_ms),
         "created_at_ms": r.created_at_ms,
         "updated_at_ms": r.updated_at_ms,
+        "available_at_ms": r.available_at_ms,
     })
 }
 

@@ -1,4 +1,5 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use flo::protocol::{LEASE_EXTEND_MS_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -39,6 +40,9 @@ pub enum Command {
     /// Actions: durable task types run as WebAssembly or by workers.
     #[command(subcommand)]
     Action(ActionCommand),
+    /// Workers: register, take tasks of user-hosted actions and report their results.
+    #[command(subcommand)]
+    Worker(WorkerCommand),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -175,5 +179,137 @@ pub enum ActionCommand {
         name: String,
         #[arg(long)]
         limit: Option<u32>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkerCommand {
+    /// Register a worker (again: replaces its registration); prints the worker.
+    Register {
+        /// Unique worker id.
+        worker_id: String,
+        /// Action names this worker handles.
+        #[arg(required = true, value_name = "ACTION")]
+        actions: Vec<String>,
+        /// Most tasks the worker runs at once [server default: 10].
+        #[arg(long)]
+        max_concurrency: Option<u32>,
+        /// The worker's labels, a flat JSON object (tasks requiring labels go only to
+        /// workers having them with equal values).
+        #[arg(long, value_name = "JSON")]
+        labels: Option<String>,
+        /// Arbitrary JSON kept with the registration (version, environment...).
+        #[arg(long, value_name = "JSON")]
+        metadata: Option<String>,
+        /// Host identifier, for grouping workers on the same machine.
+        #[arg(long)]
+        machine_id: Option<String>,
+    },
+    /// Wait for a task of the given actions and lease it to the worker; prints the task
+    /// (or "no task" when none came in time).
+    Await {
+        /// Action names to take tasks of.
+        #[arg(required = true, value_name = "ACTION")]
+        actions: Vec<String>,
+        /// The registered worker taking the task.
+        #[arg(long)]
+        worker_id: String,
+        /// Longest wait for a task, in ms.
+        #[arg(long = "block", value_name = "MS", default_value_t = 30_000,
+              value_parser = clap::value_parser!(u64).range(0..=TASK_AWAIT_MS_MAX))]
+        block_ms: u64,
+        /// Most tasks to take; above 1, --json prints an array.
+        #[arg(long = "max", value_name = "N", default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=TASK_AWAIT_TASKS_MAX as i64))]
+        max_tasks: u32,
+    },
+    /// Report a leased task done, with its result.
+    Complete {
+        /// The task id (the run id) from `worker await`.
+        task_id: String,
+        /// The worker holding the lease.
+        #[arg(long)]
+        worker_id: String,
+        /// The task's action.
+        #[arg(long)]
+        action: String,
+        /// Result, JSON text [default: empty].
+        #[arg(long, value_name = "JSON")]
+        result: Option<String>,
+        /// Named outcome, for workflow routing [default: success].
+        #[arg(long)]
+        outcome: Option<String>,
+        /// Refuse if the task is no longer at this attempt.
+        #[arg(long)]
+        attempt: Option<u32>,
+    },
+    /// Report a leased task failed; prints the run as it is afterwards (pending again for
+    /// a retry, or failed).
+    Fail {
+        /// The task id (the run id) from `worker await`.
+        task_id: String,
+        /// The worker holding the lease.
+        #[arg(long)]
+        worker_id: String,
+        /// The task's action.
+        #[arg(long)]
+        action: String,
+        /// What went wrong.
+        #[arg(long)]
+        error: String,
+        /// Retry after backoff while the action's retries remain (else failed and
+        /// dead-lettered).
+        #[arg(long, conflicts_with = "non_retryable")]
+        retry: bool,
+        /// The task can never succeed: failed at once, not dead-lettered.
+        #[arg(long)]
+        non_retryable: bool,
+        /// Refuse if the task is no longer at this attempt.
+        #[arg(long)]
+        attempt: Option<u32>,
+    },
+    /// Extend a leased task's lease; prints when it now expires.
+    Touch {
+        /// The task id (the run id) from `worker await`.
+        task_id: String,
+        /// The worker holding the lease.
+        #[arg(long)]
+        worker_id: String,
+        /// The task's action.
+        #[arg(long)]
+        action: String,
+        /// New lease length from now, in ms (a lease is never shortened).
+        #[arg(long = "extend", value_name = "MS",
+              value_parser = clap::value_parser!(u64).range(1..=LEASE_EXTEND_MS_MAX))]
+        extend_ms: u64,
+    },
+    /// Report that the worker is alive, with its load; prints its status (`draining`:
+    /// take no new tasks).
+    Heartbeat {
+        /// The worker id.
+        #[arg(long)]
+        worker_id: String,
+        /// Tasks the worker has in flight.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        load: u32,
+    },
+    /// Give the worker no new tasks (for good); its leased tasks may still complete.
+    Drain {
+        /// The worker id.
+        #[arg(long)]
+        worker_id: String,
+    },
+    /// Remove the worker from the registry.
+    Deregister {
+        /// The worker id.
+        #[arg(long)]
+        worker_id: String,
+    },
+    /// List the workers of the namespace.
+    List,
+    /// Show a worker: status, load, counts, and per-action runs and failures.
+    Info {
+        /// The worker id.
+        worker_id: String,
     },
 }

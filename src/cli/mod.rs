@@ -8,6 +8,7 @@ mod kv;
 mod output;
 mod server;
 mod status;
+mod worker;
 
 pub use args::{Cli, Command};
 use clap::Parser;
@@ -23,6 +24,9 @@ pub fn run() -> i32 {
         Command::Status => connect(&cli).and_then(|mut c| status::run(&mut c, &out)),
         Command::Kv(cmd) => connect(&cli).and_then(|mut c| kv::run(&mut c, cmd, &out)),
         Command::Action(cmd) => connect(&cli).and_then(|mut c| action::run(&mut c, cmd, &out)),
+        Command::Worker(cmd) => worker::check(cmd)
+            .and_then(|()| connect(&cli))
+            .and_then(|mut c| worker::run(&mut c, cmd, &out)),
     };
     match result {
         Ok(()) => 0,

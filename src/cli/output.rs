@@ -27,6 +27,11 @@ pub fn value_text(value: &[u8]) -> String {
     }
 }
 
+/// Bytes as a JSON value: the JSON they hold, else their text (see `value_text`).
+pub fn bytes_json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|_| json!(value_text(bytes)))
+}
+
 pub fn entry_json(e: &KvEntry) -> Value {
     let mut doc = json!({
         "key": e.key,
