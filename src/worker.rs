@@ -363,29 +363,32 @@ impl ActionWorker {
         serve(&self.shared, client)
     }
 
-    /// `run`, stopping gracefully on SIGINT or SIGTERM (a second one exits the process
-    /// at once).
+    /// `run`, stopping gracefully on SIGINT or SIGTERM. A second signal, or one after
+    /// `run` returned, has its default effect (the process ends).
     pub fn run_until_signal(self) -> Result<WorkerStats, WorkerError> {
         use signal_hook::consts::{SIGINT, SIGTERM};
-        let flag = self.shared.stop.flag.clone();
-        let mut ids = Vec::new();
+        let stop = self.shared.stop.clone();
+        let mut graceful = Vec::new();
         for signal in [SIGINT, SIGTERM] {
-            // The shutdown goes first: it fires only once the flag is already set.
-            ids.push(signal_hook::flag::register_conditional_shutdown(
-                signal,
-                128 + signal,
-                flag.clone(),
-            ));
-            ids.push(signal_hook::flag::register(signal, flag.clone()));
+            // Registered first, so it acts only once the flag is already set.
+            let installed =
+                signal_hook::flag::register_conditional_default(signal, stop.flag.clone())
+                    .and_then(|_| signal_hook::flag::register(signal, stop.flag.clone()));
+            match installed {
+                Ok(id) => graceful.push(id),
+                Err(e) => {
+                    stop.stop();
+                    return Err(WorkerError::Client(Error::Io(io::Error::new(
+                        e.kind(),
+                        format!("cannot install a signal handler: {e}"),
+                    ))));
+                }
+            }
         }
-        let result = match ids.iter().find_map(|id| id.as_ref().err()) {
-            Some(e) => Err(WorkerError::Client(Error::Io(io::Error::new(
-                e.kind(),
-                format!("cannot install a signal handler: {e}"),
-            )))),
-            None => self.run(),
-        };
-        for id in ids.into_iter().flatten() {
+        let result = self.run();
+        // From now on a signal ends the process, as it would have without the worker.
+        stop.stop();
+        for id in graceful {
             signal_hook::low_level::unregister(id);
         }
         result

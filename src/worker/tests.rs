@@ -443,3 +443,18 @@ fn result_too_large_to_send_fails_the_attempt() {
     assert!(failed[0].2, "retried");
     worker.stop_and_join().unwrap();
 }
+
+#[test]
+fn sigint_stops_a_worker_run_until_signal() {
+    let fake = FakeServer::start();
+    let worker = builder(&fake).action("echo", echo).build().unwrap();
+    let running = thread::spawn(move || worker.run_until_signal());
+    assert!(
+        fake.wait_until(WAIT, |s| s.count(|op| matches!(op, Op::TaskAwait { .. }))
+            > 0)
+    );
+    signal_hook::low_level::raise(signal_hook::consts::SIGINT).unwrap();
+    let stats = running.join().unwrap().unwrap();
+    assert_eq!(stats.registrations, 1);
+    fake.with(|s| assert!(s.workers.is_empty(), "deregistered"));
+}
