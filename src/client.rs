@@ -34,7 +34,27 @@ pub struct Connection {
 
 impl Connection {
     pub fn connect(addr: impl ToSocketAddrs) -> Result<Self, Error> {
-        let stream = TcpStream::connect(addr)?;
+        Self::from_stream(TcpStream::connect(addr)?)
+    }
+
+    /// Connects, giving up on each resolved address after `timeout`.
+    pub fn connect_timeout(addr: impl ToSocketAddrs, timeout: Duration) -> Result<Self, Error> {
+        let mut last_error = None;
+        for addr in addr.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, timeout) {
+                Ok(stream) => return Self::from_stream(stream),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(Error::Io(last_error.unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the address resolved to nothing",
+            )
+        })))
+    }
+
+    fn from_stream(stream: TcpStream) -> Result<Self, Error> {
         stream.set_nodelay(true)?;
         Ok(Connection {
             stream,
@@ -428,11 +448,7 @@ pub enum FailMode {
 /// A worker id for a worker that was given none: hostname plus random hex.
 pub fn generate_worker_id() -> String {
     use std::hash::{BuildHasher, Hasher};
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "worker".to_string());
+    let host = hostname().unwrap_or_else(|| "worker".to_string());
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
     hasher.write_u128(
@@ -441,6 +457,14 @@ pub fn generate_worker_id() -> String {
             .map_or(0, |d| d.as_nanos()),
     );
     format!("{host}-{:08x}", hasher.finish() as u32)
+}
+
+/// This machine's host name, when it has one.
+pub(crate) fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
 }
 
 /// Worker operations: registry, long-poll for tasks, and reporting their results.
@@ -621,6 +645,6 @@ impl<'a> From<&'a TaskAssignment> for TaskRef<'a> {
     }
 }
 
-fn unexpected(reply: Reply) -> Error {
+pub(crate) fn unexpected(reply: Reply) -> Error {
     Error::Protocol(format!("unexpected reply: {reply:?}"))
 }

@@ -1,10 +1,28 @@
 //! flo client SDK. Talks the flo protocol over plain blocking sockets, so applications
 //! use it from any runtime (or none). The server lives behind the default `server`
 //! feature; depend on `flo` with `default-features = false` to get only the client.
+//!
+//! - `Client`: one request at a time over one connection.
+//! - `MuxClient`: one connection shared by many threads, pipelined.
+//! - `ActionWorker`: runs user-hosted actions (register, poll, run handlers, report).
 
 mod client;
+#[cfg(test)]
+mod fake_server;
+mod handler;
+mod mux;
+mod worker;
 
 pub use client::{
     Client, Connection, Error, FailMode, InvokeOptions, PutOptions, TaskRef, generate_worker_id,
 };
 pub use flo_protocol as protocol;
+pub use handler::{
+    ActionContext, ActionResult, ERROR_TEXT_BYTES_MAX, HandlerError, HandlerResult,
+    NonRetryableError,
+};
+pub use mux::{MUX_PENDING_CALLS_MAX, MuxClient, MuxOptions, PendingReply};
+pub use worker::{
+    ActionWorker, ActionWorkerBuilder, RunningWorker, StopHandle, WORKER_CONCURRENCY_MAX,
+    WorkerError, WorkerOptions, WorkerStats,
+};
