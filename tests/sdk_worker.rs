@@ -1,0 +1,238 @@
+//! The SDK's `ActionWorker` against a real server: handlers' results, retries, errors,
+//! panics, named outcomes, lease extension, drain and stop (spec `flo-workers.md`).
+
+mod common;
+
+use common::{TestServer, cli_ok, temp_dir, wait_until};
+use flo::protocol::{ActionKind, ActionSpec, RunInfo, RunStatus};
+use flo::{ActionResult, ActionWorker, Client, InvokeOptions, NonRetryableError};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+fn user_action(client: &mut Client, name: &str, timeout_ms: u64, max_retries: u32, retry_ms: u64) {
+    client
+        .register_action(ActionSpec {
+            namespace: String::new(),
+            name: name.into(),
+            kind: ActionKind::User,
+            wasm: None,
+            timeout_ms: Some(timeout_ms),
+            max_retries: Some(max_retries),
+            retry_delay_ms: Some(retry_ms),
+            description: None,
+            memory_limit_mb: None,
+        })
+        .expect("register action");
+}
+
+fn wait_final(client: &mut Client, run_id: &str) -> RunInfo {
+    let run = client.wait_run(run_id, 20_000).expect("wait");
+    assert!(run.status.is_final(), "run {run_id} still {:?}", run.status);
+    run
+}
+
+fn output_json(run: &RunInfo) -> Value {
+    serde_json::from_slice(run.output.as_deref().expect("output")).expect("JSON output")
+}
+
+#[test]
+fn handlers_results_errors_and_outcomes_reach_the_runs() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "process-order", 30_000, 3, 50);
+    user_action(&mut c, "validate-order", 30_000, 3, 50);
+    user_action(&mut c, "review-order", 30_000, 3, 50);
+    user_action(&mut c, "explode", 30_000, 1, 50);
+    let flaky_calls = Arc::new(AtomicU32::new(0));
+    let calls = flaky_calls.clone();
+    let worker = ActionWorker::builder(server.addr)
+        .worker_id("orders-1")
+        .concurrency(4)
+        .action("process-order", move |ctx| {
+            let order: Value = ctx.json()?;
+            // Fails its first attempt, succeeds on the retry.
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err("payment gateway timed out".into());
+            }
+            ActionResult::json(&json!({"status": "processed", "order_id": order["order_id"], "attempt": ctx.attempt()}))
+        })
+        .action("validate-order", |ctx| {
+            let order: Value = ctx.json()?;
+            if order["amount"].as_f64().unwrap_or(0.0) > 2000.0 {
+                return Err(NonRetryableError::new("order amount exceeds $2000 limit").into());
+            }
+            ActionResult::json(&json!({"valid": true}))
+        })
+        .action("review-order", |ctx| {
+            let order: Value = ctx.json()?;
+            let amount = order["amount"].as_f64().unwrap_or(0.0);
+            if amount < 100.0 {
+                ctx.result("approved", &json!({"decision": "auto-approved"}))
+            } else if amount >= 500.0 {
+                ctx.result("rejected", &json!({"reason": "amount too high"}))
+            } else {
+                ctx.result("needs_review", &json!({"note": "manual review required"}))
+            }
+        })
+        .action("explode", |_ctx| panic!("boom in the handler"))
+        .spawn()
+        .expect("worker starts");
+
+    let retried = c
+        .invoke(
+            "process-order",
+            br#"{"order_id":"o-1"}"#,
+            InvokeOptions::default(),
+        )
+        .unwrap();
+    let run = wait_final(&mut c, &retried);
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    assert_eq!(run.attempt, 2, "retry then success");
+    assert_eq!(
+        output_json(&run),
+        json!({"status":"processed","order_id":"o-1","attempt":2})
+    );
+
+    let rejected = c
+        .invoke(
+            "validate-order",
+            br#"{"amount":5000}"#,
+            InvokeOptions::default(),
+        )
+        .unwrap();
+    let run = wait_final(&mut c, &rejected);
+    assert_eq!(
+        (run.status, run.attempt),
+        (RunStatus::Failed, 1),
+        "no retry"
+    );
+    assert!(
+        !run.dead_lettered,
+        "a non-retryable failure is not dead-lettered"
+    );
+    assert!(run.error.unwrap().contains("exceeds $2000"));
+
+    for (amount, outcome) in [(50, "approved"), (900, "rejected"), (250, "needs_review")] {
+        let input = format!(r#"{{"amount":{amount}}}"#);
+        let id = c
+            .invoke("review-order", input.as_bytes(), InvokeOptions::default())
+            .unwrap();
+        let run = wait_final(&mut c, &id);
+        assert_eq!(run.status, RunStatus::Completed);
+        assert_eq!(run.outcome.as_deref(), Some(outcome));
+    }
+
+    let exploded = c
+        .invoke("explode", b"{}", InvokeOptions::default())
+        .unwrap();
+    let run = wait_final(&mut c, &exploded);
+    assert_eq!(
+        (run.status, run.attempt),
+        (RunStatus::Failed, 2),
+        "a panic is retried"
+    );
+    assert!(run.dead_lettered);
+    assert!(run.error.unwrap().contains("boom in the handler"));
+    // The worker survived its panicking handler.
+    let id = c
+        .invoke("review-order", br#"{"amount":1}"#, InvokeOptions::default())
+        .unwrap();
+    assert_eq!(wait_final(&mut c, &id).status, RunStatus::Completed);
+
+    // Counted on the worker's home shard (a message after each report).
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let info = c.worker("orders-1").unwrap();
+            (info.tasks_completed, info.tasks_failed) == (5, 4)
+        }),
+        "{:?}",
+        c.worker("orders-1")
+    );
+    let stats = worker.stop_and_join().unwrap();
+    assert_eq!((stats.tasks_completed, stats.tasks_failed), (5, 4));
+    // Stopping deregisters the worker.
+    assert!(c.worker("orders-1").is_err());
+}
+
+#[test]
+fn touch_keeps_a_task_that_outlives_its_timeout() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "generate-report", 800, 0, 50);
+    let worker = ActionWorker::builder(server.addr)
+        .action("generate-report", |ctx| {
+            for _ in 0..6 {
+                std::thread::sleep(Duration::from_millis(300));
+                ctx.touch(800)?;
+            }
+            ActionResult::json(&json!({"pages": 6}))
+        })
+        .spawn()
+        .unwrap();
+    let id = c
+        .invoke("generate-report", b"{}", InvokeOptions::default())
+        .unwrap();
+    let run = wait_final(&mut c, &id);
+    assert_eq!(
+        (run.status, run.attempt),
+        (RunStatus::Completed, 1),
+        "{run:?}"
+    );
+    worker.stop_and_join().unwrap();
+}
+
+#[test]
+fn stopping_finishes_tasks_in_flight_and_a_drained_worker_leaves() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "slow", 30_000, 0, 50);
+    let worker = ActionWorker::builder(server.addr)
+        .worker_id("stopper")
+        .concurrency(3)
+        .action("slow", |_ctx| {
+            std::thread::sleep(Duration::from_millis(700));
+            Ok(ActionResult::bytes(b"done".to_vec()))
+        })
+        .spawn()
+        .unwrap();
+    let ids: Vec<String> = (0..3)
+        .map(|_| c.invoke("slow", b"{}", InvokeOptions::default()).unwrap())
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || {
+        ids.iter()
+            .all(|id| c.run(id).unwrap().status == RunStatus::Running)
+    }));
+    let stats = worker.stop_and_join().unwrap();
+    assert_eq!(
+        stats.tasks_completed, 3,
+        "in-flight tasks finished before the stop"
+    );
+    for id in &ids {
+        assert_eq!(c.run(id).unwrap().status, RunStatus::Completed);
+    }
+
+    // Drained from the CLI: the worker stops taking tasks and leaves on its own.
+    let worker = ActionWorker::builder(server.addr)
+        .worker_id("drained")
+        .heartbeat_interval(Duration::from_millis(100))
+        .action("slow", |_ctx| Ok(ActionResult::empty()))
+        .spawn()
+        .unwrap();
+    let addr = server.addr_string();
+    let out = cli_ok(
+        &addr,
+        &["--json", "worker", "drain", "--worker-id", "drained"],
+    );
+    assert!(out.contains("draining"), "{out}");
+    assert!(wait_until(Duration::from_secs(10), || worker.is_finished()));
+    let stats = worker.join().unwrap();
+    assert!(stats.drained);
+    let pending = c.invoke("slow", b"{}", InvokeOptions::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(c.run(&pending).unwrap().status, RunStatus::Pending);
+}
