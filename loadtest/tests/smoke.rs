@@ -70,11 +70,7 @@ fn kv_put_against_a_spawned_server() {
     assert_eq!(report["spawned"]["durability"], "sync", "{report}");
 }
 
-// Needs the server side of workers (TaskAwait, TaskComplete...), which is not merged yet:
-// today's server answers "workers are not supported by this server yet". Remove the
-// `#[ignore]` once it is.
 #[test]
-#[ignore = "needs the server side of workers"]
 fn worker_against_a_spawned_server() {
     let report = run_spawned(&[
         "--workload",
