@@ -1,7 +1,8 @@
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorValue, FRAME_BYTES_MAX, FrameError, InvokeSpec, KvEntry, Op,
     PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, TaskAssignment,
-    WorkerInfo, WorkerSpec, WorkerStatus, decode_payload, encode_frame, split_frame,
+    ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo, WorkflowRunInfo,
+    WorkflowRunStatus, WorkflowStartSpec, decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -621,6 +622,204 @@ impl Client {
         };
         match self.call(op)? {
             Reply::Lease { expires_at_ms } => Ok(expires_at_ms),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Options of a workflow start (see `Client::start_workflow`).
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// None: the latest version.
+    pub version: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+/// Workflow operations: definitions, runs, signals, history.
+impl Client {
+    /// Creates a workflow definition from YAML; returns (name, version, created, warnings).
+    pub fn create_workflow(
+        &mut self,
+        yaml: &str,
+    ) -> Result<(String, String, bool, Vec<ValidationIssue>), Error> {
+        let op = Op::WorkflowCreate {
+            namespace: self.namespace.clone(),
+            yaml: yaml.into(),
+        };
+        match self.call(op)? {
+            Reply::WorkflowCreated {
+                name,
+                version,
+                created,
+                warnings,
+            } => Ok((name, version, created, warnings)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A definition: `version`, or the latest.
+    pub fn workflow(&mut self, name: &str, version: Option<&str>) -> Result<WorkflowInfo, Error> {
+        let op = Op::WorkflowGet {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+            version: version.map(str::to_string),
+        };
+        match self.call(op)? {
+            Reply::Workflow(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn list_workflows(&mut self) -> Result<Vec<WorkflowInfo>, Error> {
+        match self.call(Op::WorkflowList {
+            namespace: self.namespace.clone(),
+        })? {
+            Reply::Workflows(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn set_workflow_enabled(
+        &mut self,
+        name: &str,
+        enabled: bool,
+    ) -> Result<WorkflowInfo, Error> {
+        let op = Op::WorkflowSetEnabled {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+            enabled,
+        };
+        match self.call(op)? {
+            Reply::Workflow(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn start_spec(&self, name: &str, input: &[u8], opts: StartOptions, wait_ms: Option<u64>) -> Op {
+        Op::WorkflowStart(WorkflowStartSpec {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+            version: opts.version,
+            input: input.to_vec(),
+            idempotency_key: opts.idempotency_key,
+            wait_ms,
+        })
+    }
+
+    /// Starts a run (input is JSON); returns its id (the existing run's id when the
+    /// idempotency key was seen before).
+    pub fn start_workflow(
+        &mut self,
+        name: &str,
+        input: &[u8],
+        opts: StartOptions,
+    ) -> Result<String, Error> {
+        match self.call(self.start_spec(name, input, opts, None))? {
+            Reply::WorkflowStarted { run_id, .. } => Ok(run_id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Starts a run and waits up to `wait_ms` for it to finish; returns its status.
+    pub fn start_workflow_and_wait(
+        &mut self,
+        name: &str,
+        input: &[u8],
+        opts: StartOptions,
+        wait_ms: u64,
+    ) -> Result<WorkflowRunInfo, Error> {
+        match self.call(self.start_spec(name, input, opts, Some(wait_ms)))? {
+            Reply::WorkflowRun(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn workflow_run(&mut self, run_id: &str) -> Result<WorkflowRunInfo, Error> {
+        match self.call(Op::WorkflowStatus {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+        })? {
+            Reply::WorkflowRun(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits up to `timeout_ms` for the run to be final; returns its status either way.
+    pub fn wait_workflow(
+        &mut self,
+        run_id: &str,
+        timeout_ms: u64,
+    ) -> Result<WorkflowRunInfo, Error> {
+        match self.call(Op::WorkflowWait {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+            timeout_ms,
+        })? {
+            Reply::WorkflowRun(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn workflow_history(
+        &mut self,
+        run_id: &str,
+    ) -> Result<Vec<flo_protocol::HistoryEvent>, Error> {
+        match self.call(Op::WorkflowHistory {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+        })? {
+            Reply::WorkflowHistory(events) => Ok(events),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends a typed signal (payload is JSON) to a run.
+    pub fn signal_workflow(
+        &mut self,
+        run_id: &str,
+        signal_type: &str,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        match self.call(Op::WorkflowSignal {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+            signal_type: signal_type.into(),
+            payload: payload.to_vec(),
+        })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn cancel_workflow(
+        &mut self,
+        run_id: &str,
+        reason: Option<&str>,
+    ) -> Result<WorkflowRunInfo, Error> {
+        match self.call(Op::WorkflowCancel {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+            reason: reason.map(str::to_string),
+        })? {
+            Reply::WorkflowRun(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Runs of a workflow, newest first; the flag says more matched than `limit`.
+    pub fn list_workflow_runs(
+        &mut self,
+        name: &str,
+        status: Option<WorkflowRunStatus>,
+        limit: Option<u32>,
+    ) -> Result<(Vec<WorkflowRunInfo>, bool), Error> {
+        match self.call(Op::WorkflowListRuns {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+            status,
+            limit,
+        })? {
+            Reply::WorkflowRuns { runs, truncated } => Ok((runs, truncated)),
             other => Err(unexpected(other)),
         }
     }

@@ -187,6 +187,63 @@ pub enum Op {
         action: String,
         extend_ms: u64,
     },
+    /// Create a workflow definition from YAML (a new version of `name`, or a new workflow).
+    /// Invalid definitions are refused (bad_request listing the issues).
+    WorkflowCreate {
+        namespace: String,
+        yaml: String,
+    },
+    /// A definition: the given version, or the latest.
+    WorkflowGet {
+        namespace: String,
+        name: String,
+        version: Option<String>,
+    },
+    WorkflowList {
+        namespace: String,
+    },
+    /// Disabled: new starts are refused; running runs continue.
+    WorkflowSetEnabled {
+        namespace: String,
+        name: String,
+        enabled: bool,
+    },
+    WorkflowStart(WorkflowStartSpec),
+    WorkflowStatus {
+        namespace: String,
+        run_id: String,
+    },
+    /// Reply once the run is final, or after `timeout_ms` with its current status.
+    WorkflowWait {
+        namespace: String,
+        run_id: String,
+        timeout_ms: u64,
+    },
+    WorkflowHistory {
+        namespace: String,
+        run_id: String,
+    },
+    /// Deliver a typed signal to a run (stored; consumed by a `waitForSignal` of its type).
+    WorkflowSignal {
+        namespace: String,
+        run_id: String,
+        signal_type: String,
+        /// JSON.
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+    },
+    WorkflowCancel {
+        namespace: String,
+        run_id: String,
+        reason: Option<String>,
+    },
+    /// Runs of a workflow, newest first.
+    WorkflowListRuns {
+        namespace: String,
+        name: String,
+        status: Option<WorkflowRunStatus>,
+        limit: Option<u32>,
+    },
     /// Moves the server's clock forward (only on a server started with `--test-clock`).
     TestAdvanceClock {
         ms: u64,
@@ -369,6 +426,141 @@ pub struct TaskAssignment {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowStartSpec {
+    pub namespace: String,
+    pub name: String,
+    /// None: the latest version.
+    pub version: Option<String>,
+    /// JSON.
+    #[serde(with = "serde_bytes")]
+    pub input: Vec<u8>,
+    pub idempotency_key: Option<String>,
+    /// Reply with the run (`Reply::WorkflowRun`) once it is final or after this long,
+    /// instead of with its id at once.
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowRunStatus {
+    Pending,
+    Running,
+    /// Blocked on a signal, an action run, a child workflow, or a retry/poll timer.
+    Waiting,
+    Completed,
+    Failed,
+    Cancelled,
+    TimedOut,
+}
+
+impl WorkflowRunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkflowRunStatus::Pending => "pending",
+            WorkflowRunStatus::Running => "running",
+            WorkflowRunStatus::Waiting => "waiting",
+            WorkflowRunStatus::Completed => "completed",
+            WorkflowRunStatus::Failed => "failed",
+            WorkflowRunStatus::Cancelled => "cancelled",
+            WorkflowRunStatus::TimedOut => "timed_out",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            WorkflowRunStatus::Pending | WorkflowRunStatus::Running | WorkflowRunStatus::Waiting
+        )
+    }
+
+    pub fn parse(s: &str) -> Option<WorkflowRunStatus> {
+        Some(match s {
+            "pending" => WorkflowRunStatus::Pending,
+            "running" => WorkflowRunStatus::Running,
+            "waiting" => WorkflowRunStatus::Waiting,
+            "completed" => WorkflowRunStatus::Completed,
+            "failed" => WorkflowRunStatus::Failed,
+            "cancelled" => WorkflowRunStatus::Cancelled,
+            "timed_out" => WorkflowRunStatus::TimedOut,
+            _ => return None,
+        })
+    }
+}
+
+/// A problem found in a workflow definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidationIssue {
+    /// `E1xx`..`E5xx` for errors, `W1xx` for warnings.
+    pub code: String,
+    /// Where: e.g. `steps.charge.transitions.success`.
+    pub path: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowInfo {
+    pub namespace: String,
+    pub name: String,
+    /// The version described (the latest unless one was asked for).
+    pub version: String,
+    /// Every version, oldest first.
+    pub versions: Vec<String>,
+    pub enabled: bool,
+    /// The definition as created.
+    pub yaml: String,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowStepInfo {
+    pub name: String,
+    pub outcome: Option<String>,
+    /// JSON.
+    #[serde(with = "serde_bytes")]
+    pub output: Option<Vec<u8>>,
+    /// Executions of the step so far (retries and polls included).
+    pub executions: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowRunInfo {
+    pub run_id: String,
+    pub namespace: String,
+    pub workflow: String,
+    pub version: String,
+    pub status: WorkflowRunStatus,
+    /// The step being executed or waited on (None once final).
+    pub current_step: Option<String>,
+    /// What a waiting run waits for, e.g. `signal approval`, `action run charge-4`.
+    pub waiting_for: Option<String>,
+    /// JSON.
+    #[serde(with = "serde_bytes")]
+    pub input: Vec<u8>,
+    /// Output of the last step that ran (JSON), once final.
+    #[serde(with = "serde_bytes")]
+    pub output: Option<Vec<u8>>,
+    /// Steps that ran, in first-execution order.
+    pub steps: Vec<WorkflowStepInfo>,
+    /// The terminal reached (built-in `flo.Completed`... or custom).
+    pub terminal: Option<String>,
+    pub error: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub parent_run_id: Option<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    /// `workflow_started`, `step_started`, ... (see the spec's history table).
+    pub event_type: String,
+    pub step: Option<String>,
+    pub detail: String,
+    pub at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InvokeSpec {
     pub namespace: String,
     pub action: String,
@@ -462,6 +654,26 @@ pub enum Reply {
     Lease {
         expires_at_ms: u64,
     },
+    WorkflowCreated {
+        name: String,
+        version: String,
+        /// False when this exact definition already existed.
+        created: bool,
+        warnings: Vec<ValidationIssue>,
+    },
+    Workflow(WorkflowInfo),
+    Workflows(Vec<WorkflowInfo>),
+    WorkflowStarted {
+        run_id: String,
+        /// False when an idempotency key matched an existing run.
+        created: bool,
+    },
+    WorkflowRun(WorkflowRunInfo),
+    WorkflowRuns {
+        runs: Vec<WorkflowRunInfo>,
+        truncated: bool,
+    },
+    WorkflowHistory(Vec<HistoryEvent>),
     /// Acknowledgement of a change with nothing else to report.
     Done,
 }

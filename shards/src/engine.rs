@@ -304,6 +304,19 @@ impl ShardCore {
                     Err(e) => Done::now(Err(e)),
                 }
             }
+            Op::WorkflowCreate { .. }
+            | Op::WorkflowGet { .. }
+            | Op::WorkflowList { .. }
+            | Op::WorkflowSetEnabled { .. }
+            | Op::WorkflowStart(_)
+            | Op::WorkflowStatus { .. }
+            | Op::WorkflowWait { .. }
+            | Op::WorkflowHistory { .. }
+            | Op::WorkflowSignal { .. }
+            | Op::WorkflowCancel { .. }
+            | Op::WorkflowListRuns { .. } => Done::now(Err(ErrorValue::unavailable(
+                "workflows are not supported by this server yet",
+            ))),
             Op::WorkerDrain { .. }
             | Op::WorkerDeregister { .. }
             | Op::TaskAwait { .. }

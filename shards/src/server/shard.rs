@@ -248,6 +248,17 @@ impl Shard {
             }
             Op::Hello { .. } | Op::ShardMap => Target::Here,
             Op::WorkerList { .. } => Target::All,
+            Op::WorkflowCreate { .. }
+            | Op::WorkflowGet { .. }
+            | Op::WorkflowList { .. }
+            | Op::WorkflowSetEnabled { .. }
+            | Op::WorkflowStart(_)
+            | Op::WorkflowStatus { .. }
+            | Op::WorkflowWait { .. }
+            | Op::WorkflowHistory { .. }
+            | Op::WorkflowSignal { .. }
+            | Op::WorkflowCancel { .. }
+            | Op::WorkflowListRuns { .. } => Target::Shard(self.id),
             Op::WorkerRegister(_)
             | Op::WorkerHeartbeat { .. }
             | Op::WorkerDrain { .. }
