@@ -13,5 +13,6 @@ pub mod state;
 pub mod ual;
 pub mod wasm;
 pub mod workers;
+pub mod workflows;
 
 pub use server::{Durability, Ready, ServerConfig, ServerError, run_server};
