@@ -25,7 +25,7 @@ pub struct Done {
 }
 
 impl Done {
-    fn now(result: Result<Reply, ErrorValue>) -> Self {
+    pub fn now(result: Result<Reply, ErrorValue>) -> Self {
         Done {
             result,
             wait_lsn: 0,
@@ -67,6 +67,26 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
             namespace, task_id, ..
         } => (namespace, task_id.clone()),
         Op::WorkerRegister(spec) => (&spec.namespace, spec.worker_id.clone()),
+        Op::WorkflowStatus { namespace, run_id }
+        | Op::WorkflowWait {
+            namespace, run_id, ..
+        }
+        | Op::WorkflowHistory { namespace, run_id }
+        | Op::WorkflowSignal {
+            namespace, run_id, ..
+        }
+        | Op::WorkflowCancel {
+            namespace, run_id, ..
+        } => (namespace, run_id.clone()),
+        Op::WorkflowStart(flo_protocol::WorkflowStartSpec {
+            namespace,
+            name,
+            idempotency_key: Some(key),
+            ..
+        }) => (
+            namespace,
+            crate::workflows::idempotent_workflow_run_id(name, key),
+        ),
         Op::WorkerHeartbeat {
             namespace,
             worker_id,
@@ -304,18 +324,34 @@ impl ShardCore {
                     Err(e) => Done::now(Err(e)),
                 }
             }
+            Op::WorkflowGet {
+                namespace,
+                name,
+                version,
+            } => Done::now(
+                self.wf_info(&namespace, &name, version.as_deref())
+                    .map(Reply::Workflow),
+            ),
+            Op::WorkflowList { namespace } => {
+                Done::now(Ok(Reply::Workflows(self.wf_list(&namespace))))
+            }
+            Op::WorkflowStatus { namespace, run_id }
+            | Op::WorkflowWait {
+                namespace, run_id, ..
+            } => self.wf_status(&namespace, &run_id),
+            Op::WorkflowHistory { namespace, run_id } => self.wf_history(&namespace, &run_id),
+            Op::WorkflowListRuns {
+                namespace,
+                name,
+                status,
+                limit,
+            } => self.wf_list_runs(&namespace, &name, status, limit),
             Op::WorkflowCreate { .. }
-            | Op::WorkflowGet { .. }
-            | Op::WorkflowList { .. }
             | Op::WorkflowSetEnabled { .. }
             | Op::WorkflowStart(_)
-            | Op::WorkflowStatus { .. }
-            | Op::WorkflowWait { .. }
-            | Op::WorkflowHistory { .. }
             | Op::WorkflowSignal { .. }
-            | Op::WorkflowCancel { .. }
-            | Op::WorkflowListRuns { .. } => Done::now(Err(ErrorValue::unavailable(
-                "workflows are not supported by this server yet",
+            | Op::WorkflowCancel { .. } => Done::now(Err(ErrorValue::internal(
+                "workflow operation reached the engine directly",
             ))),
             Op::WorkerDrain { .. }
             | Op::WorkerDeregister { .. }

@@ -42,6 +42,50 @@ fn yes() -> bool {
     true
 }
 
+/// The workflow step an action run (or child workflow run) executes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRef {
+    /// The workflow run (on the same shard).
+    pub run_id: String,
+    pub step: String,
+}
+
+/// What a started workflow step waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepWait {
+    /// An action run; `worker`: executed by workers (user-hosted).
+    ActionRun { run_id: String, worker: bool },
+    /// A child workflow run.
+    ChildRun { run_id: String },
+    /// A signal of this type, until `deadline_ms` if set.
+    Signal {
+        signal_type: String,
+        deadline_ms: Option<u64>,
+    },
+}
+
+/// Where a workflow run goes after a step finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepNext {
+    Step(String),
+    /// Execute the same step again at `at_ms` (a retry after failure).
+    Retry {
+        at_ms: u64,
+    },
+    /// Execute the same step again at `at_ms` (still pending).
+    Poll {
+        at_ms: u64,
+    },
+    /// The run ends at `terminal` with `status`; `reason` says why when no transition did.
+    End {
+        terminal: String,
+        status: flo_protocol::WorkflowRunStatus,
+        reason: Option<String>,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Record {
@@ -87,6 +131,9 @@ pub enum Record {
         idempotency_key: Option<String>,
         created_at_ms: u64,
         available_at_ms: u64,
+        /// The workflow step this run executes (its only attempt: steps retry themselves).
+        #[serde(default)]
+        step: Option<StepRef>,
     },
     /// An attempt failed. With `retry_at_ms` the run waits for another attempt; without,
     /// it is final (failed, or timed out) and dead-lettered.
@@ -143,6 +190,69 @@ pub enum Record {
         run_id: String,
         at_ms: u64,
     },
+    /// A workflow definition version (on every shard); the YAML was validated on creation.
+    WorkflowDefined {
+        namespace: String,
+        name: String,
+        version: String,
+        yaml: String,
+        at_ms: u64,
+    },
+    WorkflowEnabled {
+        namespace: String,
+        name: String,
+        enabled: bool,
+        at_ms: u64,
+    },
+    WfRunStarted {
+        namespace: String,
+        run_id: String,
+        workflow: String,
+        version: String,
+        /// JSON.
+        #[serde(with = "serde_bytes")]
+        input: Vec<u8>,
+        idempotency_key: Option<String>,
+        /// Set for a child run: the parent's step waiting for it.
+        parent: Option<StepRef>,
+        at_ms: u64,
+    },
+    WfStepStarted {
+        namespace: String,
+        run_id: String,
+        step: String,
+        wait: StepWait,
+        at_ms: u64,
+    },
+    WfStepFinished {
+        namespace: String,
+        run_id: String,
+        step: String,
+        outcome: String,
+        /// JSON.
+        #[serde(with = "serde_bytes")]
+        output: Option<Vec<u8>>,
+        error: Option<String>,
+        /// The queued signal this step consumed (its sequence number in the run).
+        consumed_signal: Option<u64>,
+        next: StepNext,
+        at_ms: u64,
+    },
+    WfSignalReceived {
+        namespace: String,
+        run_id: String,
+        signal_type: String,
+        /// JSON.
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+        at_ms: u64,
+    },
+    WfRunCancelled {
+        namespace: String,
+        run_id: String,
+        reason: Option<String>,
+        at_ms: u64,
+    },
     /// Guest KV writes of completions up to `up_to_lsn` reached their owner shards.
     KvForwarded {
         up_to_lsn: u64,
@@ -174,6 +284,13 @@ impl Record {
             Record::TasksLeased { .. } => 24,
             Record::LeaseExtended { .. } => 25,
             Record::LeasesReleased { .. } => 26,
+            Record::WorkflowDefined { .. } => 40,
+            Record::WorkflowEnabled { .. } => 41,
+            Record::WfRunStarted { .. } => 42,
+            Record::WfStepStarted { .. } => 43,
+            Record::WfStepFinished { .. } => 44,
+            Record::WfSignalReceived { .. } => 45,
+            Record::WfRunCancelled { .. } => 46,
             Record::KvForwarded { .. } => 30,
             Record::KvRemoteWrites { .. } => 31,
         }

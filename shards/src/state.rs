@@ -26,6 +26,7 @@ pub struct ShardState {
     pub forwards: VecDeque<PendingForward>,
     /// Highest origin LSN applied from each other shard's forwarded writes.
     pub remote_applied: HashMap<u32, u64>,
+    pub workflows: crate::workflows::Workflows,
 }
 
 impl Default for ShardState {
@@ -44,6 +45,7 @@ impl ShardState {
             runs: Runs::default(),
             forwards: VecDeque::new(),
             remote_applied: HashMap::new(),
+            workflows: Default::default(),
         }
     }
 
@@ -92,6 +94,7 @@ impl ShardState {
                 idempotency_key,
                 created_at_ms,
                 available_at_ms,
+                step,
             } => {
                 let run = Run {
                     action,
@@ -112,6 +115,7 @@ impl ShardState {
                     seq: self.runs.next_seq(),
                     lsn,
                     lease: None,
+                    step,
                 };
                 self.runs.apply_created(namespace, run_id, run);
             }
@@ -251,6 +255,91 @@ impl ShardState {
                     }
                 }
             }
+            Record::WorkflowDefined {
+                namespace,
+                name,
+                version,
+                yaml,
+                at_ms,
+            } => self
+                .workflows
+                .apply_defined(namespace, name, version, yaml, at_ms),
+            Record::WorkflowEnabled {
+                namespace,
+                name,
+                enabled,
+                at_ms,
+            } => self
+                .workflows
+                .apply_enabled(&namespace, &name, enabled, at_ms),
+            Record::WfRunStarted {
+                namespace,
+                run_id,
+                workflow,
+                version,
+                input,
+                idempotency_key,
+                parent,
+                at_ms,
+            } => self.workflows.apply_started(
+                namespace,
+                run_id,
+                workflow,
+                version,
+                input,
+                idempotency_key,
+                parent,
+                at_ms,
+                lsn,
+            ),
+            Record::WfStepStarted {
+                namespace,
+                run_id,
+                step,
+                wait,
+                at_ms,
+            } => self
+                .workflows
+                .apply_step_started(&namespace, &run_id, step, wait, at_ms, lsn),
+            Record::WfStepFinished {
+                namespace,
+                run_id,
+                step,
+                outcome,
+                output,
+                error,
+                consumed_signal,
+                next,
+                at_ms,
+            } => self.workflows.apply_step_finished(
+                &namespace,
+                &run_id,
+                step,
+                outcome,
+                output,
+                error,
+                consumed_signal,
+                next,
+                at_ms,
+                lsn,
+            ),
+            Record::WfSignalReceived {
+                namespace,
+                run_id,
+                signal_type,
+                payload,
+                at_ms,
+            } => self
+                .workflows
+                .apply_signal(&namespace, &run_id, signal_type, payload, at_ms, lsn),
+            Record::WfRunCancelled {
+                namespace,
+                run_id,
+                reason,
+                at_ms,
+            } => self
+                .workflows
+                .apply_cancelled(&namespace, &run_id, reason, at_ms, lsn),
             Record::KvForwarded { up_to_lsn } => {
                 while self.forwards.front().is_some_and(|f| f.lsn <= up_to_lsn) {
                     self.forwards.pop_front();

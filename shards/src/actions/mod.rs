@@ -10,7 +10,7 @@ pub use registry::{
     validate_action_name,
 };
 pub use runs::{
-    Lease, Run, Runs, idempotent_run_id, retry_delay_ms, run_info, validate_idempotency_key,
-    validate_labels,
+    Lease, PRIORITY_DEFAULT, Run, Runs, idempotent_run_id, retry_delay_ms, run_info,
+    validate_idempotency_key, validate_labels,
 };
 pub use scheduler::{ActionKey, Queue, RunKey, Scheduler, TaskEntry};

@@ -35,6 +35,8 @@ pub struct Run {
     pub lsn: u64,
     /// The worker holding a user-hosted run (status `running`).
     pub lease: Option<Lease>,
+    /// The workflow step this run executes.
+    pub step: Option<crate::record::StepRef>,
 }
 
 #[derive(Debug, Clone)]
@@ -171,6 +173,7 @@ impl Runs {
             idempotency_key: spec.idempotency_key,
             created_at_ms: now_ms,
             available_at_ms: now_ms + delay,
+            step: None,
         })
     }
 

@@ -47,6 +47,9 @@ pub struct Scheduler {
     pub executing: HashSet<RunKey>,
     /// Actions whose user queue gained tasks since the dispatcher last looked.
     user_dirty: AHashSet<ActionKey>,
+    /// Workflow runs with a retry/poll timer or a signal deadline: (due ms, seq) → run.
+    /// Stale entries are checked against the run when they come due.
+    wf_timers: BTreeMap<(u64, u64), RunKey>,
 }
 
 impl Scheduler {
@@ -135,12 +138,32 @@ impl Scheduler {
     }
 
     pub fn next_due_ms(&self) -> Option<u64> {
-        let run = self.timers.keys().next().map(|(due, _)| *due);
-        let lease = self.lease_timers.keys().next().map(|(due, _)| *due);
-        match (run, lease) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [
+            self.timers.keys().next(),
+            self.lease_timers.keys().next(),
+            self.wf_timers.keys().next(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|(due, _)| *due)
+        .min()
+    }
+
+    /// Wakes workflow run `key` at `due_ms`.
+    pub fn watch_workflow(&mut self, key: RunKey, seq: u64, due_ms: u64) {
+        self.wf_timers.insert((due_ms, seq), key);
+    }
+
+    /// Workflow runs with something due at `now_ms` (possibly stale).
+    pub fn due_workflows(&mut self, now_ms: u64) -> Vec<RunKey> {
+        let mut due = Vec::new();
+        while let Some(entry) = self.wf_timers.first_entry() {
+            if entry.key().0 > now_ms {
+                break;
+            }
+            due.push(entry.remove());
         }
+        due
     }
 
     /// Moves every timer due at `now_ms` to its ready queue; returns how many WASM runs

@@ -382,6 +382,10 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
 
     glommio::spawn_local(flush_loop(shard.clone(), writer)).detach();
     glommio::spawn_local(timer_loop(shard.clone())).detach();
+    {
+        let shard = shard.clone();
+        glommio::spawn_local(async move { super::workflow_host::resume_all(&shard) }).detach();
+    }
     glommio::spawn_local(forward_loop(shard.clone())).detach();
     glommio::spawn_local(super::dispatch::watch_expiry_loop(shard.clone())).detach();
     if boot.partitioning.shards > 1 {

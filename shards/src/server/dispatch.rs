@@ -4,6 +4,7 @@
 use super::shard::{COORDINATOR, ReplyResult, ReplyTo, Shard, ShardOp};
 use super::wasm_runner;
 use super::worker_host;
+use super::workflow_host;
 use crate::clock::Clock;
 use crate::record::Record;
 use flo_protocol::{
@@ -119,7 +120,11 @@ pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
 
 fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
     match op {
-        Op::ActionRegister(_) | Op::ActionDelete { .. } | Op::ActionSetEnabled { .. } => {
+        Op::ActionRegister(_)
+        | Op::ActionDelete { .. }
+        | Op::ActionSetEnabled { .. }
+        | Op::WorkflowCreate { .. }
+        | Op::WorkflowSetEnabled { .. } => {
             debug_assert_eq!(shard.id, COORDINATOR);
             let shard = shard.clone();
             glommio::spawn_local(async move {
@@ -157,6 +162,23 @@ fn handle_client(shard: &Rc<Shard>, op: Op, to: ReplyTo) {
                 (_, result) => shard.reply(to, done.wait_lsn, result),
             }
         }
+        Op::WorkflowStart(spec) => workflow_host::start(shard, spec, to),
+        Op::WorkflowSignal {
+            namespace,
+            run_id,
+            signal_type,
+            payload,
+        } => workflow_host::signal(shard, namespace, run_id, signal_type, payload, to),
+        Op::WorkflowCancel {
+            namespace,
+            run_id,
+            reason,
+        } => workflow_host::cancel(shard, namespace, run_id, reason, to),
+        Op::WorkflowWait {
+            namespace,
+            run_id,
+            timeout_ms,
+        } => workflow_host::wait(shard, namespace, run_id, timeout_ms, to),
         Op::TaskAwait {
             namespace,
             worker_id,
@@ -270,6 +292,9 @@ async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
         .await
         .map_err(|e| ErrorValue::internal(e.to_string()))?;
     let now = shard.now_ms();
+    if let Op::WorkflowCreate { .. } | Op::WorkflowSetEnabled { .. } = op {
+        return workflow_change(shard, op, now).await;
+    }
     let (namespace, name, record) = match op {
         Op::ActionRegister(spec) => {
             let describe = match &spec.wasm {
@@ -323,6 +348,60 @@ async fn registry_change(shard: &Rc<Shard>, op: Op) -> ReplyResult {
         return Ok(Reply::ActionDeleted { deleted: true });
     }
     shard.execute(Op::ActionGet { namespace, name }).result
+}
+
+/// A workflow definition change (on the coordinator, in its registry turn): validate, log and
+/// apply it on every shard, reply once all have it durably.
+async fn workflow_change(shard: &Rc<Shard>, op: Op, now: u64) -> ReplyResult {
+    let (record, after) = match op {
+        Op::WorkflowCreate { namespace, yaml } => {
+            let (record, name, version, warnings) =
+                shard.core.borrow().wf_plan_create(&namespace, &yaml, now)?;
+            let reply = Reply::WorkflowCreated {
+                name,
+                version,
+                created: record.is_some(),
+                warnings,
+            };
+            match record {
+                Some(record) => (record, Ok(reply)),
+                None => return Ok(reply),
+            }
+        }
+        Op::WorkflowSetEnabled {
+            namespace,
+            name,
+            enabled,
+        } => {
+            let record = shard
+                .core
+                .borrow()
+                .wf_plan_set_enabled(&namespace, &name, enabled, now)?;
+            (record, Err((namespace, name)))
+        }
+        _ => return Err(ErrorValue::internal("not a workflow change")),
+    };
+    let calls: Vec<_> = (0..shard.partitioning.shards)
+        .filter(|&s| s != shard.id)
+        .map(|s| shard.begin_shard_call(s, ShardOp::ApplyRegistry(record.clone())))
+        .collect();
+    let lsn = shard.commit(record);
+    shard.wait_durable(lsn).await;
+    for call in calls {
+        call.finish(shard).await?;
+    }
+    match after {
+        Ok(reply) => Ok(reply),
+        Err((namespace, name)) => {
+            shard
+                .execute(Op::WorkflowGet {
+                    namespace,
+                    name,
+                    version: None,
+                })
+                .result
+        }
+    }
 }
 
 /// On the coordinator at start-up: bring every shard's registry to the coordinator's (a
@@ -428,6 +507,33 @@ pub(crate) async fn fan_out(shard: &Rc<Shard>, op: Op) -> ReplyResult {
                 .collect();
             workers.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
             Ok(Reply::Workers(workers))
+        }
+        Op::WorkflowListRuns { limit, .. } => {
+            let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;
+            let mut runs = Vec::new();
+            let mut truncated = false;
+            for part in parts {
+                if let Reply::WorkflowRuns {
+                    runs: r,
+                    truncated: t,
+                } = part
+                {
+                    runs.extend(r);
+                    truncated |= t;
+                }
+            }
+            runs.sort_by(|a, b| {
+                (b.created_at_ms, b.run_id.len(), &b.run_id).cmp(&(
+                    a.created_at_ms,
+                    a.run_id.len(),
+                    &a.run_id,
+                ))
+            });
+            if runs.len() > limit {
+                runs.truncate(limit);
+                truncated = true;
+            }
+            Ok(Reply::WorkflowRuns { runs, truncated })
         }
         Op::RunList { limit, .. } => {
             let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;

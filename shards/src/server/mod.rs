@@ -11,6 +11,7 @@ mod outbox;
 mod shard;
 mod wasm_runner;
 mod worker_host;
+mod workflow_host;
 
 pub use boot::{Ready, ServerError, run_server};
 pub use config::{Durability, ServerConfig};

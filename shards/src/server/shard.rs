@@ -16,6 +16,9 @@ use std::rc::Rc;
 
 pub(crate) type ReplyResult = Result<Reply, ErrorValue>;
 
+/// A client waiting for a run: its deadline and where the answer goes.
+type Watch = (u64, ReplyTo);
+
 /// The shard that orders registry changes.
 pub(crate) const COORDINATOR: u32 = 0;
 
@@ -115,7 +118,8 @@ pub(crate) struct Shard {
     /// Registry changes are ordered one at a time (on the coordinator).
     pub registry_turn: glommio::sync::Semaphore,
     /// Clients waiting for runs to become final, with their deadlines.
-    run_watchers: RefCell<HashMap<RunKey, Vec<(u64, ReplyTo)>>>,
+    /// Keyed by run and whether it is a workflow run.
+    run_watchers: RefCell<HashMap<(RunKey, bool), Vec<Watch>>>,
     /// WebAssembly executions in progress on this shard.
     pub wasm_running: Cell<usize>,
     pub wasm: super::wasm_runner::WasmHost,
@@ -184,24 +188,36 @@ impl Shard {
     /// Answers `to` with the run's status once it is final (`run_final`) or at
     /// `deadline_ms` (`expire_watches`), whichever comes first.
     pub fn watch_run(&self, key: RunKey, deadline_ms: u64, to: ReplyTo) {
+        self.watch(key, false, deadline_ms, to);
+    }
+
+    /// Like `watch_run`, for a workflow run (`workflow_final`).
+    pub fn watch_workflow(&self, key: RunKey, deadline_ms: u64, to: ReplyTo) {
+        self.watch(key, true, deadline_ms, to);
+    }
+
+    fn watch(&self, key: RunKey, workflow: bool, deadline_ms: u64, to: ReplyTo) {
         self.run_watchers
             .borrow_mut()
-            .entry(key)
+            .entry((key, workflow))
             .or_default()
             .push((deadline_ms, to));
     }
 
-    fn answer_watch(&self, (namespace, run_id): &RunKey, to: ReplyTo) {
-        let status = self.core.borrow().run_status(namespace, run_id);
+    fn answer_watch(&self, ((namespace, run_id), workflow): &(RunKey, bool), to: ReplyTo) {
+        let status = if *workflow {
+            self.core.borrow().wf_status(namespace, run_id)
+        } else {
+            self.core.borrow().run_status(namespace, run_id)
+        };
         self.reply(to, status.wait_lsn, status.result);
     }
 
-    /// A run became final: answer those waiting on it.
-    pub fn run_final(&self, namespace: &str, run_id: &str) {
+    fn answer_final(&self, namespace: &str, run_id: &str, workflow: bool) {
         if self.run_watchers.borrow().is_empty() {
             return;
         }
-        let key = (namespace.to_string(), run_id.to_string());
+        let key = ((namespace.to_string(), run_id.to_string()), workflow);
         let Some(list) = self.run_watchers.borrow_mut().remove(&key) else {
             return;
         };
@@ -210,10 +226,35 @@ impl Shard {
         }
     }
 
+    /// An action run became final: answer those waiting on it, and move on the workflow
+    /// step it executes.
+    pub fn run_final(self: &Rc<Self>, namespace: &str, run_id: &str) {
+        self.answer_final(namespace, run_id, false);
+        let has_step = self
+            .core
+            .borrow()
+            .state
+            .runs
+            .get(namespace, run_id)
+            .is_some_and(|r| r.step.is_some());
+        if has_step {
+            let mut fx = crate::workflows::WfEffects::default();
+            self.core
+                .borrow_mut()
+                .wf_on_action_final(namespace, run_id, &mut fx);
+            super::workflow_host::apply_effects(self, fx);
+        }
+    }
+
+    /// A workflow run became final: answer those waiting on it.
+    pub fn workflow_final(&self, namespace: &str, run_id: &str) {
+        self.answer_final(namespace, run_id, true);
+    }
+
     /// Answers the watches whose deadline passed; returns the next deadline. Scans the live
     /// watches only (bounded by requests in flight), when the expiry task wakes.
     pub fn expire_watches(&self, now_ms: u64) -> Option<u64> {
-        let mut expired: Vec<(RunKey, ReplyTo)> = Vec::new();
+        let mut expired: Vec<((RunKey, bool), ReplyTo)> = Vec::new();
         let mut next: Option<u64> = None;
         self.run_watchers.borrow_mut().retain(|key, list| {
             let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(list)
@@ -248,17 +289,17 @@ impl Shard {
             }
             Op::Hello { .. } | Op::ShardMap => Target::Here,
             Op::WorkerList { .. } => Target::All,
-            Op::WorkflowCreate { .. }
-            | Op::WorkflowGet { .. }
-            | Op::WorkflowList { .. }
-            | Op::WorkflowSetEnabled { .. }
-            | Op::WorkflowStart(_)
-            | Op::WorkflowStatus { .. }
+            Op::WorkflowCreate { .. } | Op::WorkflowSetEnabled { .. } => Target::Shard(COORDINATOR),
+            // Definitions live on every shard; a new run takes an id this shard owns.
+            Op::WorkflowGet { .. } | Op::WorkflowList { .. } | Op::WorkflowStart(_) => {
+                Target::Shard(self.id)
+            }
+            Op::WorkflowListRuns { .. } => Target::All,
+            Op::WorkflowStatus { .. }
             | Op::WorkflowWait { .. }
             | Op::WorkflowHistory { .. }
             | Op::WorkflowSignal { .. }
-            | Op::WorkflowCancel { .. }
-            | Op::WorkflowListRuns { .. } => Target::Shard(self.id),
+            | Op::WorkflowCancel { .. } => unreachable!("keyed operations are routed by key"),
             Op::WorkerRegister(_)
             | Op::WorkerHeartbeat { .. }
             | Op::WorkerDrain { .. }

@@ -203,9 +203,11 @@ fn record_attempt(
             return;
         }
         let def = core.state.registry.get(namespace, &run.action);
+        // A workflow step's run has one attempt: the step's own `retry:` decides.
+        let retries = if run.step.is_some() { None } else { def };
         (
             def.map_or(0, |d| d.retry_delay_ms),
-            def.map_or(0, |d| d.max_retries),
+            retries.map_or(0, |d| d.max_retries),
             run.action.clone(),
         )
     };
@@ -363,6 +365,7 @@ pub(crate) async fn timer_loop(shard: Rc<Shard>) {
         if shard.core.borrow_mut().fire_timers() > 0 {
             kick(&shard);
         }
+        super::workflow_host::fire_timers(&shard);
         let finals = shard.core.borrow_mut().expire_leases();
         for (namespace, run_id) in &finals {
             shard.run_final(namespace, run_id);

@@ -233,7 +233,8 @@ impl ShardCore {
         let error = truncate(error, TASK_ERROR_BYTES_MAX);
         let retry_at_ms = (retry && !non_retryable)
             .then(|| self.retry_at(r.namespace, r.action, attempt, now_ms))
-            .flatten();
+            .flatten()
+            .filter(|_| run_is_plain(self, r.namespace, r.task_id));
         let lsn = self.commit(Record::AttemptFailed {
             namespace: r.namespace.to_string(),
             run_id: r.task_id.to_string(),
@@ -322,7 +323,9 @@ impl ShardCore {
                 "lease expired: worker {:?} did not report attempt {attempt} in time",
                 lease.worker_id
             );
-            let retry_at_ms = self.retry_at(&namespace, &action, attempt, now_ms);
+            let retry_at_ms = self
+                .retry_at(&namespace, &action, attempt, now_ms)
+                .filter(|_| run_is_plain(self, &namespace, &run_id));
             self.commit(Record::AttemptFailed {
                 namespace: namespace.clone(),
                 run_id: run_id.clone(),
@@ -367,6 +370,15 @@ impl ShardCore {
         }
         lsn
     }
+}
+
+/// Whether a run retries by its action's policy (a workflow step's run does not: the step's
+/// own `retry:` decides).
+pub(crate) fn run_is_plain(core: &ShardCore, namespace: &str, run_id: &str) -> bool {
+    core.state
+        .runs
+        .get(namespace, run_id)
+        .is_some_and(|r| r.step.is_none())
 }
 
 fn truncate(text: &str, max: usize) -> String {
