@@ -430,7 +430,7 @@ fn random_bytes_on_200_connections_do_not_disturb_other_clients() {
     let (ops, worst) = good.join().expect("the well-behaved client never failed");
     assert!(ops >= 50);
     assert!(
-        worst < Duration::from_secs(2),
+        worst < Duration::from_secs(5),
         "a well-behaved request took {worst:?}"
     );
 
