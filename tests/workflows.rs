@@ -1,0 +1,906 @@
+//! Workflows end to end: definitions from YAML, the engine walking steps on WASM actions and
+//! worker-hosted actions, data flow, retries, polls, signals, child workflows, cancel,
+//! disable, idempotency and restarts (spec `flo-workflows.md`, DESIGN "Workflow rules").
+
+mod common;
+
+use common::{TestServer, temp_dir, wait_until};
+use flo::protocol::{
+    ActionKind, ActionSpec, ErrorCode, RunStatus, TaskAssignment, WorkerSpec, WorkerType,
+    WorkflowRunInfo, WorkflowRunStatus,
+};
+use flo::{Client, Error, FailMode, StartOptions, TaskRef};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+// ---- guests and helpers ----
+
+fn guest(data: &[(u32, &str)], body: &str) -> String {
+    let data: String = data
+        .iter()
+        .map(|(offset, text)| {
+            format!(
+                "  (data (i32.const {offset}) \"{}\")\n",
+                text.replace('\\', "\\\\").replace('"', "\\\"")
+            )
+        })
+        .collect();
+    format!(
+        r#"(module
+  (import "flo" "outcome" (func $outcome (param i32 i32)))
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 4096))
+{data}
+  (func $alloc (export "alloc") (param $size i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get $size)))
+    (local.get $p))
+  (func $pack (param $p i32) (param $l i32) (result i64)
+    (i64.or (i64.shl (i64.extend_i32_u (local.get $p)) (i64.const 32))
+            (i64.extend_i32_u (local.get $l))))
+  (func (export "handle") (param $ptr i32) (param $len i32) (result i64)
+    {body})
+)"#
+    )
+}
+
+/// Returns `json` whatever the input.
+fn fixed_guest(json: &str) -> String {
+    guest(
+        &[(0, json)],
+        &format!("(call $pack (i32.const 0) (i32.const {}))", json.len()),
+    )
+}
+
+/// Returns its input unchanged.
+fn echo_guest() -> String {
+    guest(&[], "(call $pack (local.get $ptr) (local.get $len))")
+}
+
+/// Always fails (execution error).
+fn failing_guest() -> String {
+    guest(&[], "(i64.const -3)")
+}
+
+fn wasm_action(c: &mut Client, name: &str, wat: &str) {
+    c.register_action(ActionSpec {
+        namespace: String::new(),
+        name: name.into(),
+        kind: ActionKind::Wasm,
+        wasm: Some(wat.as_bytes().to_vec()),
+        timeout_ms: None,
+        max_retries: Some(3),
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+    })
+    .unwrap_or_else(|e| panic!("register {name}: {e}"));
+}
+
+fn user_action(c: &mut Client, name: &str) {
+    c.register_action(ActionSpec {
+        namespace: String::new(),
+        name: name.into(),
+        kind: ActionKind::User,
+        wasm: None,
+        timeout_ms: Some(60_000),
+        max_retries: Some(3),
+        retry_delay_ms: Some(1000),
+        description: None,
+        memory_limit_mb: None,
+    })
+    .unwrap_or_else(|e| panic!("register {name}: {e}"));
+}
+
+fn worker(c: &mut Client, id: &str, actions: &[&str]) {
+    c.register_worker(WorkerSpec {
+        namespace: String::new(),
+        worker_id: id.into(),
+        worker_type: WorkerType::Action,
+        max_concurrency: None,
+        processes: actions.iter().map(|a| a.to_string()).collect(),
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+}
+
+fn next_task(c: &mut Client, worker_id: &str, action: &str) -> TaskAssignment {
+    c.await_tasks(worker_id, &[action], 1, 10_000)
+        .unwrap()
+        .pop()
+        .unwrap_or_else(|| panic!("no task of {action} came"))
+}
+
+fn create(c: &mut Client, yaml: &str) {
+    c.create_workflow(yaml)
+        .unwrap_or_else(|e| panic!("create workflow: {e}\n{yaml}"));
+}
+
+fn start(c: &mut Client, name: &str, input: Value) -> String {
+    c.start_workflow(name, input.to_string().as_bytes(), StartOptions::default())
+        .unwrap_or_else(|e| panic!("start {name}: {e}"))
+}
+
+fn wait_final(c: &mut Client, run_id: &str) -> WorkflowRunInfo {
+    let run = c.wait_workflow(run_id, 20_000).unwrap();
+    assert!(
+        run.status.is_final(),
+        "run {run_id} still {:?}: {run:?}",
+        run.status
+    );
+    run
+}
+
+fn wait_status(c: &mut Client, run_id: &str, status: WorkflowRunStatus) -> WorkflowRunInfo {
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            c.workflow_run(run_id).unwrap().status == status
+        }),
+        "run {run_id} never became {status:?}: {:?}",
+        c.workflow_run(run_id)
+    );
+    c.workflow_run(run_id).unwrap()
+}
+
+fn step_output(run: &WorkflowRunInfo, step: &str) -> Value {
+    let s = run
+        .steps
+        .iter()
+        .find(|s| s.name == step)
+        .unwrap_or_else(|| panic!("no step {step} in {run:?}"));
+    serde_json::from_slice(s.output.as_deref().unwrap_or(b"null")).unwrap()
+}
+
+fn events(c: &mut Client, run_id: &str) -> Vec<String> {
+    c.workflow_history(run_id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect()
+}
+
+fn code(e: Error) -> ErrorCode {
+    match e {
+        Error::Server(v) => v.code,
+        other => panic!("expected a server error, got {other}"),
+    }
+}
+
+const PROCESS_ORDER: &str = r#"
+kind: Workflow
+name: process-order
+version: "1.0.0"
+idempotency: optional
+
+start:
+  run: "@actions/validate-order"
+  transitions:
+    success: charge
+    failure: flo.Failed
+
+steps:
+  charge:
+    run: "@actions/charge-payment"
+    inputMapping: '{"amount": "$.input.amount", "valid": "$.steps._start.output.valid", "run": "$.flo.run_id"}'
+    retry:
+      max_attempts: 3
+      backoff: exponential
+      initial_delay_ms: 1000
+      max_delay_ms: 30000
+    transitions:
+      success: ship
+      failure: flo.Failed
+
+  ship:
+    run: "@actions/create-shipment"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#;
+
+// ---- tests ----
+
+#[test]
+fn a_three_step_workflow_of_wasm_actions_completes_with_its_data_flow() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    wasm_action(&mut c, "validate-order", &fixed_guest(r#"{"valid":true}"#));
+    wasm_action(&mut c, "charge-payment", &echo_guest());
+    wasm_action(
+        &mut c,
+        "create-shipment",
+        &fixed_guest(r#"{"shipment":"S-1"}"#),
+    );
+    create(&mut c, PROCESS_ORDER);
+    let run_id = start(
+        &mut c,
+        "process-order",
+        json!({"order_id": "ORD-123", "amount": 99.99}),
+    );
+    let run = wait_final(&mut c, &run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    assert_eq!(run.terminal.as_deref(), Some("flo.Completed"));
+    assert_eq!(
+        (run.workflow.as_str(), run.version.as_str()),
+        ("process-order", "1.0.0")
+    );
+    assert_eq!(step_output(&run, "_start"), json!({"valid": true}));
+    assert_eq!(
+        step_output(&run, "charge"),
+        json!({"amount": 99.99, "valid": true, "run": run_id}),
+        "inputMapping resolved input, a previous step's output and the run id"
+    );
+    assert_eq!(step_output(&run, "ship"), json!({"shipment": "S-1"}));
+    let history = events(&mut c, &run_id);
+    assert_eq!(
+        history.first().map(String::as_str),
+        Some("workflow_started")
+    );
+    assert_eq!(
+        history.last().map(String::as_str),
+        Some("workflow_completed")
+    );
+    assert_eq!(history.iter().filter(|e| *e == "step_completed").count(), 3);
+}
+
+#[test]
+fn a_failing_step_is_retried_with_backoff_then_fails_the_run() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    wasm_action(&mut c, "validate-order", &fixed_guest(r#"{"valid":true}"#));
+    wasm_action(&mut c, "charge-payment", &failing_guest());
+    wasm_action(&mut c, "create-shipment", &echo_guest());
+    create(&mut c, PROCESS_ORDER);
+    let run_id = start(&mut c, "process-order", json!({"amount": 5}));
+    let run = wait_status(&mut c, &run_id, WorkflowRunStatus::Waiting);
+    assert_eq!(run.current_step.as_deref(), Some("charge"));
+    // Retry 1 after 1000 ms, retry 2 after 2000 ms (exponential), then failure.
+    c.advance_clock(999).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        c.workflow_run(&run_id)
+            .unwrap()
+            .steps
+            .iter()
+            .find(|s| s.name == "charge")
+            .unwrap()
+            .executions,
+        1
+    );
+    c.advance_clock(1).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.workflow_run(&run_id)
+            .unwrap()
+            .steps
+            .iter()
+            .find(|s| s.name == "charge")
+            .unwrap()
+            .executions
+            == 2
+    }));
+    c.advance_clock(2000).unwrap();
+    let run = wait_final(&mut c, &run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Failed);
+    assert_eq!(
+        run.steps
+            .iter()
+            .find(|s| s.name == "charge")
+            .unwrap()
+            .executions,
+        3
+    );
+    let history = events(&mut c, &run_id);
+    assert_eq!(history.iter().filter(|e| *e == "step_retry").count(), 2);
+    assert_eq!(history.last().map(String::as_str), Some("workflow_failed"));
+}
+
+#[test]
+fn worker_steps_park_the_run_and_named_outcomes_choose_the_transition() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "review-order");
+    worker(&mut c, "w1", &["review-order"]);
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: review
+version: "1"
+start:
+  run: "@actions/review-order"
+  transitions:
+    approved: fulfil
+    rejected: Rejected
+    failure: flo.Failed
+steps:
+  fulfil:
+    waitForSignal:
+      type: shipped
+      timeoutMs: 60000
+    transitions:
+      success: flo.Completed
+terminals:
+  Rejected:
+    status: failed
+"#,
+    );
+    let approved = start(&mut c, "review", json!({"amount": 50}));
+    let rejected = start(&mut c, "review", json!({"amount": 900}));
+    for _ in 0..2 {
+        let task = next_task(&mut c, "w1", "review-order");
+        let input: Value = serde_json::from_slice(&task.payload).unwrap();
+        let outcome = if input["amount"].as_i64() < Some(100) {
+            "approved"
+        } else {
+            "rejected"
+        };
+        c.complete_task(
+            "w1",
+            &TaskRef::from(&task),
+            br#"{"by":"w1"}"#,
+            Some(outcome),
+        )
+        .unwrap();
+    }
+    let run = wait_final(&mut c, &rejected);
+    assert_eq!(
+        (run.status, run.terminal.as_deref()),
+        (WorkflowRunStatus::Failed, Some("Rejected"))
+    );
+    let run = wait_status(&mut c, &approved, WorkflowRunStatus::Waiting);
+    assert_eq!(run.current_step.as_deref(), Some("fulfil"));
+    assert_eq!(run.waiting_for.as_deref(), Some("signal shipped"));
+    c.signal_workflow(&approved, "shipped", br#"{"tracking":"T-9"}"#)
+        .unwrap();
+    let run = wait_final(&mut c, &approved);
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+    assert_eq!(step_output(&run, "fulfil"), json!({"tracking": "T-9"}));
+    let history = events(&mut c, &approved);
+    for e in [
+        "awaiting_action",
+        "action_completed",
+        "waiting_for_signal",
+        "signal_received",
+        "signal_matched",
+    ] {
+        assert!(
+            history.iter().any(|h| h == e),
+            "{e} missing from {history:?}"
+        );
+    }
+}
+
+const SIGNALS: &str = r#"
+kind: Workflow
+name: approval
+version: "1"
+start:
+  waitForSignal:
+    type: approval
+    timeoutMs: 5000
+    onTimeout: Expired
+  transitions:
+    success: second
+steps:
+  second:
+    waitForSignal:
+      type: approval
+    transitions:
+      success: flo.Completed
+terminals:
+  Expired:
+    status: failed
+"#;
+
+#[test]
+fn signals_before_the_wait_are_kept_and_each_wait_consumes_one() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    create(&mut c, SIGNALS);
+    let run_id = start(&mut c, "approval", json!({}));
+    c.signal_workflow(&run_id, "approval", br#"{"n":1}"#)
+        .unwrap();
+    let run = wait_status(&mut c, &run_id, WorkflowRunStatus::Waiting);
+    assert_eq!(
+        run.current_step.as_deref(),
+        Some("second"),
+        "the first wait consumed one"
+    );
+    c.signal_workflow(&run_id, "other", b"{}").unwrap();
+    c.signal_workflow(&run_id, "approval", br#"{"n":2}"#)
+        .unwrap();
+    let run = wait_final(&mut c, &run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+    assert_eq!(step_output(&run, "_start"), json!({"n": 1}));
+    assert_eq!(step_output(&run, "second"), json!({"n": 2}));
+    // Two signals sent before a run waits are both kept, in order.
+    let early = start(&mut c, "approval", json!({}));
+    let err = c.signal_workflow(&run_id, "approval", b"{}").unwrap_err();
+    assert_eq!(
+        code(err),
+        ErrorCode::Conflict,
+        "a finished run takes no signal"
+    );
+    let _ = early;
+    let err = c
+        .signal_workflow("wfrun-999", "approval", b"{}")
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::NotFound);
+}
+
+#[test]
+fn a_signal_timeout_follows_on_timeout_or_times_the_run_out() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    create(&mut c, SIGNALS);
+    let run_id = start(&mut c, "approval", json!({}));
+    wait_status(&mut c, &run_id, WorkflowRunStatus::Waiting);
+    c.advance_clock(5000).unwrap();
+    let run = wait_final(&mut c, &run_id);
+    assert_eq!(
+        (run.status, run.terminal.as_deref()),
+        (WorkflowRunStatus::Failed, Some("Expired"))
+    );
+    assert!(
+        events(&mut c, &run_id)
+            .iter()
+            .any(|e| e == "signal_timeout")
+    );
+
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: no-target
+version: "1"
+start:
+  waitForSignal:
+    type: approval
+    timeoutMs: 1000
+  transitions:
+    success: flo.Completed
+"#,
+    );
+    let run_id = start(&mut c, "no-target", json!({}));
+    wait_status(&mut c, &run_id, WorkflowRunStatus::Waiting);
+    c.advance_clock(1000).unwrap();
+    let run = wait_final(&mut c, &run_id);
+    assert_eq!(run.status, WorkflowRunStatus::TimedOut);
+}
+
+#[test]
+fn pending_outcomes_are_polled_until_they_settle_or_time_out() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    user_action(&mut c, "check-status");
+    worker(&mut c, "w1", &["check-status"]);
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: poller
+version: "1"
+start:
+  run: "@actions/check-status"
+  poll:
+    initialDelayMs: 2000
+    maxAttempts: 2
+    backoff: constant
+    baseDelayMs: 500
+  transitions:
+    success: flo.Completed
+    timeout: TooSlow
+terminals:
+  TooSlow:
+    status: failed
+"#,
+    );
+    // Settles on the first poll.
+    let settles = start(&mut c, "poller", json!({}));
+    let t = next_task(&mut c, "w1", "check-status");
+    c.complete_task("w1", &TaskRef::from(&t), b"{}", Some("pending"))
+        .unwrap();
+    wait_status(&mut c, &settles, WorkflowRunStatus::Waiting);
+    c.advance_clock(2000).unwrap();
+    let t = next_task(&mut c, "w1", "check-status");
+    c.complete_task("w1", &TaskRef::from(&t), br#"{"paid":true}"#, None)
+        .unwrap();
+    let run = wait_final(&mut c, &settles);
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+    assert_eq!(step_output(&run, "_start"), json!({"paid": true}));
+
+    // Still pending after maxAttempts polls: the outcome becomes timeout.
+    let slow = start(&mut c, "poller", json!({}));
+    for delay in [2000, 500] {
+        let t = next_task(&mut c, "w1", "check-status");
+        c.complete_task("w1", &TaskRef::from(&t), b"{}", Some("pending"))
+            .unwrap();
+        wait_status(&mut c, &slow, WorkflowRunStatus::Waiting);
+        c.advance_clock(delay).unwrap();
+    }
+    let t = next_task(&mut c, "w1", "check-status");
+    c.complete_task("w1", &TaskRef::from(&t), b"{}", Some("pending"))
+        .unwrap();
+    let run = wait_final(&mut c, &slow);
+    assert_eq!(
+        (run.status, run.terminal.as_deref()),
+        (WorkflowRunStatus::Failed, Some("TooSlow"))
+    );
+    assert_eq!(run.steps[0].executions, 3);
+}
+
+#[test]
+fn execution_level_outcomes_fall_back_to_execution_failure_then_failure() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: fallback
+version: "1"
+start:
+  run: "@actions/missing"
+  transitions:
+    execution_failure: Broken
+    failure: flo.Failed
+terminals:
+  Broken:
+    status: failed
+"#,
+    );
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: fallback2
+version: "1"
+start:
+  run: "@actions/missing"
+  transitions:
+    failure: Plain
+terminals:
+  Plain:
+    status: failed
+"#,
+    );
+    let id = start(&mut c, "fallback", json!({}));
+    let run = wait_final(&mut c, &id);
+    assert_eq!(run.terminal.as_deref(), Some("Broken"));
+    let id = start(&mut c, "fallback2", json!({}));
+    let run = wait_final(&mut c, &id);
+    assert_eq!(run.terminal.as_deref(), Some("Plain"));
+    let history = events(&mut c, &run.run_id);
+    assert!(
+        history.iter().any(|e| e == "action_not_found"),
+        "{history:?}"
+    );
+}
+
+#[test]
+fn child_workflows_run_to_their_end_and_the_parent_follows() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    wasm_action(&mut c, "pay", &fixed_guest(r#"{"paid":"v1"}"#));
+    wasm_action(&mut c, "pay2", &fixed_guest(r#"{"paid":"v2"}"#));
+    wasm_action(&mut c, "broken", &failing_guest());
+    for (version, action) in [("1.0.0", "pay"), ("2.0.0", "pay2")] {
+        create(
+            &mut c,
+            &format!(
+                r#"
+kind: Workflow
+name: payment-flow
+version: "{version}"
+start:
+  run: "@actions/{action}"
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+"#
+            ),
+        );
+    }
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: parent
+version: "1"
+start:
+  run: "@workflow/payment-flow:1.0.0"
+  transitions:
+    success: latest
+    failure: flo.Failed
+steps:
+  latest:
+    run: "@workflow/payment-flow"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#,
+    );
+    let id = start(&mut c, "parent", json!({}));
+    let run = wait_final(&mut c, &id);
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    assert_eq!(
+        step_output(&run, "_start"),
+        json!({"paid": "v1"}),
+        "the pinned version ran"
+    );
+    assert_eq!(
+        step_output(&run, "latest"),
+        json!({"paid": "v2"}),
+        "the latest version ran"
+    );
+    let (children, _) = c.list_workflow_runs("payment-flow", None, None).unwrap();
+    assert_eq!(children.len(), 2);
+    assert!(
+        children
+            .iter()
+            .all(|r| r.parent_run_id.as_deref() == Some(run.run_id.as_str()))
+    );
+
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: bad-child
+version: "1"
+start:
+  run: "@actions/broken"
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+"#,
+    );
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: parent2
+version: "1"
+start:
+  run: "@workflow/bad-child"
+  transitions:
+    success: flo.Completed
+    failure: ChildFailed
+terminals:
+  ChildFailed:
+    status: failed
+"#,
+    );
+    let id = start(&mut c, "parent2", json!({}));
+    let run = wait_final(&mut c, &id);
+    assert_eq!(run.terminal.as_deref(), Some("ChildFailed"));
+}
+
+#[test]
+fn cancel_stops_a_waiting_run_and_its_children() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "slow");
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: inner
+version: "1"
+start:
+  run: "@actions/slow"
+  transitions:
+    success: flo.Completed
+"#,
+    );
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: outer
+version: "1"
+start:
+  run: "@workflow/inner"
+  transitions:
+    success: flo.Completed
+"#,
+    );
+    let run_id = start(&mut c, "outer", json!({}));
+    wait_status(&mut c, &run_id, WorkflowRunStatus::Waiting);
+    let run = c.cancel_workflow(&run_id, Some("customer asked")).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Cancelled);
+    let (children, _) = c.list_workflow_runs("inner", None, None).unwrap();
+    assert_eq!(children[0].status, WorkflowRunStatus::Cancelled);
+    let (tasks, _) = c.list_runs("slow", None, false, None).unwrap();
+    assert_eq!(
+        tasks[0].status,
+        RunStatus::Cancelled,
+        "the child's action run is cancelled"
+    );
+    let history = events(&mut c, &run_id);
+    assert_eq!(
+        history.last().map(String::as_str),
+        Some("workflow_cancelled")
+    );
+    let err = c.cancel_workflow(&run_id, None).unwrap_err();
+    assert_eq!(code(err), ErrorCode::Conflict);
+}
+
+#[test]
+fn disable_blocks_new_starts_and_idempotency_keys_dedup() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    create(&mut c, SIGNALS);
+    let running = start(&mut c, "approval", json!({}));
+    c.set_workflow_enabled("approval", false).unwrap();
+    let err = c
+        .start_workflow("approval", b"{}", StartOptions::default())
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::Conflict);
+    c.signal_workflow(&running, "approval", b"{}").unwrap();
+    c.signal_workflow(&running, "approval", b"{}").unwrap();
+    assert_eq!(
+        wait_final(&mut c, &running).status,
+        WorkflowRunStatus::Completed,
+        "running runs continue"
+    );
+    c.set_workflow_enabled("approval", true).unwrap();
+
+    let required = SIGNALS
+        .replace("name: approval", "name: keyed")
+        .replace("version: \"1\"", "version: \"1\"\nidempotency: required");
+    create(&mut c, &required);
+    let err = c
+        .start_workflow("keyed", b"{}", StartOptions::default())
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    let opts = || StartOptions {
+        idempotency_key: Some("order-123".into()),
+        ..Default::default()
+    };
+    let a = c.start_workflow("keyed", b"{}", opts()).unwrap();
+    let b = c.start_workflow("keyed", b"{}", opts()).unwrap();
+    assert_eq!(a, b);
+    let (runs, _) = c.list_workflow_runs("keyed", None, None).unwrap();
+    assert_eq!(runs.len(), 1);
+}
+
+#[test]
+fn definitions_are_validated_and_versions_coexist() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let err = c
+        .create_workflow("kind: Workflow\nname: bad\nversion: \"1\"\nstart:\n  run: \"@actions/a\"\n  transitions:\n    success: nowhere\n")
+        .unwrap_err();
+    let Error::Server(e) = err else { panic!() };
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("E301"), "{}", e.message);
+    create(&mut c, SIGNALS);
+    let (_, _, created, _) = c.create_workflow(SIGNALS).unwrap();
+    assert!(!created, "the same definition twice is a no-op");
+    let v2 = SIGNALS.replace("version: \"1\"", "version: \"2\"");
+    create(&mut c, &v2);
+    let info = c.workflow("approval", None).unwrap();
+    assert_eq!((info.version.as_str(), info.versions.len()), ("2", 2));
+    assert_eq!(c.workflow("approval", Some("1")).unwrap().yaml, SIGNALS);
+    let err = c
+        .create_workflow(&v2.replace("type: approval", "type: other"))
+        .unwrap_err();
+    assert_eq!(
+        code(err),
+        ErrorCode::Conflict,
+        "a version's definition cannot change"
+    );
+    let v1_run = c
+        .start_workflow(
+            "approval",
+            b"{}",
+            StartOptions {
+                version: Some("1".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(c.workflow_run(&v1_run).unwrap().version, "1");
+    assert_eq!(c.list_workflows().unwrap().len(), 1);
+}
+
+#[test]
+fn runs_resume_after_kill_9_mid_wait_mid_worker_step_and_mid_retry() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    create(&mut c, SIGNALS);
+    user_action(&mut c, "manual");
+    wasm_action(&mut c, "broken", &failing_guest());
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: manual-step
+version: "1"
+start:
+  run: "@actions/manual"
+  transitions:
+    success: flo.Completed
+"#,
+    );
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: retrying
+version: "1"
+start:
+  run: "@actions/broken"
+  retry:
+    max_attempts: 2
+    backoff: constant
+    initial_delay_ms: 1500
+  transitions:
+    success: flo.Completed
+    failure: Gave-Up
+terminals:
+  Gave-Up:
+    status: failed
+"#,
+    );
+    let waiting = start(&mut c, "approval", json!({}));
+    c.signal_workflow(&waiting, "approval", br#"{"n":1}"#)
+        .unwrap();
+    let manual = start(&mut c, "manual-step", json!({"job": 7}));
+    let retrying = start(&mut c, "retrying", json!({}));
+    wait_status(&mut c, &waiting, WorkflowRunStatus::Waiting);
+    wait_status(&mut c, &manual, WorkflowRunStatus::Waiting);
+    wait_status(&mut c, &retrying, WorkflowRunStatus::Waiting);
+    server.kill9();
+
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let run = c.workflow_run(&waiting).unwrap();
+    assert_eq!(
+        (run.status, run.current_step.as_deref()),
+        (WorkflowRunStatus::Waiting, Some("second"))
+    );
+    c.signal_workflow(&waiting, "approval", br#"{"n":2}"#)
+        .unwrap();
+    assert_eq!(
+        wait_final(&mut c, &waiting).status,
+        WorkflowRunStatus::Completed
+    );
+
+    worker(&mut c, "w-after", &["manual"]);
+    let task = next_task(&mut c, "w-after", "manual");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&task.payload).unwrap(),
+        json!({"job": 7})
+    );
+    c.complete_task("w-after", &TaskRef::from(&task), br#"{"done":true}"#, None)
+        .unwrap();
+    let run = wait_final(&mut c, &manual);
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+
+    let run = wait_final(&mut c, &retrying);
+    assert_eq!(
+        (run.status, run.terminal.as_deref()),
+        (WorkflowRunStatus::Failed, Some("Gave-Up"))
+    );
+    assert_eq!(
+        run.steps[0].executions, 2,
+        "the retry timer survived the crash"
+    );
+    let _ = FailMode::Retry;
+}
