@@ -56,6 +56,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     match args.workload {
         Workload::KvPut => {}
         Workload::WasmInvoke => workload::register_wasm_action(&addr, &args.namespace)?,
+        Workload::Workflow => workload::create_workflow(&addr, &args.namespace)?,
         Workload::Worker => {
             workload::register_user_action(&addr, &args.namespace, &args.action_name)?
         }
@@ -118,6 +119,10 @@ fn run_workload(
         }
         Workload::WasmInvoke => {
             let outcome = driver::run(cfg, || workload::WasmInvoke::new(&args.namespace));
+            (outcome, None)
+        }
+        Workload::Workflow => {
+            let outcome = driver::run(cfg, || workload::WorkflowStart::new(&args.namespace));
             (outcome, None)
         }
         Workload::Worker => {

@@ -2,7 +2,9 @@
 //! To add one: a variant of [`Workload`], a [`Generator`], and a line in `main::run_workload`.
 
 use clap::ValueEnum;
-use flo::protocol::{ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunStatus};
+use flo::protocol::{
+    ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunStatus, WorkflowRunStatus, WorkflowStartSpec,
+};
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -18,6 +20,9 @@ pub enum Workload {
     /// every one with its input. Reports invokes/s, tasks completed/s and invoke-to-complete
     /// latency.
     Worker,
+    /// Starts of a 3-step workflow (`loadtest-flow`) whose steps are trivial WASM actions,
+    /// each answered once the run completed (start with `wait_ms`).
+    Workflow,
 }
 
 impl Workload {
@@ -26,6 +31,7 @@ impl Workload {
             Workload::KvPut => "kv-put",
             Workload::WasmInvoke => "wasm-invoke",
             Workload::Worker => "worker",
+            Workload::Workflow => "workflow",
         }
     }
 }
@@ -314,5 +320,81 @@ mod tests {
             panic!("not a put: {op:?}")
         };
         assert_eq!(key, "k-2");
+    }
+}
+
+/// The workflow `workflow` starts: three steps on the `wasm-invoke` action.
+pub const WORKFLOW_NAME: &str = "loadtest-flow";
+const WORKFLOW_YAML: &str = r#"kind: Workflow
+name: loadtest-flow
+version: "1"
+start:
+  run: "@actions/loadtest-ok"
+  transitions:
+    success: second
+    failure: flo.Failed
+steps:
+  second:
+    run: "@actions/loadtest-ok"
+    transitions:
+      success: third
+      failure: flo.Failed
+  third:
+    run: "@actions/loadtest-ok"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#;
+
+/// Registers the action and creates the workflow `workflow` needs.
+pub fn create_workflow(addr: &str, namespace: &str) -> Result<(), String> {
+    register_wasm_action(addr, namespace)?;
+    let mut client = flo::Client::connect(addr)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?
+        .with_namespace(namespace);
+    client
+        .create_workflow(WORKFLOW_YAML)
+        .map_err(|e| format!("cannot create {WORKFLOW_NAME}: {e}"))?;
+    Ok(())
+}
+
+/// `workflow`: start `loadtest-flow` and wait for the completed run in one request.
+pub struct WorkflowStart {
+    namespace: String,
+}
+
+impl WorkflowStart {
+    pub fn new(namespace: &str) -> Self {
+        WorkflowStart {
+            namespace: namespace.into(),
+        }
+    }
+}
+
+impl Generator for WorkflowStart {
+    fn fill(&mut self, _n: u64, op: &mut Op) {
+        if !matches!(op, Op::WorkflowStart(_)) {
+            *op = Op::WorkflowStart(WorkflowStartSpec {
+                namespace: self.namespace.clone(),
+                name: WORKFLOW_NAME.into(),
+                version: None,
+                input: br#"{"n":1}"#.to_vec(),
+                idempotency_key: None,
+                wait_ms: Some(INVOKE_WAIT_MS),
+            });
+        }
+    }
+
+    fn check(&self, reply: &Reply) -> Result<(), String> {
+        match reply {
+            Reply::WorkflowRun(run) if run.status == WorkflowRunStatus::Completed => Ok(()),
+            Reply::WorkflowRun(run) => Err(format!(
+                "workflow run {} ended {}: {:?}",
+                run.run_id,
+                run.status.as_str(),
+                run.error
+            )),
+            other => Err(format!("unexpected reply to a workflow start: {other:?}")),
+        }
     }
 }
