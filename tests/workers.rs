@@ -501,3 +501,104 @@ fn leases_and_completions_survive_kill_9() {
         assert_eq!(c.run(id).unwrap().status, RunStatus::Completed);
     }
 }
+
+// ---- review: suspected bugs (each test states the expected behaviour) ----
+
+/// A batch of assignments larger than one frame (4 MiB) must not be leased and then lost:
+/// inputs may be 1 MiB each and an await may ask for up to 1024 tasks.
+#[test]
+fn review_a_batch_larger_than_a_frame_is_still_delivered() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    user_action(&mut c, "big", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["big"], None);
+    let payload = format!("\"{}\"", "x".repeat(1_000_000));
+    let mut ids = HashSet::new();
+    for _ in 0..5 {
+        ids.insert(c.invoke("big", payload.as_bytes(), InvokeOptions::default()).unwrap());
+    }
+    let mut got = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < ids.len() && Instant::now() < deadline {
+        match c.await_tasks("w1", &["big"], 8, 1000) {
+            Ok(tasks) => got.extend(tasks.into_iter().map(|t| t.task_id)),
+            Err(e) => {
+                let stuck: Vec<RunStatus> = ids.iter().map(|id| c.run(id).unwrap().status).collect();
+                panic!("await failed: {e}; the tasks it leased are now {stuck:?} and offered to nobody");
+            }
+        }
+    }
+    assert_eq!(got, ids);
+}
+
+/// A non-blocking await (`--block 0`) must return a task that is already queued, whichever
+/// shard holds it.
+#[test]
+fn review_a_non_blocking_await_sees_tasks_on_other_shards() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["job"], None);
+    let home = flo_shard_of("default", "w1", 2);
+    let key = (0..)
+        .map(|i| format!("k-{i}"))
+        .find(|k| flo_shard_of("default", &format!("job:{k}"), 2) != home)
+        .unwrap();
+    let opts = InvokeOptions {
+        idempotency_key: Some(key),
+        ..Default::default()
+    };
+    let run_id = c.invoke("job", b"{}", opts).unwrap();
+    assert_ne!(flo_shard_of("default", &run_id, 2), home);
+    let mut got = None;
+    for _ in 0..10 {
+        if let Some(t) = await_one(&mut c, "w1", "job", 0) {
+            got = Some(t);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        got.map(|t| t.task_id),
+        Some(run_id),
+        "10 polls with --block 0 never returned the queued task on the other shard"
+    );
+}
+
+/// A worker whose connection closed while its await was open (crash, network blip, SDK
+/// reconnect) must not be leased tasks created afterwards: they should go to a live worker.
+#[test]
+fn review_tasks_do_not_go_to_an_await_whose_connection_closed() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "dead", &["job"], None);
+    worker(&mut c, "live", &["job"], None);
+    {
+        let mux = flo::MuxClient::connect(server.addr).unwrap();
+        let _pending = mux
+            .send(flo::protocol::Op::TaskAwait {
+                namespace: "default".into(),
+                worker_id: "dead".into(),
+                actions: vec!["job".into()],
+                max_tasks: 10,
+                block_ms: 20_000,
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        mux.close(); // the worker process dies
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let run_id = c.invoke("job", b"{}", InvokeOptions::default()).unwrap();
+    let task = await_one(&mut c, "live", "job", 3000);
+    let run = c.run(&run_id).unwrap();
+    assert_eq!(
+        task.map(|t| t.task_id),
+        Some(run_id),
+        "the live worker got nothing; the run is {:?} (leased to the closed connection's worker)",
+        run.status
+    );
+}
