@@ -602,3 +602,44 @@ fn review_tasks_do_not_go_to_an_await_whose_connection_closed() {
         run.status
     );
 }
+
+/// Scheduler state must be the same after recovery as live. Live, a pending task of a
+/// deleted action stays queued and is leased once the action is registered again; after a
+/// restart in between, `Scheduler::rebuild` skips it (no definition) and it stays pending
+/// forever.
+#[test]
+fn review_a_pending_task_of_a_re_registered_action_is_offered_after_a_restart() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    let run_id = c.invoke("job", b"{}", InvokeOptions::default()).unwrap();
+    c.delete_action("job").unwrap();
+    server.stop();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["job"], None);
+    assert_eq!(c.run(&run_id).unwrap().status, RunStatus::Pending);
+    let task = await_one(&mut c, "w1", "job", 2000);
+    assert_eq!(
+        task.map(|t| t.task_id),
+        Some(run_id),
+        "the pending task is never offered (without the restart it is)"
+    );
+}
+
+/// Control for the test above: without the restart the task is offered.
+#[test]
+fn review_control_a_pending_task_of_a_re_registered_action_is_offered_live() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    let run_id = c.invoke("job", b"{}", InvokeOptions::default()).unwrap();
+    c.delete_action("job").unwrap();
+    user_action(&mut c, "job", 30_000, 3, 1000);
+    worker(&mut c, "w1", &["job"], None);
+    let task = await_one(&mut c, "w1", "job", 2000);
+    assert_eq!(task.map(|t| t.task_id), Some(run_id));
+}
