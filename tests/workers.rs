@@ -495,6 +495,12 @@ fn leases_and_completions_survive_kill_9() {
         }
     }
     let held_ids: HashSet<String> = held.iter().map(|t| t.task_id.clone()).collect();
+    if again != held_ids {
+        for t in held {
+            eprintln!("DEBUG {:?}", c.run(&t.task_id).unwrap());
+        }
+        eprintln!("DEBUG server stderr: {}", server.stderr());
+    }
     assert_eq!(again, held_ids);
     assert!(c.await_tasks("w2", &["job"], 10, 500).unwrap().is_empty());
     for id in &ids {
@@ -516,7 +522,10 @@ fn review_a_batch_larger_than_a_frame_is_still_delivered() {
     let payload = format!("\"{}\"", "x".repeat(1_000_000));
     let mut ids = HashSet::new();
     for _ in 0..5 {
-        ids.insert(c.invoke("big", payload.as_bytes(), InvokeOptions::default()).unwrap());
+        ids.insert(
+            c.invoke("big", payload.as_bytes(), InvokeOptions::default())
+                .unwrap(),
+        );
     }
     let mut got = HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -524,8 +533,11 @@ fn review_a_batch_larger_than_a_frame_is_still_delivered() {
         match c.await_tasks("w1", &["big"], 8, 1000) {
             Ok(tasks) => got.extend(tasks.into_iter().map(|t| t.task_id)),
             Err(e) => {
-                let stuck: Vec<RunStatus> = ids.iter().map(|id| c.run(id).unwrap().status).collect();
-                panic!("await failed: {e}; the tasks it leased are now {stuck:?} and offered to nobody");
+                let stuck: Vec<RunStatus> =
+                    ids.iter().map(|id| c.run(id).unwrap().status).collect();
+                panic!(
+                    "await failed: {e}; the tasks it leased are now {stuck:?} and offered to nobody"
+                );
             }
         }
     }

@@ -195,10 +195,12 @@ impl Scheduler {
             let key = (ns.to_string(), id.to_string());
             match (run.status, &run.lease) {
                 (RunStatus::Pending, _) => {
-                    let Some(def) = registry.get(ns, &run.action) else {
-                        continue;
-                    };
-                    self.schedule(key, run, Queue::of(def.kind), now_ms);
+                    // A run whose action is gone waits in the user queue, as it does live
+                    // (its action may be registered again).
+                    let queue = registry
+                        .get(ns, &run.action)
+                        .map_or(Queue::User, |def| Queue::of(def.kind));
+                    self.schedule(key, run, queue, now_ms);
                 }
                 (RunStatus::Running, Some(lease)) => {
                     self.watch_lease(key, run.seq, lease.expires_at_ms)

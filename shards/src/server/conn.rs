@@ -43,6 +43,11 @@ impl Conn {
         self.outbox.push_ready(encode_response(id, result));
     }
 
+    /// The client closed its side: replies can no longer reach it.
+    pub fn is_closed(&self) -> bool {
+        self.reader_done.get()
+    }
+
     pub fn send_when_durable(&self, shard: &Shard, id: u64, lsn: u64, result: ReplyResult) {
         shard.deliver(&self.outbox, lsn, encode_response(id, result));
     }
@@ -172,7 +177,10 @@ fn dispatch(shard: &Rc<Shard>, conn: &Rc<Conn>, Request { id, op }: Request) {
         Target::Shard(target) if target == shard.id => {
             dispatch::handle(shard, ShardOp::Client(op), to)
         }
-        Target::Shard(target) => shard.forward(target, ShardOp::Client(op), to),
+        Target::Shard(target) => match op {
+            Op::TaskAwait { .. } => forward_await(shard, conn, id, target, op),
+            op => shard.forward(target, ShardOp::Client(op), to),
+        },
         Target::All => {
             let shard = shard.clone();
             glommio::spawn_local(async move {
@@ -196,6 +204,35 @@ fn dispatch(shard: &Rc<Shard>, conn: &Rc<Conn>, Request { id, op }: Request) {
             conn.send_now(id, result);
         }
     }
+}
+
+/// Sends a worker's await to its home shard; tasks that come back after this connection
+/// closed are handed back at once instead of waiting for their leases to expire.
+fn forward_await(shard: &Rc<Shard>, conn: &Rc<Conn>, id: u64, target: u32, op: Op) {
+    let Op::TaskAwait {
+        namespace,
+        worker_id,
+        ..
+    } = &op
+    else {
+        return;
+    };
+    let (namespace, worker_id) = (namespace.clone(), worker_id.clone());
+    let (tx, rx) = futures_channel::oneshot::channel();
+    shard.forward(target, ShardOp::Client(op), ReplyTo::Oneshot(tx));
+    let (shard, conn) = (shard.clone(), conn.clone());
+    glommio::spawn_local(async move {
+        let result = rx
+            .await
+            .unwrap_or_else(|_| Err(ErrorValue::unavailable("shard stopped before replying")));
+        match result {
+            Ok(Reply::Tasks(tasks)) if conn.is_closed() => {
+                super::worker_host::release_assignments(&shard, &namespace, &worker_id, tasks);
+            }
+            result => conn.send_now(id, result),
+        }
+    })
+    .detach();
 }
 
 fn hello(shard: &Shard, protocol_version: u32) -> ReplyResult {

@@ -139,6 +139,17 @@ pub(crate) struct Shard {
     pub workers: super::worker_host::WorkerHost,
 }
 
+impl ReplyTo {
+    /// Whether the reply can no longer be delivered (a client connection that closed).
+    pub fn is_closed(&self) -> bool {
+        match self {
+            ReplyTo::Conn { conn, .. } => conn.is_closed(),
+            ReplyTo::Oneshot(tx) => tx.is_canceled(),
+            ReplyTo::Peer { .. } => false,
+        }
+    }
+}
+
 /// A call to one shard, started: finish it with `CallHandle::finish`.
 pub(crate) enum CallHandle {
     Local(Box<Done>),

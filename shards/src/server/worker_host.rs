@@ -101,7 +101,7 @@ pub(crate) fn await_tasks(
         }
     };
     let key = (namespace.clone(), worker_id.clone());
-    finish_await(shard, &key);
+    abandon_await(shard, &key);
     let host = &shard.workers;
     let want_id = host.next_want_id.get() + 1;
     host.next_want_id.set(want_id);
@@ -254,6 +254,16 @@ pub(crate) fn on_delivery(
     immediate: bool,
 ) {
     let key = (namespace.to_string(), worker_id.to_string());
+    if shard
+        .workers
+        .awaits
+        .borrow()
+        .get(&key)
+        .is_some_and(|a| a.to.is_closed())
+    {
+        // The worker's connection is gone: nothing can reach it.
+        abandon_await(shard, &key);
+    }
     let extra = {
         let mut awaits = shard.workers.awaits.borrow_mut();
         match awaits.get_mut(&key).filter(|a| a.want_id == want_id) {
@@ -268,9 +278,18 @@ pub(crate) fn on_delivery(
                     open.parked.retain(|&s| s != from);
                 }
                 let room = open.room.saturating_sub(open.tasks.len());
-                let mut tasks = tasks;
-                let extra = tasks.split_off(room.min(tasks.len()));
-                open.tasks.extend(tasks);
+                let mut bytes: usize = open.tasks.iter().map(|t| t.payload.len()).sum();
+                let mut extra = Vec::new();
+                for task in tasks {
+                    let fits = open.tasks.is_empty()
+                        || bytes + task.payload.len() <= AWAIT_REPLY_BYTES_MAX;
+                    if open.tasks.len() < room && fits {
+                        bytes += task.payload.len();
+                        open.tasks.push(task);
+                    } else {
+                        extra.push(task);
+                    }
+                }
                 extra
             }
         }
@@ -288,6 +307,37 @@ fn maybe_answer(shard: &Rc<Shard>, key: &WorkerKey) {
     });
     if ready {
         finish_await(shard, key);
+    }
+}
+
+/// Payload bytes one await's reply may carry (at least one task): under the frame limit.
+const AWAIT_REPLY_BYTES_MAX: usize = 3 << 20;
+
+/// Drops the worker's open await without handing it its tasks (its connection closed, or
+/// the worker asked again): they are released, it gets an empty answer if it still listens.
+fn abandon_await(shard: &Rc<Shard>, key: &WorkerKey) {
+    let tasks = match shard.workers.awaits.borrow_mut().get_mut(key) {
+        Some(open) => std::mem::take(&mut open.tasks),
+        None => return,
+    };
+    release_assignments(shard, &key.0, &key.1, tasks);
+    finish_await(shard, key);
+}
+
+/// Hands back tasks leased to a worker that cannot receive them (each to its owner shard).
+pub(crate) fn release_assignments(
+    shard: &Rc<Shard>,
+    namespace: &str,
+    worker_id: &str,
+    tasks: Vec<TaskAssignment>,
+) {
+    let mut by_owner: HashMap<u32, Vec<String>> = HashMap::new();
+    for task in tasks {
+        let owner = shard.partitioning.shard_of(namespace, &task.task_id);
+        by_owner.entry(owner).or_default().push(task.task_id);
+    }
+    for (owner, ids) in by_owner {
+        release(shard, owner, namespace, worker_id, ids);
     }
 }
 
@@ -311,6 +361,10 @@ fn finish_await(shard: &Rc<Shard>, key: &WorkerKey) {
         }
     }
     let mut tasks = open.tasks;
+    if open.to.is_closed() {
+        release_assignments(shard, &key.0, &key.1, tasks);
+        return;
+    }
     tasks.sort_by_key(|t| std::cmp::Reverse(t.priority));
     shard.reply(open.to, open.lsn, Ok(Reply::Tasks(tasks)));
 }
@@ -319,9 +373,11 @@ fn finish_await(shard: &Rc<Shard>, key: &WorkerKey) {
 pub(crate) fn expire_awaits(shard: &Rc<Shard>, now_ms: u64) -> Option<u64> {
     let (due, next) = {
         let awaits = shard.workers.awaits.borrow();
+        // An await still missing a shard's first answer is answered when it comes (every
+        // shard answers at once), so tasks leased for it are not lost.
         let due: Vec<WorkerKey> = awaits
             .iter()
-            .filter(|(_, a)| a.deadline_ms <= now_ms)
+            .filter(|(_, a)| a.deadline_ms <= now_ms && a.immediate_pending == 0)
             .map(|(k, _)| k.clone())
             .collect();
         let next = awaits

@@ -14,6 +14,9 @@ use serde_json::{Map, Value};
 
 /// Queue entries one lease may look at (bounds the work when labels exclude many tasks).
 pub const LEASE_SCAN_MAX: usize = 4096;
+/// Payload bytes one lease batch may carry (at least one task, whatever its size): the
+/// assignments of an await must fit in one reply frame.
+pub const LEASE_BATCH_BYTES_MAX: usize = 1 << 20;
 /// Longest error text kept from a worker's failure report.
 pub const TASK_ERROR_BYTES_MAX: usize = 16 << 10;
 /// Lease length when the action's definition is gone.
@@ -58,7 +61,8 @@ impl ShardCore {
         let mut seen: AHashSet<String> = AHashSet::new();
         let mut skipped = Vec::new();
         let mut scanned = 0;
-        while chosen.len() < want.max && scanned < LEASE_SCAN_MAX {
+        let mut bytes = 0;
+        while chosen.len() < want.max && scanned < LEASE_SCAN_MAX && bytes < LEASE_BATCH_BYTES_MAX {
             let best = keys
                 .iter()
                 .filter_map(|k| self.scheduler.peek_user(k).map(|e| (k, (e.0, e.1))))
@@ -79,6 +83,11 @@ impl ShardCore {
                 skipped.push((key, entry));
                 continue;
             }
+            if !chosen.is_empty() && bytes + run.input.len() > LEASE_BATCH_BYTES_MAX {
+                skipped.push((key, entry));
+                break;
+            }
+            bytes += run.input.len();
             seen.insert(entry.2.clone());
             chosen.push(entry.2);
         }
