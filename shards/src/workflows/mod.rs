@@ -3,7 +3,10 @@
 
 mod def;
 mod engine;
+mod mapping;
+mod parse;
 mod state;
+mod validate;
 
 pub use def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
@@ -14,14 +17,11 @@ pub use state::{
     StepState, WfEntry, WfRun, WfVersion, Workflows, json_value, run_info, sorted_defs,
 };
 
-// TODO(merge): replaced by parse.rs / mapping.rs from the wfdef branch.
-pub fn parse_workflow(_yaml: &str) -> Result<Validated, Vec<flo_protocol::ValidationIssue>> {
-    Err(vec![flo_protocol::ValidationIssue {
-        code: "E000".into(),
-        path: String::new(),
-        message: "validator not merged yet".into(),
-    }])
-}
-pub fn resolve_mapping(mapping: &serde_json::Value, _ctx: &serde_json::Value) -> serde_json::Value {
-    mapping.clone()
-}
+pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};
+pub use parse::{DEFINITION_BYTES_MAX, parse_workflow};
+pub use validate::{
+    ATTEMPTS_MAX, DELAY_MS_MAX, IssueCode, POLL_ATTEMPTS_DEFAULT, POLL_BASE_DELAY_MS_DEFAULT,
+    RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT, RETRY_WITHIN_MS_MAX,
+    SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX, VERSION_BYTES_MAX,
+    WORKFLOW_NAME_BYTES_MAX, check_version, check_workflow_name, parse_target,
+};
