@@ -259,9 +259,21 @@ fn a_failing_step_is_retried_with_backoff_then_fails_the_run() {
     let run_id = start(&mut c, "process-order", json!({"amount": 5}));
     let run = wait_status(&mut c, &run_id, WorkflowRunStatus::Waiting);
     assert_eq!(run.current_step.as_deref(), Some("charge"));
-    // Retry 1 after 1000 ms, retry 2 after 2000 ms (exponential), then failure.
-    c.advance_clock(999).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // The server clock is wall time plus the test offset, so the backoff is
+    // checked on the retry events: retry 1 is due 1000 ms after the first
+    // failure, retry 2 2000 ms after the second (exponential).
+    let retry_delays = |c: &mut Client| -> Vec<u64> {
+        c.workflow_history(&run_id)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.event_type == "step_retry")
+            .map(|e| {
+                let due: u64 = e.detail.rsplit(' ').next().unwrap().parse().unwrap();
+                due - e.at_ms
+            })
+            .collect()
+    };
+    assert_eq!(retry_delays(&mut c), vec![1000]);
     assert_eq!(
         c.workflow_run(&run_id)
             .unwrap()
@@ -272,7 +284,7 @@ fn a_failing_step_is_retried_with_backoff_then_fails_the_run() {
             .executions,
         1
     );
-    c.advance_clock(1).unwrap();
+    c.advance_clock(1000).unwrap();
     assert!(wait_until(Duration::from_secs(5), || {
         c.workflow_run(&run_id)
             .unwrap()
@@ -283,6 +295,7 @@ fn a_failing_step_is_retried_with_backoff_then_fails_the_run() {
             .executions
             == 2
     }));
+    assert_eq!(retry_delays(&mut c), vec![1000, 2000]);
     c.advance_clock(2000).unwrap();
     let run = wait_final(&mut c, &run_id);
     assert_eq!(run.status, WorkflowRunStatus::Failed);
