@@ -43,6 +43,13 @@ pub enum Command {
     /// Workers: register, take tasks of user-hosted actions and report their results.
     #[command(subcommand)]
     Worker(WorkerCommand),
+    /// Workflows: YAML definitions of steps and transitions, their runs, signals and
+    /// history.
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
+    /// Check a definition without a server.
+    #[command(subcommand)]
+    Validate(ValidateCommand),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -311,5 +318,84 @@ pub enum WorkerCommand {
     Info {
         /// The worker id.
         worker_id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowCommand {
+    /// Create a workflow definition (a new version of it, or the same version unchanged);
+    /// prints its name, version and validation warnings.
+    Create {
+        /// The YAML definition (`-` reads standard input).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Start a run with a JSON input; prints the run id.
+    Start {
+        name: String,
+        /// Input, JSON.
+        #[arg(default_value = "{}")]
+        input: String,
+        /// Definition version [default: the latest].
+        #[arg(long)]
+        version: Option<String>,
+        /// The same key returns the same run instead of starting another.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Wait for the run to end and print its status.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Show a run: status, current step, input, each step's outcome and output.
+    Status { run_id: String },
+    /// A run's history events, oldest first.
+    History { run_id: String },
+    /// Send a typed signal to a run (kept until a step waits for that type).
+    Signal {
+        run_id: String,
+        /// Signal type, as in the step's `waitForSignal.type`.
+        #[arg(long = "type", value_name = "TYPE")]
+        signal_type: String,
+        /// Payload, JSON (becomes the waiting step's output).
+        #[arg(default_value = "{}")]
+        payload: String,
+    },
+    /// Cancel a run that has not ended (and its child runs).
+    Cancel {
+        run_id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// List the workflow definitions of the namespace.
+    List,
+    /// List a workflow's runs, newest first.
+    ListRuns {
+        name: String,
+        /// pending, running, waiting, completed, failed, cancelled or timed_out.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Print a definition as created.
+    Definition {
+        name: String,
+        /// [default: the latest]
+        #[arg(long)]
+        version: Option<String>,
+    },
+    /// Refuse new starts (running runs continue).
+    Disable { name: String },
+    /// Accept new starts again.
+    Enable { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ValidateCommand {
+    /// Validate a workflow definition: errors (E1xx-E5xx) refuse it, warnings are printed.
+    Workflow {
+        /// The YAML definition (`-` reads standard input).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
     },
 }

@@ -9,6 +9,7 @@ mod output;
 mod server;
 mod status;
 mod worker;
+mod workflow;
 
 pub use args::{Cli, Command};
 use clap::Parser;
@@ -27,6 +28,10 @@ pub fn run() -> i32 {
         Command::Worker(cmd) => worker::check(cmd)
             .and_then(|()| connect(&cli))
             .and_then(|mut c| worker::run(&mut c, cmd, &out)),
+        Command::Workflow(cmd) => workflow::check(cmd)
+            .and_then(|()| connect(&cli))
+            .and_then(|mut c| workflow::run(&mut c, cmd, &out)),
+        Command::Validate(cmd) => workflow::validate(cmd, &out),
     };
     match result {
         Ok(()) => 0,

@@ -30,6 +30,14 @@ pub fn parse_workflow(yaml: &str) -> Result<Validated, Vec<ValidationIssue>> {
             ),
         )]);
     }
+    if yaml.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
+        return Err(vec![issue(
+            IssueCode::E100,
+            "",
+            "the definition is empty: a workflow needs at least kind, name, version and start"
+                .to_string(),
+        )]);
+    }
     let raw = parse_raw(yaml).map_err(|e| vec![e])?;
     validate(raw)
 }
@@ -55,6 +63,13 @@ fn shape_issue(path: String, err: serde_yaml::Error) -> ValidationIssue {
         IssueCode::E401
     } else {
         IssueCode::E100
+    };
+    // An unknown field is reported on the object holding it (the message names it).
+    let path = match code {
+        IssueCode::E106 => path.rsplit_once('.').map_or(String::new(), |(parent, _)| {
+            parent.to_string()
+        }),
+        _ => path,
     };
     // serde_yaml's text already carries the path and, when known, `at line L column C`.
     let message = match err.location() {
@@ -598,9 +613,10 @@ steps:
 
     #[test]
     fn e100_yaml_syntax_errors_carry_line_and_column() {
-        let issues = refused("kind: Workflow\nname: [unclosed\n", "E100", "");
-        assert!(issues[0].message.contains("line"), "{issues:#?}");
-        assert_eq!(issues.len(), 1);
+        let issues = errors("kind: Workflow\nname: [unclosed\n");
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_eq!(issues[0].code, "E100");
+        assert!(issues[0].message.contains("line 2"), "{issues:#?}");
         refused("", "E100", "");
         refused("- a list\n", "E100", "");
     }
@@ -783,7 +799,8 @@ steps:
             "$.flo.run_id",
             "$.flo.timestamp",
         ] {
-            ok(&with_mapping(good));
+            // Quotes doubled: the mapping sits in a single-quoted YAML scalar.
+            ok(&with_mapping(&good.replace('\'', "''")));
         }
         for bad in [
             "$.inputs.a",

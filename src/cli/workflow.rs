@@ -1,0 +1,431 @@
+//! `flo workflow ...` and `flo validate workflow`.
+
+use super::CliError;
+use super::args::{ValidateCommand, WorkflowCommand};
+use super::output::{Output, bytes_json, time_text};
+use flo::protocol::{
+    HistoryEvent, ValidationIssue, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
+};
+use flo::{Client, StartOptions};
+use serde_json::{Map, Value, json};
+use std::io::Read;
+use std::path::Path;
+
+/// How long one wait request is held by the server; `start --wait` repeats it.
+const WAIT_CHUNK_MS: u64 = 30_000;
+
+/// Validates what can be judged without the server (JSON arguments, status names), so a
+/// mistake is reported before connecting.
+pub fn check(cmd: &WorkflowCommand) -> Result<(), CliError> {
+    match cmd {
+        WorkflowCommand::Start { input, .. } => parse_json("the input", input).map(drop),
+        WorkflowCommand::Signal { payload, .. } => {
+            parse_json("the signal payload", payload).map(drop)
+        }
+        WorkflowCommand::ListRuns {
+            status: Some(status),
+            ..
+        } => parse_status(status).map(drop),
+        _ => Ok(()),
+    }
+}
+
+fn parse_json(what: &str, text: &str) -> Result<Value, CliError> {
+    serde_json::from_str(text).map_err(|e| {
+        CliError::Usage(format!(
+            "{what} is not valid JSON ({e}): pass JSON text, e.g. '{{\"order_id\":\"ORD-1\"}}'"
+        ))
+    })
+}
+
+fn parse_status(s: &str) -> Result<WorkflowRunStatus, CliError> {
+    WorkflowRunStatus::parse(s).ok_or_else(|| {
+        CliError::Usage(format!(
+            "unknown status {s:?}: use pending, running, waiting, completed, failed, cancelled or timed_out"
+        ))
+    })
+}
+
+/// A definition file's text; `-` is standard input.
+fn read_definition(path: &Path) -> Result<String, CliError> {
+    let unreadable = |e: std::io::Error| {
+        CliError::Usage(format!(
+            "cannot read workflow definition {}: {e}",
+            path.display()
+        ))
+    };
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(unreadable)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(unreadable)
+    }
+}
+
+pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(), CliError> {
+    match cmd {
+        WorkflowCommand::Create { file } => {
+            let yaml = read_definition(file)?;
+            let (name, version, created, warnings) = client.create_workflow(&yaml)?;
+            let doc = json!({
+                "name": name,
+                "version": version,
+                "created": created,
+                "warnings": warnings.iter().map(issue_json).collect::<Vec<_>>(),
+            });
+            out.print(doc, || {
+                let mut text = if created {
+                    format!("created workflow {name} version {version}")
+                } else {
+                    format!("workflow {name} version {version} exists unchanged")
+                };
+                for w in &warnings {
+                    text.push('\n');
+                    text.push_str(&issue_text("warning", w));
+                }
+                text
+            });
+        }
+        WorkflowCommand::Start {
+            name,
+            input,
+            version,
+            idempotency_key,
+            wait,
+        } => {
+            let opts = StartOptions {
+                version: version.clone(),
+                idempotency_key: idempotency_key.clone(),
+            };
+            if !*wait {
+                let run_id = client.start_workflow(name, input.as_bytes(), opts)?;
+                out.print(json!({ "run_id": run_id }), || run_id.clone());
+                return Ok(());
+            }
+            let mut run =
+                client.start_workflow_and_wait(name, input.as_bytes(), opts, WAIT_CHUNK_MS)?;
+            while !run.status.is_final() {
+                run = client.wait_workflow(&run.run_id, WAIT_CHUNK_MS)?;
+            }
+            out.print(run_json(&run), || run_text(&run));
+            if run.status != WorkflowRunStatus::Completed {
+                return Err(CliError::Usage(format!(
+                    "run {} ended {}",
+                    run.run_id,
+                    run.status.as_str()
+                )));
+            }
+        }
+        WorkflowCommand::Status { run_id } => {
+            let run = client.workflow_run(run_id)?;
+            out.print(run_json(&run), || run_text(&run));
+        }
+        WorkflowCommand::History { run_id } => {
+            let events = client.workflow_history(run_id)?;
+            let doc = json!({
+                "run_id": run_id,
+                "events": events.iter().map(event_json).collect::<Vec<_>>(),
+            });
+            out.print(doc, || history_text(&events));
+        }
+        WorkflowCommand::Signal {
+            run_id,
+            signal_type,
+            payload,
+        } => {
+            client.signal_workflow(run_id, signal_type, payload.as_bytes())?;
+            out.print(
+                json!({ "run_id": run_id, "type": signal_type, "sent": true }),
+                || format!("sent signal {signal_type} to {run_id}"),
+            );
+        }
+        WorkflowCommand::Cancel { run_id, reason } => {
+            let run = client.cancel_workflow(run_id, reason.as_deref())?;
+            out.print(run_json(&run), || {
+                format!("run {} {}", run.run_id, run.status.as_str())
+            });
+        }
+        WorkflowCommand::List => {
+            let list = client.list_workflows()?;
+            let doc = json!({ "workflows": list.iter().map(definition_json).collect::<Vec<_>>() });
+            out.print(doc, || {
+                let mut text = format!(
+                    "{:<28} {:<12} {:<8} {:<24} VERSIONS",
+                    "NAME", "LATEST", "ENABLED", "UPDATED"
+                );
+                for w in &list {
+                    text.push_str(&format!(
+                        "\n{:<28} {:<12} {:<8} {:<24} {}",
+                        w.name,
+                        w.version,
+                        w.enabled,
+                        time_text(w.updated_at_ms),
+                        w.versions.join(", ")
+                    ));
+                }
+                text
+            });
+        }
+        WorkflowCommand::ListRuns {
+            name,
+            status,
+            limit,
+        } => {
+            let status = status.as_deref().map(parse_status).transpose()?;
+            let (runs, truncated) = client.list_workflow_runs(name, status, *limit)?;
+            let doc = json!({
+                "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
+                "truncated": truncated,
+            });
+            out.print(doc, || {
+                let mut text = format!(
+                    "{:<32} {:<10} {:<10} {:<20} CREATED",
+                    "RUN ID", "STATUS", "VERSION", "STEP"
+                );
+                for r in &runs {
+                    text.push_str(&format!(
+                        "\n{:<32} {:<10} {:<10} {:<20} {}",
+                        r.run_id,
+                        r.status.as_str(),
+                        r.version,
+                        r.current_step
+                            .as_deref()
+                            .or(r.terminal.as_deref())
+                            .unwrap_or(""),
+                        time_text(r.created_at_ms)
+                    ));
+                }
+                if truncated {
+                    text.push_str("\n(more runs match: raise --limit)");
+                }
+                text
+            });
+        }
+        WorkflowCommand::Definition { name, version } => {
+            let info = client.workflow(name, version.as_deref())?;
+            out.print(definition_json(&info), || {
+                info.yaml.trim_end_matches('\n').to_string()
+            });
+        }
+        WorkflowCommand::Disable { name } | WorkflowCommand::Enable { name } => {
+            let enable = matches!(cmd, WorkflowCommand::Enable { .. });
+            let info = client.set_workflow_enabled(name, enable)?;
+            out.print(definition_json(&info), || {
+                format!(
+                    "workflow {} {}",
+                    info.name,
+                    if enable { "enabled" } else { "disabled" }
+                )
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `flo validate workflow -f FILE`: the server's own validator, run locally. Exit 0 when
+/// the definition would be accepted (warnings printed), 1 with every error otherwise.
+pub fn validate(cmd: &ValidateCommand, out: &Output) -> Result<(), CliError> {
+    let ValidateCommand::Workflow { file } = cmd;
+    let yaml = read_definition(file)?;
+    match flo_shards::workflows::parse_workflow(&yaml) {
+        Ok(valid) => {
+            let doc = json!({
+                "valid": true,
+                "name": valid.def.name,
+                "version": valid.def.version,
+                "errors": [],
+                "warnings": valid.warnings.iter().map(issue_json).collect::<Vec<_>>(),
+            });
+            out.print(doc, || {
+                let mut text = format!(
+                    "valid: workflow {} version {} ({} warning{})",
+                    valid.def.name,
+                    valid.def.version,
+                    valid.warnings.len(),
+                    if valid.warnings.len() == 1 { "" } else { "s" }
+                );
+                for w in &valid.warnings {
+                    text.push('\n');
+                    text.push_str(&issue_text("warning", w));
+                }
+                text
+            });
+            Ok(())
+        }
+        Err(errors) => {
+            if out.json {
+                let doc = json!({
+                    "valid": false,
+                    "errors": errors.iter().map(issue_json).collect::<Vec<_>>(),
+                    "warnings": [],
+                });
+                println!("{doc}");
+            }
+            let mut text = format!(
+                "{} is not a valid workflow definition ({} error{}):",
+                file.display(),
+                errors.len(),
+                if errors.len() == 1 { "" } else { "s" }
+            );
+            for e in &errors {
+                text.push_str("\n  ");
+                text.push_str(&issue_text("", e));
+            }
+            Err(CliError::Usage(text))
+        }
+    }
+}
+
+fn issue_json(i: &ValidationIssue) -> Value {
+    json!({ "code": i.code, "path": i.path, "message": i.message })
+}
+
+/// `warning W101 steps.audit: ...`, or without the prefix when `kind` is empty.
+fn issue_text(kind: &str, i: &ValidationIssue) -> String {
+    let at = if i.path.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", i.path)
+    };
+    let kind = if kind.is_empty() {
+        String::new()
+    } else {
+        format!("{kind} ")
+    };
+    format!("{kind}{}{at}: {}", i.code, i.message)
+}
+
+fn definition_json(w: &WorkflowInfo) -> Value {
+    json!({
+        "namespace": w.namespace,
+        "name": w.name,
+        "version": w.version,
+        "versions": w.versions,
+        "enabled": w.enabled,
+        "yaml": w.yaml,
+        "created_at": time_text(w.created_at_ms),
+        "created_at_ms": w.created_at_ms,
+        "updated_at": time_text(w.updated_at_ms),
+        "updated_at_ms": w.updated_at_ms,
+    })
+}
+
+fn opt_json(bytes: Option<&[u8]>) -> Value {
+    bytes.map_or(Value::Null, bytes_json)
+}
+
+/// A run as the spec shows it: run_id, workflow, version, status, current step, input,
+/// each step's outcome/output (`steps`) and the outputs by step name (`outputs`).
+pub fn run_json(r: &WorkflowRunInfo) -> Value {
+    let outputs: Map<String, Value> = r
+        .steps
+        .iter()
+        .map(|s| (s.name.clone(), opt_json(s.output.as_deref())))
+        .collect();
+    json!({
+        "run_id": r.run_id,
+        "namespace": r.namespace,
+        "workflow": r.workflow,
+        "version": r.version,
+        "status": r.status.as_str(),
+        "current_step": r.current_step,
+        "waiting_for": r.waiting_for,
+        "input": bytes_json(&r.input),
+        "output": opt_json(r.output.as_deref()),
+        "outputs": outputs,
+        "steps": r.steps.iter().map(|s| json!({
+            "name": s.name,
+            "outcome": s.outcome,
+            "output": opt_json(s.output.as_deref()),
+            "executions": s.executions,
+        })).collect::<Vec<_>>(),
+        "terminal": r.terminal,
+        "error": r.error,
+        "idempotency_key": r.idempotency_key,
+        "parent_run_id": r.parent_run_id,
+        "created_at": time_text(r.created_at_ms),
+        "created_at_ms": r.created_at_ms,
+        "updated_at": time_text(r.updated_at_ms),
+        "updated_at_ms": r.updated_at_ms,
+    })
+}
+
+fn run_text(r: &WorkflowRunInfo) -> String {
+    let mut text = format!(
+        "run        {}\nworkflow   {} (version {})\nstatus     {}",
+        r.run_id,
+        r.workflow,
+        r.version,
+        r.status.as_str()
+    );
+    let mut line = |label: &str, value: &str| {
+        text.push_str(&format!("\n{label:<10} {value}"));
+    };
+    if let Some(step) = &r.current_step {
+        line("step", step);
+    }
+    if let Some(waiting) = &r.waiting_for {
+        line("waiting", waiting);
+    }
+    if let Some(terminal) = &r.terminal {
+        line("terminal", terminal);
+    }
+    if let Some(error) = &r.error {
+        line("error", error);
+    }
+    if let Some(parent) = &r.parent_run_id {
+        line("parent", parent);
+    }
+    if let Some(key) = &r.idempotency_key {
+        line("idem key", key);
+    }
+    line("input", &bytes_json(&r.input).to_string());
+    if let Some(output) = &r.output {
+        line("output", &bytes_json(output).to_string());
+    }
+    line("created", &time_text(r.created_at_ms));
+    line("updated", &time_text(r.updated_at_ms));
+    if !r.steps.is_empty() {
+        text.push_str(&format!(
+            "\n\n{:<20} {:<18} {:>5}  OUTPUT",
+            "STEP", "OUTCOME", "EXECS"
+        ));
+        for s in &r.steps {
+            text.push_str(&format!(
+                "\n{:<20} {:<18} {:>5}  {}",
+                s.name,
+                s.outcome.as_deref().unwrap_or("-"),
+                s.executions,
+                opt_json(s.output.as_deref())
+            ));
+        }
+    }
+    text
+}
+
+fn event_json(e: &HistoryEvent) -> Value {
+    json!({
+        "type": e.event_type,
+        "step": e.step,
+        "detail": e.detail,
+        "at": time_text(e.at_ms),
+        "at_ms": e.at_ms,
+    })
+}
+
+fn history_text(events: &[HistoryEvent]) -> String {
+    let mut text = format!("{:<24} {:<22} {:<20} DETAIL", "TIME", "EVENT", "STEP");
+    for e in events {
+        text.push_str(&format!(
+            "\n{:<24} {:<22} {:<20} {}",
+            time_text(e.at_ms),
+            e.event_type,
+            e.step.as_deref().unwrap_or("-"),
+            e.detail
+        ));
+    }
+    text
+}
