@@ -92,7 +92,8 @@ fn status(addr: &str, run: &str) -> Value {
 
 fn wait_status(addr: &str, run: &str, want: &str) -> Value {
     assert!(
-        wait_until(Duration::from_secs(10), || status(addr, run)["status"] == want),
+        wait_until(Duration::from_secs(10), || status(addr, run)["status"]
+            == want),
         "run {run} never became {want}: {}",
         status(addr, run)
     );
@@ -156,6 +157,7 @@ fn approval(version: &str) -> String {
 kind: Workflow
 name: approval
 version: "{version}"
+idempotency: optional
 start:
   waitForSignal:
     type: manager_approval
@@ -224,7 +226,13 @@ fn validate_reports_errors_and_warnings_without_a_server() {
         stderr.contains("steps.charge.transitions.success") && stderr.contains("shipp"),
         "the error names the transition and its target: {stderr}"
     );
-    let (code, stdout, _) = validate(&["--json", "validate", "workflow", "-f", bad.to_str().unwrap()]);
+    let (code, stdout, _) = validate(&[
+        "--json",
+        "validate",
+        "workflow",
+        "-f",
+        bad.to_str().unwrap(),
+    ]);
     assert_eq!(code, Some(1));
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(doc["valid"], false);
@@ -263,10 +271,7 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
     let file = file.to_str().unwrap();
 
     let text = cli_ok(&addr, &["workflow", "create", "-f", file]);
-    assert_eq!(
-        text.trim(),
-        "created workflow process-order version 1.0.0"
-    );
+    assert_eq!(text.trim(), "created workflow process-order version 1.0.0");
     let doc = cli_json(&addr, &["workflow", "create", "-f", file]);
     assert_eq!(
         doc,
@@ -291,8 +296,14 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
     assert_eq!(doc["workflow"], "process-order");
     assert_eq!(doc["version"], "1.0.0");
     assert_eq!(doc["terminal"], "flo.Completed");
-    assert_eq!(doc["input"], json!({"order_id": "ORD-123", "amount": 99.99}));
-    assert_eq!(doc["outputs"]["charge"], json!({"amount": 99.99, "valid": true}));
+    assert_eq!(
+        doc["input"],
+        json!({"order_id": "ORD-123", "amount": 99.99})
+    );
+    assert_eq!(
+        doc["outputs"]["charge"],
+        json!({"amount": 99.99, "valid": true})
+    );
     assert_eq!(doc["outputs"]["ship"], json!({"shipment": "S-1"}));
     assert_eq!(doc["output"], json!({"shipment": "S-1"}));
     assert_eq!(doc["current_step"], Value::Null);
@@ -306,7 +317,10 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
 
     let events = event_types(&addr, &run);
     assert_eq!(events.first().map(String::as_str), Some("workflow_started"));
-    assert_eq!(events.last().map(String::as_str), Some("workflow_completed"));
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("workflow_completed")
+    );
     assert_eq!(events.iter().filter(|e| *e == "step_completed").count(), 3);
     let history = cli_json(&addr, &["workflow", "history", &run]);
     let last = history["events"].as_array().unwrap().last().unwrap();
@@ -328,7 +342,10 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
         ],
     );
     assert_eq!(doc["status"], "completed");
-    assert_eq!(doc["outputs"]["charge"], json!({"amount": 1, "valid": true}));
+    assert_eq!(
+        doc["outputs"]["charge"],
+        json!({"amount": 1, "valid": true})
+    );
 
     let doc = cli_json(&addr, &["workflow", "list"]);
     let list = doc["workflows"].as_array().unwrap();
@@ -340,16 +357,32 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
     assert!(text.contains("process-order"), "{text}");
 
     let text = cli_ok(&addr, &["workflow", "definition", "process-order"]);
-    assert_eq!(text.trim(), PROCESS_ORDER.trim(), "the definition as created");
+    assert_eq!(
+        text.trim(),
+        PROCESS_ORDER.trim(),
+        "the definition as created"
+    );
     let doc = cli_json(
         &addr,
-        &["workflow", "definition", "process-order", "--version", "1.0.0"],
+        &[
+            "workflow",
+            "definition",
+            "process-order",
+            "--version",
+            "1.0.0",
+        ],
     );
     assert_eq!(doc["yaml"].as_str().unwrap().trim(), PROCESS_ORDER.trim());
 
     let doc = cli_json(
         &addr,
-        &["workflow", "list-runs", "process-order", "--status", "completed"],
+        &[
+            "workflow",
+            "list-runs",
+            "process-order",
+            "--status",
+            "completed",
+        ],
     );
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{doc}");
@@ -357,7 +390,13 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
     assert_eq!(doc["truncated"], false);
     let doc = cli_json(
         &addr,
-        &["workflow", "list-runs", "process-order", "--status", "failed"],
+        &[
+            "workflow",
+            "list-runs",
+            "process-order",
+            "--status",
+            "failed",
+        ],
     );
     assert_eq!(doc["runs"], json!([]));
     let doc = cli_json(
@@ -400,7 +439,10 @@ fn signals_cancel_disable_enable_idempotency_and_versions() {
             r#"{"decision": "approved"}"#,
         ],
     );
-    assert_eq!(text.trim(), format!("sent signal manager_approval to {run}"));
+    assert_eq!(
+        text.trim(),
+        format!("sent signal manager_approval to {run}")
+    );
     let doc = wait_status(&addr, &run, "completed");
     assert_eq!(doc["outputs"]["_start"], json!({"decision": "approved"}));
     let events = event_types(&addr, &run);
@@ -417,7 +459,12 @@ fn signals_cancel_disable_enable_idempotency_and_versions() {
     );
     assert_eq!(doc["status"], "cancelled");
     let history = cli_json(&addr, &["workflow", "history", &run]);
-    let last = history["events"].as_array().unwrap().last().unwrap().clone();
+    let last = history["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
     assert_eq!(last["type"], "workflow_cancelled");
     assert_eq!(last["detail"], "order withdrawn");
     let err = cli_fails(&addr, &["workflow", "cancel", &run]);
@@ -447,7 +494,10 @@ fn signals_cancel_disable_enable_idempotency_and_versions() {
 
     // Versions coexist; start takes the latest unless --version is given.
     let doc = cli_json(&addr, &["workflow", "create", "-f", v2.to_str().unwrap()]);
-    assert_eq!((doc["version"].as_str(), doc["created"].as_bool()), (Some("2"), Some(true)));
+    assert_eq!(
+        (doc["version"].as_str(), doc["created"].as_bool()),
+        (Some("2"), Some(true))
+    );
     let latest = start_json(&addr, &["approval"]);
     assert_eq!(status(&addr, &latest)["version"], "2");
     let old = start_json(&addr, &["approval", "{}", "--version", "1"]);
@@ -455,7 +505,10 @@ fn signals_cancel_disable_enable_idempotency_and_versions() {
     let doc = cli_json(&addr, &["workflow", "definition", "approval"]);
     assert_eq!(doc["version"], "2");
     assert_eq!(doc["versions"], json!(["1", "2"]));
-    let doc = cli_json(&addr, &["workflow", "list-runs", "approval", "--status", "waiting"]);
+    let doc = cli_json(
+        &addr,
+        &["workflow", "list-runs", "approval", "--status", "waiting"],
+    );
     assert_eq!(doc["runs"].as_array().unwrap().len(), 4, "{doc}");
 }
 
@@ -473,8 +526,14 @@ fn mistakes_get_clear_errors() {
         "127.0.0.1:1",
         &["workflow", "signal", "wfrun-1", "--type", "t", "nope"],
     );
-    assert!(err.contains("the signal payload is not valid JSON"), "{err}");
-    let err = cli_fails("127.0.0.1:1", &["workflow", "list-runs", "w", "--status", "done"]);
+    assert!(
+        err.contains("the signal payload is not valid JSON"),
+        "{err}"
+    );
+    let err = cli_fails(
+        "127.0.0.1:1",
+        &["workflow", "list-runs", "w", "--status", "done"],
+    );
     assert!(err.contains("unknown status \"done\""), "{err}");
 
     // Refused by the server with the validator's codes; nothing created.

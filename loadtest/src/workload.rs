@@ -264,64 +264,6 @@ pub fn decode_sent_ns(payload: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sent_ns_payload_round_trips_and_is_json() {
-        let mut payload = Vec::new();
-        for n in [0, 1, 123_456_789, u64::MAX] {
-            encode_sent_ns(n, &mut payload);
-            assert_eq!(decode_sent_ns(&payload), Some(n));
-            let json: serde_json::Value = serde_json::from_slice(&payload).unwrap();
-            assert_eq!(json["sent_ns"], n);
-        }
-        assert_eq!(decode_sent_ns(b"{\"sent_ns\":x}"), None);
-        assert_eq!(decode_sent_ns(b"{}"), None);
-    }
-
-    #[test]
-    fn user_invoke_rewrites_the_send_time_in_place() {
-        let mut generator = UserInvoke::new("ns", "lt-task", Instant::now());
-        let mut op = Op::Status;
-        generator.fill(0, &mut op);
-        let Op::ActionInvoke(spec) = &op else {
-            panic!("not an invoke: {op:?}")
-        };
-        assert_eq!(
-            (spec.action.as_str(), spec.namespace.as_str()),
-            ("lt-task", "ns")
-        );
-        let first = decode_sent_ns(&spec.input).expect("a sent_ns payload");
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        generator.fill(1, &mut op);
-        let Op::ActionInvoke(spec) = &op else {
-            panic!("not an invoke: {op:?}")
-        };
-        assert!(decode_sent_ns(&spec.input).unwrap() > first);
-    }
-
-    #[test]
-    fn kv_put_cycles_keys_and_reuses_the_op() {
-        let mut generator = KvPut::new("ns", 3, 5);
-        let mut op = Op::Status;
-        generator.fill(4, &mut op);
-        let expected = Op::KvPut {
-            namespace: "ns".into(),
-            key: "k-1".into(),
-            value: b"abcde".to_vec(),
-            ttl_ms: None,
-            if_version: None,
-        };
-        assert_eq!(op, expected);
-        generator.fill(5, &mut op);
-        let Op::KvPut { key, .. } = &op else {
-            panic!("not a put: {op:?}")
-        };
-        assert_eq!(key, "k-2");
-    }
-}
 
 /// The workflow `workflow` starts: three steps on the `wasm-invoke` action.
 pub const WORKFLOW_NAME: &str = "loadtest-flow";
@@ -396,5 +338,64 @@ impl Generator for WorkflowStart {
             )),
             other => Err(format!("unexpected reply to a workflow start: {other:?}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sent_ns_payload_round_trips_and_is_json() {
+        let mut payload = Vec::new();
+        for n in [0, 1, 123_456_789, u64::MAX] {
+            encode_sent_ns(n, &mut payload);
+            assert_eq!(decode_sent_ns(&payload), Some(n));
+            let json: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+            assert_eq!(json["sent_ns"], n);
+        }
+        assert_eq!(decode_sent_ns(b"{\"sent_ns\":x}"), None);
+        assert_eq!(decode_sent_ns(b"{}"), None);
+    }
+
+    #[test]
+    fn user_invoke_rewrites_the_send_time_in_place() {
+        let mut generator = UserInvoke::new("ns", "lt-task", Instant::now());
+        let mut op = Op::Status;
+        generator.fill(0, &mut op);
+        let Op::ActionInvoke(spec) = &op else {
+            panic!("not an invoke: {op:?}")
+        };
+        assert_eq!(
+            (spec.action.as_str(), spec.namespace.as_str()),
+            ("lt-task", "ns")
+        );
+        let first = decode_sent_ns(&spec.input).expect("a sent_ns payload");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        generator.fill(1, &mut op);
+        let Op::ActionInvoke(spec) = &op else {
+            panic!("not an invoke: {op:?}")
+        };
+        assert!(decode_sent_ns(&spec.input).unwrap() > first);
+    }
+
+    #[test]
+    fn kv_put_cycles_keys_and_reuses_the_op() {
+        let mut generator = KvPut::new("ns", 3, 5);
+        let mut op = Op::Status;
+        generator.fill(4, &mut op);
+        let expected = Op::KvPut {
+            namespace: "ns".into(),
+            key: "k-1".into(),
+            value: b"abcde".to_vec(),
+            ttl_ms: None,
+            if_version: None,
+        };
+        assert_eq!(op, expected);
+        generator.fill(5, &mut op);
+        let Op::KvPut { key, .. } = &op else {
+            panic!("not a put: {op:?}")
+        };
+        assert_eq!(key, "k-2");
     }
 }

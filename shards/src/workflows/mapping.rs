@@ -20,7 +20,9 @@ pub fn is_mapping_path(s: &str) -> bool {
 pub fn resolve_mapping(mapping: &Value, ctx: &Value) -> Value {
     match mapping {
         Value::String(s) if is_mapping_path(s) => resolve_path(s, ctx),
-        Value::Array(items) => Value::Array(items.iter().map(|v| resolve_mapping(v, ctx)).collect()),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| resolve_mapping(v, ctx)).collect())
+        }
         Value::Object(fields) => Value::Object(
             fields
                 .iter()
@@ -117,7 +119,9 @@ mod tests {
     #[test]
     fn a_path_that_matches_nothing_gives_null_never_the_input() {
         assert_eq!(
-            resolve(json!({"a": "$.input.missing", "b": "$.steps.nope.output", "c": "$.input..nothing"})),
+            resolve(
+                json!({"a": "$.input.missing", "b": "$.steps.nope.output", "c": "$.input..nothing"})
+            ),
             json!({"a": null, "b": null, "c": null})
         );
         assert_eq!(resolve(json!("$.input.missing")), Value::Null);
@@ -125,7 +129,10 @@ mod tests {
 
     #[test]
     fn an_invalid_path_gives_null() {
-        assert_eq!(resolve(json!({"a": "$.input[", "b": "$.steps.check-status"})), json!({"a": null, "b": null}));
+        assert_eq!(
+            resolve(json!({"a": "$.input[", "b": "$.steps.check-status"})),
+            json!({"a": null, "b": null})
+        );
     }
 
     #[test]
@@ -145,7 +152,9 @@ mod tests {
     #[test]
     fn arrays_and_nested_objects_are_walked() {
         assert_eq!(
-            resolve(json!(["$.input.order_id", {"deep": ["$.steps.enrich.output.tags[0]", 1]}, "x"])),
+            resolve(
+                json!(["$.input.order_id", {"deep": ["$.steps.enrich.output.tags[0]", 1]}, "x"])
+            ),
             json!(["ORD-1", {"deep": ["vip", 1]}, "x"])
         );
     }

@@ -9,8 +9,8 @@
 use super::def::Validated;
 use super::validate::{IssueCode, issue, validate};
 use flo_protocol::ValidationIssue;
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -30,7 +30,10 @@ pub fn parse_workflow(yaml: &str) -> Result<Validated, Vec<ValidationIssue>> {
             ),
         )]);
     }
-    if yaml.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
+    if yaml
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    {
         return Err(vec![issue(
             IssueCode::E100,
             "",
@@ -66,9 +69,9 @@ fn shape_issue(path: String, err: serde_yaml::Error) -> ValidationIssue {
     };
     // An unknown field is reported on the object holding it (the message names it).
     let path = match code {
-        IssueCode::E106 => path.rsplit_once('.').map_or(String::new(), |(parent, _)| {
-            parent.to_string()
-        }),
+        IssueCode::E106 => path
+            .rsplit_once('.')
+            .map_or(String::new(), |(parent, _)| parent.to_string()),
         _ => path,
     };
     // serde_yaml's text already carries the path and, when known, `at line L column C`.
@@ -182,7 +185,8 @@ mod tests {
     use serde_json::json;
 
     const HEADER: &str = "kind: Workflow\nname: w\nversion: \"1\"\n";
-    const START_OK: &str = "start:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n";
+    const START_OK: &str =
+        "start:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n";
 
     /// A definition: the header, then `body`.
     fn wf(body: &str) -> String {
@@ -425,7 +429,10 @@ steps:
         assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
         let def = v.def;
         assert_eq!(
-            def.terminals.iter().map(|(n, s)| (n.as_str(), *s)).collect::<Vec<_>>(),
+            def.terminals
+                .iter()
+                .map(|(n, s)| (n.as_str(), *s))
+                .collect::<Vec<_>>(),
             [
                 ("OrderCompleted", WorkflowRunStatus::Completed),
                 ("OrderRejected", WorkflowRunStatus::Failed),
@@ -440,15 +447,24 @@ steps:
                 on_timeout: Some("OrderRejected".into()),
             })
         );
-        assert_eq!(def.steps["fulfill"].transitions["success"], "OrderCompleted");
+        assert_eq!(
+            def.steps["fulfill"].transitions["success"],
+            "OrderCompleted"
+        );
     }
 
     #[test]
     fn the_payment_processing_workflow_is_refused_for_its_plans_only() {
         let issues = errors(&format!("{PAYMENT_HEADER}{PAYMENT_PLANS}{PAYMENT_REST}"));
         assert_eq!(codes(&issues), [("E105", "plans"), ("E105", "start.run")]);
-        assert!(issues[0].message.contains("not supported yet"), "{issues:#?}");
-        assert!(issues[1].message.contains("not supported yet"), "{issues:#?}");
+        assert!(
+            issues[0].message.contains("not supported yet"),
+            "{issues:#?}"
+        );
+        assert!(
+            issues[1].message.contains("not supported yet"),
+            "{issues:#?}"
+        );
     }
 
     #[test]
@@ -517,7 +533,9 @@ steps:
 
     #[test]
     fn a_numeric_version_keeps_its_text() {
-        let v = ok(&format!("kind: Workflow\nname: w\nversion: 1.10\n{START_OK}"));
+        let v = ok(&format!(
+            "kind: Workflow\nname: w\nversion: 1.10\n{START_OK}"
+        ));
         assert_eq!(v.def.version, "1.10");
         let v = ok(&format!("kind: Workflow\nname: w\nversion: 2\n{START_OK}"));
         assert_eq!(v.def.version, "2");
@@ -540,7 +558,8 @@ start:
     fixed: x
   transitions: {success: flo.Completed}
 "#));
-        let want = json!({"amount": "$.input.amount", "items": ["$.input.items[0]", 2], "fixed": "x"});
+        let want =
+            json!({"amount": "$.input.amount", "items": ["$.input.items[0]", 2], "fixed": "x"});
         assert_eq!(text.def.start.input_mapping, Some(want.clone()));
         assert_eq!(yaml.def.start.input_mapping, Some(want));
     }
@@ -626,7 +645,9 @@ steps:
         let issues = refused(&wf("start: 5\n"), "E100", "start");
         assert!(issues[0].message.contains("line 4"), "{issues:#?}");
         refused(
-            &wf("start:\n  run: \"@actions/a\"\n  retry: {max_attempts: -1}\n  transitions: {success: flo.Completed}\n"),
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  retry: {max_attempts: -1}\n  transitions: {success: flo.Completed}\n",
+            ),
             "E100",
             "start.retry.max_attempts",
         );
@@ -641,26 +662,65 @@ steps:
 
     #[test]
     fn e101_kind_must_be_workflow() {
-        refused(&format!("name: w\nversion: \"1\"\n{START_OK}"), "E101", "kind");
-        let issues = refused(&format!("kind: workflow\nname: w\nversion: \"1\"\n{START_OK}"), "E101", "kind");
-        assert!(issues[0].message.contains("`kind: workflow`"), "{issues:#?}");
+        refused(
+            &format!("name: w\nversion: \"1\"\n{START_OK}"),
+            "E101",
+            "kind",
+        );
+        let issues = refused(
+            &format!("kind: workflow\nname: w\nversion: \"1\"\n{START_OK}"),
+            "E101",
+            "kind",
+        );
+        assert!(
+            issues[0].message.contains("`kind: workflow`"),
+            "{issues:#?}"
+        );
     }
 
     #[test]
     fn e102_name_missing_empty_or_invalid() {
-        for name in ["", "name: \"\"\n", "name: \"two words\"\n", "name: \"a:b\"\n"] {
-            refused(&format!("kind: Workflow\n{name}version: \"1\"\n{START_OK}"), "E102", "name");
+        for name in [
+            "",
+            "name: \"\"\n",
+            "name: \"two words\"\n",
+            "name: \"a:b\"\n",
+        ] {
+            refused(
+                &format!("kind: Workflow\n{name}version: \"1\"\n{START_OK}"),
+                "E102",
+                "name",
+            );
         }
         let long = format!("name: {}\n", "n".repeat(257));
-        refused(&format!("kind: Workflow\n{long}version: \"1\"\n{START_OK}"), "E102", "name");
-        ok(&format!("kind: Workflow\nname: {}\nversion: \"1\"\n{START_OK}", "n".repeat(256)));
+        refused(
+            &format!("kind: Workflow\n{long}version: \"1\"\n{START_OK}"),
+            "E102",
+            "name",
+        );
+        ok(&format!(
+            "kind: Workflow\nname: {}\nversion: \"1\"\n{START_OK}",
+            "n".repeat(256)
+        ));
     }
 
     #[test]
     fn e103_version_missing_or_empty() {
-        refused(&format!("kind: Workflow\nname: w\n{START_OK}"), "E103", "version");
-        refused(&format!("kind: Workflow\nname: w\nversion: \"\"\n{START_OK}"), "E103", "version");
-        refused(&format!("kind: Workflow\nname: w\nversion:\n{START_OK}"), "E103", "version");
+        refused(
+            &format!("kind: Workflow\nname: w\n{START_OK}"),
+            "E103",
+            "version",
+        );
+        refused(
+            &format!("kind: Workflow\nname: w\nversion: \"\"\n{START_OK}"),
+            "E103",
+            "version",
+        );
+        refused(
+            &format!("kind: Workflow\nname: w\nversion:\n{START_OK}"),
+            "E103",
+            "version",
+        );
     }
 
     #[test]
@@ -671,8 +731,15 @@ steps:
     #[test]
     fn e105_unsupported_features() {
         for field in ["plans", "schedule", "trigger", "searchAttributes"] {
-            let issues = refused(&wf(&format!("{field}: {{x: 1}}\n{START_OK}")), "E105", field);
-            assert!(issues[0].message.contains("not supported yet"), "{issues:#?}");
+            let issues = refused(
+                &wf(&format!("{field}: {{x: 1}}\n{START_OK}")),
+                "E105",
+                field,
+            );
+            assert!(
+                issues[0].message.contains("not supported yet"),
+                "{issues:#?}"
+            );
         }
         refused(
             &wf("start:\n  run: \"@plan/payment\"\n  transitions: {success: flo.Completed}\n"),
@@ -686,18 +753,24 @@ steps:
         let issues = refused(&wf(&format!("{START_OK}stpes: {{}}\n")), "E106", "");
         assert!(issues[0].message.contains("`stpes`"), "{issues:#?}");
         let issues = refused(
-            &wf("start:\n  run: \"@actions/a\"\n  retyr: {}\n  transitions: {success: flo.Completed}\n"),
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  retyr: {}\n  transitions: {success: flo.Completed}\n",
+            ),
             "E106",
             "start",
         );
         assert!(issues[0].message.contains("`retyr`"), "{issues:#?}");
         refused(
-            &wf("start:\n  run: \"@actions/a\"\n  poll: {max_attempts: 3}\n  transitions: {success: flo.Completed}\n"),
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  poll: {max_attempts: 3}\n  transitions: {success: flo.Completed}\n",
+            ),
             "E106",
             "start.poll",
         );
         refused(
-            &wf(&format!("{START_OK}terminals:\n  Done: {{status: completed, color: red}}\n")),
+            &wf(&format!(
+                "{START_OK}terminals:\n  Done: {{status: completed, color: red}}\n"
+            )),
             "E106",
             "terminals.Done",
         );
@@ -706,12 +779,16 @@ steps:
     #[test]
     fn e107_a_step_runs_or_waits() {
         refused(
-            &wf("start:\n  run: \"@actions/a\"\n  waitForSignal: {type: t, timeoutMs: 5}\n  transitions: {success: flo.Completed}\n"),
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  waitForSignal: {type: t, timeoutMs: 5}\n  transitions: {success: flo.Completed}\n",
+            ),
             "E107",
             "start",
         );
         refused(
-            &wf(&format!("{START_OK}steps:\n  b:\n    transitions: {{success: flo.Completed}}\n")),
+            &wf(&format!(
+                "{START_OK}steps:\n  b:\n    transitions: {{success: flo.Completed}}\n"
+            )),
             "E107",
             "steps.b",
         );
@@ -722,7 +799,11 @@ steps:
         for value in ["none", "optional", "required"] {
             ok(&wf(&format!("idempotency: {value}\n{START_OK}")));
         }
-        refused(&wf(&format!("idempotency: always\n{START_OK}")), "E108", "idempotency");
+        refused(
+            &wf(&format!("idempotency: always\n{START_OK}")),
+            "E108",
+            "idempotency",
+        );
     }
 
     #[test]
@@ -730,13 +811,17 @@ steps:
         for name in ["_start", "flo.Mine", "\"a b\"", "\"$x\""] {
             let path = format!("steps.{}", name.trim_matches('"'));
             refused(
-                &wf(&format!("{START_OK}steps:\n  {name}:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\n")),
+                &wf(&format!(
+                    "{START_OK}steps:\n  {name}:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\n"
+                )),
                 "E109",
                 &path,
             );
         }
         refused(
-            &wf(&format!("{START_OK}terminals:\n  flo.Mine: {{status: failed}}\n")),
+            &wf(&format!(
+                "{START_OK}terminals:\n  flo.Mine: {{status: failed}}\n"
+            )),
             "E109",
             "terminals.flo.Mine",
         );
@@ -758,7 +843,9 @@ steps:
             "",
         ] {
             refused(
-                &wf(&format!("start:\n  run: \"{target}\"\n  transitions: {{success: flo.Completed}}\n")),
+                &wf(&format!(
+                    "start:\n  run: \"{target}\"\n  transitions: {{success: flo.Completed}}\n"
+                )),
                 "E201",
                 "start.run",
             );
@@ -769,13 +856,17 @@ steps:
     fn e202_input_mapping_that_is_not_json() {
         for mapping in ["'{\"a\": '", "hello", "'{\"a\": 1} trailing'"] {
             refused(
-                &wf(&format!("start:\n  run: \"@actions/a\"\n  inputMapping: {mapping}\n  transitions: {{success: flo.Completed}}\n")),
+                &wf(&format!(
+                    "start:\n  run: \"@actions/a\"\n  inputMapping: {mapping}\n  transitions: {{success: flo.Completed}}\n"
+                )),
                 "E202",
                 "start.inputMapping",
             );
         }
         refused(
-            &wf("start:\n  run: \"@actions/a\"\n  inputMapping: {[1, 2]: x}\n  transitions: {success: flo.Completed}\n"),
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  inputMapping: {[1, 2]: x}\n  transitions: {success: flo.Completed}\n",
+            ),
             "E202",
             "start.inputMapping",
         );
@@ -829,7 +920,10 @@ steps:
             "E301",
             "start.transitions.success",
         );
-        assert!(issues[0].message.contains("did you mean `flo.Completed`"), "{issues:#?}");
+        assert!(
+            issues[0].message.contains("did you mean `flo.Completed`"),
+            "{issues:#?}"
+        );
         refused(
             &wf("start:\n  run: \"@actions/a\"\n  transitions: {success: _start}\n"),
             "E301",
@@ -840,7 +934,9 @@ steps:
     #[test]
     fn e302_on_timeout_targets_must_exist() {
         refused(
-            &wf("start:\n  waitForSignal: {type: t, timeoutMs: 5, onTimeout: Nowhere}\n  transitions: {success: flo.Completed}\n"),
+            &wf(
+                "start:\n  waitForSignal: {type: t, timeoutMs: 5, onTimeout: Nowhere}\n  transitions: {success: flo.Completed}\n",
+            ),
             "E302",
             "start.waitForSignal.onTimeout",
         );
@@ -848,14 +944,24 @@ steps:
 
     #[test]
     fn e303_run_steps_need_transitions() {
-        refused(&wf("start:\n  run: \"@actions/a\"\n"), "E303", "start.transitions");
-        refused(&wf("start:\n  run: \"@actions/a\"\n  transitions: {}\n"), "E303", "start.transitions");
+        refused(
+            &wf("start:\n  run: \"@actions/a\"\n"),
+            "E303",
+            "start.transitions",
+        );
+        refused(
+            &wf("start:\n  run: \"@actions/a\"\n  transitions: {}\n"),
+            "E303",
+            "start.transitions",
+        );
     }
 
     #[test]
     fn e304_signal_waits_need_a_success_transition() {
         refused(
-            &wf("start:\n  waitForSignal: {type: t, timeoutMs: 5}\n  transitions: {failure: flo.Failed}\n"),
+            &wf(
+                "start:\n  waitForSignal: {type: t, timeoutMs: 5}\n  transitions: {failure: flo.Failed}\n",
+            ),
             "E304",
             "start.transitions",
         );
@@ -872,19 +978,25 @@ steps:
             "steps.b",
         );
         refused(
-            &wf(&format!("{START_OK}terminals:\n  T: {{status: failed}}\n  T: {{status: completed}}\n")),
+            &wf(&format!(
+                "{START_OK}terminals:\n  T: {{status: failed}}\n  T: {{status: completed}}\n"
+            )),
             "E401",
             "terminals.T",
         );
         refused(
-            &wf("start:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n    success: flo.Failed\n"),
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n    success: flo.Failed\n",
+            ),
             "E401",
             "start.transitions.success",
         );
         let issues = refused(&format!("{HEADER}name: again\n{START_OK}"), "E401", "");
         assert!(issues[0].message.contains("`name`"), "{issues:#?}");
         refused(
-            &wf("start:\n  run: \"@actions/a\"\n  inputMapping: {a: 1, a: 2}\n  transitions: {success: flo.Completed}\n"),
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  inputMapping: {a: 1, a: 2}\n  transitions: {success: flo.Completed}\n",
+            ),
             "E401",
             "start.inputMapping",
         );
@@ -893,12 +1005,16 @@ steps:
     #[test]
     fn e402_terminals_named_like_steps_or_builtins() {
         refused(
-            &wf(&format!("{START_OK}terminals:\n  flo.Failed: {{status: failed}}\n")),
+            &wf(&format!(
+                "{START_OK}terminals:\n  flo.Failed: {{status: failed}}\n"
+            )),
             "E402",
             "terminals.flo.Failed",
         );
         refused(
-            &wf(&format!("{START_OK}steps:\n  b:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\nterminals:\n  b: {{status: failed}}\n")),
+            &wf(&format!(
+                "{START_OK}steps:\n  b:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\nterminals:\n  b: {{status: failed}}\n"
+            )),
             "E402",
             "terminals.b",
         );
@@ -911,7 +1027,11 @@ steps:
             "E403",
             "terminals.T.status",
         );
-        refused(&wf(&format!("{START_OK}terminals:\n  T: {{}}\n")), "E403", "terminals.T.status");
+        refused(
+            &wf(&format!("{START_OK}terminals:\n  T: {{}}\n")),
+            "E403",
+            "terminals.T.status",
+        );
         let v = ok(&wf(&format!(
             "{START_OK}terminals:\n  A: {{status: completed}}\n  B: {{status: cancelled}}\n  C: {{status: timed_out}}\n"
         )));
@@ -922,52 +1042,119 @@ steps:
     // --- E5xx policies ---
 
     fn with_retry(retry: &str) -> String {
-        wf(&format!("start:\n  run: \"@actions/a\"\n  retry: {{{retry}}}\n  transitions: {{success: flo.Completed}}\n"))
+        wf(&format!(
+            "start:\n  run: \"@actions/a\"\n  retry: {{{retry}}}\n  transitions: {{success: flo.Completed}}\n"
+        ))
     }
 
     fn with_poll(poll: &str) -> String {
-        wf(&format!("start:\n  run: \"@actions/a\"\n  poll: {{{poll}}}\n  transitions: {{success: flo.Completed}}\n"))
+        wf(&format!(
+            "start:\n  run: \"@actions/a\"\n  poll: {{{poll}}}\n  transitions: {{success: flo.Completed}}\n"
+        ))
     }
 
     #[test]
     fn e501_invalid_retry() {
-        refused(&with_retry("max_attempts: 0"), "E501", "start.retry.max_attempts");
-        refused(&with_retry("max_attempts: 101"), "E501", "start.retry.max_attempts");
-        refused(&with_retry("backoff: fibonacci"), "E501", "start.retry.backoff");
-        refused(&with_retry("initial_delay_ms: 86400001"), "E501", "start.retry.initial_delay_ms");
-        refused(&with_retry("max_delay_ms: 86400001"), "E501", "start.retry.max_delay_ms");
-        refused(&with_retry("initial_delay_ms: 500, max_delay_ms: 100"), "E501", "start.retry.max_delay_ms");
+        refused(
+            &with_retry("max_attempts: 0"),
+            "E501",
+            "start.retry.max_attempts",
+        );
+        refused(
+            &with_retry("max_attempts: 101"),
+            "E501",
+            "start.retry.max_attempts",
+        );
+        refused(
+            &with_retry("backoff: fibonacci"),
+            "E501",
+            "start.retry.backoff",
+        );
+        refused(
+            &with_retry("initial_delay_ms: 86400001"),
+            "E501",
+            "start.retry.initial_delay_ms",
+        );
+        refused(
+            &with_retry("max_delay_ms: 86400001"),
+            "E501",
+            "start.retry.max_delay_ms",
+        );
+        refused(
+            &with_retry("initial_delay_ms: 500, max_delay_ms: 100"),
+            "E501",
+            "start.retry.max_delay_ms",
+        );
         refused(&with_retry("within_ms: 0"), "E501", "start.retry.within_ms");
-        let v = ok(&with_retry("max_attempts: 100, backoff: exponential_jitter, within_ms: 5000"));
+        let v = ok(&with_retry(
+            "max_attempts: 100, backoff: exponential_jitter, within_ms: 5000",
+        ));
         let retry = v.def.start.retry.unwrap();
-        assert_eq!((retry.max_attempts, retry.backoff, retry.within_ms), (100, Backoff::ExponentialJitter, Some(5000)));
+        assert_eq!(
+            (retry.max_attempts, retry.backoff, retry.within_ms),
+            (100, Backoff::ExponentialJitter, Some(5000))
+        );
     }
 
     #[test]
     fn e502_invalid_poll() {
-        refused(&with_poll("maxAttempts: 0"), "E502", "start.poll.maxAttempts");
-        refused(&with_poll("maxAttempts: 1000"), "E502", "start.poll.maxAttempts");
+        refused(
+            &with_poll("maxAttempts: 0"),
+            "E502",
+            "start.poll.maxAttempts",
+        );
+        refused(
+            &with_poll("maxAttempts: 1000"),
+            "E502",
+            "start.poll.maxAttempts",
+        );
         refused(&with_poll("backoff: slow"), "E502", "start.poll.backoff");
-        refused(&with_poll("baseDelayMs: 86400001"), "E502", "start.poll.baseDelayMs");
-        refused(&with_poll("initialDelayMs: 86400001"), "E502", "start.poll.initialDelayMs");
-        refused(&with_poll("baseDelayMs: 500, maxDelayMs: 100"), "E502", "start.poll.maxDelayMs");
+        refused(
+            &with_poll("baseDelayMs: 86400001"),
+            "E502",
+            "start.poll.baseDelayMs",
+        );
+        refused(
+            &with_poll("initialDelayMs: 86400001"),
+            "E502",
+            "start.poll.initialDelayMs",
+        );
+        refused(
+            &with_poll("baseDelayMs: 500, maxDelayMs: 100"),
+            "E502",
+            "start.poll.maxDelayMs",
+        );
         let v = ok(&with_poll("backoff: linear"));
         assert_eq!(v.def.start.poll.unwrap().backoff, Backoff::Linear);
     }
 
     #[test]
     fn e503_invalid_signal_wait() {
-        let wait = |w: &str| wf(&format!("start:\n  waitForSignal: {{{w}}}\n  transitions: {{success: flo.Completed}}\n"));
+        let wait = |w: &str| {
+            wf(&format!(
+                "start:\n  waitForSignal: {{{w}}}\n  transitions: {{success: flo.Completed}}\n"
+            ))
+        };
         refused(&wait("timeoutMs: 5"), "E503", "start.waitForSignal.type");
-        refused(&wait("type: \"\", timeoutMs: 5"), "E503", "start.waitForSignal.type");
-        refused(&wait("type: t, timeoutMs: 0"), "E503", "start.waitForSignal.timeoutMs");
+        refused(
+            &wait("type: \"\", timeoutMs: 5"),
+            "E503",
+            "start.waitForSignal.type",
+        );
+        refused(
+            &wait("type: t, timeoutMs: 0"),
+            "E503",
+            "start.waitForSignal.timeoutMs",
+        );
     }
 
     #[test]
     fn e504_run_step_policies_on_a_signal_wait() {
         for (field, value) in [("retry", "{}"), ("poll", "{}"), ("inputMapping", "'{}'")] {
             refused(
-                &wf(&format!("start:\n  waitForSignal: {{type: t, timeoutMs: 5}}\n  {field}: {value}\n  transitions: {{success: flo.Completed}}\n")),
+                &wf(&format!(
+                    "start:\n  waitForSignal: {{type: t, timeoutMs: 5}}\n  {field}: {value}\n  transitions: {{success: flo.Completed}}\n"
+                )),
                 "E504",
                 &format!("start.{field}"),
             );
@@ -1000,7 +1187,9 @@ steps:
 
     #[test]
     fn w102_signal_wait_without_timeout_warns() {
-        let v = ok(&wf("start:\n  waitForSignal: {type: approval}\n  transitions: {success: flo.Completed}\n"));
+        let v = ok(&wf(
+            "start:\n  waitForSignal: {type: approval}\n  transitions: {success: flo.Completed}\n",
+        ));
         assert_eq!(codes(&v.warnings), [("W102", "start.waitForSignal")]);
         assert_eq!(
             v.def.start.action,
@@ -1014,9 +1203,13 @@ steps:
 
     #[test]
     fn w103_pending_without_poll_warns() {
-        let v = ok(&wf("start:\n  run: \"@actions/a\"\n  transitions: {success: flo.Completed, pending: flo.Failed}\n"));
+        let v = ok(&wf(
+            "start:\n  run: \"@actions/a\"\n  transitions: {success: flo.Completed, pending: flo.Failed}\n",
+        ));
         assert_eq!(codes(&v.warnings), [("W103", "start.transitions.pending")]);
-        let v = ok(&wf("start:\n  run: \"@actions/a\"\n  poll: {}\n  transitions: {success: flo.Completed, pending: flo.Failed}\n"));
+        let v = ok(&wf(
+            "start:\n  run: \"@actions/a\"\n  poll: {}\n  transitions: {success: flo.Completed, pending: flo.Failed}\n",
+        ));
         assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
     }
 }

@@ -36,8 +36,8 @@
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
 
 use super::def::{
-    BUILTIN_TERMINALS, Backoff, Idempotency, PollPolicy, RetryPolicy, START_STEP, SignalWait,
-    Step, StepAction, Target, Validated, WorkflowDef,
+    BUILTIN_TERMINALS, Backoff, Idempotency, PollPolicy, RetryPolicy, START_STEP, SignalWait, Step,
+    StepAction, Target, Validated, WorkflowDef,
 };
 use super::mapping::{is_mapping_path, mapping_paths};
 use super::parse::{Entries, RawPoll, RawRetry, RawSignalWait, RawStep, RawWorkflow};
@@ -127,7 +127,11 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
     let raw_steps = c.unique("steps", entries(raw.steps));
     for (step, _) in &raw_steps {
         if let Err(why) = check_step_name(step) {
-            c.error(IssueCode::E109, format!("steps.{step}"), format!("step `{step}`: {why}"));
+            c.error(
+                IssueCode::E109,
+                format!("steps.{step}"),
+                format!("step `{step}`: {why}"),
+            );
         }
     }
     let steps_known = raw_steps.iter().map(|(n, _)| n.clone()).collect();
@@ -390,7 +394,8 @@ impl Checker {
                 Some("cancelled") => WorkflowRunStatus::Cancelled,
                 Some("timed_out") => WorkflowRunStatus::TimedOut,
                 found => {
-                    let found = found.map_or("no `status`".to_owned(), |s| format!("`status: {s}`"));
+                    let found =
+                        found.map_or("no `status`".to_owned(), |s| format!("`status: {s}`"));
                     self.error(
                         IssueCode::E403,
                         format!("{path}.status"),
@@ -434,7 +439,9 @@ impl Checker {
             }
         }
         let action = match (run, wait_for_signal) {
-            (Some(run), None) => self.target(&format!("{path}.run"), &run).map(StepAction::Run),
+            (Some(run), None) => self
+                .target(&format!("{path}.run"), &run)
+                .map(StepAction::Run),
             (None, Some(wait)) => Some(StepAction::WaitForSignal(self.signal_wait(
                 &format!("{path}.waitForSignal"),
                 wait,
@@ -565,7 +572,12 @@ impl Checker {
         self.delay(code, path, "initial_delay_ms", initial_delay_ms);
         if let Some(max) = raw.max_delay_ms {
             self.delay(code, path, "max_delay_ms", max);
-            self.cap(code, path, ("max_delay_ms", max), ("initial_delay_ms", initial_delay_ms));
+            self.cap(
+                code,
+                path,
+                ("max_delay_ms", max),
+                ("initial_delay_ms", initial_delay_ms),
+            );
         }
         match raw.within_ms {
             Some(ms) if ms == 0 || ms > RETRY_WITHIN_MS_MAX => self.error(
@@ -600,7 +612,12 @@ impl Checker {
         self.delay(code, path, "initialDelayMs", initial_delay_ms);
         if let Some(max) = raw.max_delay_ms {
             self.delay(code, path, "maxDelayMs", max);
-            self.cap(code, path, ("maxDelayMs", max), ("baseDelayMs", base_delay_ms));
+            self.cap(
+                code,
+                path,
+                ("maxDelayMs", max),
+                ("baseDelayMs", base_delay_ms),
+            );
         }
         PollPolicy {
             initial_delay_ms,
@@ -838,7 +855,9 @@ pub fn check_version(version: &str) -> Result<(), String> {
 /// `-`, `.`; not `_start`, not starting with `flo.`.
 fn check_step_name(name: &str) -> Result<(), String> {
     if name == START_STEP {
-        return Err("`_start` is reserved for the start step, which is defined under `start:`".to_owned());
+        return Err(
+            "`_start` is reserved for the start step, which is defined under `start:`".to_owned(),
+        );
     }
     if name.starts_with("flo.") {
         return Err("names starting with `flo.` are reserved for built-in terminals".to_owned());
@@ -897,7 +916,11 @@ fn leading_names(mut rest: &str, max: usize) -> (Vec<&str>, &str) {
             let end = r.find(['.', '[']).unwrap_or(r.len());
             (&r[..end], &r[end..])
         } else if let Some(r) = rest.strip_prefix("['").or_else(|| rest.strip_prefix("[\"")) {
-            let quote = if rest.as_bytes()[1] == b'\'' { '\'' } else { '"' };
+            let quote = if rest.as_bytes()[1] == b'\'' {
+                '\''
+            } else {
+                '"'
+            };
             let Some(end) = r.find(quote) else { break };
             let Some(after) = r[end + 1..].strip_prefix(']') else {
                 break;
@@ -922,7 +945,10 @@ fn unreachable_steps(def: &WorkflowDef) -> Vec<&str> {
             StepAction::WaitForSignal(wait) => wait.on_timeout.as_deref(),
             StepAction::Run(_) => None,
         };
-        step.transitions.values().map(String::as_str).chain(on_timeout)
+        step.transitions
+            .values()
+            .map(String::as_str)
+            .chain(on_timeout)
     }
     let mut reached = BTreeSet::new();
     let mut todo = vec![&def.start];
