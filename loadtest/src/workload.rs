@@ -264,7 +264,6 @@ pub fn decode_sent_ns(payload: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-
 /// The workflow `workflow` starts: three steps on the `wasm-invoke` action.
 pub const WORKFLOW_NAME: &str = "loadtest-flow";
 const WORKFLOW_YAML: &str = r#"kind: Workflow

@@ -45,6 +45,15 @@ pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
                 .unwrap_or(0);
             shard.reply(to, lsn, Ok(Reply::Done));
         }
+        ShardOp::WorkflowSync(entries) => {
+            let records = shard.core.borrow().state.workflows.plan_sync(&entries);
+            let lsn = records
+                .into_iter()
+                .map(|r| shard.commit(r))
+                .max()
+                .unwrap_or(0);
+            shard.reply(to, lsn, Ok(Reply::Done));
+        }
         ShardOp::Want(msg) => {
             let origin = match &to {
                 ReplyTo::Peer { shard, .. } => *shard,
@@ -404,8 +413,9 @@ async fn workflow_change(shard: &Rc<Shard>, op: Op, now: u64) -> ReplyResult {
     }
 }
 
-/// On the coordinator at start-up: bring every shard's registry to the coordinator's (a
-/// crash during a registry change may have left it on some shards only).
+/// On the coordinator at start-up: bring every shard's registry (actions and workflow
+/// definitions) to the coordinator's (a crash during a registry change may have left it on
+/// some shards only).
 pub(crate) async fn registry_sync(shard: Rc<Shard>) {
     let Ok(_turn) = shard.registry_turn.acquire_permit(1).await else {
         return;
@@ -418,9 +428,15 @@ pub(crate) async fn registry_sync(shard: Rc<Shard>) {
             .map(|(ns, name, def)| (ns.to_string(), name.to_string(), def.clone()))
             .collect()
     };
+    let workflows = shard.core.borrow().state.workflows.sync_entries();
     let calls: Vec<_> = (0..shard.partitioning.shards)
         .filter(|&s| s != shard.id)
-        .map(|s| shard.begin_shard_call(s, ShardOp::RegistrySync(defs.clone())))
+        .flat_map(|s| {
+            [
+                shard.begin_shard_call(s, ShardOp::RegistrySync(defs.clone())),
+                shard.begin_shard_call(s, ShardOp::WorkflowSync(workflows.clone())),
+            ]
+        })
         .collect();
     for call in calls {
         if let Err(e) = call.finish(&shard).await {

@@ -31,6 +31,8 @@ pub(crate) enum ShardOp {
     /// The coordinator's whole registry (deleted actions included): the receiver logs
     /// whatever it needs to match it (after a crash during a registry change).
     RegistrySync(Vec<(String, String, crate::actions::ActionDef)>),
+    /// The coordinator's workflow definitions, likewise.
+    WorkflowSync(Vec<crate::workflows::WfSyncEntry>),
     /// A worker's home shard asks for tasks (see `worker_host`).
     Want(Box<super::worker_host::WantMsg>),
     WantCancel {

@@ -14,7 +14,7 @@ pub use def::{
 };
 pub use engine::{CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, WfEffects, idempotent_workflow_run_id};
 pub use state::{
-    StepState, WfEntry, WfRun, WfVersion, Workflows, json_value, run_info, sorted_defs,
+    StepState, WfEntry, WfRun, WfSyncEntry, WfVersion, Workflows, json_value, run_info, sorted_defs,
 };
 
 pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};

@@ -108,7 +108,69 @@ pub struct Workflows {
     next_seq: u64,
 }
 
+/// One workflow's definitions as the coordinator has them (start-up sync).
+#[derive(Debug, Clone)]
+pub struct WfSyncEntry {
+    pub namespace: String,
+    pub name: String,
+    pub enabled: bool,
+    pub updated_at_ms: u64,
+    /// (version, yaml, created_at_ms), oldest first.
+    pub versions: Vec<(String, String, u64)>,
+}
+
 impl Workflows {
+    /// Every definition, for `plan_sync` on the other shards.
+    pub fn sync_entries(&self) -> Vec<WfSyncEntry> {
+        self.defs
+            .iter()
+            .map(|((namespace, name), e)| WfSyncEntry {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                enabled: e.enabled,
+                updated_at_ms: e.updated_at_ms,
+                versions: e
+                    .versions
+                    .iter()
+                    .map(|v| (v.version.clone(), v.yaml.clone(), v.created_at_ms))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The records that bring this shard's definitions to `entries` (the coordinator's):
+    /// versions it lacks, and the enabled flag.
+    pub fn plan_sync(&self, entries: &[WfSyncEntry]) -> Vec<crate::record::Record> {
+        use crate::record::Record;
+        let mut records = Vec::new();
+        for e in entries {
+            let mine = self.def(&e.namespace, &e.name);
+            for (version, yaml, at_ms) in &e.versions {
+                let have = mine
+                    .and_then(|m| m.get(Some(version)))
+                    .is_some_and(|v| &v.yaml == yaml);
+                if !have {
+                    records.push(Record::WorkflowDefined {
+                        namespace: e.namespace.clone(),
+                        name: e.name.clone(),
+                        version: version.clone(),
+                        yaml: yaml.clone(),
+                        at_ms: *at_ms,
+                    });
+                }
+            }
+            if mine.is_none_or(|m| m.enabled) != e.enabled {
+                records.push(Record::WorkflowEnabled {
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
+                    enabled: e.enabled,
+                    at_ms: e.updated_at_ms,
+                });
+            }
+        }
+        records
+    }
+
     pub fn def(&self, namespace: &str, name: &str) -> Option<&WfEntry> {
         self.defs.get(&(namespace.to_string(), name.to_string()))
     }
@@ -532,4 +594,59 @@ pub fn sorted_defs<'a>(
         .filter(|((ns, _), _)| ns == namespace)
         .map(|((_, name), e)| (name.as_str(), e))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    fn yaml(version: &str) -> String {
+        format!(
+            "kind: Workflow\nname: w\nversion: \"{version}\"\nstart:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n"
+        )
+    }
+
+    #[test]
+    fn sync_adds_missing_versions_and_the_enabled_flag_only() {
+        let mut coordinator = Workflows::default();
+        let mut other = Workflows::default();
+        for (at, v) in [(1, "1"), (2, "2")] {
+            coordinator.apply_defined("ns".into(), "w".into(), v.into(), yaml(v), at);
+        }
+        coordinator.apply_enabled("ns", "w", false, 3);
+        other.apply_defined("ns".into(), "w".into(), "1".into(), yaml("1"), 1);
+
+        let records = other.plan_sync(&coordinator.sync_entries());
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert!(
+            matches!(&records[0], Record::WorkflowDefined { version, at_ms: 2, .. } if version == "2")
+        );
+        assert!(matches!(
+            &records[1],
+            Record::WorkflowEnabled { enabled: false, .. }
+        ));
+        for r in records {
+            match r {
+                Record::WorkflowDefined {
+                    namespace,
+                    name,
+                    version,
+                    yaml,
+                    at_ms,
+                } => other.apply_defined(namespace, name, version, yaml, at_ms),
+                Record::WorkflowEnabled {
+                    namespace,
+                    name,
+                    enabled,
+                    at_ms,
+                } => other.apply_enabled(&namespace, &name, enabled, at_ms),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(other.plan_sync(&coordinator.sync_entries()).is_empty());
+        let entry = other.def("ns", "w").unwrap();
+        assert!(!entry.enabled);
+        assert_eq!(entry.get(None).unwrap().version, "2");
+    }
 }
