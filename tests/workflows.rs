@@ -6,10 +6,10 @@ mod common;
 
 use common::{TestServer, temp_dir, wait_until};
 use flo::protocol::{
-    ActionKind, ActionSpec, ErrorCode, RunStatus, TaskAssignment, WorkerSpec, WorkerType,
-    WorkflowRunInfo, WorkflowRunStatus,
+    ActionKind, ActionSpec, ErrorCode, Op, Reply, RunStatus, TaskAssignment, WorkerSpec,
+    WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
-use flo::{Client, Error, FailMode, StartOptions, TaskRef};
+use flo::{Client, Error, FailMode, MuxClient, StartOptions, TaskRef};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -871,10 +871,30 @@ terminals:
     status: failed
 "#,
     );
+    // A finished run with an idempotency key, and a disabled workflow.
+    wasm_action(&mut c, "validate-order", &fixed_guest(r#"{"valid":true}"#));
+    wasm_action(&mut c, "charge-payment", &echo_guest());
+    wasm_action(&mut c, "create-shipment", &echo_guest());
+    create(&mut c, PROCESS_ORDER);
+    let keyed = StartOptions {
+        idempotency_key: Some("order-9".into()),
+        ..Default::default()
+    };
+    let done = c
+        .start_workflow("process-order", br#"{"amount": 9}"#, keyed.clone())
+        .unwrap();
+    assert_eq!(
+        wait_final(&mut c, &done).status,
+        WorkflowRunStatus::Completed
+    );
+    c.set_workflow_enabled("manual-step", false).unwrap();
+
     let waiting = start(&mut c, "approval", json!({}));
     c.signal_workflow(&waiting, "approval", br#"{"n":1}"#)
         .unwrap();
+    c.set_workflow_enabled("manual-step", true).unwrap();
     let manual = start(&mut c, "manual-step", json!({"job": 7}));
+    c.set_workflow_enabled("manual-step", false).unwrap();
     let retrying = start(&mut c, "retrying", json!({}));
     wait_status(&mut c, &waiting, WorkflowRunStatus::Waiting);
     wait_status(&mut c, &manual, WorkflowRunStatus::Waiting);
@@ -883,6 +903,24 @@ terminals:
 
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
+    // The finished run: same id for its key, nothing executed again.
+    assert_eq!(
+        c.start_workflow("process-order", br#"{"amount": 9}"#, keyed)
+            .unwrap(),
+        done
+    );
+    let run = c.workflow_run(&done).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+    assert!(run.steps.iter().all(|s| s.executions == 1), "{run:?}");
+    for action in ["validate-order", "charge-payment", "create-shipment"] {
+        let (runs, _) = c.list_runs(action, None, false, None).unwrap();
+        assert_eq!(
+            runs.len(),
+            1,
+            "{action} ran again after the restart: {runs:?}"
+        );
+    }
+    assert!(!c.workflow("manual-step", None).unwrap().enabled);
     let run = c.workflow_run(&waiting).unwrap();
     assert_eq!(
         (run.status, run.current_step.as_deref()),
@@ -916,4 +954,42 @@ terminals:
         "the retry timer survived the crash"
     );
     let _ = FailMode::Retry;
+}
+
+#[test]
+fn a_burst_of_pipelined_runs_all_complete() {
+    // Regression: each WASM completion started the next queued execution inline (glommio
+    // polls a spawned task at once), so a deep queue of steps overflowed the shard's stack.
+    const RUNS: usize = 3000;
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    wasm_action(&mut c, "validate-order", &fixed_guest(r#"{"valid":true}"#));
+    wasm_action(&mut c, "charge-payment", &echo_guest());
+    wasm_action(&mut c, "create-shipment", &echo_guest());
+    create(&mut c, PROCESS_ORDER);
+    let mux = MuxClient::connect(server.addr_string()).unwrap();
+    let pending: Vec<_> = (0..RUNS)
+        .map(|i| {
+            mux.send(Op::WorkflowStart(WorkflowStartSpec {
+                namespace: "default".into(),
+                name: "process-order".into(),
+                version: None,
+                input: format!(r#"{{"amount": {i}}}"#).into_bytes(),
+                idempotency_key: None,
+                wait_ms: Some(60_000),
+            }))
+            .unwrap()
+        })
+        .collect();
+    for (i, p) in pending.into_iter().enumerate() {
+        match p.wait() {
+            Ok(Reply::WorkflowRun(run)) => {
+                assert_eq!(run.status, WorkflowRunStatus::Completed, "run {i}: {run:?}");
+                assert_eq!(step_output(&run, "charge")["amount"], json!(i));
+            }
+            other => panic!("run {i}: {other:?}"),
+        }
+    }
+    assert!(c.workflow_run("wfrun-1").is_ok(), "the server still serves");
 }

@@ -38,21 +38,11 @@ pub(crate) fn handle(shard: &Rc<Shard>, op: ShardOp, to: ReplyTo) {
                 .state
                 .registry
                 .plan_sync(defs, shard.now_ms());
-            let lsn = records
-                .into_iter()
-                .map(|r| shard.commit(r))
-                .max()
-                .unwrap_or(0);
-            shard.reply(to, lsn, Ok(Reply::Done));
+            commit_all_and_reply(shard, records, to);
         }
         ShardOp::WorkflowSync(entries) => {
             let records = shard.core.borrow().state.workflows.plan_sync(&entries);
-            let lsn = records
-                .into_iter()
-                .map(|r| shard.commit(r))
-                .max()
-                .unwrap_or(0);
-            shard.reply(to, lsn, Ok(Reply::Done));
+            commit_all_and_reply(shard, records, to);
         }
         ShardOp::Want(msg) => {
             let origin = match &to {
@@ -411,6 +401,16 @@ async fn workflow_change(shard: &Rc<Shard>, op: Op, now: u64) -> ReplyResult {
                 .result
         }
     }
+}
+
+/// Logs `records` (a start-up sync's) and replies once they are durable.
+fn commit_all_and_reply(shard: &Rc<Shard>, records: Vec<Record>, to: ReplyTo) {
+    let lsn = records
+        .into_iter()
+        .map(|r| shard.commit(r))
+        .max()
+        .unwrap_or(0);
+    shard.reply(to, lsn, Ok(Reply::Done));
 }
 
 /// On the coordinator at start-up: bring every shard's registry (actions and workflow

@@ -150,6 +150,11 @@ async fn module_for(
 }
 
 async fn run_one(shard: Rc<Shard>, key: RunKey) {
+    // glommio polls a spawned task at once, inside `spawn_local`. Without this yield a guest
+    // that completes on its first poll would record its attempt, and through the workflow
+    // step it finishes kick the next execution, all inside the caller's `kick`: a queue of
+    // N runnable steps nested N deep and overflowed the shard's stack.
+    futures_lite::future::yield_now().await;
     let executed = async {
         let mut p = prepare(&shard, &key)?;
         let module = module_for(&shard, &key.0, &mut p).await?;
