@@ -56,7 +56,8 @@ pub type RunPage<'a> = (Vec<(&'a str, &'a Run)>, bool);
 
 #[derive(Default)]
 pub struct Runs {
-    spaces: HashMap<String, HashMap<String, Run>>,
+    /// Runs boxed: a table of millions resizes by moving pointers, not whole runs.
+    spaces: HashMap<String, HashMap<String, Box<Run>>>,
     /// Last number used in `ACTION-N` run ids, per (namespace, action).
     counters: HashMap<(String, String), u64>,
     next_seq: u64,
@@ -91,7 +92,7 @@ pub fn validate_labels(labels: &str) -> Result<(), ErrorValue> {
 
 impl Runs {
     pub fn get(&self, namespace: &str, run_id: &str) -> Option<&Run> {
-        self.spaces.get(namespace)?.get(run_id)
+        self.spaces.get(namespace)?.get(run_id).map(|r| &**r)
     }
 
     pub fn require(&self, namespace: &str, run_id: &str) -> Result<&Run, ErrorValue> {
@@ -113,7 +114,7 @@ impl Runs {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Run)> {
         self.spaces.iter().flat_map(|(ns, runs)| {
             runs.iter()
-                .map(move |(id, r)| (ns.as_str(), id.as_str(), r))
+                .map(move |(id, r)| (ns.as_str(), id.as_str(), &**r))
         })
     }
 
@@ -219,7 +220,7 @@ impl Runs {
             .filter(|(_, r)| r.action == action)
             .filter(|(_, r)| status.is_none_or(|s| r.status == s))
             .filter(|(_, r)| !dead_letter || r.dead_lettered)
-            .map(|(id, r)| (id.as_str(), r))
+            .map(|(id, r)| (id.as_str(), &**r))
             .collect();
         out.sort_by(|a, b| {
             b.1.created_at_ms
@@ -246,7 +247,7 @@ impl Runs {
         self.spaces
             .entry(namespace)
             .or_default()
-            .insert(run_id, run);
+            .insert(run_id, Box::new(run));
     }
 
     pub fn next_seq(&mut self) -> u64 {
@@ -255,7 +256,10 @@ impl Runs {
     }
 
     pub fn get_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut Run> {
-        self.spaces.get_mut(namespace)?.get_mut(run_id)
+        self.spaces
+            .get_mut(namespace)?
+            .get_mut(run_id)
+            .map(|r| &mut **r)
     }
 }
 

@@ -1095,10 +1095,9 @@ impl ShardCore {
         let open: Vec<(String, String, u64)> = self
             .state
             .workflows
-            .runs
-            .iter()
-            .filter(|(_, r)| !r.status.is_final())
-            .map(|((ns, id), r)| (ns.clone(), id.clone(), r.seq))
+            .all_runs()
+            .filter(|(_, _, r)| !r.status.is_final())
+            .map(|(ns, id, r)| (ns.to_string(), id.to_string(), r.seq))
             .collect();
         for (namespace, run_id, seq) in open {
             let Some(run) = self.state.workflows.run(&namespace, &run_id) else {

@@ -102,7 +102,8 @@ pub fn json_value(bytes: &[u8]) -> Value {
 #[derive(Default)]
 pub struct Workflows {
     pub defs: HashMap<(String, String), WfEntry>,
-    pub runs: HashMap<(String, String), WfRun>,
+    /// Namespace → run id → run (boxed: resizing a large table moves pointers only).
+    runs: HashMap<String, HashMap<String, Box<WfRun>>>,
     /// Last number used in `wfrun-N` ids, per namespace.
     counters: HashMap<String, u64>,
     next_seq: u64,
@@ -176,12 +177,22 @@ impl Workflows {
     }
 
     pub fn run(&self, namespace: &str, run_id: &str) -> Option<&WfRun> {
-        self.runs.get(&(namespace.to_string(), run_id.to_string()))
+        self.runs.get(namespace)?.get(run_id).map(|r| &**r)
+    }
+
+    /// Every run: (namespace, run id, run).
+    pub fn all_runs(&self) -> impl Iterator<Item = (&str, &str, &WfRun)> {
+        self.runs.iter().flat_map(|(ns, runs)| {
+            runs.iter()
+                .map(move |(id, r)| (ns.as_str(), id.as_str(), &**r))
+        })
     }
 
     fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
         self.runs
-            .get_mut(&(namespace.to_string(), run_id.to_string()))
+            .get_mut(namespace)?
+            .get_mut(run_id)
+            .map(|r| &mut **r)
     }
 
     /// A fresh `wfrun-N` id that `owned` accepts.
@@ -304,7 +315,10 @@ impl Workflows {
         };
         let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
         run.event("workflow_started", None, detail, at_ms);
-        self.runs.insert((namespace, run_id), run);
+        self.runs
+            .entry(namespace)
+            .or_default()
+            .insert(run_id, Box::new(run));
     }
 
     pub fn apply_step_started(
@@ -531,12 +545,14 @@ impl Workflows {
         name: &str,
         status: Option<WorkflowRunStatus>,
     ) -> Vec<(&str, &WfRun)> {
-        let mut out: Vec<(&str, &WfRun)> = self
-            .runs
+        let Some(runs) = self.runs.get(namespace) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(&str, &WfRun)> = runs
             .iter()
-            .filter(|((ns, _), r)| ns == namespace && r.workflow == name)
+            .filter(|(_, r)| r.workflow == name)
             .filter(|(_, r)| status.is_none_or(|s| r.status == s))
-            .map(|((_, id), r)| (id.as_str(), r))
+            .map(|(id, r)| (id.as_str(), &**r))
             .collect();
         out.sort_by(|a, b| {
             b.1.created_at_ms
