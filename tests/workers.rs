@@ -496,12 +496,12 @@ fn leases_and_completions_survive_kill_9() {
     }
     let held_ids: HashSet<String> = held.iter().map(|t| t.task_id.clone()).collect();
     if again != held_ids {
-        for t in held {
-            eprintln!("DEBUG {:?}", c.run(&t.task_id).unwrap());
-        }
-        eprintln!("DEBUG server stderr: {}", server.stderr());
+        let runs: Vec<_> = held.iter().map(|t| c.run(&t.task_id)).collect();
+        panic!(
+            "re-offered {again:?}, expected {held_ids:?}; the held runs: {runs:?}; server stderr:\n{}",
+            server.stderr()
+        );
     }
-    assert_eq!(again, held_ids);
     assert!(c.await_tasks("w2", &["job"], 10, 500).unwrap().is_empty());
     for id in &ids {
         assert_eq!(c.run(id).unwrap().status, RunStatus::Completed);
