@@ -334,7 +334,7 @@ pub enum WorkflowCommand {
     Start {
         name: String,
         /// Input, JSON.
-        #[arg(default_value = "{}")]
+        #[arg(default_value = "{}", allow_hyphen_values = true)]
         input: String,
         /// Definition version [default: the latest].
         #[arg(long)]
@@ -357,7 +357,7 @@ pub enum WorkflowCommand {
         #[arg(long = "type", value_name = "TYPE")]
         signal_type: String,
         /// Payload, JSON (becomes the waiting step's output).
-        #[arg(default_value = "{}")]
+        #[arg(default_value = "{}", allow_hyphen_values = true)]
         payload: String,
     },
     /// Cancel a run that has not ended (and its child runs).

@@ -380,12 +380,14 @@ async fn workflow_change(shard: &Rc<Shard>, op: Op, now: u64) -> ReplyResult {
         }
         _ => return Err(ErrorValue::internal("not a workflow change")),
     };
+    // The coordinator's record is durable before any other shard sees it: the start-up
+    // sync only adds what the coordinator has, so no shard may hold a version it lacks.
+    let lsn = shard.commit(record.clone());
+    shard.wait_durable(lsn).await;
     let calls: Vec<_> = (0..shard.partitioning.shards)
         .filter(|&s| s != shard.id)
         .map(|s| shard.begin_shard_call(s, ShardOp::ApplyRegistry(record.clone())))
         .collect();
-    let lsn = shard.commit(record);
-    shard.wait_durable(lsn).await;
     for call in calls {
         call.finish(shard).await?;
     }

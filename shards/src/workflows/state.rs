@@ -146,19 +146,24 @@ impl Workflows {
         let mut records = Vec::new();
         for e in entries {
             let mine = self.def(&e.namespace, &e.name);
-            for (version, yaml, at_ms) in &e.versions {
-                let have = mine
-                    .and_then(|m| m.get(Some(version)))
-                    .is_some_and(|v| &v.yaml == yaml);
-                if !have {
-                    records.push(Record::WorkflowDefined {
-                        namespace: e.namespace.clone(),
-                        name: e.name.clone(),
-                        version: version.clone(),
-                        yaml: yaml.clone(),
-                        at_ms: *at_ms,
-                    });
-                }
+            // From the first version that differs (absent, other YAML, other place), log
+            // the coordinator's versions in its order: `apply_defined` appends, so the
+            // latest ends up the same as the coordinator's.
+            let same = mine.map_or(0, |m| {
+                m.versions
+                    .iter()
+                    .zip(&e.versions)
+                    .take_while(|(v, (version, yaml, _))| &v.version == version && &v.yaml == yaml)
+                    .count()
+            });
+            for (version, yaml, at_ms) in &e.versions[same..] {
+                records.push(Record::WorkflowDefined {
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
+                    version: version.clone(),
+                    yaml: yaml.clone(),
+                    at_ms: *at_ms,
+                });
             }
             if mine.is_none_or(|m| m.enabled) != e.enabled {
                 records.push(Record::WorkflowEnabled {
@@ -664,5 +669,46 @@ mod tests {
         let entry = other.def("ns", "w").unwrap();
         assert!(!entry.enabled);
         assert_eq!(entry.get(None).unwrap().version, "2");
+    }
+
+    #[test]
+    fn sync_keeps_the_coordinators_latest_when_a_version_differs() {
+        let mut coordinator = Workflows::default();
+        let mut other = Workflows::default();
+        let changed = yaml("2").replace("flo.Completed", "flo.Failed");
+        for (w, two) in [(&mut coordinator, yaml("2")), (&mut other, changed)] {
+            w.apply_defined("ns".into(), "w".into(), "1".into(), yaml("1"), 1);
+            w.apply_defined("ns".into(), "w".into(), "2".into(), two, 2);
+            w.apply_defined("ns".into(), "w".into(), "3".into(), yaml("3"), 3);
+        }
+        for r in other.plan_sync(&coordinator.sync_entries()) {
+            let Record::WorkflowDefined {
+                namespace,
+                name,
+                version,
+                yaml,
+                at_ms,
+            } = r
+            else {
+                panic!("unexpected {r:?}");
+            };
+            other.apply_defined(namespace, name, version, yaml, at_ms);
+        }
+        let versions: Vec<_> = other
+            .def("ns", "w")
+            .unwrap()
+            .versions
+            .iter()
+            .map(|v| (v.version.clone(), v.yaml.clone()))
+            .collect();
+        let expected: Vec<_> = coordinator
+            .def("ns", "w")
+            .unwrap()
+            .versions
+            .iter()
+            .map(|v| (v.version.clone(), v.yaml.clone()))
+            .collect();
+        assert_eq!(versions, expected);
+        assert!(other.plan_sync(&coordinator.sync_entries()).is_empty());
     }
 }
