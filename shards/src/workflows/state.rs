@@ -694,21 +694,15 @@ mod tests {
             };
             other.apply_defined(namespace, name, version, yaml, at_ms);
         }
-        let versions: Vec<_> = other
-            .def("ns", "w")
-            .unwrap()
-            .versions
-            .iter()
-            .map(|v| (v.version.clone(), v.yaml.clone()))
-            .collect();
-        let expected: Vec<_> = coordinator
-            .def("ns", "w")
-            .unwrap()
-            .versions
-            .iter()
-            .map(|v| (v.version.clone(), v.yaml.clone()))
-            .collect();
-        assert_eq!(versions, expected);
+        let versions = |w: &Workflows| -> Vec<(String, String)> {
+            let entry = w.def("ns", "w").unwrap();
+            entry
+                .versions
+                .iter()
+                .map(|v| (v.version.clone(), v.yaml.clone()))
+                .collect()
+        };
+        assert_eq!(versions(&other), versions(&coordinator));
         assert!(other.plan_sync(&coordinator.sync_entries()).is_empty());
     }
 }
