@@ -96,6 +96,20 @@ impl ShardState {
                 available_at_ms,
                 step,
             } => {
+                // A workflow step's action run: the step starts with it (one record).
+                let step_started = step.as_ref().map(|sr| {
+                    let worker = self
+                        .registry
+                        .get(&namespace, &action)
+                        .is_some_and(|d| d.kind == flo_protocol::ActionKind::User);
+                    (
+                        sr.clone(),
+                        crate::record::StepWait::ActionRun {
+                            run_id: run_id.clone(),
+                            worker,
+                        },
+                    )
+                });
                 let run = Run {
                     action,
                     action_version,
@@ -117,6 +131,16 @@ impl ShardState {
                     lease: None,
                     step,
                 };
+                if let Some((sr, wait)) = step_started {
+                    self.workflows.apply_step_started(
+                        &namespace,
+                        &sr.run_id,
+                        sr.step,
+                        wait,
+                        created_at_ms,
+                        lsn,
+                    );
+                }
                 self.runs.apply_created(namespace, run_id, run);
             }
             Record::AttemptFailed {
@@ -363,5 +387,76 @@ impl ShardState {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{StepRef, StepWait};
+
+    /// Logs from before the action run's creation started its step hold a WfStepStarted
+    /// after the RunCreated; replaying them starts the step once.
+    #[test]
+    fn an_older_logs_step_started_after_the_run_created_is_not_applied_twice() {
+        let mut state = ShardState::default();
+        let yaml = "kind: Workflow\nname: w\nversion: \"1\"\nstart:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n";
+        let records = [
+            Record::WorkflowDefined {
+                namespace: "ns".into(),
+                name: "w".into(),
+                version: "1".into(),
+                yaml: yaml.into(),
+                at_ms: 1,
+            },
+            Record::WfRunStarted {
+                namespace: "ns".into(),
+                run_id: "wfrun-1".into(),
+                workflow: "w".into(),
+                version: "1".into(),
+                input: b"{}".to_vec(),
+                idempotency_key: None,
+                parent: None,
+                at_ms: 2,
+            },
+            Record::RunCreated {
+                namespace: "ns".into(),
+                run_id: "a-1".into(),
+                action: "a".into(),
+                action_version: 1,
+                input: b"{}".to_vec(),
+                priority: 0,
+                labels: None,
+                idempotency_key: None,
+                created_at_ms: 3,
+                available_at_ms: 3,
+                step: Some(StepRef {
+                    run_id: "wfrun-1".into(),
+                    step: "_start".into(),
+                }),
+            },
+            Record::WfStepStarted {
+                namespace: "ns".into(),
+                run_id: "wfrun-1".into(),
+                step: "_start".into(),
+                wait: StepWait::ActionRun {
+                    run_id: "a-1".into(),
+                    worker: false,
+                },
+                at_ms: 3,
+            },
+        ];
+        for (lsn, r) in records.into_iter().enumerate() {
+            state.apply(lsn as u64 + 1, r);
+        }
+        let run = state.workflows.run("ns", "wfrun-1").unwrap();
+        let started = run
+            .history
+            .iter()
+            .filter(|e| e.event_type == "step_started")
+            .count();
+        assert_eq!(started, 1, "{:?}", run.history);
+        assert!(matches!(&run.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == "a-1"));
+        assert_eq!(run.current_step.as_deref(), Some("_start"));
     }
 }

@@ -736,20 +736,8 @@ impl ShardCore {
                     Queue::of(kind),
                     now,
                 );
+                // Applying RunCreated (its `step`) started the step as well.
                 fx.wasm_kick |= kind == ActionKind::Wasm;
-                self.wf_commit(
-                    Record::WfStepStarted {
-                        namespace: namespace.to_string(),
-                        run_id: run_id.to_string(),
-                        step: step.to_string(),
-                        wait: StepWait::ActionRun {
-                            run_id: action_run,
-                            worker: kind == ActionKind::User,
-                        },
-                        at_ms: now,
-                    },
-                    fx,
-                );
                 false
             }
             Target::Workflow { name, version } => {

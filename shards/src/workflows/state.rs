@@ -338,6 +338,16 @@ impl Workflows {
         let Some(run) = self.run_mut(namespace, run_id) else {
             return;
         };
+        // Logs written before the action run's creation started its step carry a
+        // WfStepStarted after the RunCreated: the step has started already.
+        if let (
+            StepWait::ActionRun { run_id: new, .. },
+            Some(StepWait::ActionRun { run_id: cur, .. }),
+        ) = (&wait, &run.wait)
+            && new == cur
+        {
+            return;
+        }
         if run.step_executions == 0 && run.timer_ms.is_none() {
             run.step_first_at_ms = at_ms;
         }
