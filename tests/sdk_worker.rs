@@ -3,29 +3,13 @@
 
 mod common;
 
-use common::{TestServer, cli_ok, temp_dir, wait_until};
-use flo::protocol::{ActionKind, ActionSpec, RunInfo, RunStatus};
+use common::{TestServer, cli_ok, temp_dir, user_action, wait_until};
+use flo::protocol::{RunInfo, RunStatus};
 use flo::{ActionResult, ActionWorker, Client, InvokeOptions, NonRetryableError};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-
-fn user_action(client: &mut Client, name: &str, timeout_ms: u64, max_retries: u32, retry_ms: u64) {
-    client
-        .register_action(ActionSpec {
-            namespace: String::new(),
-            name: name.into(),
-            kind: ActionKind::User,
-            wasm: None,
-            timeout_ms: Some(timeout_ms),
-            max_retries: Some(max_retries),
-            retry_delay_ms: Some(retry_ms),
-            description: None,
-            memory_limit_mb: None,
-        })
-        .expect("register action");
-}
 
 fn wait_final(client: &mut Client, run_id: &str) -> RunInfo {
     let run = client.wait_run(run_id, 20_000).expect("wait");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{TestServer, cli_json, cli_ok, run_cli, temp_dir};
+use common::{TestServer, cli_fails, cli_json, cli_ok, temp_dir};
 use serde_json::{Value, json};
 
 /// How long an await that should receive a task may wait.
@@ -22,23 +22,6 @@ fn start() -> (tempfile::TempDir, TestServer, String) {
     let server = TestServer::start(dir.path(), &[]);
     let addr = server.addr_string();
     (dir, server, addr)
-}
-
-/// Runs the CLI expecting a failure: exit code 1, nothing on stdout, `error: ...` on
-/// stderr. Returns stderr.
-fn cli_fails(addr: &str, args: &[&str]) -> String {
-    let (status, stdout, stderr) = run_cli(addr, args);
-    assert_eq!(
-        status.code(),
-        Some(1),
-        "flo {args:?} should exit 1; stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(
-        stdout.is_empty(),
-        "flo {args:?} printed on failure: {stdout}"
-    );
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    stderr
 }
 
 /// An RFC 3339 UTC time as the CLI prints it.

@@ -4,30 +4,11 @@
 
 mod common;
 
-use common::{TestServer, temp_dir, wait_until};
-use flo::protocol::{
-    ActionKind, ActionSpec, ErrorCode, RunStatus, TaskAssignment, WorkerSpec, WorkerStatus,
-    WorkerType,
-};
+use common::{TestServer, temp_dir, user_action, wait_until};
+use flo::protocol::{ErrorCode, RunStatus, TaskAssignment, WorkerSpec, WorkerStatus, WorkerType};
 use flo::{Client, Error, FailMode, InvokeOptions, TaskRef};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
-
-fn user_action(client: &mut Client, name: &str, timeout_ms: u64, max_retries: u32, retry_ms: u64) {
-    client
-        .register_action(ActionSpec {
-            namespace: String::new(),
-            name: name.into(),
-            kind: ActionKind::User,
-            wasm: None,
-            timeout_ms: Some(timeout_ms),
-            max_retries: Some(max_retries),
-            retry_delay_ms: Some(retry_ms),
-            description: None,
-            memory_limit_mb: None,
-        })
-        .expect("register action");
-}
 
 fn worker(client: &mut Client, id: &str, actions: &[&str], labels: Option<&str>) {
     client

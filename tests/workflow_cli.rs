@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{FLO_BIN, TestServer, cli_json, cli_ok, run_cli, temp_dir, wait_until};
+use common::{FLO_BIN, TestServer, cli_fails, cli_json, cli_ok, temp_dir, wait_until};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,18 +59,6 @@ fn register_wasm(addr: &str, dir: &Path, name: &str, wat: &str) {
         addr,
         &["action", "register", name, "--wasm", file.to_str().unwrap()],
     );
-}
-
-/// Runs the CLI expecting exit code 1 with `error: ...` on stderr; returns stderr.
-fn cli_fails(addr: &str, args: &[&str]) -> String {
-    let (status, stdout, stderr) = run_cli(addr, args);
-    assert_eq!(
-        status.code(),
-        Some(1),
-        "flo {args:?} should exit 1; stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    stderr
 }
 
 fn run_id(doc: &Value) -> String {

@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{TestServer, temp_dir, wait_until};
-use flo::protocol::{ActionKind, ActionSpec, WorkflowRunInfo, WorkflowRunStatus};
+use common::{TestServer, temp_dir, user_action, wait_until};
+use flo::protocol::{WorkflowRunInfo, WorkflowRunStatus};
 use flo::{ActionResult, ActionWorker, Client, StartOptions};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -103,21 +103,6 @@ steps:
       failure: flo.Completed   # notification failure doesn't fail the workflow
 "#;
 
-fn user_action(c: &mut Client, name: &str) {
-    c.register_action(ActionSpec {
-        namespace: String::new(),
-        name: name.into(),
-        kind: ActionKind::User,
-        wasm: None,
-        timeout_ms: Some(60_000),
-        max_retries: Some(3),
-        retry_delay_ms: Some(1000),
-        description: None,
-        memory_limit_mb: None,
-    })
-    .unwrap_or_else(|e| panic!("register {name}: {e}"));
-}
-
 fn start(c: &mut Client, name: &str, key: &str, input: Value) -> String {
     c.start_workflow(
         name,
@@ -187,7 +172,7 @@ fn order_processing_with_signals_runs_on_sdk_workers() {
         "check-approval-needed",
         "ship-order",
     ] {
-        user_action(&mut c, a);
+        user_action(&mut c, a, 60_000, 3, 1000);
     }
     c.create_workflow(ORDER_PROCESSING).unwrap();
     // The first charge of each order fails (a gateway hiccup); the retry succeeds.
@@ -303,7 +288,7 @@ fn payment_processing_polls_a_pending_charge_until_it_settles() {
     let server = TestServer::start(dir.path(), &["--test-clock"]);
     let mut c = server.client();
     for a in ["charge-stripe", "check-payment-status", "send-notification"] {
-        user_action(&mut c, a);
+        user_action(&mut c, a, 60_000, 3, 1000);
     }
     c.create_workflow(PAYMENT_PROCESSING).unwrap();
     let checks = Arc::new(AtomicU32::new(0));

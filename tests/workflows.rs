@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestServer, temp_dir, wait_until};
+use common::{TestServer, temp_dir, user_action, wait_until};
 use flo::protocol::{
     ActionKind, ActionSpec, ErrorCode, Op, Reply, RunStatus, TaskAssignment, WorkerSpec,
     WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
@@ -72,21 +72,6 @@ fn wasm_action(c: &mut Client, name: &str, wat: &str) {
         timeout_ms: None,
         max_retries: Some(3),
         retry_delay_ms: None,
-        description: None,
-        memory_limit_mb: None,
-    })
-    .unwrap_or_else(|e| panic!("register {name}: {e}"));
-}
-
-fn user_action(c: &mut Client, name: &str) {
-    c.register_action(ActionSpec {
-        namespace: String::new(),
-        name: name.into(),
-        kind: ActionKind::User,
-        wasm: None,
-        timeout_ms: Some(60_000),
-        max_retries: Some(3),
-        retry_delay_ms: Some(1000),
         description: None,
         memory_limit_mb: None,
     })
@@ -317,7 +302,7 @@ fn worker_steps_park_the_run_and_named_outcomes_choose_the_transition() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
-    user_action(&mut c, "review-order");
+    user_action(&mut c, "review-order", 60_000, 3, 1000);
     worker(&mut c, "w1", &["review-order"]);
     create(
         &mut c,
@@ -494,7 +479,7 @@ fn pending_outcomes_are_polled_until_they_settle_or_time_out() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &["--test-clock"]);
     let mut c = server.client();
-    user_action(&mut c, "check-status");
+    user_action(&mut c, "check-status", 60_000, 3, 1000);
     worker(&mut c, "w1", &["check-status"]);
     create(
         &mut c,
@@ -704,7 +689,7 @@ fn cancel_stops_a_waiting_run_and_its_children() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
-    user_action(&mut c, "slow");
+    user_action(&mut c, "slow", 60_000, 3, 1000);
     create(
         &mut c,
         r#"
@@ -837,7 +822,7 @@ fn runs_resume_after_kill_9_mid_wait_mid_worker_step_and_mid_retry() {
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
     create(&mut c, SIGNALS);
-    user_action(&mut c, "manual");
+    user_action(&mut c, "manual", 60_000, 3, 1000);
     wasm_action(&mut c, "broken", &failing_guest());
     create(
         &mut c,

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use flo::Client;
+use flo::protocol::{ActionKind, ActionSpec};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -460,4 +461,44 @@ pub fn one_json_document(stdout: &str) -> serde_json::Value {
     // from_str refuses trailing content, so this also proves there is one document only.
     serde_json::from_str(stdout)
         .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout:?}"))
+}
+
+/// Registers a user-hosted action (executed by workers).
+pub fn user_action(
+    client: &mut Client,
+    name: &str,
+    timeout_ms: u64,
+    max_retries: u32,
+    retry_ms: u64,
+) {
+    client
+        .register_action(ActionSpec {
+            namespace: String::new(),
+            name: name.into(),
+            kind: ActionKind::User,
+            wasm: None,
+            timeout_ms: Some(timeout_ms),
+            max_retries: Some(max_retries),
+            retry_delay_ms: Some(retry_ms),
+            description: None,
+            memory_limit_mb: None,
+        })
+        .unwrap_or_else(|e| panic!("register action {name}: {e}"));
+}
+
+/// Runs the CLI expecting a failure: exit code 1, nothing on stdout, `error: ...` on
+/// stderr. Returns stderr.
+pub fn cli_fails(addr: &str, args: &[&str]) -> String {
+    let (status, stdout, stderr) = run_cli(addr, args);
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "flo {args:?} should exit 1; stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "flo {args:?} printed on failure: {stdout}"
+    );
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
 }
