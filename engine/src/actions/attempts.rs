@@ -1,0 +1,246 @@
+//! WebAssembly attempts: which runnable runs execute now (at most `WASM_SLOTS` per shard),
+//! and the record each execution's result becomes — a completion (with the guest's KV
+//! writes) or a failed attempt (retried after backoff, or final and dead-lettered).
+
+use super::runs::retry_delay_ms;
+use super::scheduler::RunKey;
+use crate::core::cx::{Core, Task};
+use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
+use crate::record::{GuestKvWrite, Record};
+use ahash::{AHashMap as HashMap, AHashSet};
+use flo_protocol::RunStatus;
+
+/// Concurrent WebAssembly executions per shard; more wait their turn.
+pub const WASM_SLOTS: usize = 4;
+/// Largest output plus KV writes one attempt may leave: they go into one log record.
+pub const RUN_RESULT_BYTES_MAX: usize = 4 << 20;
+
+struct Running {
+    key: RunKey,
+    attempt: u32,
+    version: u32,
+}
+
+#[derive(Default)]
+pub struct Executions {
+    running: HashMap<u64, Running>,
+    /// Runs executing now (shown as `running`).
+    executing: AHashSet<RunKey>,
+    next_exec: u64,
+}
+
+impl Executions {
+    pub fn is_executing(&self, namespace: &str, run_id: &str) -> bool {
+        !self.executing.is_empty()
+            && self
+                .executing
+                .contains(&(namespace.to_string(), run_id.to_string()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// The run an execution belongs to.
+    pub fn run_of(&self, exec: u64) -> Option<&RunKey> {
+        self.running.get(&exec).map(|r| &r.key)
+    }
+}
+
+/// Starts executions while slots and runnable runs remain.
+pub fn start_executions(core: &mut Core, execs: &mut Executions) {
+    while execs.running.len() < WASM_SLOTS {
+        let Some(key) = core.index.runs.pop_ready() else {
+            return;
+        };
+        let Some(run) = core.state.runs.get(&key.0, &key.1) else {
+            continue;
+        };
+        if run.status != RunStatus::Pending || execs.executing.contains(&key) {
+            continue;
+        }
+        let (attempt, action) = (run.attempt, run.action.clone());
+        let def = core.state.registry.get(&key.0, &action);
+        let module = core.state.registry.module(&key.0, &action);
+        let (def, wasm) = match (def, module) {
+            (Some(def), Some(wasm)) => (
+                (def.version, def.timeout_ms, u64::from(def.memory_limit_mb) << 20),
+                wasm.clone(),
+            ),
+            (def, _) => {
+                let error = match def {
+                    None => format!("action {action:?} is no longer registered"),
+                    Some(_) => format!("action {action:?} is not a wasm action"),
+                };
+                let version = run.action_version;
+                let failure = ExecFailure {
+                    error: format!("could not instantiate the module: {error}"),
+                    timed_out: false,
+                };
+                record_attempt(core, &key, attempt, version, Err(failure), None, Vec::new());
+                continue;
+            }
+        };
+        execs.next_exec += 1;
+        let exec = execs.next_exec;
+        core.emit(Effect::Execute(Execution {
+            exec,
+            namespace: key.0.clone(),
+            action,
+            version: def.0,
+            wasm,
+            input: run.input.clone(),
+            timeout_ms: def.1,
+            memory_limit_bytes: def.2,
+        }));
+        let version = def.0;
+        execs.executing.insert(key.clone());
+        execs.running.insert(
+            exec,
+            Running {
+                key,
+                attempt,
+                version,
+            },
+        );
+    }
+}
+
+/// An execution ended: its result becomes the attempt's record.
+pub fn on_executed(core: &mut Core, execs: &mut Executions, exec: u64, result: ExecResult) {
+    let Some(Running {
+        key,
+        attempt,
+        version,
+    }) = execs.running.remove(&exec)
+    else {
+        return;
+    };
+    execs.executing.remove(&key);
+    let action = core
+        .state
+        .runs
+        .get(&key.0, &key.1)
+        .map(|r| r.action.clone())
+        .unwrap_or_default();
+    for (level, text) in &result.logs {
+        if *level >= 1 {
+            core.emit(Effect::Log(format!(
+                "[{}/{action} {}] {}: {text}",
+                key.0,
+                key.1,
+                level_name(*level)
+            )));
+        }
+    }
+    let output = result
+        .output
+        .and_then(|output| check_result_size(&output, &result.kv_writes).map(|()| output));
+    record_attempt(
+        core,
+        &key,
+        attempt,
+        version,
+        output,
+        result.outcome,
+        result.kv_writes,
+    );
+}
+
+/// Logs the attempt's result, unless the run moved on meanwhile (cancelled).
+fn record_attempt(
+    core: &mut Core,
+    key: &RunKey,
+    attempt: u32,
+    action_version: u32,
+    output: Result<Vec<u8>, ExecFailure>,
+    outcome: Option<String>,
+    kv_writes: Vec<(String, Option<Vec<u8>>)>,
+) {
+    let now = core.now_ms();
+    let (namespace, run_id) = key;
+    let Some(run) = core.state.runs.get(namespace, run_id) else {
+        return;
+    };
+    if run.status != RunStatus::Pending || run.attempt != attempt {
+        return;
+    }
+    let def = core.state.registry.get(namespace, &run.action);
+    // A workflow step's run has one attempt: the step's own `retry:` decides.
+    let retries = if run.step.is_some() { None } else { def };
+    let retry_delay = def.map_or(0, |d| d.retry_delay_ms);
+    let max_retries = retries.map_or(0, |d| d.max_retries);
+    let record = match output {
+        Ok(output) => Record::RunCompleted {
+            namespace: namespace.clone(),
+            run_id: run_id.clone(),
+            attempt,
+            action_version,
+            output,
+            outcome,
+            kv_writes: kv_writes
+                .into_iter()
+                .map(|(key, value)| GuestKvWrite { key, value })
+                .collect(),
+            at_ms: now,
+        },
+        Err(failure) => Record::AttemptFailed {
+            namespace: namespace.clone(),
+            run_id: run_id.clone(),
+            attempt,
+            action_version,
+            timed_out: failure.timed_out,
+            error: failure.error,
+            retry_at_ms: (attempt <= max_retries)
+                .then(|| now.saturating_add(retry_delay_ms(retry_delay, attempt))),
+            at_ms: now,
+            dead_letter: true,
+        },
+    };
+    let retries = matches!(
+        &record,
+        Record::AttemptFailed {
+            retry_at_ms: Some(_),
+            ..
+        }
+    );
+    core.commit(record);
+    if !retries {
+        core.schedule(Task::ActionFinal(key.clone()));
+    }
+}
+
+/// A result too large for its completion record fails the attempt instead.
+fn check_result_size(
+    output: &[u8],
+    kv_writes: &[(String, Option<Vec<u8>>)],
+) -> Result<(), ExecFailure> {
+    let writes: usize = kv_writes
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+        .sum();
+    let total = output.len() + writes;
+    if total > RUN_RESULT_BYTES_MAX {
+        return Err(ExecFailure {
+            error: format!(
+                "guest returned a bad output: output and kv writes of {total} bytes exceed \
+                 the maximum of {RUN_RESULT_BYTES_MAX} bytes per run"
+            ),
+            timed_out: false,
+        });
+    }
+    Ok(())
+}
+
+fn level_name(level: u8) -> &'static str {
+    match level {
+        0 => "debug",
+        1 => "info",
+        2 => "warn",
+        _ => "error",
+    }
+}

@@ -1,0 +1,133 @@
+//! Client operations on action runs, on the shard owning the run.
+
+use super::attempts::Executions;
+use super::{action_info, idempotent_run_id, run_info, validate_action_name, validate_idempotency_key};
+use crate::core::cx::{Core, Task};
+use crate::core::io::Done;
+use crate::kv::validate_namespace;
+use flo_protocol::{ErrorValue, InvokeSpec, RUN_LIST_LIMIT_DEFAULT, Reply, RunStatus};
+
+pub fn action_get(core: &Core, namespace: &str, name: &str) -> Done {
+    Done::now(match core.state.registry.get(namespace, name) {
+        Some(def) => Ok(Reply::Action(action_info(namespace, name, def))),
+        None => Err(ErrorValue::not_found(format!(
+            "action {name:?} is not registered in namespace {namespace:?}"
+        ))),
+    })
+}
+
+pub fn action_list(core: &Core, namespace: &str) -> Done {
+    let list = core.state.registry.list(namespace);
+    Done::now(Ok(Reply::Actions(
+        list.iter()
+            .map(|(n, d)| action_info(namespace, n, d))
+            .collect(),
+    )))
+}
+
+pub fn run_status(core: &Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {
+    match core.state.runs.require(namespace, run_id) {
+        Ok(run) => Done {
+            wait_lsn: run.lsn,
+            result: Ok(Reply::Run(run_info(
+                namespace,
+                run_id,
+                run,
+                execs.is_executing(namespace, run_id),
+            ))),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// Creates a run on this shard (the caller routed it here: its id is owned here).
+pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
+    let now = core.now_ms();
+    let planned = (|| -> Result<(String, bool), ErrorValue> {
+        validate_namespace(&spec.namespace)?;
+        validate_action_name(&spec.action)?;
+        if let Some(key) = &spec.idempotency_key {
+            validate_idempotency_key(key)?;
+        }
+        core.state.registry.invocable(&spec.namespace, &spec.action)?;
+        Ok(match &spec.idempotency_key {
+            Some(key) => (idempotent_run_id(&spec.action, key), true),
+            None => {
+                let state = &core.state;
+                let id = state.runs.next_run_id(&spec.namespace, &spec.action, |id| {
+                    state.owns(&spec.namespace, id)
+                });
+                (id, false)
+            }
+        })
+    })();
+    let (run_id, idempotent) = match planned {
+        Ok(v) => v,
+        Err(e) => return Done::now(Err(e)),
+    };
+    if idempotent && let Some(run) = core.state.runs.get(&spec.namespace, &run_id) {
+        return Done {
+            wait_lsn: run.lsn,
+            result: Ok(Reply::Invoked {
+                run_id,
+                created: false,
+            }),
+        };
+    }
+    let Some(def) = core.state.registry.get(&spec.namespace, &spec.action) else {
+        return Done::now(Err(ErrorValue::internal("the action vanished while invoked")));
+    };
+    match core.state.runs.plan_create(spec, def, run_id.clone(), now) {
+        Ok(record) => Done {
+            wait_lsn: core.commit(record),
+            result: Ok(Reply::Invoked {
+                run_id,
+                created: true,
+            }),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// Runs of an action on this shard, newest first (a fan-out part).
+pub fn run_list(
+    core: &Core,
+    execs: &Executions,
+    namespace: &str,
+    action: &str,
+    status: Option<RunStatus>,
+    dead_letter: bool,
+    limit: Option<u32>,
+) -> Done {
+    let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
+    match core
+        .state
+        .runs
+        .list(namespace, action, status, dead_letter, limit)
+    {
+        Ok((runs, truncated)) => Done {
+            wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
+            result: Ok(Reply::Runs {
+                runs: runs
+                    .iter()
+                    .map(|(id, r)| run_info(namespace, id, r, execs.is_executing(namespace, id)))
+                    .collect(),
+                truncated,
+            }),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// Cancels a pending or running run; the workflow step it executes (if any) moves on.
+pub fn cancel(core: &mut Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {
+    let now = core.now_ms();
+    match core.state.runs.plan_cancel(namespace, run_id, now) {
+        Ok(record) => {
+            core.commit(record);
+            core.schedule(Task::ActionFinal((namespace.to_string(), run_id.to_string())));
+            run_status(core, execs, namespace, run_id)
+        }
+        Err(e) => Done::now(Err(e)),
+    }
+}

@@ -1,0 +1,324 @@
+//! Action definitions. Changes are ordered by the coordinator shard and logged on every
+//! shard; each shard's registry is the fold of those records.
+
+use crate::record::{ActionDefRecord, Record};
+use ahash::AHashMap as HashMap;
+use flo_protocol::{ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, ErrorValue};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const TIMEOUT_MS_MAX: u64 = 24 * 3600 * 1000;
+pub const MAX_RETRIES_DEFAULT: u32 = 3;
+pub const MAX_RETRIES_MAX: u32 = 100;
+pub const RETRY_DELAY_MS_DEFAULT: u64 = 1000;
+pub const RETRY_DELAY_MS_MAX: u64 = 24 * 3600 * 1000;
+pub const MEMORY_LIMIT_MB_DEFAULT: u32 = 16;
+pub const MEMORY_LIMIT_MB_MAX: u32 = 256;
+pub const DESCRIPTION_BYTES_MAX: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct ActionDef {
+    pub def: ActionDefRecord,
+    /// Deleted: kept so a re-registration continues the version sequence.
+    pub removed: bool,
+    /// The module's bytes, shared with the executions that run it.
+    pub module: Option<Arc<[u8]>>,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    spaces: HashMap<String, BTreeMap<String, ActionDef>>,
+}
+
+/// Names: 1 to 256 bytes of letters, digits, `-`, `_`, `.`.
+pub fn validate_action_name(name: &str) -> Result<(), ErrorValue> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if name.is_empty() || name.len() > ACTION_NAME_BYTES_MAX || !ok_chars {
+        return Err(ErrorValue::bad_request(format!(
+            "action name {name:?} is invalid: use 1 to {ACTION_NAME_BYTES_MAX} letters, digits, '-', '_' or '.'"
+        )));
+    }
+    Ok(())
+}
+
+fn bounded(
+    field: &str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ErrorValue> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(ErrorValue::bad_request(format!(
+            "{field} must be {min} to {max}, got {v}"
+        )));
+    }
+    Ok(v)
+}
+
+impl Registry {
+    /// A live (not deleted) action.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&ActionDefRecord> {
+        self.spaces
+            .get(namespace)?
+            .get(name)
+            .filter(|a| !a.removed)
+            .map(|a| &a.def)
+    }
+
+    pub fn list(&self, namespace: &str) -> Vec<(&str, &ActionDefRecord)> {
+        let Some(space) = self.spaces.get(namespace) else {
+            return Vec::new();
+        };
+        space
+            .iter()
+            .filter(|(_, a)| !a.removed)
+            .map(|(n, a)| (n.as_str(), &a.def))
+            .collect()
+    }
+
+    /// The module of a live WASM action.
+    pub fn module(&self, namespace: &str, name: &str) -> Option<&Arc<[u8]>> {
+        self.spaces
+            .get(namespace)?
+            .get(name)
+            .filter(|a| !a.removed)?
+            .module
+            .as_ref()
+    }
+
+    /// Every definition, deleted ones included (for shards catching up).
+    pub fn all(&self) -> impl Iterator<Item = (&str, &str, &ActionDef)> {
+        self.spaces
+            .iter()
+            .flat_map(|(ns, space)| space.iter().map(move |(n, a)| (ns.as_str(), n.as_str(), a)))
+    }
+
+    /// Validates a registration and builds its record; `describe` is what the compiled
+    /// module's `describe` export said (the caller compiles the module first).
+    pub fn plan_register(
+        &self,
+        spec: ActionSpec,
+        wasm_describe: Option<String>,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
+        crate::kv::validate_namespace(&spec.namespace)?;
+        validate_action_name(&spec.name)?;
+        match (spec.kind, &spec.wasm) {
+            (ActionKind::Wasm, None) => {
+                return Err(ErrorValue::bad_request(
+                    "a wasm action needs a module (--wasm FILE)",
+                ));
+            }
+            (ActionKind::User, Some(_)) => {
+                return Err(ErrorValue::bad_request(
+                    "a user action cannot carry a wasm module",
+                ));
+            }
+            _ => {}
+        }
+        if spec
+            .description
+            .as_ref()
+            .is_some_and(|d| d.len() > DESCRIPTION_BYTES_MAX)
+        {
+            return Err(ErrorValue::bad_request(format!(
+                "description must be at most {DESCRIPTION_BYTES_MAX} bytes"
+            )));
+        }
+        let timeout_ms = bounded(
+            "timeout_ms",
+            spec.timeout_ms,
+            TIMEOUT_MS_DEFAULT,
+            1,
+            TIMEOUT_MS_MAX,
+        )?;
+        let max_retries = bounded(
+            "max_retries",
+            spec.max_retries.map(u64::from),
+            MAX_RETRIES_DEFAULT.into(),
+            0,
+            MAX_RETRIES_MAX.into(),
+        )?;
+        let retry_delay_ms = bounded(
+            "retry_delay_ms",
+            spec.retry_delay_ms,
+            RETRY_DELAY_MS_DEFAULT,
+            0,
+            RETRY_DELAY_MS_MAX,
+        )?;
+        let memory_limit_mb = bounded(
+            "memory_limit_mb",
+            spec.memory_limit_mb.map(u64::from),
+            MEMORY_LIMIT_MB_DEFAULT.into(),
+            1,
+            MEMORY_LIMIT_MB_MAX.into(),
+        )?;
+        let previous = self
+            .spaces
+            .get(&spec.namespace)
+            .and_then(|s| s.get(&spec.name));
+        let live = previous.filter(|a| !a.removed);
+        let def = ActionDefRecord {
+            kind: spec.kind,
+            version: previous.map_or(1, |a| a.def.version + 1),
+            enabled: live.is_none_or(|a| a.def.enabled),
+            timeout_ms,
+            max_retries: max_retries as u32,
+            retry_delay_ms,
+            description: spec.description,
+            memory_limit_mb: memory_limit_mb as u32,
+            wasm: spec.wasm,
+            wasm_describe,
+            created_at_ms: live.map_or(now_ms, |a| a.def.created_at_ms),
+            updated_at_ms: now_ms,
+        };
+        Ok(Record::ActionDefined {
+            namespace: spec.namespace,
+            name: spec.name,
+            def,
+        })
+    }
+
+    pub fn require(&self, namespace: &str, name: &str) -> Result<&ActionDefRecord, ErrorValue> {
+        self.get(namespace, name).ok_or_else(|| {
+            ErrorValue::not_found(format!(
+                "action {name:?} is not registered in namespace {namespace:?}"
+            ))
+        })
+    }
+
+    pub fn plan_delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
+        self.require(namespace, name)?;
+        Ok(Record::ActionRemoved {
+            namespace: namespace.into(),
+            name: name.into(),
+            at_ms: now_ms,
+        })
+    }
+
+    pub fn plan_set_enabled(
+        &self,
+        namespace: &str,
+        name: &str,
+        enabled: bool,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
+        self.require(namespace, name)?;
+        Ok(Record::ActionEnabled {
+            namespace: namespace.into(),
+            name: name.into(),
+            enabled,
+            at_ms: now_ms,
+        })
+    }
+
+    /// The action to invoke: registered and enabled.
+    pub fn invocable(&self, namespace: &str, name: &str) -> Result<&ActionDefRecord, ErrorValue> {
+        let def = self.require(namespace, name)?;
+        if !def.enabled {
+            return Err(ErrorValue::conflict(format!(
+                "action {name:?} is disabled; enable it with `flo action enable {name}`"
+            )));
+        }
+        Ok(def)
+    }
+
+    /// Records that make this registry equal to `target` (the coordinator's).
+    pub fn plan_sync(&self, target: Vec<(String, String, ActionDef)>, now_ms: u64) -> Vec<Record> {
+        let mut records = Vec::new();
+        let mut known = std::collections::HashSet::new();
+        for (namespace, name, def) in target {
+            known.insert((namespace.clone(), name.clone()));
+            let mine = self.spaces.get(&namespace).and_then(|s| s.get(&name));
+            let same = mine.is_some_and(|m| {
+                m.removed == def.removed
+                    && m.def.version == def.def.version
+                    && m.def.enabled == def.def.enabled
+            });
+            if same {
+                continue;
+            }
+            if def.removed {
+                if mine.is_some_and(|m| !m.removed) {
+                    records.push(Record::ActionRemoved {
+                        namespace,
+                        name,
+                        at_ms: now_ms,
+                    });
+                }
+                continue;
+            }
+            records.push(Record::ActionDefined {
+                namespace,
+                name,
+                def: def.def,
+            });
+        }
+        for (namespace, name, mine) in self.all() {
+            if !mine.removed && !known.contains(&(namespace.to_string(), name.to_string())) {
+                records.push(Record::ActionRemoved {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    at_ms: now_ms,
+                });
+            }
+        }
+        records
+    }
+
+    pub fn apply_defined(&mut self, namespace: String, name: String, def: ActionDefRecord) {
+        self.spaces.entry(namespace).or_default().insert(
+            name,
+            ActionDef {
+                module: def.wasm.as_deref().map(Arc::from),
+                def,
+                removed: false,
+            },
+        );
+    }
+
+    pub fn apply_removed(&mut self, namespace: &str, name: &str, at_ms: u64) {
+        if let Some(a) = self.spaces.get_mut(namespace).and_then(|s| s.get_mut(name)) {
+            a.removed = true;
+            a.def.wasm = None;
+            a.module = None;
+            a.def.updated_at_ms = at_ms;
+        }
+    }
+
+    pub fn apply_enabled(&mut self, namespace: &str, name: &str, enabled: bool, at_ms: u64) {
+        if let Some(a) = self.spaces.get_mut(namespace).and_then(|s| s.get_mut(name)) {
+            a.def.enabled = enabled;
+            a.def.updated_at_ms = at_ms;
+        }
+    }
+}
+
+pub fn action_info(namespace: &str, name: &str, def: &ActionDefRecord) -> ActionInfo {
+    ActionInfo {
+        namespace: namespace.into(),
+        name: name.into(),
+        kind: def.kind,
+        version: def.version,
+        enabled: def.enabled,
+        timeout_ms: def.timeout_ms,
+        max_retries: def.max_retries,
+        retry_delay_ms: def.retry_delay_ms,
+        description: def.description.clone(),
+        memory_limit_mb: def.memory_limit_mb,
+        wasm_bytes: def.wasm.as_ref().map(|w| w.len() as u64),
+        wasm_describe: def.wasm_describe.clone(),
+        created_at_ms: def.created_at_ms,
+        updated_at_ms: def.updated_at_ms,
+    }
+}

@@ -1,0 +1,321 @@
+//! Runs of actions on this shard: created, attempted, completed, failed, cancelled.
+
+use crate::record::{ActionDefRecord, Record};
+use ahash::AHashMap as HashMap;
+use flo_protocol::{
+    ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
+    RunInfo, RunStatus,
+};
+
+pub const PRIORITY_DEFAULT: u8 = 10;
+pub const DELAY_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
+pub const LABELS_BYTES_MAX: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub action: String,
+    pub action_version: u32,
+    pub status: RunStatus,
+    pub input: Vec<u8>,
+    pub output: Option<Vec<u8>>,
+    pub outcome: Option<String>,
+    pub error: Option<String>,
+    /// Number of the current (or last) attempt, from 1.
+    pub attempt: u32,
+    pub priority: u8,
+    pub labels: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub dead_lettered: bool,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub available_at_ms: u64,
+    /// Creation order on this shard.
+    pub seq: u64,
+    /// LSN of the last record that changed this run: replies about it wait for it.
+    pub lsn: u64,
+    /// The worker holding a user-hosted run (status `running`).
+    pub lease: Option<Lease>,
+    /// The workflow step this run executes.
+    pub step: Option<crate::record::StepRef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub worker_id: String,
+    pub expires_at_ms: u64,
+}
+
+/// Backoff before attempt `failed_attempt + 1`: `retry_delay_ms × 2^(failed_attempt-1)`.
+pub fn retry_delay_ms(base_ms: u64, failed_attempt: u32) -> u64 {
+    let exp = failed_attempt.saturating_sub(1).min(30);
+    base_ms.saturating_mul(1u64 << exp)
+}
+
+/// A page of runs, newest first, and whether more matched.
+pub type RunPage<'a> = (Vec<(&'a str, &'a Run)>, bool);
+
+#[derive(Default)]
+pub struct Runs {
+    /// Runs boxed: a table of millions resizes by moving pointers, not whole runs.
+    spaces: HashMap<String, HashMap<String, Box<Run>>>,
+    /// Last number used in `ACTION-N` run ids, per (namespace, action).
+    counters: HashMap<(String, String), u64>,
+    next_seq: u64,
+}
+
+/// The run id an idempotency key maps to: the same key always gives the same id (and so
+/// the same shard).
+pub fn idempotent_run_id(action: &str, key: &str) -> String {
+    format!("{action}:{key}")
+}
+
+pub fn validate_labels(labels: &str) -> Result<(), ErrorValue> {
+    if labels.len() > LABELS_BYTES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "labels must be at most {LABELS_BYTES_MAX} bytes"
+        )));
+    }
+    let value: serde_json::Value = serde_json::from_str(labels)
+        .map_err(|e| ErrorValue::bad_request(format!("labels must be a JSON object: {e}")))?;
+    let Some(map) = value.as_object() else {
+        return Err(ErrorValue::bad_request(
+            "labels must be a JSON object like {\"gpu\":true}",
+        ));
+    };
+    if let Some((k, _)) = map.iter().find(|(_, v)| v.is_object() || v.is_array()) {
+        return Err(ErrorValue::bad_request(format!(
+            "label {k:?} must be a string, number or boolean (labels are flat)"
+        )));
+    }
+    Ok(())
+}
+
+impl Runs {
+    pub fn get(&self, namespace: &str, run_id: &str) -> Option<&Run> {
+        self.spaces.get(namespace)?.get(run_id).map(|r| &**r)
+    }
+
+    pub fn require(&self, namespace: &str, run_id: &str) -> Result<&Run, ErrorValue> {
+        self.get(namespace, run_id).ok_or_else(|| {
+            ErrorValue::not_found(format!(
+                "run {run_id:?} not found in namespace {namespace:?}"
+            ))
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.spaces.values().map(|runs| runs.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Run)> {
+        self.spaces.iter().flat_map(|(ns, runs)| {
+            runs.iter()
+                .map(move |(id, r)| (ns.as_str(), id.as_str(), &**r))
+        })
+    }
+
+    /// A fresh `ACTION-N` id that `owned` accepts (ids hash to shards; this shard only
+    /// hands out ids it owns, so shards never collide).
+    pub fn next_run_id(
+        &self,
+        namespace: &str,
+        action: &str,
+        owned: impl Fn(&str) -> bool,
+    ) -> String {
+        let mut n = self
+            .counters
+            .get(&(namespace.to_string(), action.to_string()))
+            .copied()
+            .unwrap_or(0);
+        loop {
+            n += 1;
+            let id = format!("{action}-{n}");
+            if owned(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Validates an invocation and builds its record. `run_id` is the id chosen for it.
+    pub fn plan_create(
+        &self,
+        spec: InvokeSpec,
+        def: &ActionDefRecord,
+        run_id: String,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
+        if spec.input.len() > RUN_INPUT_BYTES_MAX {
+            return Err(ErrorValue::bad_request(format!(
+                "input of {} bytes exceeds the maximum of {RUN_INPUT_BYTES_MAX} bytes",
+                spec.input.len()
+            )));
+        }
+        let delay = spec.delay_ms.unwrap_or(0);
+        if delay > DELAY_MS_MAX {
+            return Err(ErrorValue::bad_request(format!(
+                "delay must be at most {DELAY_MS_MAX} ms"
+            )));
+        }
+        if let Some(labels) = &spec.labels {
+            validate_labels(labels)?;
+        }
+        Ok(Record::RunCreated {
+            namespace: spec.namespace,
+            run_id,
+            action: spec.action,
+            action_version: def.version,
+            input: spec.input,
+            priority: spec.priority.unwrap_or(PRIORITY_DEFAULT),
+            labels: spec.labels,
+            idempotency_key: spec.idempotency_key,
+            created_at_ms: now_ms,
+            available_at_ms: now_ms + delay,
+            step: None,
+        })
+    }
+
+    pub fn plan_cancel(
+        &self,
+        namespace: &str,
+        run_id: &str,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
+        let run = self.require(namespace, run_id)?;
+        if run.status.is_final() {
+            return Err(ErrorValue::conflict(format!(
+                "run {run_id:?} is already {}; only pending or running runs can be cancelled",
+                run.status.as_str()
+            )));
+        }
+        Ok(Record::RunCancelled {
+            namespace: namespace.into(),
+            run_id: run_id.into(),
+            at_ms: now_ms,
+        })
+    }
+
+    /// Runs of `action`, newest first.
+    pub fn list(
+        &self,
+        namespace: &str,
+        action: &str,
+        status: Option<RunStatus>,
+        dead_letter: bool,
+        limit: u32,
+    ) -> Result<RunPage<'_>, ErrorValue> {
+        if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
+            return Err(ErrorValue::bad_request(format!(
+                "limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}"
+            )));
+        }
+        let Some(space) = self.spaces.get(namespace) else {
+            return Ok((Vec::new(), false));
+        };
+        let mut out: Vec<(&str, &Run)> = space
+            .iter()
+            .filter(|(_, r)| r.action == action)
+            .filter(|(_, r)| status.is_none_or(|s| r.status == s))
+            .filter(|(_, r)| !dead_letter || r.dead_lettered)
+            .map(|(id, r)| (id.as_str(), &**r))
+            .collect();
+        out.sort_by(|a, b| {
+            b.1.created_at_ms
+                .cmp(&a.1.created_at_ms)
+                .then(b.1.seq.cmp(&a.1.seq))
+        });
+        let truncated = out.len() > limit as usize;
+        out.truncate(limit as usize);
+        Ok((out, truncated))
+    }
+
+    pub fn apply_created(&mut self, namespace: String, run_id: String, run: Run) {
+        if let Some(n) = run_id
+            .strip_prefix(run.action.as_str())
+            .and_then(|r| r.strip_prefix('-'))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            let counter = self
+                .counters
+                .entry((namespace.clone(), run.action.clone()))
+                .or_insert(0);
+            *counter = (*counter).max(n);
+        }
+        self.spaces
+            .entry(namespace)
+            .or_default()
+            .insert(run_id, Box::new(run));
+    }
+
+    pub fn next_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    pub fn get_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut Run> {
+        self.spaces
+            .get_mut(namespace)?
+            .get_mut(run_id)
+            .map(|r| &mut **r)
+    }
+}
+
+pub fn validate_idempotency_key(key: &str) -> Result<(), ErrorValue> {
+    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "idempotency key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(())
+}
+
+pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunInfo {
+    let status = if running && run.status == RunStatus::Pending {
+        RunStatus::Running
+    } else {
+        run.status
+    };
+    RunInfo {
+        run_id: run_id.into(),
+        namespace: namespace.into(),
+        action: run.action.clone(),
+        action_version: run.action_version,
+        status,
+        input: run.input.clone(),
+        output: run.output.clone(),
+        outcome: run.outcome.clone(),
+        error: run.error.clone(),
+        attempt: run.attempt,
+        priority: run.priority,
+        labels: run.labels.clone(),
+        idempotency_key: run.idempotency_key.clone(),
+        dead_lettered: run.dead_lettered,
+        created_at_ms: run.created_at_ms,
+        updated_at_ms: run.updated_at_ms,
+        available_at_ms: run.available_at_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_attempt() {
+        assert_eq!(retry_delay_ms(1000, 1), 1000);
+        assert_eq!(retry_delay_ms(1000, 2), 2000);
+        assert_eq!(retry_delay_ms(1000, 3), 4000);
+        assert_eq!(retry_delay_ms(u64::MAX, 90), u64::MAX);
+    }
+
+    #[test]
+    fn labels_must_be_a_flat_object() {
+        assert!(validate_labels(r#"{"gpu":true,"vram_gb":24,"region":"us"}"#).is_ok());
+        assert!(validate_labels("[1]").is_err());
+        assert!(validate_labels(r#"{"a":{"b":1}}"#).is_err());
+        assert!(validate_labels("nope").is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! Which action runs may execute or be leased now, and when the others come due. Derived
+//! state, fed by `Index::observe` after every record (live and on replay alike). Entries
+//! are hints: whoever pops one checks the run in the fold (it may have moved on since).
+
+use super::runs::Run;
+use ahash::{AHashMap as HashMap, AHashSet};
+use flo_protocol::ActionKind;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+pub type RunKey = (String, String);
+/// (namespace, action).
+pub type ActionKey = (String, String);
+/// A queued user task: priority (higher first), then creation order (older first).
+pub type TaskEntry = (u8, Reverse<u64>, String);
+
+/// Which queue a pending run waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    /// Executed here as WebAssembly.
+    Wasm,
+    /// Leased to workers, per action.
+    User,
+}
+
+impl Queue {
+    pub fn of(kind: ActionKind) -> Queue {
+        match kind {
+            ActionKind::Wasm => Queue::Wasm,
+            ActionKind::User => Queue::User,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Scheduler {
+    /// Runnable WASM runs: highest priority first, then oldest.
+    ready: BinaryHeap<(u8, Reverse<u64>, RunKey)>,
+    /// Pending user tasks that may be leased now, per action.
+    user_ready: HashMap<ActionKey, BinaryHeap<TaskEntry>>,
+    /// Pending runs not yet due: (due ms, seq) → run.
+    timers: BTreeMap<(u64, u64), RunKey>,
+    /// Leases of running user tasks: (expiry ms, seq) → run.
+    lease_timers: BTreeMap<(u64, u64), RunKey>,
+    /// Actions whose user queue gained tasks since the dispatcher last looked.
+    user_dirty: AHashSet<ActionKey>,
+}
+
+impl Scheduler {
+    /// A pending run: ready now (it is due at the time of the record that made it
+    /// pending), or at its `available_at_ms`.
+    pub fn queue(&mut self, key: RunKey, run: &Run, queue: Queue) {
+        if run.available_at_ms > run.updated_at_ms {
+            self.timers.insert((run.available_at_ms, run.seq), key);
+        } else {
+            self.make_ready(key, run, queue);
+        }
+    }
+
+    pub fn make_ready(&mut self, key: RunKey, run: &Run, queue: Queue) {
+        match queue {
+            Queue::Wasm => self.ready.push((run.priority, Reverse(run.seq), key)),
+            Queue::User => {
+                let (namespace, run_id) = key;
+                let action = (namespace, run.action.clone());
+                self.user_ready.entry(action.clone()).or_default().push((
+                    run.priority,
+                    Reverse(run.seq),
+                    run_id,
+                ));
+                self.user_dirty.insert(action);
+            }
+        }
+    }
+
+    /// Expires the lease of a running task at `expires_at_ms`.
+    pub fn watch_lease(&mut self, key: RunKey, seq: u64, expires_at_ms: u64) {
+        self.lease_timers.insert((expires_at_ms, seq), key);
+    }
+
+    pub fn pop_ready(&mut self) -> Option<RunKey> {
+        self.ready.pop().map(|(_, _, key)| key)
+    }
+
+    /// Runnable WASM runs queued (stale entries included).
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// The best queued task of an action, without taking it.
+    pub fn peek_user(&self, action: &ActionKey) -> Option<&TaskEntry> {
+        self.user_ready.get(action)?.peek()
+    }
+
+    pub fn pop_user(&mut self, action: &ActionKey) -> Option<TaskEntry> {
+        let queue = self.user_ready.get_mut(action)?;
+        let entry = queue.pop();
+        if queue.is_empty() {
+            self.user_ready.remove(action);
+        }
+        entry
+    }
+
+    /// Puts back entries taken by `pop_user` and not leased.
+    pub fn push_user(&mut self, action: ActionKey, entry: TaskEntry) {
+        self.user_ready.entry(action).or_default().push(entry);
+    }
+
+    /// Tasks queued for an action (stale entries included).
+    pub fn user_queued(&self, action: &ActionKey) -> usize {
+        self.user_ready.get(action).map_or(0, BinaryHeap::len)
+    }
+
+    /// Actions that gained ready tasks since the last call.
+    pub fn take_user_dirty(&mut self) -> Vec<ActionKey> {
+        self.user_dirty.drain().collect()
+    }
+
+    pub fn has_user_dirty(&self) -> bool {
+        !self.user_dirty.is_empty()
+    }
+
+    /// Runs whose delay ended at `now_ms` (possibly stale: check the run).
+    pub fn due_runs(&mut self, now_ms: u64) -> Vec<RunKey> {
+        take_due(&mut self.timers, now_ms)
+    }
+
+    /// Leases due at `now_ms` (possibly stale: check the run's lease).
+    pub fn due_leases(&mut self, now_ms: u64) -> Vec<RunKey> {
+        take_due(&mut self.lease_timers, now_ms)
+    }
+
+    pub fn next_due_ms(&self) -> Option<u64> {
+        [self.timers.keys().next(), self.lease_timers.keys().next()]
+            .into_iter()
+            .flatten()
+            .map(|(due, _)| *due)
+            .min()
+    }
+
+    /// Drops entries `live` rejects (stale after a replay) and repeated ones.
+    pub fn retain(&mut self, live: impl Fn(&RunKey) -> bool) {
+        let mut seen = AHashSet::new();
+        let ready = std::mem::take(&mut self.ready);
+        self.ready = ready
+            .into_vec()
+            .into_iter()
+            .filter(|(_, _, k)| live(k) && seen.insert(k.clone()))
+            .collect();
+        for ((ns, _), queue) in self.user_ready.iter_mut() {
+            let mut seen = AHashSet::new();
+            let entries = std::mem::take(queue).into_vec();
+            *queue = entries
+                .into_iter()
+                .filter(|(_, _, id)| {
+                    let key = (ns.clone(), id.clone());
+                    live(&key) && seen.insert(key)
+                })
+                .collect();
+        }
+        self.user_ready.retain(|_, q| !q.is_empty());
+        self.timers.retain(|_, k| live(k));
+    }
+
+    /// Drops lease timers `live` rejects.
+    pub fn retain_leases(&mut self, live: impl Fn(&RunKey) -> bool) {
+        self.lease_timers.retain(|_, k| live(k));
+    }
+
+    /// Every run with an entry (ready, queued or timed), for checks.
+    pub fn queued_runs(&self) -> AHashSet<RunKey> {
+        let mut out: AHashSet<RunKey> = self.ready.iter().map(|(_, _, k)| k.clone()).collect();
+        for ((ns, _), q) in &self.user_ready {
+            out.extend(q.iter().map(|(_, _, id)| (ns.clone(), id.clone())));
+        }
+        out.extend(self.timers.values().cloned());
+        out
+    }
+
+    /// Every run with a lease timer, for checks.
+    pub fn leased_runs(&self) -> AHashSet<RunKey> {
+        self.lease_timers.values().cloned().collect()
+    }
+}
+
+fn take_due(map: &mut BTreeMap<(u64, u64), RunKey>, now_ms: u64) -> Vec<RunKey> {
+    let mut due = Vec::new();
+    while let Some(entry) = map.first_entry() {
+        if entry.key().0 > now_ms {
+            break;
+        }
+        due.push(entry.remove());
+    }
+    due
+}

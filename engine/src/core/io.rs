@@ -1,0 +1,221 @@
+//! What the shard loop feeds the engine (`Input`) and what the engine asks of the runtime
+//! (`Effect`), as plain data. Messages between shards (`PeerMsg`) travel inside effects
+//! and inputs; the runtime carries them and looks at nothing inside.
+
+use crate::actions::ActionDef;
+use crate::record::{GuestKvWrite, Record};
+use crate::workflows::WfSyncEntry;
+use flo_protocol::{ErrorValue, Op, Reply, TaskAssignment};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+pub type ReplyResult = Result<Reply, ErrorValue>;
+/// A client connection, numbered by the runtime (unique per shard for its lifetime).
+pub type ConnId = u64;
+/// (namespace, run id).
+pub type RunKey = (String, String);
+/// (namespace, worker id).
+pub type WorkerKey = (String, String);
+
+/// A client request: the connection it came on and the id its reply carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientRef {
+    pub conn: ConnId,
+    pub request: u64,
+}
+
+/// Who gets a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyTo {
+    Client(ClientRef),
+    /// Another shard's call (`tag` names it there).
+    Peer { shard: u32, tag: u64 },
+}
+
+/// Everything that happens to a shard.
+#[derive(Debug)]
+pub enum Input {
+    /// The runtime is up (log recovered, peers joined): resume in-flight work.
+    Started,
+    /// A request from a client connected to this shard.
+    Client { from: ClientRef, op: Op },
+    /// A message from another shard.
+    Peer { from: u32, msg: PeerMsg },
+    /// Every record up to `lsn` is on disk, in `segments` segment files.
+    Durable { lsn: u64, segments: u32 },
+    /// Time passed: fire what is due.
+    Tick,
+    /// The inbox is empty for now: do the work deferred to batch it (lease tasks to parked
+    /// wants, start executions).
+    Idle,
+    /// Work left over by an input that used its step budget.
+    Continue,
+    /// A WebAssembly execution ended.
+    Executed { exec: u64, result: ExecResult },
+    /// A module compiled for a registration: what its `describe` export says, or why it is
+    /// refused.
+    Compiled {
+        job: u64,
+        result: Result<Option<String>, String>,
+    },
+    /// A running guest reads a key (`flo.kv_get`).
+    GuestRead { exec: u64, read: u64, key: String },
+    /// A client connection closed.
+    ConnClosed { conn: ConnId },
+    /// Graceful stop: refuse new operations from here on.
+    Stop,
+}
+
+/// What a WebAssembly execution produced.
+#[derive(Debug, Clone)]
+pub struct ExecResult {
+    /// The output bytes, or why the attempt failed (`timed_out`: it ran out of time).
+    pub output: Result<Vec<u8>, ExecFailure>,
+    pub outcome: Option<String>,
+    /// Buffered guest KV writes (None value: delete).
+    pub kv_writes: Vec<(String, Option<Vec<u8>>)>,
+    /// Guest log lines: (level, text).
+    pub logs: Vec<(u8, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecFailure {
+    pub error: String,
+    pub timed_out: bool,
+}
+
+/// What the engine asks of the runtime. Effects that depend on a record leave the engine
+/// only once that record is durable; the runtime performs them as they come.
+#[derive(Debug)]
+pub enum Effect {
+    Reply {
+        to: ClientRef,
+        result: ReplyResult,
+    },
+    Send {
+        shard: u32,
+        msg: PeerMsg,
+    },
+    /// Execute a WASM action run; answer with `Input::Executed`.
+    Execute(Execution),
+    /// Compile a module being registered; answer with `Input::Compiled`.
+    Compile { job: u64, wasm: Arc<[u8]> },
+    /// The answer to `Input::GuestRead`.
+    GuestValue {
+        exec: u64,
+        read: u64,
+        value: Option<Vec<u8>>,
+    },
+    /// Send `Input::Tick` at this wall-clock time (or earlier).
+    WakeAt { wall_ms: u64 },
+    /// Feed `Input::Continue` soon (after other inputs waiting).
+    Continue,
+    /// A line for the server's log (stderr).
+    Log(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Execution {
+    pub exec: u64,
+    pub namespace: String,
+    pub action: String,
+    pub version: u32,
+    pub wasm: Arc<[u8]>,
+    pub input: Vec<u8>,
+    pub timeout_ms: u64,
+    pub memory_limit_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum PeerMsg {
+    /// `tag` 0: no reply wanted.
+    Request { tag: u64, req: PeerRequest },
+    Reply { tag: u64, result: ReplyResult },
+}
+
+/// What one shard asks another.
+#[derive(Debug, Clone)]
+pub enum PeerRequest {
+    /// A client operation the receiver owns, or its part of a fan-out.
+    Client(Op),
+    /// Log and apply a definition change the coordinator ordered (and made durable).
+    Definition(Record),
+    /// The coordinator's definitions: log whatever makes this shard's equal (start-up).
+    DefinitionSync {
+        actions: Vec<(String, String, ActionDef)>,
+        workflows: Vec<WfSyncEntry>,
+    },
+    /// A worker's home asks for tasks.
+    Want(WantMsg),
+    WantCancel {
+        namespace: String,
+        worker_id: String,
+        want_id: u64,
+    },
+    /// Tasks leased (durably) for a parked want, for the worker's home.
+    TasksDelivered {
+        namespace: String,
+        worker_id: String,
+        want_id: u64,
+        tasks: Vec<TaskAssignment>,
+    },
+    /// Leased tasks that no worker will receive: pending again.
+    ReleaseLeases {
+        namespace: String,
+        worker_id: String,
+        run_ids: Vec<String>,
+    },
+    /// A worker finished (`ok`) or failed a task: counted on its home shard.
+    WorkerTaskDone {
+        namespace: String,
+        worker_id: String,
+        action: String,
+        ok: bool,
+        at_ms: u64,
+    },
+    /// The connection of an await forwarded to the worker's home closed.
+    AbandonAwait {
+        namespace: String,
+        worker_id: String,
+        tag: u64,
+    },
+    /// Guest KV writes of a durable completion (`origin_lsn` on the sender) for keys the
+    /// receiver owns.
+    RemoteWrites {
+        origin_lsn: u64,
+        namespace: String,
+        writes: Vec<GuestKvWrite>,
+    },
+    /// A guest reads a key the receiver owns.
+    KvRead { namespace: String, key: String },
+    /// The shared test clock moved: look at timers again.
+    ClockMoved,
+}
+
+/// Parameters of a `Want`.
+#[derive(Debug, Clone)]
+pub struct WantMsg {
+    pub namespace: String,
+    pub worker_id: String,
+    pub want_id: u64,
+    pub actions: Vec<String>,
+    pub labels: Option<Map<String, Value>>,
+    pub room: u32,
+    pub deadline_ms: u64,
+}
+
+/// The answer to an operation and the LSN it may leave after (0: at once).
+#[derive(Debug)]
+pub struct Done {
+    pub result: ReplyResult,
+    pub wait_lsn: u64,
+}
+
+impl Done {
+    pub fn now(result: ReplyResult) -> Self {
+        Done {
+            result,
+            wait_lsn: 0,
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The shard's engine: owns the fold, the derived index and the ephemeral state of every
+//! domain, and turns each `Input` into `Effect`s (`Engine::step`). Synchronous, no I/O, no
+//! async runtime: the runtime feeds it and performs what it asks; the simulation drives it
+//! without either.
+
+mod fanout;
+mod routing;
+mod step;
+mod watches;
+
+pub use fanout::SERVER_VERSION;
+pub use routing::{Target, route_key, target};
+
+use crate::actions::Executions;
+use crate::clock::Clock;
+use crate::core::cx::{Core, Durability};
+use crate::definitions::Definitions;
+use crate::hash::Partitioning;
+use crate::index::Index;
+use crate::kv::Forwarder;
+use crate::record::Record;
+use crate::state::ShardState;
+use crate::workers::{Awaits, WorkerRegistry};
+use fanout::FanOuts;
+use flo_ual::Batch;
+use watches::Watches;
+
+/// How often expired keys are swept and worker health checked.
+pub const HOUSEKEEPING_MS: u64 = 1000;
+/// Expired keys deleted per sweep.
+pub const EXPIRY_SWEEP_KEYS_MAX: usize = 1000;
+
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    pub shard: u32,
+    pub partitioning: Partitioning,
+    pub durability: Durability,
+}
+
+pub struct Engine {
+    core: Core,
+    /// Workers homed here (in memory: they register again after a restart).
+    workers: WorkerRegistry,
+    awaits: Awaits,
+    watches: Watches,
+    definitions: Definitions,
+    fanouts: FanOuts,
+    executions: Executions,
+    forwarder: Forwarder,
+    stopping: bool,
+    next_housekeeping_ms: u64,
+    /// The wake-up last asked of the runtime (wall clock).
+    wake_asked: Option<u64>,
+    segments: u32,
+}
+
+impl Engine {
+    /// An engine with an empty state; `replay` the log into it, then `recovered`.
+    pub fn new(config: EngineConfig, clock: Box<dyn Clock>, wall: Box<dyn Clock>) -> Engine {
+        let state = ShardState::new(config.shard, config.partitioning);
+        Engine {
+            core: Core::new(state, config.durability, clock, wall),
+            workers: WorkerRegistry::default(),
+            awaits: Awaits::default(),
+            watches: Watches::default(),
+            definitions: Definitions::default(),
+            fanouts: FanOuts::default(),
+            executions: Executions::default(),
+            forwarder: Forwarder::default(),
+            stopping: false,
+            next_housekeeping_ms: 0,
+            wake_asked: None,
+            segments: 1,
+        }
+    }
+
+    /// Applies one record read back from the log (recovery).
+    pub fn replay(&mut self, lsn: u64, payload: &[u8]) -> Result<(), String> {
+        let record = Record::decode(payload)?;
+        self.core.replay(lsn, record);
+        Ok(())
+    }
+
+    /// Recovery is done: `last_lsn` is the last durable record, in `segments` files.
+    pub fn recovered(&mut self, last_lsn: u64, segments: u32) {
+        self.core.recovered(last_lsn);
+        self.segments = segments;
+    }
+
+    /// The records appended since the last take, for the log writer.
+    pub fn take_batch(&mut self, spare: Vec<u8>) -> Option<Batch> {
+        self.core.take_batch(spare)
+    }
+
+    pub fn pending_log_bytes(&self) -> usize {
+        self.core.pending_log_bytes()
+    }
+
+    pub fn shard(&self) -> u32 {
+        self.core.shard
+    }
+
+    pub fn partitioning(&self) -> Partitioning {
+        self.core.partitioning
+    }
+
+    pub fn last_lsn(&self) -> u64 {
+        self.core.last_lsn()
+    }
+
+    pub fn durable_lsn(&self) -> u64 {
+        self.core.durable_lsn()
+    }
+
+    /// The fold (for checks: simulation, tests).
+    pub fn state(&self) -> &ShardState {
+        &self.core.state
+    }
+
+    /// The derived index (for checks).
+    pub fn index(&self) -> &Index {
+        &self.core.index
+    }
+
+    /// Work or effects still waiting (for checks): calls in flight, held effects,
+    /// executions, open awaits, waiting clients.
+    pub fn in_flight(&self) -> InFlight {
+        InFlight {
+            calls: self.core.calls_in_flight(),
+            held: self.core.held_len(),
+            executions: self.executions.len(),
+            awaits: self.awaits.open_awaits(),
+            watches: self.watches.len(),
+            definitions_busy: self.definitions.busy(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    pub calls: usize,
+    pub held: usize,
+    pub executions: usize,
+    pub awaits: usize,
+    pub watches: usize,
+    pub definitions_busy: bool,
+}

@@ -1,0 +1,117 @@
+//! Where a client operation executes: the one place that classifies an `Op`.
+
+use crate::actions::idempotent_run_id;
+use crate::definitions::COORDINATOR;
+use crate::hash::Partitioning;
+use crate::workflows::idempotent_workflow_run_id;
+use flo_protocol::{InvokeSpec, Op, WorkflowStartSpec};
+
+/// Where an operation executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Shard(u32),
+    /// Every shard, the parts merged (`fanout::merge`).
+    All,
+    /// The shard the client is connected to, whoever owns anything (connection-level).
+    Here,
+}
+
+/// The key that places a keyed operation: (namespace, key).
+pub fn route_key(op: &Op) -> Option<(&str, String)> {
+    Some(match op {
+        Op::KvGet { namespace, key }
+        | Op::KvPut { namespace, key, .. }
+        | Op::KvDelete { namespace, key, .. } => (namespace, key.clone()),
+        Op::RunStatus { namespace, run_id }
+        | Op::RunWait {
+            namespace, run_id, ..
+        }
+        | Op::RunCancel { namespace, run_id } => (namespace, run_id.clone()),
+        Op::TaskComplete {
+            namespace, task_id, ..
+        }
+        | Op::TaskFail {
+            namespace, task_id, ..
+        }
+        | Op::TaskTouch {
+            namespace, task_id, ..
+        } => (namespace, task_id.clone()),
+        Op::WorkerRegister(spec) => (&spec.namespace, spec.worker_id.clone()),
+        Op::WorkflowStatus { namespace, run_id }
+        | Op::WorkflowWait {
+            namespace, run_id, ..
+        }
+        | Op::WorkflowHistory { namespace, run_id }
+        | Op::WorkflowSignal {
+            namespace, run_id, ..
+        }
+        | Op::WorkflowCancel {
+            namespace, run_id, ..
+        } => (namespace, run_id.clone()),
+        Op::WorkflowStart(WorkflowStartSpec {
+            namespace,
+            name,
+            idempotency_key: Some(key),
+            ..
+        }) => (namespace, idempotent_workflow_run_id(name, key)),
+        Op::WorkerHeartbeat {
+            namespace,
+            worker_id,
+            ..
+        }
+        | Op::WorkerDrain {
+            namespace,
+            worker_id,
+        }
+        | Op::WorkerDeregister {
+            namespace,
+            worker_id,
+        }
+        | Op::WorkerGet {
+            namespace,
+            worker_id,
+        }
+        | Op::TaskAwait {
+            namespace,
+            worker_id,
+            ..
+        } => (namespace, worker_id.clone()),
+        Op::ActionInvoke(InvokeSpec {
+            namespace,
+            action,
+            idempotency_key: Some(key),
+            ..
+        }) => (namespace, idempotent_run_id(action, key)),
+        _ => return None,
+    })
+}
+
+/// Where `op`, received by shard `me`, executes.
+pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
+    if let Some((namespace, key)) = route_key(op) {
+        return Target::Shard(partitioning.shard_of(namespace, &key));
+    }
+    match op {
+        Op::ActionRegister(_)
+        | Op::ActionDelete { .. }
+        | Op::ActionSetEnabled { .. }
+        | Op::WorkflowCreate { .. }
+        | Op::WorkflowSetEnabled { .. } => Target::Shard(COORDINATOR),
+        // Definitions live on every shard; a new run takes an id this shard owns.
+        Op::ActionGet { .. }
+        | Op::ActionList { .. }
+        | Op::ActionInvoke(_)
+        | Op::WorkflowGet { .. }
+        | Op::WorkflowList { .. }
+        | Op::WorkflowStart(_) => Target::Shard(me),
+        Op::Status
+        | Op::KvList { .. }
+        | Op::RunList { .. }
+        | Op::WorkerList { .. }
+        | Op::WorkflowListRuns { .. }
+        | Op::TestAdvanceClock { .. } => Target::All,
+        Op::Hello { .. } | Op::ShardMap => Target::Here,
+        // Keyed operations are placed by `route_key` above; this keeps the match total.
+        _ => Target::Shard(me),
+    }
+}

@@ -1,0 +1,696 @@
+//! `Engine::step`: one input in, the effects it released out. The input's handler runs,
+//! then the agenda it left is drained by a loop (never by nested calls) within the input's
+//! step budget; what is left over is continued by `Input::Continue`.
+
+use super::fanout;
+use super::routing::{Target, target};
+use super::watches::Watched;
+use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS};
+use crate::actions::{self, on_executed, start_executions};
+use crate::core::cx::{STEPS_PER_INPUT_MAX, Task, Waiting};
+use crate::core::io::{Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
+use crate::definitions;
+use crate::hash::HASH_NAME;
+use crate::kv;
+use crate::workers::{self, TaskReport};
+use crate::workflows;
+use flo_protocol::{
+    ErrorCode, ErrorValue, Op, PROTOCOL_VERSION, RUN_WAIT_MS_MAX, Reply, ShardInfo, ShardMap,
+};
+
+impl Engine {
+    /// Handles one input; appends the effects it released to `out`.
+    pub fn step(&mut self, input: Input, out: &mut Vec<Effect>) {
+        self.core.steps_left = STEPS_PER_INPUT_MAX;
+        match input {
+            Input::Started => self.started(),
+            Input::Client { from, op } => self.client(ReplyTo::Client(from), op),
+            Input::Peer { from, msg } => self.peer(from, msg),
+            Input::Durable { lsn, segments } => {
+                self.segments = segments;
+                self.core.set_durable(lsn);
+            }
+            Input::Tick => self.tick(),
+            Input::Idle => workers::dispatch(&mut self.core, &mut self.awaits),
+            Input::Continue => {}
+            Input::Executed { exec, result } => {
+                on_executed(&mut self.core, &mut self.executions, exec, result)
+            }
+            Input::Compiled { job, result } => {
+                definitions::on_compiled(&mut self.core, &mut self.definitions, job, result)
+            }
+            Input::GuestRead { exec, read, key } => {
+                let namespace = self.executions.run_of(exec).map(|k| k.0.clone());
+                match namespace {
+                    Some(ns) => kv::guest_read(&mut self.core, exec, read, &ns, &key),
+                    None => self.core.emit(Effect::GuestValue {
+                        exec,
+                        read,
+                        value: None,
+                    }),
+                }
+            }
+            Input::ConnClosed { conn } => {
+                workers::conn_closed(&mut self.core, &mut self.awaits, conn)
+            }
+            Input::Stop => self.stopping = true,
+        }
+        self.drain_agenda();
+        start_executions(&mut self.core, &mut self.executions);
+        kv::start_forwards(&mut self.core, &mut self.forwarder);
+        self.ask_wake();
+        self.core.take_effects(out);
+    }
+
+    /// Runs queued tasks until none is left or the input's budget is spent.
+    fn drain_agenda(&mut self) {
+        while self.core.steps_left > 0 {
+            let Some(task) = self.core.next_task() else {
+                // A burst of work ended: the next one gets fresh per-run budgets.
+                self.core.root_steps.clear();
+                return;
+            };
+            self.core.steps_left -= 1;
+            self.run_task(task);
+        }
+        if self.core.has_tasks() {
+            self.core.emit(Effect::Continue);
+        }
+    }
+
+    fn run_task(&mut self, task: Task) {
+        let core = &mut self.core;
+        match task {
+            Task::ActionFinal((namespace, run_id)) => {
+                let key = ((namespace, run_id), false);
+                self.answer_watchers(&key);
+                let ((namespace, run_id), _) = key;
+                workflows::wf_on_action_final(&mut self.core, &namespace, &run_id);
+            }
+            Task::WfAdvance((namespace, run_id)) => {
+                workflows::wf_advance(core, &namespace, &run_id)
+            }
+            Task::WfFinal((namespace, run_id)) => {
+                let key = ((namespace, run_id), true);
+                self.answer_watchers(&key);
+                let ((namespace, run_id), _) = key;
+                workflows::wf_notify_parent(&mut self.core, &namespace, &run_id);
+            }
+            Task::WfResume((namespace, run_id)) => {
+                workflows::wf_resume(core, &namespace, &run_id)
+            }
+            Task::Delivered {
+                worker,
+                want_id,
+                from,
+                tasks,
+            } => workers::on_delivery(core, &mut self.awaits, &worker, want_id, from, tasks, false),
+        }
+    }
+
+    // ---- life cycle and time ----
+
+    fn started(&mut self) {
+        definitions::sync_all(&mut self.core);
+        for key in workflows::open_runs(&self.core) {
+            self.core.schedule(Task::WfResume(key));
+        }
+        self.tick();
+    }
+
+    fn tick(&mut self) {
+        self.wake_asked = None;
+        let now = self.core.now_ms();
+        let state = &self.core.state;
+        self.core.index.fire_due_runs(now, state);
+        workers::expire_leases(&mut self.core);
+        if workflows::wf_fire_timers(&mut self.core) {
+            // More timers came due than one tick fires: come back at once.
+            self.wake_asked = Some(0);
+            let wall = self.core.wall_ms();
+            self.core.emit(Effect::WakeAt { wall_ms: wall });
+        }
+        let wall = self.core.wall_ms();
+        for (run, to) in self.watches.expire(wall) {
+            self.answer_watch(&run, to);
+        }
+        workers::expire_awaits(&mut self.core, &mut self.awaits);
+        if now >= self.next_housekeeping_ms {
+            self.next_housekeeping_ms = now + HOUSEKEEPING_MS;
+            kv::sweep_expired(&mut self.core, EXPIRY_SWEEP_KEYS_MAX);
+            self.workers.check_health(now);
+            workers::sweep_wants(&self.core, &mut self.awaits);
+        }
+    }
+
+    /// Asks the runtime for a tick at the earliest deadline, if it is not asked already.
+    fn ask_wake(&mut self) {
+        let now = self.core.now_ms();
+        let wall = self.core.wall_ms();
+        // Deadlines on the shard's clock, moved to the wall clock the runtime sleeps on.
+        let to_wall = |due: u64| wall.saturating_add(due.saturating_sub(now));
+        let next = [
+            self.core.index.next_due_ms().map(to_wall),
+            Some(to_wall(self.next_housekeeping_ms)),
+            self.watches.next_deadline(),
+            self.awaits.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(next) = next else {
+            return;
+        };
+        if self.wake_asked.is_some_and(|asked| asked <= next) {
+            return;
+        }
+        self.wake_asked = Some(next);
+        self.core.emit(Effect::WakeAt { wall_ms: next });
+    }
+
+    // ---- clients ----
+
+    fn refuse_if_stopping(&mut self, to: ReplyTo) -> bool {
+        if self.stopping {
+            let e = ErrorValue::unavailable(
+                "the server is shutting down; retry against it once restarted",
+            );
+            self.core.reply_op(to, 0, Err(e));
+        }
+        self.stopping
+    }
+
+    /// A client's request on the shard it is connected to: route it.
+    fn client(&mut self, to: ReplyTo, op: Op) {
+        if self.refuse_if_stopping(to) {
+            return;
+        }
+        let me = self.core.shard;
+        match target(&op, me, &self.core.partitioning) {
+            Target::Here => {
+                let result = self.connection_op(op);
+                self.core.reply_op(to, 0, result);
+            }
+            Target::Shard(s) if s == me => self.execute(to, op),
+            Target::Shard(s) => match op {
+                Op::TaskAwait { .. } => {
+                    workers::forward_await(&mut self.core, &mut self.awaits, s, to, op)
+                }
+                op => {
+                    self.core
+                        .call(s, 0, PeerRequest::Client(op), Waiting::Relay(to));
+                }
+            },
+            Target::All => self.fan_out(to, op),
+        }
+    }
+
+    fn connection_op(&self, op: Op) -> ReplyResult {
+        let partitioning = self.core.partitioning;
+        match op {
+            Op::Hello {
+                protocol_version, ..
+            } => {
+                if protocol_version != PROTOCOL_VERSION {
+                    return Err(ErrorValue::bad_request(format!(
+                        "protocol version {protocol_version} is not supported; this server \
+                         speaks version {PROTOCOL_VERSION}"
+                    )));
+                }
+                Ok(Reply::Hello {
+                    protocol_version: PROTOCOL_VERSION,
+                    server_version: super::SERVER_VERSION.to_string(),
+                    shard_count: partitioning.shards,
+                    partitions: partitioning.partitions,
+                })
+            }
+            _ => Ok(Reply::ShardMap(ShardMap {
+                hash: HASH_NAME.to_string(),
+                partitions: partitioning.partitions,
+                shard_count: partitioning.shards,
+                owners: partitioning.owners(),
+            })),
+        }
+    }
+
+    fn fan_out(&mut self, to: ReplyTo, op: Op) {
+        let req = match &op {
+            Op::TestAdvanceClock { ms } => {
+                if !self.core.advance_clock(*ms) {
+                    let e = ErrorValue::new(
+                        ErrorCode::Unauthorized,
+                        "the clock can only be moved on a server started with --test-clock",
+                    );
+                    self.core.reply_op(to, 0, Err(e));
+                    return;
+                }
+                self.tick();
+                PeerRequest::ClockMoved
+            }
+            op => PeerRequest::Client(op.clone()),
+        };
+        let local = match &op {
+            Op::TestAdvanceClock { .. } => Done::now(Ok(Reply::Done)),
+            op => self.part(op.clone()),
+        };
+        fanout::start(&mut self.core, &mut self.fanouts, to, op, req, local);
+    }
+
+    /// This shard's part of a fan-out.
+    fn part(&mut self, op: Op) -> Done {
+        let core = &self.core;
+        match op {
+            Op::Status => Done::now(Ok(Reply::ShardStatus(ShardInfo {
+                shard: core.shard,
+                lsn: core.last_lsn(),
+                durable_lsn: core.durable_lsn(),
+                segments: self.segments,
+                kv_keys: core.state.kv.key_count(),
+                runs: core.state.runs.len() as u64,
+            }))),
+            Op::KvList {
+                namespace,
+                prefix,
+                limit,
+            } => kv::kv_list(core, &namespace, &prefix, limit),
+            Op::RunList {
+                namespace,
+                action,
+                status,
+                dead_letter,
+                limit,
+            } => actions::run_list(
+                core,
+                &self.executions,
+                &namespace,
+                &action,
+                status,
+                dead_letter,
+                limit,
+            ),
+            Op::WorkerList { namespace } => {
+                Done::now(Ok(Reply::Workers(self.workers.list(&namespace))))
+            }
+            Op::WorkflowListRuns {
+                namespace,
+                name,
+                status,
+                limit,
+            } => workflows::wf_list_runs(core, &namespace, &name, status, limit),
+            _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
+        }
+    }
+
+    /// Executes an operation this shard owns (a client's, or one routed here).
+    fn execute(&mut self, to: ReplyTo, op: Op) {
+        let done = match op {
+            Op::KvGet { namespace, key } => kv::get(&self.core, &namespace, &key),
+            Op::KvPut {
+                namespace,
+                key,
+                value,
+                ttl_ms,
+                if_version,
+            } => kv::kv_put(&mut self.core, namespace, key, value, ttl_ms, if_version),
+            Op::KvDelete {
+                namespace,
+                key,
+                if_version,
+            } => kv::kv_delete(&mut self.core, &namespace, &key, if_version),
+            Op::ActionRegister(_)
+            | Op::ActionDelete { .. }
+            | Op::ActionSetEnabled { .. }
+            | Op::WorkflowCreate { .. }
+            | Op::WorkflowSetEnabled { .. } => {
+                return definitions::submit(&mut self.core, &mut self.definitions, to, op);
+            }
+            Op::ActionGet { namespace, name } => actions::action_get(&self.core, &namespace, &name),
+            Op::ActionList { namespace } => actions::action_list(&self.core, &namespace),
+            Op::ActionInvoke(spec) => {
+                let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
+                let done = actions::invoke(&mut self.core, spec);
+                match (wait_ms, done.result) {
+                    (Some(wait_ms), Ok(Reply::Invoked { run_id, .. })) => {
+                        return self.wait_for((namespace, run_id), false, wait_ms, to);
+                    }
+                    (_, result) => Done {
+                        result,
+                        wait_lsn: done.wait_lsn,
+                    },
+                }
+            }
+            Op::RunStatus { namespace, run_id } => {
+                actions::run_status(&self.core, &self.executions, &namespace, &run_id)
+            }
+            Op::RunWait {
+                namespace,
+                run_id,
+                timeout_ms,
+            } => return self.wait_for((namespace, run_id), false, timeout_ms, to),
+            Op::RunCancel { namespace, run_id } => {
+                actions::cancel(&mut self.core, &self.executions, &namespace, &run_id)
+            }
+            Op::WorkerRegister(spec) => {
+                let now = self.core.now_ms();
+                Done::now(self.workers.register(spec, now).map(Reply::Worker))
+            }
+            Op::WorkerHeartbeat {
+                namespace,
+                worker_id,
+                current_load,
+            } => {
+                let now = self.core.now_ms();
+                Done::now(
+                    self.workers
+                        .heartbeat(&namespace, &worker_id, current_load, now)
+                        .map(|status| Reply::WorkerStatus { status }),
+                )
+            }
+            Op::WorkerGet {
+                namespace,
+                worker_id,
+            } => Done::now(self.workers.info(&namespace, &worker_id).map(Reply::Worker)),
+            Op::WorkerDrain {
+                namespace,
+                worker_id,
+            } => {
+                let result = self.workers.drain(&namespace, &worker_id).map(Reply::Worker);
+                workers::worker_gone(&mut self.core, &mut self.awaits, &namespace, &worker_id);
+                Done::now(result)
+            }
+            Op::WorkerDeregister {
+                namespace,
+                worker_id,
+            } => {
+                let result = self
+                    .workers
+                    .deregister(&namespace, &worker_id)
+                    .map(|()| Reply::Done);
+                workers::worker_gone(&mut self.core, &mut self.awaits, &namespace, &worker_id);
+                Done::now(result)
+            }
+            Op::TaskAwait {
+                namespace,
+                worker_id,
+                actions,
+                max_tasks,
+                block_ms,
+            } => {
+                return workers::await_tasks(
+                    &mut self.core,
+                    &mut self.awaits,
+                    &self.workers,
+                    to,
+                    namespace,
+                    worker_id,
+                    actions,
+                    max_tasks,
+                    block_ms,
+                );
+            }
+            Op::TaskComplete {
+                namespace,
+                worker_id,
+                task_id,
+                action,
+                attempt,
+                result,
+                outcome,
+            } => {
+                let r = TaskReport {
+                    namespace: &namespace,
+                    worker_id: &worker_id,
+                    task_id: &task_id,
+                    action: &action,
+                    attempt,
+                };
+                workers::complete(&mut self.core, &mut self.workers, &r, result, outcome)
+            }
+            Op::TaskFail {
+                namespace,
+                worker_id,
+                task_id,
+                action,
+                attempt,
+                error,
+                retry,
+                non_retryable,
+            } => {
+                let r = TaskReport {
+                    namespace: &namespace,
+                    worker_id: &worker_id,
+                    task_id: &task_id,
+                    action: &action,
+                    attempt,
+                };
+                workers::fail(
+                    &mut self.core,
+                    &mut self.workers,
+                    &self.executions,
+                    &r,
+                    &error,
+                    retry,
+                    non_retryable,
+                )
+            }
+            Op::TaskTouch {
+                namespace,
+                worker_id,
+                task_id,
+                action,
+                extend_ms,
+            } => {
+                let r = TaskReport {
+                    namespace: &namespace,
+                    worker_id: &worker_id,
+                    task_id: &task_id,
+                    action: &action,
+                    attempt: None,
+                };
+                workers::touch(&mut self.core, &r, extend_ms)
+            }
+            Op::WorkflowGet {
+                namespace,
+                name,
+                version,
+            } => Done::now(
+                workflows::wf_info(&self.core, &namespace, &name, version.as_deref())
+                    .map(Reply::Workflow),
+            ),
+            Op::WorkflowList { namespace } => Done::now(Ok(Reply::Workflows(
+                workflows::wf_list(&self.core, &namespace),
+            ))),
+            Op::WorkflowStart(spec) => {
+                let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
+                let done = workflows::wf_start(&mut self.core, spec);
+                match (wait_ms, done.result) {
+                    (Some(wait_ms), Ok(Reply::WorkflowStarted { run_id, .. })) => {
+                        return self.wait_for((namespace, run_id), true, wait_ms, to);
+                    }
+                    (_, result) => Done {
+                        result,
+                        wait_lsn: done.wait_lsn,
+                    },
+                }
+            }
+            Op::WorkflowStatus { namespace, run_id } => {
+                workflows::wf_status(&self.core, &namespace, &run_id)
+            }
+            Op::WorkflowWait {
+                namespace,
+                run_id,
+                timeout_ms,
+            } => return self.wait_for((namespace, run_id), true, timeout_ms, to),
+            Op::WorkflowHistory { namespace, run_id } => {
+                workflows::wf_history(&self.core, &namespace, &run_id)
+            }
+            Op::WorkflowSignal {
+                namespace,
+                run_id,
+                signal_type,
+                payload,
+            } => workflows::wf_signal(&mut self.core, &namespace, &run_id, signal_type, payload),
+            Op::WorkflowCancel {
+                namespace,
+                run_id,
+                reason,
+            } => workflows::wf_cancel(&mut self.core, &namespace, &run_id, reason),
+            op @ (Op::Status
+            | Op::KvList { .. }
+            | Op::RunList { .. }
+            | Op::WorkerList { .. }
+            | Op::WorkflowListRuns { .. }) => self.part(op),
+            op @ (Op::Hello { .. } | Op::ShardMap) => Done::now(self.connection_op(op)),
+            Op::TestAdvanceClock { .. } => {
+                Done::now(Err(ErrorValue::internal("a clock move reached a shard directly")))
+            }
+        };
+        self.core.reply_op(to, done.wait_lsn, done.result);
+    }
+
+    // ---- waits on runs ----
+
+    fn status_of(&self, run: &Watched) -> Done {
+        let ((namespace, run_id), workflow) = run;
+        if *workflow {
+            workflows::wf_status(&self.core, namespace, run_id)
+        } else {
+            actions::run_status(&self.core, &self.executions, namespace, run_id)
+        }
+    }
+
+    /// Answers with the run once it is final, or after `timeout_ms` with its status.
+    fn wait_for(&mut self, run: (String, String), workflow: bool, timeout_ms: u64, to: ReplyTo) {
+        let run = (run, workflow);
+        let status = self.status_of(&run);
+        let is_final = match &status.result {
+            Ok(Reply::Run(info)) => info.status.is_final(),
+            Ok(Reply::WorkflowRun(info)) => info.status.is_final(),
+            _ => true,
+        };
+        if is_final || timeout_ms == 0 {
+            self.core.reply_op(to, status.wait_lsn, status.result);
+            return;
+        }
+        // Deadlines on the real clock: a test clock moves runs, not client patience.
+        let deadline = self.core.wall_ms() + timeout_ms.min(RUN_WAIT_MS_MAX);
+        self.watches.watch(run, deadline, to);
+    }
+
+    fn answer_watch(&mut self, run: &Watched, to: ReplyTo) {
+        let status = self.status_of(run);
+        self.core.reply_op(to, status.wait_lsn, status.result);
+    }
+
+    fn answer_watchers(&mut self, run: &Watched) {
+        for to in self.watches.take(run) {
+            self.answer_watch(run, to);
+        }
+    }
+
+    // ---- other shards ----
+
+    fn peer(&mut self, from: u32, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Request { tag, req } => {
+                let to = ReplyTo::Peer { shard: from, tag };
+                if self.refuse_if_stopping(to) {
+                    return;
+                }
+                self.peer_request(from, to, req);
+            }
+            PeerMsg::Reply { tag, result } => self.peer_reply(tag, result),
+        }
+    }
+
+    fn peer_request(&mut self, from: u32, to: ReplyTo, req: PeerRequest) {
+        let core = &mut self.core;
+        match req {
+            PeerRequest::Client(op) => self.execute(to, op),
+            PeerRequest::Definition(record) => definitions::apply_change(core, to, record),
+            PeerRequest::DefinitionSync { actions, workflows } => {
+                definitions::apply_sync(core, to, actions, workflows)
+            }
+            PeerRequest::Want(msg) => workers::on_want(core, &mut self.awaits, from, msg, to),
+            PeerRequest::WantCancel {
+                namespace,
+                worker_id,
+                want_id,
+            } => workers::cancel_want(&mut self.awaits, &namespace, &worker_id, want_id),
+            PeerRequest::TasksDelivered {
+                namespace,
+                worker_id,
+                want_id,
+                tasks,
+            } => {
+                let worker = (namespace, worker_id);
+                workers::on_delivery(core, &mut self.awaits, &worker, want_id, from, tasks, false)
+            }
+            PeerRequest::ReleaseLeases {
+                namespace,
+                worker_id,
+                run_ids,
+            } => {
+                workers::release_tasks(core, &namespace, &worker_id, run_ids);
+            }
+            PeerRequest::WorkerTaskDone {
+                namespace,
+                worker_id,
+                action,
+                ok,
+                at_ms,
+            } => self
+                .workers
+                .record_task(&namespace, &worker_id, &action, ok, at_ms),
+            PeerRequest::AbandonAwait {
+                namespace,
+                worker_id,
+                tag,
+            } => workers::abandon_forwarded(
+                core,
+                &mut self.awaits,
+                from,
+                (namespace, worker_id),
+                tag,
+            ),
+            PeerRequest::RemoteWrites {
+                origin_lsn,
+                namespace,
+                writes,
+            } => {
+                let lsn = kv::on_remote_writes(core, from, origin_lsn, namespace, writes);
+                core.reply(to, lsn, Ok(Reply::Done));
+            }
+            PeerRequest::KvRead { namespace, key } => {
+                let value = core
+                    .state
+                    .kv
+                    .get(&namespace, &key, core.now_ms())
+                    .map(|e| e.to_wire(&key));
+                core.reply(to, 0, Ok(Reply::KvValue(value)));
+            }
+            PeerRequest::ClockMoved => {
+                self.tick();
+                self.core.reply(to, 0, Ok(Reply::Done));
+            }
+        }
+    }
+
+    fn peer_reply(&mut self, tag: u64, result: ReplyResult) {
+        let Some(waiting) = self.core.take_call(tag) else {
+            return;
+        };
+        let core = &mut self.core;
+        match waiting {
+            Waiting::Relay(to) => core.reply_op(to, 0, result),
+            Waiting::AwaitRelay { to, worker } => {
+                workers::on_await_relayed(core, &mut self.awaits, tag, to, worker, result)
+            }
+            Waiting::FanOut(id) => fanout::on_part(core, &mut self.fanouts, id, result),
+            Waiting::Definition(id) => {
+                definitions::on_applied(core, &mut self.definitions, id, result)
+            }
+            Waiting::WantShare {
+                worker,
+                want_id,
+                from,
+            } => workers::on_want_share(core, &mut self.awaits, worker, want_id, from, result),
+            Waiting::GuestRead { exec, read } => core.emit(Effect::GuestValue {
+                exec,
+                read,
+                value: kv::guest_value(result),
+            }),
+            Waiting::Forward { origin_lsn } => {
+                kv::on_forwarded(core, &mut self.forwarder, origin_lsn, result.is_ok())
+            }
+            Waiting::Nothing => {
+                if let Err(e) = result {
+                    core.emit(Effect::Log(format!(
+                        "warning: shard {}: a request to another shard failed: {e}",
+                        core.shard
+                    )));
+                }
+            }
+        }
+    }
+}

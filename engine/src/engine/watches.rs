@@ -1,0 +1,70 @@
+//! Clients waiting for a run to become final (`RunWait`, `WorkflowWait`, invoke/start with
+//! wait): answered when it does, or with its current status at their deadline.
+
+use crate::core::io::{ReplyTo, RunKey};
+use ahash::AHashMap as HashMap;
+use std::collections::BTreeMap;
+
+/// A watched run and whether it is a workflow run.
+pub type Watched = (RunKey, bool);
+
+#[derive(Default)]
+pub struct Watches {
+    by_run: HashMap<Watched, Vec<(u64, ReplyTo)>>,
+    /// (deadline, seq) → run.
+    deadlines: BTreeMap<(u64, u64), Watched>,
+    next_seq: u64,
+}
+
+impl Watches {
+    pub fn watch(&mut self, run: Watched, deadline_ms: u64, to: ReplyTo) {
+        self.next_seq += 1;
+        self.deadlines
+            .insert((deadline_ms, self.next_seq), run.clone());
+        self.by_run
+            .entry(run)
+            .or_default()
+            .push((deadline_ms, to));
+    }
+
+    /// Everyone waiting on `run` (it became final).
+    pub fn take(&mut self, run: &Watched) -> Vec<ReplyTo> {
+        if self.by_run.is_empty() {
+            return Vec::new();
+        }
+        self.by_run
+            .remove(run)
+            .map(|list| list.into_iter().map(|(_, to)| to).collect())
+            .unwrap_or_default()
+    }
+
+    /// Waits whose deadline passed at `now_ms`.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<(Watched, ReplyTo)> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.deadlines.first_entry() {
+            if entry.key().0 > now_ms {
+                break;
+            }
+            let run = entry.remove();
+            let Some(list) = self.by_run.get_mut(&run) else {
+                continue;
+            };
+            let (gone, kept): (Vec<_>, Vec<_>) =
+                std::mem::take(list).into_iter().partition(|(d, _)| *d <= now_ms);
+            *list = kept;
+            if list.is_empty() {
+                self.by_run.remove(&run);
+            }
+            out.extend(gone.into_iter().map(|(_, to)| (run.clone(), to)));
+        }
+        out
+    }
+
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.keys().next().map(|(d, _)| *d)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_run.values().map(Vec::len).sum()
+    }
+}

@@ -1,0 +1,10 @@
+//! The namespaced key-value store: its state (part of the fold), the client operations on
+//! it, and the delivery of guest writes to the shards owning their keys.
+
+mod forward;
+mod ops;
+mod store;
+
+pub use forward::{Forwarder, on_forwarded, on_remote_writes, start_forwards};
+pub use ops::{get, guest_read, guest_value, kv_delete, kv_list, kv_put, sweep_expired};
+pub use store::{Entry, KV_TTL_MS_MAX, KvPage, KvStore, validate_namespace};

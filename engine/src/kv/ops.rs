@@ -1,0 +1,122 @@
+//! KV operations on the shard owning the key: plan a record, commit it, answer once the
+//! record the answer depends on is durable.
+
+use crate::core::cx::{Core, Waiting};
+use crate::core::io::{Done, Effect, PeerRequest};
+use crate::record::Record;
+use flo_protocol::{ErrorValue, KV_LIST_LIMIT_DEFAULT, Reply};
+
+/// A read: the value once the put that wrote it is durable; an absence once the delete
+/// that made it (if any) is durable.
+pub fn get(core: &Core, namespace: &str, key: &str) -> Done {
+    if let Err(e) = super::KvStore::validate_get(namespace, key) {
+        return Done::now(Err(e));
+    }
+    let entry = core.state.kv.get(namespace, key, core.now_ms());
+    Done {
+        wait_lsn: entry.map_or(core.absence_lsn(), |e| e.lsn),
+        result: Ok(Reply::KvValue(entry.map(|e| e.to_wire(key)))),
+    }
+}
+
+pub fn kv_put(
+    core: &mut Core,
+    namespace: String,
+    key: String,
+    value: Vec<u8>,
+    ttl_ms: Option<u64>,
+    if_version: Option<u64>,
+) -> Done {
+    let now = core.now_ms();
+    match core
+        .state
+        .kv
+        .plan_put(namespace, key, value, ttl_ms, if_version, now)
+    {
+        Ok(record) => {
+            let version = match &record {
+                Record::KvPut { version, .. } => *version,
+                _ => 0,
+            };
+            Done {
+                wait_lsn: core.commit(record),
+                result: Ok(Reply::KvPut { version }),
+            }
+        }
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+pub fn kv_delete(core: &mut Core, namespace: &str, key: &str, if_version: Option<u64>) -> Done {
+    let now = core.now_ms();
+    match core.state.kv.plan_delete(namespace, key, if_version, now) {
+        Ok(Some(record)) => Done {
+            wait_lsn: core.commit(record),
+            result: Ok(Reply::KvDeleted { deleted: true }),
+        },
+        // Nothing to delete: say so once whatever made the key absent is durable.
+        Ok(None) => Done {
+            wait_lsn: core.absence_lsn(),
+            result: Ok(Reply::KvDeleted { deleted: false }),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+pub fn kv_list(core: &Core, namespace: &str, prefix: &str, limit: Option<u32>) -> Done {
+    let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT);
+    match core.state.kv.list(namespace, prefix, limit, core.now_ms()) {
+        Ok((items, truncated)) => Done {
+            wait_lsn: items
+                .iter()
+                .map(|(_, e)| e.lsn)
+                .chain([core.absence_lsn()])
+                .max()
+                .unwrap_or(0),
+            result: Ok(Reply::KvList {
+                entries: items.iter().map(|(k, e)| e.to_wire(k)).collect(),
+                truncated,
+            }),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// Logs the deletion of up to `max` expired keys; returns how many.
+pub fn sweep_expired(core: &mut Core, max: usize) -> usize {
+    let records = core.state.kv.expired(core.now_ms(), max);
+    let n = records.len();
+    for record in records {
+        core.commit(record);
+    }
+    n
+}
+
+/// A running guest reads `key`: from this shard's state, or from the shard owning it.
+/// (A guest's result is committed after the value it read, so it needs no durability
+/// wait of its own.)
+pub fn guest_read(core: &mut Core, exec: u64, read: u64, namespace: &str, key: &str) {
+    let owner = core.partitioning.shard_of(namespace, key);
+    if owner == core.shard {
+        let value = core
+            .state
+            .kv
+            .get(namespace, key, core.now_ms())
+            .map(|e| e.value.clone());
+        core.emit(Effect::GuestValue { exec, read, value });
+        return;
+    }
+    let req = PeerRequest::KvRead {
+        namespace: namespace.to_string(),
+        key: key.to_string(),
+    };
+    core.call(owner, 0, req, Waiting::GuestRead { exec, read });
+}
+
+/// Guest KV errors of a read answered by another shard count as "not found".
+pub fn guest_value(result: Result<Reply, ErrorValue>) -> Option<Vec<u8>> {
+    match result {
+        Ok(Reply::KvValue(entry)) => entry.map(|e| e.value),
+        _ => None,
+    }
+}

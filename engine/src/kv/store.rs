@@ -1,0 +1,364 @@
+//! Namespaced key-value store: versions for compare-and-set, optional TTL, ordered keys
+//! for prefix listing. `plan_*` validate and build records; `apply_*` change state.
+
+use crate::record::Record;
+use ahash::AHashMap as HashMap;
+use flo_protocol::{
+    ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
+    NAMESPACE_BYTES_MAX,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Longest TTL accepted (about 100 years), so deadlines never overflow.
+pub const KV_TTL_MS_MAX: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub value: Vec<u8>,
+    pub version: u64,
+    pub expires_at_ms: Option<u64>,
+    /// LSN of the record that wrote this value: a read waits until it is durable.
+    pub lsn: u64,
+}
+
+impl Entry {
+    fn live(&self, now_ms: u64) -> bool {
+        self.expires_at_ms.is_none_or(|t| t > now_ms)
+    }
+
+    pub fn to_wire(&self, key: &str) -> KvEntry {
+        KvEntry {
+            key: key.to_string(),
+            value: self.value.clone(),
+            version: self.version,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+/// A page of a listing: entries in key order, and whether more matched.
+pub type KvPage<'a> = (Vec<(&'a str, &'a Entry)>, bool);
+
+#[derive(Default)]
+pub struct KvStore {
+    spaces: HashMap<String, BTreeMap<String, Entry>>,
+    keys: u64,
+    /// (expires_at_ms, namespace, key) of every entry with a TTL, soonest first.
+    expiries: BTreeSet<(u64, String, String)>,
+}
+
+pub fn validate_namespace(namespace: &str) -> Result<(), ErrorValue> {
+    if namespace.is_empty() || namespace.len() > NAMESPACE_BYTES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "namespace must be 1 to {NAMESPACE_BYTES_MAX} bytes, got {}",
+            namespace.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_key(namespace: &str, key: &str) -> Result<(), ErrorValue> {
+    validate_namespace(namespace)?;
+    if key.is_empty() || key.len() > KV_KEY_BYTES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "key must be 1 to {KV_KEY_BYTES_MAX} bytes, got {}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_version(
+    key: &str,
+    current: Option<&Entry>,
+    expected: Option<u64>,
+) -> Result<(), ErrorValue> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let actual = current.map_or(0, |e| e.version);
+    if actual != expected {
+        return Err(ErrorValue::conflict(format!(
+            "version mismatch on key {key:?}: expected {expected}, current is {actual}"
+        )));
+    }
+    Ok(())
+}
+
+impl KvStore {
+    pub fn key_count(&self) -> u64 {
+        self.keys
+    }
+
+    /// The live (unexpired) entry of a key.
+    pub fn get(&self, namespace: &str, key: &str, now_ms: u64) -> Option<&Entry> {
+        self.spaces
+            .get(namespace)?
+            .get(key)
+            .filter(|e| e.live(now_ms))
+    }
+
+    pub fn validate_get(namespace: &str, key: &str) -> Result<(), ErrorValue> {
+        validate_key(namespace, key)
+    }
+
+    pub fn plan_put(
+        &self,
+        namespace: String,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+        if_version: Option<u64>,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
+        validate_key(&namespace, &key)?;
+        if value.len() > KV_VALUE_BYTES_MAX {
+            return Err(ErrorValue::bad_request(format!(
+                "value of {} bytes exceeds the maximum of {KV_VALUE_BYTES_MAX} bytes",
+                value.len()
+            )));
+        }
+        let expires_at_ms = match ttl_ms {
+            None => None,
+            Some(ttl) if ttl == 0 || ttl > KV_TTL_MS_MAX => {
+                return Err(ErrorValue::bad_request(format!(
+                    "ttl must be 1 to {KV_TTL_MS_MAX} ms, got {ttl}"
+                )));
+            }
+            Some(ttl) => Some(now_ms + ttl),
+        };
+        let current = self.get(&namespace, &key, now_ms);
+        check_version(&key, current, if_version)?;
+        let version = current.map_or(1, |e| e.version + 1);
+        Ok(Record::KvPut {
+            namespace,
+            key,
+            value,
+            version,
+            expires_at_ms,
+        })
+    }
+
+    /// `Ok(None)`: nothing to delete.
+    pub fn plan_delete(
+        &self,
+        namespace: &str,
+        key: &str,
+        if_version: Option<u64>,
+        now_ms: u64,
+    ) -> Result<Option<Record>, ErrorValue> {
+        validate_key(namespace, key)?;
+        let current = self.get(namespace, key, now_ms);
+        check_version(key, current, if_version)?;
+        Ok(current.map(|_| Record::KvDelete {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+        }))
+    }
+
+    /// Live entries whose key starts with `prefix`, in key order, at most `limit`; the flag
+    /// says whether more matched.
+    pub fn list(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        limit: u32,
+        now_ms: u64,
+    ) -> Result<KvPage<'_>, ErrorValue> {
+        validate_namespace(namespace)?;
+        if limit == 0 || limit > KV_LIST_LIMIT_MAX {
+            return Err(ErrorValue::bad_request(format!(
+                "limit must be 1 to {KV_LIST_LIMIT_MAX}, got {limit}"
+            )));
+        }
+        let Some(space) = self.spaces.get(namespace) else {
+            return Ok((Vec::new(), false));
+        };
+        let mut out = Vec::new();
+        let matching = space
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(_, e)| e.live(now_ms));
+        for (k, e) in matching {
+            if out.len() == limit as usize {
+                return Ok((out, true));
+            }
+            out.push((k.as_str(), e));
+        }
+        Ok((out, false))
+    }
+
+    /// Delete records for up to `max` expired keys, soonest expired first.
+    pub fn expired(&self, now_ms: u64, max: usize) -> Vec<Record> {
+        self.expiries
+            .iter()
+            .take_while(|(at, _, _)| *at <= now_ms)
+            .take(max)
+            .map(|(_, namespace, key)| Record::KvDelete {
+                namespace: namespace.clone(),
+                key: key.clone(),
+            })
+            .collect()
+    }
+
+    fn forget_expiry(&mut self, namespace: &str, key: &str, old: Option<&Entry>) {
+        if let Some(at) = old.and_then(|e| e.expires_at_ms) {
+            self.expiries
+                .remove(&(at, namespace.to_string(), key.to_string()));
+        }
+    }
+
+    pub fn apply_put(
+        &mut self,
+        namespace: String,
+        key: String,
+        value: Vec<u8>,
+        version: u64,
+        expires_at_ms: Option<u64>,
+        lsn: u64,
+    ) {
+        let entry = Entry {
+            value,
+            version,
+            expires_at_ms,
+            lsn,
+        };
+        if !self.spaces.contains_key(&namespace) {
+            self.spaces.insert(namespace.clone(), BTreeMap::new());
+        }
+        let space = self
+            .spaces
+            .get_mut(&namespace)
+            .expect("namespace inserted above");
+        let expiries = &mut self.expiries;
+        match space.entry(key) {
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                if let Some(at) = expires_at_ms {
+                    expiries.insert((at, namespace.clone(), slot.key().clone()));
+                }
+                slot.insert(entry);
+                self.keys += 1;
+            }
+            std::collections::btree_map::Entry::Occupied(mut slot) => {
+                let old_at = slot.get().expires_at_ms;
+                if old_at != expires_at_ms {
+                    if let Some(at) = old_at {
+                        expiries.remove(&(at, namespace.clone(), slot.key().clone()));
+                    }
+                    if let Some(at) = expires_at_ms {
+                        expiries.insert((at, namespace.clone(), slot.key().clone()));
+                    }
+                }
+                slot.insert(entry);
+            }
+        }
+    }
+
+    /// A WebAssembly guest's write (committed with its run's completion at `at_ms`):
+    /// a put gets the next version, no TTL; `None` deletes.
+    pub fn apply_guest_write(
+        &mut self,
+        namespace: &str,
+        key: String,
+        value: Option<Vec<u8>>,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        match value {
+            Some(value) => {
+                let version = self
+                    .get(namespace, &key, at_ms)
+                    .map_or(1, |e| e.version + 1);
+                self.apply_put(namespace.to_string(), key, value, version, None, lsn);
+            }
+            None => self.apply_delete(namespace, &key),
+        }
+    }
+
+    pub fn apply_delete(&mut self, namespace: &str, key: &str) {
+        let Some(space) = self.spaces.get_mut(namespace) else {
+            return;
+        };
+        let Some(old) = space.remove(key) else { return };
+        self.keys -= 1;
+        if space.is_empty() {
+            self.spaces.remove(namespace);
+        }
+        self.forget_expiry(namespace, key, Some(&old));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ShardState;
+
+    fn put(
+        s: &mut ShardState,
+        key: &str,
+        ttl: Option<u64>,
+        if_v: Option<u64>,
+        now: u64,
+    ) -> Result<u64, ErrorValue> {
+        let rec =
+            s.kv.plan_put("ns".into(), key.into(), b"v".to_vec(), ttl, if_v, now)?;
+        let Record::KvPut { version, .. } = rec else {
+            unreachable!()
+        };
+        s.apply(s.applied_lsn + 1, rec);
+        Ok(version)
+    }
+
+    #[test]
+    fn versions_increase_and_compare_and_set_checks_them() {
+        let mut s = ShardState::default();
+        assert_eq!(put(&mut s, "a", None, Some(0), 0).unwrap(), 1);
+        assert_eq!(put(&mut s, "a", None, None, 0).unwrap(), 2);
+        let err = put(&mut s, "a", None, Some(1), 0).unwrap_err();
+        assert_eq!(err.code, flo_protocol::ErrorCode::Conflict);
+        assert!(
+            err.message.contains("expected 1, current is 2"),
+            "{}",
+            err.message
+        );
+        assert_eq!(put(&mut s, "a", None, Some(2), 0).unwrap(), 3);
+    }
+
+    #[test]
+    fn expired_keys_are_invisible_and_restart_at_version_one() {
+        let mut s = ShardState::default();
+        put(&mut s, "t", Some(100), None, 1000).unwrap();
+        assert!(s.kv.get("ns", "t", 1099).is_some());
+        assert!(s.kv.get("ns", "t", 1100).is_none());
+        assert_eq!(s.kv.expired(1100, 10).len(), 1);
+        assert!(s.kv.expired(1099, 10).is_empty());
+        // Overwriting without TTL or deleting drops the key from the expiry index.
+        put(&mut s, "u", Some(50), None, 1000).unwrap();
+        put(&mut s, "u", None, None, 1000).unwrap();
+        assert_eq!(s.kv.expired(2000, 10).len(), 1, "only t is left to expire");
+        s.apply(
+            s.applied_lsn + 1,
+            Record::KvDelete {
+                namespace: "ns".into(),
+                key: "t".into(),
+            },
+        );
+        assert!(s.kv.expired(2000, 10).is_empty());
+        assert_eq!(put(&mut s, "t", None, Some(0), 1100).unwrap(), 1);
+    }
+
+    #[test]
+    fn list_is_ordered_prefixed_and_limited() {
+        let mut s = ShardState::default();
+        for k in ["b2", "a1", "b1", "b3", "c"] {
+            put(&mut s, k, None, None, 0).unwrap();
+        }
+        let (items, more) = s.kv.list("ns", "b", 2, 0).unwrap();
+        let keys: Vec<_> = items.iter().map(|(k, _)| *k).collect();
+        assert_eq!((keys, more), (vec!["b1", "b2"], true));
+        assert!(s.kv.list("other", "", 10, 0).unwrap().0.is_empty());
+    }
+}

@@ -1,0 +1,23 @@
+//! flo's shard engine: a pure state machine per shard. Inputs in (`core::io::Input`),
+//! effects out (`core::io::Effect`); state changes only through the commit path
+//! (`core::cx::Core::commit`: append → apply → observe). No async runtime, no I/O: the
+//! runtime crate performs the effects, the simulation drives it without one.
+
+pub mod actions;
+pub mod clock;
+pub mod core;
+pub mod definitions;
+pub mod engine;
+pub mod hash;
+pub mod index;
+pub mod kv;
+pub mod record;
+pub mod state;
+pub mod workers;
+pub mod workflows;
+
+pub use crate::core::cx::Durability;
+pub use crate::core::io::{
+    ClientRef, ConnId, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg, ReplyResult,
+};
+pub use crate::engine::{Engine, EngineConfig};

@@ -1,0 +1,335 @@
+//! Logical records of the UAL. State is a fold of these (see `state::ShardState::apply`).
+
+use flo_protocol::ActionKind;
+use serde::{Deserialize, Serialize};
+
+/// An action definition as logged (on every shard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionDefRecord {
+    pub kind: ActionKind,
+    pub version: u32,
+    pub enabled: bool,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
+    pub retry_delay_ms: u64,
+    pub description: Option<String>,
+    pub memory_limit_mb: u32,
+    #[serde(with = "serde_bytes")]
+    pub wasm: Option<Vec<u8>>,
+    pub wasm_describe: Option<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+/// A KV write made by a WebAssembly guest, committed with its run's completion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestKvWrite {
+    pub key: String,
+    /// None: delete.
+    #[serde(with = "serde_bytes")]
+    pub value: Option<Vec<u8>>,
+}
+
+/// One task of a `TasksLeased` batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasedTask {
+    pub run_id: String,
+    pub attempt: u32,
+    pub expires_at_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The workflow step an action run (or child workflow run) executes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRef {
+    /// The workflow run (on the same shard).
+    pub run_id: String,
+    pub step: String,
+}
+
+/// What a started workflow step waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepWait {
+    /// An action run; `worker`: executed by workers (user-hosted).
+    ActionRun { run_id: String, worker: bool },
+    /// A child workflow run.
+    ChildRun { run_id: String },
+    /// A signal of this type, until `deadline_ms` if set.
+    Signal {
+        signal_type: String,
+        deadline_ms: Option<u64>,
+    },
+}
+
+/// Where a workflow run goes after a step finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepNext {
+    Step(String),
+    /// Execute the same step again at `at_ms` (a retry after failure).
+    Retry {
+        at_ms: u64,
+    },
+    /// Execute the same step again at `at_ms` (still pending).
+    Poll {
+        at_ms: u64,
+    },
+    /// The run ends at `terminal` with `status`; `reason` says why when no transition did.
+    End {
+        terminal: String,
+        status: flo_protocol::WorkflowRunStatus,
+        reason: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Record {
+    KvPut {
+        namespace: String,
+        key: String,
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        /// The version this put gives the key.
+        version: u64,
+        expires_at_ms: Option<u64>,
+    },
+    KvDelete {
+        namespace: String,
+        key: String,
+    },
+    /// Registration or re-registration; `def.version` is assigned by the coordinator.
+    ActionDefined {
+        namespace: String,
+        name: String,
+        def: ActionDefRecord,
+    },
+    ActionRemoved {
+        namespace: String,
+        name: String,
+        at_ms: u64,
+    },
+    ActionEnabled {
+        namespace: String,
+        name: String,
+        enabled: bool,
+        at_ms: u64,
+    },
+    RunCreated {
+        namespace: String,
+        run_id: String,
+        action: String,
+        action_version: u32,
+        #[serde(with = "serde_bytes")]
+        input: Vec<u8>,
+        priority: u8,
+        labels: Option<String>,
+        idempotency_key: Option<String>,
+        created_at_ms: u64,
+        available_at_ms: u64,
+        /// The workflow step this run executes (its only attempt: steps retry themselves).
+        #[serde(default)]
+        step: Option<StepRef>,
+    },
+    /// An attempt failed. With `retry_at_ms` the run waits for another attempt; without,
+    /// it is final (failed, or timed out) and dead-lettered.
+    AttemptFailed {
+        namespace: String,
+        run_id: String,
+        attempt: u32,
+        /// Version of the action that executed the attempt (the latest registered one).
+        action_version: u32,
+        error: String,
+        timed_out: bool,
+        retry_at_ms: Option<u64>,
+        at_ms: u64,
+        /// A final failure goes to the dead-letter list (not for non-retryable failures).
+        #[serde(default = "yes")]
+        dead_letter: bool,
+    },
+    /// Pending runs of user-hosted actions leased to a worker (status `running`).
+    TasksLeased {
+        namespace: String,
+        worker_id: String,
+        tasks: Vec<LeasedTask>,
+        at_ms: u64,
+    },
+    /// A leased task's lease now ends at `expires_at_ms`.
+    LeaseExtended {
+        namespace: String,
+        run_id: String,
+        expires_at_ms: u64,
+    },
+    /// Leased tasks handed back unstarted (their worker could not take them): pending
+    /// again, same attempt.
+    LeasesReleased {
+        namespace: String,
+        run_ids: Vec<String>,
+        at_ms: u64,
+    },
+    RunCompleted {
+        namespace: String,
+        run_id: String,
+        attempt: u32,
+        /// Version of the action that executed the attempt (the latest registered one).
+        action_version: u32,
+        #[serde(with = "serde_bytes")]
+        output: Vec<u8>,
+        outcome: Option<String>,
+        /// The guest's KV writes: those to keys this shard owns are applied with the
+        /// completion, the others are forwarded to their shards (`KvForwarded`).
+        kv_writes: Vec<GuestKvWrite>,
+        at_ms: u64,
+    },
+    RunCancelled {
+        namespace: String,
+        run_id: String,
+        at_ms: u64,
+    },
+    /// A workflow definition version (on every shard): the YAML as given and the definition
+    /// it validated to (normalised), so applying it never runs the validator. Records of
+    /// older versions carry no `def`; `decode` fills it in from the YAML.
+    WorkflowDefined {
+        namespace: String,
+        name: String,
+        version: String,
+        yaml: String,
+        at_ms: u64,
+        #[serde(default)]
+        def: Option<Box<crate::workflows::WorkflowDef>>,
+    },
+    WorkflowEnabled {
+        namespace: String,
+        name: String,
+        enabled: bool,
+        at_ms: u64,
+    },
+    WfRunStarted {
+        namespace: String,
+        run_id: String,
+        workflow: String,
+        version: String,
+        /// JSON.
+        #[serde(with = "serde_bytes")]
+        input: Vec<u8>,
+        idempotency_key: Option<String>,
+        /// Set for a child run: the parent's step waiting for it.
+        parent: Option<StepRef>,
+        at_ms: u64,
+    },
+    WfStepStarted {
+        namespace: String,
+        run_id: String,
+        step: String,
+        wait: StepWait,
+        at_ms: u64,
+    },
+    WfStepFinished {
+        namespace: String,
+        run_id: String,
+        step: String,
+        outcome: String,
+        /// JSON.
+        #[serde(with = "serde_bytes")]
+        output: Option<Vec<u8>>,
+        error: Option<String>,
+        /// The queued signal this step consumed (its sequence number in the run).
+        consumed_signal: Option<u64>,
+        next: StepNext,
+        at_ms: u64,
+    },
+    WfSignalReceived {
+        namespace: String,
+        run_id: String,
+        signal_type: String,
+        /// JSON.
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+        at_ms: u64,
+    },
+    WfRunCancelled {
+        namespace: String,
+        run_id: String,
+        reason: Option<String>,
+        at_ms: u64,
+    },
+    /// Guest KV writes of completions up to `up_to_lsn` reached their owner shards.
+    KvForwarded {
+        up_to_lsn: u64,
+    },
+    /// Guest KV writes from another shard's completion (`origin_lsn` on `origin_shard`),
+    /// applied here because this shard owns the keys. Applied at most once per origin LSN.
+    KvRemoteWrites {
+        origin_shard: u32,
+        origin_lsn: u64,
+        namespace: String,
+        writes: Vec<GuestKvWrite>,
+        at_ms: u64,
+    },
+}
+
+impl Record {
+    /// Type code stored in the record header (for tools that scan without decoding).
+    pub fn type_code(&self) -> u16 {
+        match self {
+            Record::KvPut { .. } => 1,
+            Record::KvDelete { .. } => 2,
+            Record::ActionDefined { .. } => 10,
+            Record::ActionRemoved { .. } => 11,
+            Record::ActionEnabled { .. } => 12,
+            Record::RunCreated { .. } => 20,
+            Record::AttemptFailed { .. } => 21,
+            Record::RunCompleted { .. } => 22,
+            Record::RunCancelled { .. } => 23,
+            Record::TasksLeased { .. } => 24,
+            Record::LeaseExtended { .. } => 25,
+            Record::LeasesReleased { .. } => 26,
+            Record::WorkflowDefined { .. } => 40,
+            Record::WorkflowEnabled { .. } => 41,
+            Record::WfRunStarted { .. } => 42,
+            Record::WfStepStarted { .. } => 43,
+            Record::WfStepFinished { .. } => 44,
+            Record::WfSignalReceived { .. } => 45,
+            Record::WfRunCancelled { .. } => 46,
+            Record::KvForwarded { .. } => 30,
+            Record::KvRemoteWrites { .. } => 31,
+        }
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut ser = rmp_serde::Serializer::new(out);
+        // Encoding plain owned data into a Vec cannot fail.
+        self.serialize(&mut ser).expect("record encodes");
+    }
+
+    /// Decodes a record read back from the log, upgrading what older versions wrote.
+    pub fn decode(bytes: &[u8]) -> Result<Record, String> {
+        let mut record: Record = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+        if let Record::WorkflowDefined {
+            yaml, def: def @ None, ..
+        } = &mut record
+        {
+            // Written before definitions were stored normalised: validate once, here.
+            *def = crate::workflows::parse_workflow(yaml)
+                .ok()
+                .map(|v| Box::new(v.def));
+        }
+        Ok(record)
+    }
+
+    /// Whether applying this record may remove a KV key (a read that finds a key absent
+    /// must wait until such a record is durable).
+    pub fn may_remove_keys(&self) -> bool {
+        match self {
+            Record::KvDelete { .. } => true,
+            Record::RunCompleted { kv_writes, .. } | Record::KvRemoteWrites { writes: kv_writes, .. } => {
+                kv_writes.iter().any(|w| w.value.is_none())
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! Shard state is a fold of the log: `apply` is the one place it changes, used by live
+//! requests (right after their records are appended) and by recovery alike.
+
+use crate::actions::{Lease, Registry, Run, Runs};
+use crate::hash::Partitioning;
+use crate::kv::KvStore;
+use crate::record::{GuestKvWrite, Record};
+use flo_protocol::RunStatus;
+use std::collections::{HashMap, VecDeque};
+
+/// Guest KV writes of a completion that belong to other shards, not yet delivered.
+#[derive(Debug, Clone)]
+pub struct PendingForward {
+    pub lsn: u64,
+    pub namespace: String,
+    pub writes: Vec<GuestKvWrite>,
+}
+
+pub struct ShardState {
+    pub shard: u32,
+    pub partitioning: Partitioning,
+    pub kv: KvStore,
+    pub registry: Registry,
+    pub runs: Runs,
+    /// Remote guest KV writes waiting to be forwarded, in LSN order.
+    pub forwards: VecDeque<PendingForward>,
+    /// Highest origin LSN applied from each other shard's forwarded writes.
+    pub remote_applied: HashMap<u32, u64>,
+    pub workflows: crate::workflows::Workflows,
+    /// LSN of the last record applied.
+    pub applied_lsn: u64,
+}
+
+/// A record that cannot follow the records before it: a bug, not bad input (records are
+/// planned against this same state). Debug builds stop; release builds skip the record.
+fn impossible(lsn: u64, what: std::fmt::Arguments) {
+    debug_assert!(false, "record {lsn}: {what}");
+}
+
+impl Default for ShardState {
+    fn default() -> Self {
+        ShardState::new(0, Partitioning::new(crate::hash::PARTITIONS_DEFAULT, 1))
+    }
+}
+
+impl ShardState {
+    pub fn new(shard: u32, partitioning: Partitioning) -> Self {
+        ShardState {
+            shard,
+            partitioning,
+            kv: KvStore::default(),
+            registry: Registry::default(),
+            runs: Runs::default(),
+            forwards: VecDeque::new(),
+            remote_applied: HashMap::new(),
+            workflows: Default::default(),
+            applied_lsn: 0,
+        }
+    }
+
+    pub fn owns(&self, namespace: &str, key: &str) -> bool {
+        self.partitioning.shard_of(namespace, key) == self.shard
+    }
+
+    /// Applies the record at `lsn` (the next one: LSNs have no gaps). Never reads the clock
+    /// or validates anything: the record says what happened.
+    pub fn apply(&mut self, lsn: u64, record: Record) {
+        debug_assert!(
+            self.applied_lsn == 0 || lsn == self.applied_lsn + 1,
+            "record {lsn} applied after {}",
+            self.applied_lsn
+        );
+        self.applied_lsn = lsn;
+        match record {
+            Record::KvPut {
+                namespace,
+                key,
+                value,
+                version,
+                expires_at_ms,
+            } => self
+                .kv
+                .apply_put(namespace, key, value, version, expires_at_ms, lsn),
+            Record::KvDelete { namespace, key } => self.kv.apply_delete(&namespace, &key),
+            Record::ActionDefined {
+                namespace,
+                name,
+                def,
+            } => self.registry.apply_defined(namespace, name, def),
+            Record::ActionRemoved {
+                namespace,
+                name,
+                at_ms,
+            } => self.registry.apply_removed(&namespace, &name, at_ms),
+            Record::ActionEnabled {
+                namespace,
+                name,
+                enabled,
+                at_ms,
+            } => self
+                .registry
+                .apply_enabled(&namespace, &name, enabled, at_ms),
+            Record::RunCreated {
+                namespace,
+                run_id,
+                action,
+                action_version,
+                input,
+                priority,
+                labels,
+                idempotency_key,
+                created_at_ms,
+                available_at_ms,
+                step,
+            } => {
+                // A workflow step's action run: the step starts with it (one record).
+                let step_started = step.as_ref().map(|sr| {
+                    let worker = self
+                        .registry
+                        .get(&namespace, &action)
+                        .is_some_and(|d| d.kind == flo_protocol::ActionKind::User);
+                    (
+                        sr.clone(),
+                        crate::record::StepWait::ActionRun {
+                            run_id: run_id.clone(),
+                            worker,
+                        },
+                    )
+                });
+                let run = Run {
+                    action,
+                    action_version,
+                    status: RunStatus::Pending,
+                    input,
+                    output: None,
+                    outcome: None,
+                    error: None,
+                    attempt: 1,
+                    priority,
+                    labels,
+                    idempotency_key,
+                    dead_lettered: false,
+                    created_at_ms,
+                    updated_at_ms: created_at_ms,
+                    available_at_ms,
+                    seq: self.runs.next_seq(),
+                    lsn,
+                    lease: None,
+                    step,
+                };
+                if let Some((sr, wait)) = step_started {
+                    self.workflows.apply_step_started(
+                        &namespace,
+                        &sr.run_id,
+                        sr.step,
+                        wait,
+                        created_at_ms,
+                        lsn,
+                    );
+                }
+                self.runs.apply_created(namespace, run_id, run);
+            }
+            Record::AttemptFailed {
+                namespace,
+                run_id,
+                attempt,
+                action_version,
+                error,
+                timed_out,
+                retry_at_ms,
+                at_ms,
+                dead_letter,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                run.lease = None;
+                run.action_version = action_version;
+                run.error = Some(error);
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+                match retry_at_ms {
+                    Some(at) => {
+                        run.attempt = attempt + 1;
+                        run.available_at_ms = at;
+                        run.status = RunStatus::Pending;
+                    }
+                    None => {
+                        run.attempt = attempt;
+                        run.status = if timed_out {
+                            RunStatus::TimedOut
+                        } else {
+                            RunStatus::Failed
+                        };
+                        run.dead_lettered = dead_letter;
+                    }
+                }
+            }
+            Record::RunCompleted {
+                namespace,
+                run_id,
+                attempt,
+                action_version,
+                output,
+                outcome,
+                kv_writes,
+                at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                run.status = RunStatus::Completed;
+                run.lease = None;
+                run.action_version = action_version;
+                run.attempt = attempt;
+                run.output = Some(output);
+                run.outcome = outcome;
+                run.error = None;
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+                let (local, remote): (Vec<_>, Vec<_>) = kv_writes
+                    .into_iter()
+                    .partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
+                for w in local {
+                    self.kv
+                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                }
+                if !remote.is_empty() {
+                    self.forwards.push_back(PendingForward {
+                        lsn,
+                        namespace,
+                        writes: remote,
+                    });
+                }
+            }
+            Record::RunCancelled {
+                namespace,
+                run_id,
+                at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                run.status = RunStatus::Cancelled;
+                run.lease = None;
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+            }
+            Record::TasksLeased {
+                namespace,
+                worker_id,
+                tasks,
+                at_ms,
+            } => {
+                for task in tasks {
+                    let Some(run) = self.runs.get_mut(&namespace, &task.run_id) else {
+                        impossible(lsn, format_args!("leased run {:?} does not exist", task.run_id));
+                        continue;
+                    };
+                    run.status = RunStatus::Running;
+                    run.attempt = task.attempt;
+                    run.lease = Some(Lease {
+                        worker_id: worker_id.clone(),
+                        expires_at_ms: task.expires_at_ms,
+                    });
+                    run.updated_at_ms = at_ms;
+                    run.lsn = lsn;
+                }
+            }
+            Record::LeaseExtended {
+                namespace,
+                run_id,
+                expires_at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                if let Some(lease) = &mut run.lease {
+                    lease.expires_at_ms = lease.expires_at_ms.max(expires_at_ms);
+                    run.lsn = lsn;
+                }
+            }
+            Record::LeasesReleased {
+                namespace,
+                run_ids,
+                at_ms,
+            } => {
+                for run_id in run_ids {
+                    let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                        continue;
+                    };
+                    if run.status == RunStatus::Running {
+                        run.status = RunStatus::Pending;
+                        run.lease = None;
+                        run.updated_at_ms = at_ms;
+                        run.lsn = lsn;
+                    }
+                }
+            }
+            Record::WorkflowDefined {
+                namespace,
+                name,
+                version,
+                yaml,
+                at_ms,
+                def,
+            } => self
+                .workflows
+                .apply_defined(namespace, name, version, yaml, at_ms, def),
+            Record::WorkflowEnabled {
+                namespace,
+                name,
+                enabled,
+                at_ms,
+            } => self
+                .workflows
+                .apply_enabled(&namespace, &name, enabled, at_ms),
+            Record::WfRunStarted {
+                namespace,
+                run_id,
+                workflow,
+                version,
+                input,
+                idempotency_key,
+                parent,
+                at_ms,
+            } => self.workflows.apply_started(
+                namespace,
+                run_id,
+                workflow,
+                version,
+                input,
+                idempotency_key,
+                parent,
+                at_ms,
+                lsn,
+            ),
+            Record::WfStepStarted {
+                namespace,
+                run_id,
+                step,
+                wait,
+                at_ms,
+            } => self
+                .workflows
+                .apply_step_started(&namespace, &run_id, step, wait, at_ms, lsn),
+            Record::WfStepFinished {
+                namespace,
+                run_id,
+                step,
+                outcome,
+                output,
+                error,
+                consumed_signal,
+                next,
+                at_ms,
+            } => self.workflows.apply_step_finished(
+                &namespace,
+                &run_id,
+                step,
+                outcome,
+                output,
+                error,
+                consumed_signal,
+                next,
+                at_ms,
+                lsn,
+            ),
+            Record::WfSignalReceived {
+                namespace,
+                run_id,
+                signal_type,
+                payload,
+                at_ms,
+            } => self
+                .workflows
+                .apply_signal(&namespace, &run_id, signal_type, payload, at_ms, lsn),
+            Record::WfRunCancelled {
+                namespace,
+                run_id,
+                reason,
+                at_ms,
+            } => self
+                .workflows
+                .apply_cancelled(&namespace, &run_id, reason, at_ms, lsn),
+            Record::KvForwarded { up_to_lsn } => {
+                while self.forwards.front().is_some_and(|f| f.lsn <= up_to_lsn) {
+                    self.forwards.pop_front();
+                }
+            }
+            Record::KvRemoteWrites {
+                origin_shard,
+                origin_lsn,
+                namespace,
+                writes,
+                at_ms,
+            } => {
+                let seen = self.remote_applied.entry(origin_shard).or_insert(0);
+                if origin_lsn <= *seen {
+                    return;
+                }
+                *seen = origin_lsn;
+                for w in writes {
+                    self.kv
+                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{StepRef, StepWait};
+
+    /// Logs from before the action run's creation started its step hold a WfStepStarted
+    /// after the RunCreated; replaying them starts the step once.
+    #[test]
+    fn an_older_logs_step_started_after_the_run_created_is_not_applied_twice() {
+        let mut state = ShardState::default();
+        let yaml = "kind: Workflow\nname: w\nversion: \"1\"\nstart:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n";
+        let records = [
+            Record::WorkflowDefined {
+                namespace: "ns".into(),
+                name: "w".into(),
+                version: "1".into(),
+                yaml: yaml.into(),
+                at_ms: 1,
+                def: crate::workflows::parse_workflow(yaml).ok().map(|v| Box::new(v.def)),
+            },
+            Record::WfRunStarted {
+                namespace: "ns".into(),
+                run_id: "wfrun-1".into(),
+                workflow: "w".into(),
+                version: "1".into(),
+                input: b"{}".to_vec(),
+                idempotency_key: None,
+                parent: None,
+                at_ms: 2,
+            },
+            Record::RunCreated {
+                namespace: "ns".into(),
+                run_id: "a-1".into(),
+                action: "a".into(),
+                action_version: 1,
+                input: b"{}".to_vec(),
+                priority: 0,
+                labels: None,
+                idempotency_key: None,
+                created_at_ms: 3,
+                available_at_ms: 3,
+                step: Some(StepRef {
+                    run_id: "wfrun-1".into(),
+                    step: "_start".into(),
+                }),
+            },
+            Record::WfStepStarted {
+                namespace: "ns".into(),
+                run_id: "wfrun-1".into(),
+                step: "_start".into(),
+                wait: StepWait::ActionRun {
+                    run_id: "a-1".into(),
+                    worker: false,
+                },
+                at_ms: 3,
+            },
+        ];
+        for (lsn, r) in records.into_iter().enumerate() {
+            state.apply(lsn as u64 + 1, r);
+        }
+        let run = state.workflows.run("ns", "wfrun-1").unwrap();
+        let started = run
+            .history
+            .iter()
+            .filter(|e| e.event_type == "step_started")
+            .count();
+        assert_eq!(started, 1, "{:?}", run.history);
+        assert!(matches!(&run.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == "a-1"));
+        assert_eq!(run.current_step.as_deref(), Some("_start"));
+    }
+}

@@ -1,0 +1,716 @@
+//! Worker task dispatch across shards.
+//!
+//! A worker's home is the shard its id hashes to (its registry entry lives there). Its
+//! `TaskAwait` asks every shard at once for a share of the tasks it wants (a *want*): the
+//! home leases from its own queues directly and sends the others a `Want`. A shard with
+//! matching tasks leases them (a logged record) and answers with the assignments once the
+//! lease is durable; a shard with none parks the want and delivers when tasks arrive. The
+//! home answers the worker as soon as every shard answered and at least one task came, or
+//! at the deadline with none; then it cancels the wants still parked. Tasks that reach the
+//! home after the await was answered (or whose worker's connection closed) are released:
+//! pending again, same attempt.
+
+use super::registry::WorkerRegistry;
+use super::tasks::{WantSpec, lease_tasks, release_tasks};
+use super::validate_worker_id;
+use crate::actions::ActionKey;
+use crate::core::cx::{Core, Task, Waiting};
+use crate::core::io::{ConnId, PeerRequest, ReplyResult, ReplyTo, WantMsg, WorkerKey};
+use crate::kv::validate_namespace;
+use ahash::{AHashMap as HashMap, AHashSet};
+use flo_protocol::{
+    ActionKind, ErrorValue, Reply, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment,
+    WORKER_PROCESSES_MAX,
+};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Payload bytes one await's reply may carry (at least one task): under the frame limit.
+const AWAIT_REPLY_BYTES_MAX: usize = 3 << 20;
+
+/// An await being answered, on the worker's home shard.
+struct OpenAwait {
+    want_id: u64,
+    room: usize,
+    tasks: Vec<TaskAssignment>,
+    /// LSN of the home's own lease record (the others were durable before they came).
+    lsn: u64,
+    /// Shards that have not answered the first ask yet.
+    immediate_pending: u32,
+    /// Shards holding a parked want for this await.
+    parked: Vec<u32>,
+    to: ReplyTo,
+    deadline_ms: u64,
+}
+
+/// A worker's want parked on a shard that had no matching task when asked.
+struct Want {
+    origin: u32,
+    want_id: u64,
+    actions: Vec<String>,
+    labels: Option<Map<String, Value>>,
+    room: usize,
+    deadline_ms: u64,
+}
+
+#[derive(Default)]
+pub struct Awaits {
+    awaits: HashMap<WorkerKey, OpenAwait>,
+    /// Await deadlines: (deadline, want id) → worker (stale entries skipped).
+    deadlines: BTreeMap<(u64, u64), WorkerKey>,
+    wants: HashMap<WorkerKey, Want>,
+    /// Parked wants by action, served round-robin (may hold ids of wants since gone).
+    wants_by_action: HashMap<ActionKey, VecDeque<String>>,
+    next_want_id: u64,
+    /// Rotates which shards get the remainder when an await is split.
+    rotate: u32,
+    /// Open awaits of this shard's clients, by connection (to drop them when it closes).
+    by_conn: HashMap<ConnId, Vec<WorkerKey>>,
+    /// Awaits of this shard's clients forwarded to the worker's home: connection →
+    /// (home, call tag, worker).
+    forwarded: HashMap<ConnId, Vec<(u32, u64, WorkerKey)>>,
+    /// Forwarded awaits whose connection closed: their tasks are handed back on arrival.
+    orphaned: AHashSet<u64>,
+}
+
+impl Awaits {
+    /// The earliest await deadline (wall clock).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.keys().next().map(|(d, _)| *d)
+    }
+
+    pub fn open_awaits(&self) -> usize {
+        self.awaits.len()
+    }
+
+    pub fn parked_wants(&self) -> usize {
+        self.wants.len()
+    }
+}
+
+/// The await is the worker's own request. Routed to the worker's home if that is another
+/// shard; remembered by connection so a closed connection releases its tasks.
+pub fn forward_await(core: &mut Core, aw: &mut Awaits, home: u32, to: ReplyTo, op: flo_protocol::Op) {
+    let worker = match &op {
+        flo_protocol::Op::TaskAwait {
+            namespace,
+            worker_id,
+            ..
+        } => (namespace.clone(), worker_id.clone()),
+        _ => return,
+    };
+    let tag = core.call(
+        home,
+        0,
+        PeerRequest::Client(op),
+        Waiting::AwaitRelay {
+            to,
+            worker: worker.clone(),
+        },
+    );
+    if let ReplyTo::Client(c) = to {
+        aw.forwarded.entry(c.conn).or_default().push((home, tag, worker));
+    }
+}
+
+/// The home answered a forwarded await.
+pub fn on_await_relayed(
+    core: &mut Core,
+    aw: &mut Awaits,
+    tag: u64,
+    to: ReplyTo,
+    worker: WorkerKey,
+    result: ReplyResult,
+) {
+    if let ReplyTo::Client(c) = to
+        && let Some(list) = aw.forwarded.get_mut(&c.conn)
+    {
+        list.retain(|(_, t, _)| *t != tag);
+        if list.is_empty() {
+            aw.forwarded.remove(&c.conn);
+        }
+    }
+    if aw.orphaned.remove(&tag) {
+        if let Ok(Reply::Tasks(tasks)) = result {
+            release_assignments(core, &worker.0, &worker.1, tasks);
+        }
+        return;
+    }
+    core.reply_op(to, 0, result);
+}
+
+/// A client connection closed: its awaits are dropped and their tasks handed back.
+pub fn conn_closed(core: &mut Core, aw: &mut Awaits, conn: ConnId) {
+    for key in aw.by_conn.remove(&conn).unwrap_or_default() {
+        let belongs = aw
+            .awaits
+            .get(&key)
+            .is_some_and(|a| matches!(a.to, ReplyTo::Client(c) if c.conn == conn));
+        if belongs {
+            abandon_await(core, aw, &key, true);
+        }
+    }
+    for (home, tag, worker) in aw.forwarded.remove(&conn).unwrap_or_default() {
+        aw.orphaned.insert(tag);
+        core.tell(
+            home,
+            0,
+            PeerRequest::AbandonAwait {
+                namespace: worker.0,
+                worker_id: worker.1,
+                tag,
+            },
+        );
+    }
+}
+
+/// The shard a forwarded await came from says its client is gone.
+pub fn abandon_forwarded(core: &mut Core, aw: &mut Awaits, from: u32, worker: WorkerKey, tag: u64) {
+    let belongs = aw
+        .awaits
+        .get(&worker)
+        .is_some_and(|a| a.to == ReplyTo::Peer { shard: from, tag });
+    if belongs {
+        abandon_await(core, aw, &worker, true);
+    }
+}
+
+/// `TaskAwait` on the worker's home shard.
+#[allow(clippy::too_many_arguments)]
+pub fn await_tasks(
+    core: &mut Core,
+    aw: &mut Awaits,
+    registry: &WorkerRegistry,
+    to: ReplyTo,
+    namespace: String,
+    worker_id: String,
+    actions: Vec<String>,
+    max_tasks: u32,
+    block_ms: u64,
+) {
+    let labels = match check_await(core, registry, &namespace, &worker_id, &actions, max_tasks) {
+        Ok(Some(labels)) => labels,
+        Ok(None) => {
+            // Draining: nothing new.
+            core.reply_op(to, 0, Ok(Reply::Tasks(Vec::new())));
+            return;
+        }
+        Err(e) => {
+            core.reply_op(to, 0, Err(e));
+            return;
+        }
+    };
+    let key = (namespace.clone(), worker_id.clone());
+    abandon_await(core, aw, &key, false);
+    aw.next_want_id += 1;
+    let want_id = aw.next_want_id;
+    let block_ms = block_ms.min(TASK_AWAIT_MS_MAX);
+    let deadline_ms = core.wall_ms() + block_ms;
+    let shards = core.partitioning.shards;
+    let shares = split(max_tasks, shards, aw.rotate);
+    aw.rotate = aw.rotate.wrapping_add(1);
+    let me = core.shard;
+
+    let now = core.now_ms();
+    let (tasks, lsn) = lease_tasks(
+        core,
+        &WantSpec {
+            namespace: &namespace,
+            worker_id: &worker_id,
+            actions: &actions,
+            labels: labels.as_ref(),
+            max: shares[me as usize] as usize,
+        },
+        now,
+    );
+    let mut parked = Vec::new();
+    if tasks.is_empty() && block_ms > 0 {
+        park_want(
+            aw,
+            &namespace,
+            &worker_id,
+            Want {
+                origin: me,
+                want_id,
+                actions: actions.clone(),
+                labels: labels.clone(),
+                room: shares[me as usize] as usize,
+                deadline_ms,
+            },
+        );
+        parked.push(me);
+    }
+    for s in (0..shards).filter(|&s| s != me) {
+        let msg = WantMsg {
+            namespace: namespace.clone(),
+            worker_id: worker_id.clone(),
+            want_id,
+            actions: actions.clone(),
+            labels: labels.clone(),
+            room: shares[s as usize],
+            deadline_ms,
+        };
+        let waiting = Waiting::WantShare {
+            worker: key.clone(),
+            want_id,
+            from: s,
+        };
+        core.call(s, 0, PeerRequest::Want(msg), waiting);
+    }
+    if let ReplyTo::Client(c) = to {
+        aw.by_conn.entry(c.conn).or_default().push(key.clone());
+    }
+    aw.deadlines.insert((deadline_ms, want_id), key.clone());
+    aw.awaits.insert(
+        key.clone(),
+        OpenAwait {
+            want_id,
+            room: max_tasks as usize,
+            tasks,
+            lsn,
+            immediate_pending: shards - 1,
+            parked,
+            to,
+            deadline_ms,
+        },
+    );
+    maybe_answer(core, aw, &key);
+}
+
+/// Validates an await; `Ok(None)` when the worker is draining, else its labels.
+fn check_await(
+    core: &Core,
+    registry: &WorkerRegistry,
+    namespace: &str,
+    worker_id: &str,
+    actions: &[String],
+    max_tasks: u32,
+) -> Result<Option<Option<Map<String, Value>>>, ErrorValue> {
+    validate_namespace(namespace)?;
+    validate_worker_id(worker_id)?;
+    if actions.is_empty() || actions.len() > WORKER_PROCESSES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "name 1 to {WORKER_PROCESSES_MAX} actions to await"
+        )));
+    }
+    if max_tasks == 0 || max_tasks > TASK_AWAIT_TASKS_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "max tasks must be 1 to {TASK_AWAIT_TASKS_MAX}, got {max_tasks}"
+        )));
+    }
+    let worker = registry.require(namespace, worker_id)?;
+    for action in actions {
+        let def = core.state.registry.require(namespace, action)?;
+        if def.kind != ActionKind::User {
+            return Err(ErrorValue::bad_request(format!(
+                "action {action:?} is a wasm action: the server runs it, workers cannot await it"
+            )));
+        }
+        if !worker.processes_action(action) {
+            let list: Vec<&str> = worker.processes.iter().map(|p| p.name.as_str()).collect();
+            return Err(ErrorValue::bad_request(format!(
+                "worker {worker_id:?} is not registered for action {action:?} (it processes: \
+                 {}); register it again with that action",
+                list.join(", ")
+            )));
+        }
+    }
+    if worker.is_draining() {
+        return Ok(None);
+    }
+    Ok(Some(worker.label_map.clone()))
+}
+
+/// Splits `max` tasks over `shards` (each asked for at least one), the remainder going
+/// to shards in rotating order.
+fn split(max: u32, shards: u32, rotate: u32) -> Vec<u32> {
+    let base = max / shards;
+    let extra = max % shards;
+    (0..shards)
+        .map(|s| {
+            let turn = (s + shards - rotate % shards) % shards;
+            (base + u32::from(turn < extra)).max(1)
+        })
+        .collect()
+}
+
+/// A shard's first answer to a want (its tasks, or none and the want parked there).
+pub fn on_want_share(
+    core: &mut Core,
+    aw: &mut Awaits,
+    worker: WorkerKey,
+    want_id: u64,
+    from: u32,
+    result: ReplyResult,
+) {
+    let tasks = match result {
+        Ok(Reply::Tasks(tasks)) => tasks,
+        _ => Vec::new(),
+    };
+    on_delivery(core, aw, &worker, want_id, from, tasks, true);
+}
+
+/// Tasks for an open await arrived from shard `from` (`immediate`: its answer to the
+/// first ask). Tasks nobody waits for any more are released.
+pub fn on_delivery(
+    core: &mut Core,
+    aw: &mut Awaits,
+    key: &WorkerKey,
+    want_id: u64,
+    from: u32,
+    tasks: Vec<TaskAssignment>,
+    immediate: bool,
+) {
+    let extra = match aw.awaits.get_mut(key).filter(|a| a.want_id == want_id) {
+        None => tasks,
+        Some(open) => {
+            if immediate {
+                open.immediate_pending = open.immediate_pending.saturating_sub(1);
+                if tasks.is_empty() {
+                    open.parked.push(from);
+                }
+            } else {
+                open.parked.retain(|&s| s != from);
+            }
+            let room = open.room.saturating_sub(open.tasks.len());
+            let mut bytes: usize = open.tasks.iter().map(|t| t.payload.len()).sum();
+            let mut extra = Vec::new();
+            for task in tasks {
+                let fits =
+                    open.tasks.is_empty() || bytes + task.payload.len() <= AWAIT_REPLY_BYTES_MAX;
+                if open.tasks.len() < room && fits {
+                    bytes += task.payload.len();
+                    open.tasks.push(task);
+                } else {
+                    extra.push(task);
+                }
+            }
+            extra
+        }
+    };
+    if !extra.is_empty() {
+        let ids = extra.into_iter().map(|t| t.task_id).collect();
+        release(core, from, &key.0, &key.1, ids);
+    }
+    maybe_answer(core, aw, key);
+}
+
+fn maybe_answer(core: &mut Core, aw: &mut Awaits, key: &WorkerKey) {
+    let now = core.wall_ms();
+    let ready = aw.awaits.get(key).is_some_and(|a| {
+        a.immediate_pending == 0 && (!a.tasks.is_empty() || a.deadline_ms <= now)
+    });
+    if ready {
+        finish_await(core, aw, key, true);
+    }
+}
+
+/// Drops the worker's open await without handing it its tasks (its connection closed, or
+/// the worker asked again): they are released; it gets an empty answer if it still listens.
+fn abandon_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, gone: bool) {
+    let tasks = match aw.awaits.get_mut(key) {
+        Some(open) => std::mem::take(&mut open.tasks),
+        None => return,
+    };
+    release_assignments(core, &key.0, &key.1, tasks);
+    finish_await(core, aw, key, !gone);
+}
+
+/// Hands back tasks leased to a worker that will not receive them (each to its owner).
+pub fn release_assignments(
+    core: &mut Core,
+    namespace: &str,
+    worker_id: &str,
+    tasks: Vec<TaskAssignment>,
+) {
+    let mut by_owner: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for task in tasks {
+        let owner = core.partitioning.shard_of(namespace, &task.task_id);
+        by_owner.entry(owner).or_default().push(task.task_id);
+    }
+    for (owner, ids) in by_owner {
+        release(core, owner, namespace, worker_id, ids);
+    }
+}
+
+/// Answers the worker's open await with what it has (`answer`) and cancels its parked wants.
+fn finish_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, answer: bool) {
+    let Some(open) = aw.awaits.remove(key) else {
+        return;
+    };
+    aw.deadlines.remove(&(open.deadline_ms, open.want_id));
+    if let ReplyTo::Client(c) = open.to
+        && let Some(list) = aw.by_conn.get_mut(&c.conn)
+    {
+        list.retain(|k| k != key);
+        if list.is_empty() {
+            aw.by_conn.remove(&c.conn);
+        }
+    }
+    for s in open.parked {
+        if s == core.shard {
+            cancel_want(aw, &key.0, &key.1, open.want_id);
+        } else {
+            let req = PeerRequest::WantCancel {
+                namespace: key.0.clone(),
+                worker_id: key.1.clone(),
+                want_id: open.want_id,
+            };
+            core.tell(s, 0, req);
+        }
+    }
+    let mut tasks = open.tasks;
+    if !answer {
+        release_assignments(core, &key.0, &key.1, tasks);
+        return;
+    }
+    tasks.sort_by_key(|t| std::cmp::Reverse(t.priority));
+    core.reply_op(open.to, open.lsn, Ok(Reply::Tasks(tasks)));
+}
+
+/// Answers awaits whose deadline passed.
+pub fn expire_awaits(core: &mut Core, aw: &mut Awaits) {
+    let now = core.wall_ms();
+    let mut due = Vec::new();
+    let mut kept = Vec::new();
+    while let Some(entry) = aw.deadlines.first_entry() {
+        if entry.key().0 > now {
+            break;
+        }
+        let ((deadline, want_id), key) = entry.remove_entry();
+        match aw.awaits.get(&key) {
+            Some(a) if a.want_id == want_id => {
+                // An await still missing a shard's first answer is answered when it comes
+                // (every shard answers at once), so tasks leased for it are not lost.
+                if a.immediate_pending == 0 {
+                    due.push(key);
+                } else {
+                    kept.push(((deadline, want_id), key));
+                }
+            }
+            _ => {}
+        }
+    }
+    aw.deadlines.extend(kept);
+    for key in due {
+        finish_await(core, aw, &key, true);
+    }
+}
+
+/// The worker drained or left: answer its await now, nothing more comes to it.
+pub fn worker_gone(core: &mut Core, aw: &mut Awaits, namespace: &str, worker_id: &str) {
+    finish_await(core, aw, &(namespace.to_string(), worker_id.to_string()), true);
+}
+
+// ---- on the shard owning the tasks ----
+
+/// A worker's home asks this shard for tasks: lease what matches now, else park.
+pub fn on_want(core: &mut Core, aw: &mut Awaits, origin: u32, msg: WantMsg, to: ReplyTo) {
+    let now = core.now_ms();
+    let (tasks, lsn) = lease_tasks(
+        core,
+        &WantSpec {
+            namespace: &msg.namespace,
+            worker_id: &msg.worker_id,
+            actions: &msg.actions,
+            labels: msg.labels.as_ref(),
+            max: msg.room as usize,
+        },
+        now,
+    );
+    if tasks.is_empty() && msg.deadline_ms > core.wall_ms() {
+        park_want(
+            aw,
+            &msg.namespace,
+            &msg.worker_id,
+            Want {
+                origin,
+                want_id: msg.want_id,
+                actions: msg.actions,
+                labels: msg.labels,
+                room: msg.room as usize,
+                deadline_ms: msg.deadline_ms,
+            },
+        );
+    }
+    // Tasks leave for a worker only once their lease is durable.
+    core.reply(to, lsn, Ok(Reply::Tasks(tasks)));
+}
+
+fn park_want(aw: &mut Awaits, namespace: &str, worker_id: &str, want: Want) {
+    for action in &want.actions {
+        aw.wants_by_action
+            .entry((namespace.to_string(), action.clone()))
+            .or_default()
+            .push_back(worker_id.to_string());
+    }
+    aw.wants
+        .insert((namespace.to_string(), worker_id.to_string()), want);
+}
+
+pub fn cancel_want(aw: &mut Awaits, namespace: &str, worker_id: &str, want_id: u64) {
+    let key = (namespace.to_string(), worker_id.to_string());
+    if aw.wants.get(&key).is_some_and(|w| w.want_id == want_id) {
+        aw.wants.remove(&key);
+    }
+}
+
+/// Serves parked wants from tasks that became ready since the last call (once per batch
+/// of inputs, so a burst of invocations is leased in one record).
+pub fn dispatch(core: &mut Core, aw: &mut Awaits) {
+    if !core.index.runs.has_user_dirty() {
+        return;
+    }
+    let dirty = core.index.runs.take_user_dirty();
+    if aw.wants.is_empty() {
+        return;
+    }
+    for action in dirty {
+        serve_action(core, aw, &action);
+    }
+}
+
+/// Leases queued tasks of `action` to the wants parked for it, round-robin.
+fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
+    let now_real = core.wall_ms();
+    let mut misses = 0usize;
+    loop {
+        if core.index.runs.user_queued(action) == 0 {
+            return;
+        }
+        let candidates = aw.wants_by_action.get(action).map_or(0, VecDeque::len);
+        if candidates == 0 || misses >= candidates {
+            return;
+        }
+        let Some(worker_id) = pop_candidate(aw, action) else {
+            return;
+        };
+        let key = (action.0.clone(), worker_id);
+        let live = aw
+            .wants
+            .get(&key)
+            .map(|w| (w.deadline_ms > now_real, w.actions.contains(&action.1)));
+        match live {
+            None | Some((_, false)) => continue,
+            Some((false, _)) => {
+                aw.wants.remove(&key);
+                continue;
+            }
+            Some((true, true)) => {}
+        }
+        let Some(want) = aw.wants.get(&key) else {
+            continue;
+        };
+        let now = core.now_ms();
+        let (tasks, lsn) = lease_tasks(
+            core,
+            &WantSpec {
+                namespace: &key.0,
+                worker_id: &key.1,
+                actions: &want.actions,
+                labels: want.labels.as_ref(),
+                max: want.room,
+            },
+            now,
+        );
+        if tasks.is_empty() {
+            // Labels keep this worker from the queued tasks: try the next want.
+            misses += 1;
+            push_candidate(aw, action, key.1);
+            continue;
+        }
+        misses = 0;
+        let Some(want) = aw.wants.remove(&key) else {
+            continue;
+        };
+        deliver(core, want.origin, key, want.want_id, tasks, lsn);
+    }
+}
+
+fn pop_candidate(aw: &mut Awaits, action: &ActionKey) -> Option<String> {
+    let queue = aw.wants_by_action.get_mut(action)?;
+    let id = queue.pop_front();
+    if queue.is_empty() {
+        aw.wants_by_action.remove(action);
+    }
+    id
+}
+
+fn push_candidate(aw: &mut Awaits, action: &ActionKey, worker_id: String) {
+    aw.wants_by_action
+        .entry(action.clone())
+        .or_default()
+        .push_back(worker_id);
+}
+
+/// Sends leased tasks to the worker's home once their lease is durable.
+fn deliver(
+    core: &mut Core,
+    origin: u32,
+    worker: WorkerKey,
+    want_id: u64,
+    tasks: Vec<TaskAssignment>,
+    lsn: u64,
+) {
+    if origin == core.shard {
+        let from = core.shard;
+        core.schedule_after(
+            lsn,
+            Task::Delivered {
+                worker,
+                want_id,
+                from,
+                tasks,
+            },
+        );
+        return;
+    }
+    let req = PeerRequest::TasksDelivered {
+        namespace: worker.0,
+        worker_id: worker.1,
+        want_id,
+        tasks,
+    };
+    core.tell(origin, lsn, req);
+}
+
+/// Hands leased tasks back to the shard owning them.
+fn release(core: &mut Core, owner: u32, namespace: &str, worker_id: &str, run_ids: Vec<String>) {
+    if owner != core.shard {
+        let req = PeerRequest::ReleaseLeases {
+            namespace: namespace.to_string(),
+            worker_id: worker_id.to_string(),
+            run_ids,
+        };
+        core.tell(owner, 0, req);
+        return;
+    }
+    release_tasks(core, namespace, worker_id, run_ids);
+}
+
+/// Drops parked wants whose deadline passed (their home answered its worker already) and
+/// stale or repeated ids from the per-action index.
+pub fn sweep_wants(core: &Core, aw: &mut Awaits) {
+    let now = core.wall_ms();
+    aw.wants.retain(|_, w| w.deadline_ms > now);
+    let wants = &aw.wants;
+    aw.wants_by_action.retain(|(ns, _), ids| {
+        let mut seen = AHashSet::new();
+        ids.retain(|id| wants.contains_key(&(ns.clone(), id.clone())) && seen.insert(id.clone()));
+        !ids.is_empty()
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn split_shares_every_shard_at_least_one() {
+        assert_eq!(split(64, 2, 0), vec![32, 32]);
+        assert_eq!(split(5, 2, 0), vec![3, 2]);
+        assert_eq!(split(5, 2, 1), vec![2, 3]);
+        assert_eq!(split(1, 3, 0), vec![1, 1, 1]);
+        assert_eq!(split(7, 1, 5), vec![7]);
+    }
+}

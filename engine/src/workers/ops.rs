@@ -1,0 +1,95 @@
+//! A worker's reports on its tasks (complete, fail, touch), on the shard owning the task,
+//! and their count on the worker's home.
+
+use super::registry::WorkerRegistry;
+use super::tasks::{TaskReport, complete_task, fail_task, touch_task};
+use crate::actions::{Executions, run_status};
+use crate::core::cx::{Core, Task};
+use crate::core::io::{Done, PeerRequest};
+use flo_protocol::Reply;
+
+/// `TaskComplete`.
+pub fn complete(
+    core: &mut Core,
+    registry: &mut WorkerRegistry,
+    r: &TaskReport,
+    result: Vec<u8>,
+    outcome: Option<String>,
+) -> Done {
+    let now = core.now_ms();
+    match complete_task(core, r, result, outcome, now) {
+        Ok(lsn) => {
+            core.schedule(Task::ActionFinal((r.namespace.to_string(), r.task_id.to_string())));
+            note_task_done(core, registry, r.namespace, r.worker_id, r.action, true);
+            Done {
+                result: Ok(Reply::Done),
+                wait_lsn: lsn,
+            }
+        }
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// `TaskFail`: answers with the run's status after the failure.
+pub fn fail(
+    core: &mut Core,
+    registry: &mut WorkerRegistry,
+    execs: &Executions,
+    r: &TaskReport,
+    error: &str,
+    retry: bool,
+    non_retryable: bool,
+) -> Done {
+    let now = core.now_ms();
+    match fail_task(core, r, error, retry, non_retryable, now) {
+        Ok(failed) => {
+            if failed.is_final {
+                core.schedule(Task::ActionFinal((r.namespace.to_string(), r.task_id.to_string())));
+            }
+            note_task_done(core, registry, r.namespace, r.worker_id, r.action, false);
+            let status = run_status(core, execs, r.namespace, r.task_id);
+            Done {
+                result: Ok(status.result.unwrap_or(Reply::Done)),
+                wait_lsn: failed.lsn,
+            }
+        }
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// `TaskTouch`.
+pub fn touch(core: &mut Core, r: &TaskReport, extend_ms: u64) -> Done {
+    let now = core.now_ms();
+    match touch_task(core, r, extend_ms, now) {
+        Ok((expires_at_ms, lsn)) => Done {
+            result: Ok(Reply::Lease { expires_at_ms }),
+            wait_lsn: lsn,
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// Counts a finished task on the worker's registry entry (on its home shard).
+pub fn note_task_done(
+    core: &mut Core,
+    registry: &mut WorkerRegistry,
+    namespace: &str,
+    worker_id: &str,
+    action: &str,
+    ok: bool,
+) {
+    let home = core.partitioning.shard_of(namespace, worker_id);
+    let at_ms = core.now_ms();
+    if home == core.shard {
+        registry.record_task(namespace, worker_id, action, ok, at_ms);
+        return;
+    }
+    let req = PeerRequest::WorkerTaskDone {
+        namespace: namespace.to_string(),
+        worker_id: worker_id.to_string(),
+        action: action.to_string(),
+        ok,
+        at_ms,
+    };
+    core.tell(home, 0, req);
+}

@@ -1,0 +1,230 @@
+//! A validated workflow definition (see `parse::parse_workflow` for YAML → this type).
+
+use flo_protocol::{ValidationIssue, WorkflowRunStatus};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The name of the start step in run state, history and `$.steps._start...`.
+pub const START_STEP: &str = "_start";
+/// Built-in terminals and the status each ends a run with.
+pub const BUILTIN_TERMINALS: [(&str, WorkflowRunStatus); 4] = [
+    ("flo.Completed", WorkflowRunStatus::Completed),
+    ("flo.Failed", WorkflowRunStatus::Failed),
+    ("flo.Cancelled", WorkflowRunStatus::Cancelled),
+    ("flo.TimedOut", WorkflowRunStatus::TimedOut),
+];
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowDef {
+    pub name: String,
+    pub version: String,
+    pub idempotency: Idempotency,
+    pub start: Step,
+    /// Named steps (the start step is not among them).
+    pub steps: BTreeMap<String, Step>,
+    /// Custom terminals and their base status.
+    pub terminals: BTreeMap<String, WorkflowRunStatus>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Idempotency {
+    #[default]
+    None,
+    Optional,
+    Required,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub action: StepAction,
+    /// A JSON value whose strings starting with `$.` are paths resolved at run time.
+    pub input_mapping: Option<Value>,
+    pub retry: Option<RetryPolicy>,
+    pub poll: Option<PollPolicy>,
+    /// Outcome → step name or terminal.
+    pub transitions: BTreeMap<String, String>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum StepAction {
+    Run(Target),
+    WaitForSignal(SignalWait),
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SignalWait {
+    pub signal_type: String,
+    pub timeout_ms: Option<u64>,
+    /// Step or terminal to go to on timeout (None: the run ends `timed_out`).
+    pub on_timeout: Option<String>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `@actions/NAME`
+    Action(String),
+    /// `@workflow/NAME[:VERSION]`
+    Workflow {
+        name: String,
+        version: Option<String>,
+    },
+    /// `@plan/NAME` (parsed; refused until plans are supported).
+    Plan(String),
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backoff {
+    Constant,
+    Linear,
+    Exponential,
+    ExponentialJitter,
+}
+
+/// `retry:` of a run step. `max_attempts` counts every attempt, the first included.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    pub initial_delay_ms: u64,
+    pub max_delay_ms: Option<u64>,
+    /// No retry starts later than this after the first attempt.
+    pub within_ms: Option<u64>,
+}
+
+/// `poll:` of a run step: re-executions while the outcome is `pending`.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PollPolicy {
+    pub initial_delay_ms: u64,
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    pub base_delay_ms: u64,
+    pub max_delay_ms: Option<u64>,
+}
+
+/// Where a transition leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next<'a> {
+    Step(&'a str),
+    Terminal {
+        name: &'a str,
+        status: WorkflowRunStatus,
+    },
+}
+
+/// A definition that passed validation, with its warnings.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub def: WorkflowDef,
+    pub warnings: Vec<ValidationIssue>,
+}
+
+impl WorkflowDef {
+    /// The step named `name` (`_start` is the start step).
+    pub fn step(&self, name: &str) -> Option<&Step> {
+        if name == START_STEP {
+            Some(&self.start)
+        } else {
+            self.steps.get(name)
+        }
+    }
+
+    /// What a transition target names: a step, a custom terminal or a built-in one.
+    pub fn resolve<'a>(&'a self, target: &'a str) -> Option<Next<'a>> {
+        if let Some((name, status)) = BUILTIN_TERMINALS.iter().find(|(n, _)| *n == target) {
+            return Some(Next::Terminal {
+                name,
+                status: *status,
+            });
+        }
+        if let Some((name, status)) = self.terminals.get_key_value(target) {
+            return Some(Next::Terminal {
+                name,
+                status: *status,
+            });
+        }
+        self.steps
+            .get_key_value(target)
+            .map(|(name, _)| Next::Step(name))
+    }
+}
+
+/// Delay of backoff step `n` (0 = the first delay) from `base_ms`; `jitter` in [0, 1).
+fn backoff_ms(backoff: Backoff, base_ms: u64, n: u32, jitter: f64) -> u64 {
+    let exp = |n: u32| base_ms.saturating_mul(1u64 << n.min(40));
+    match backoff {
+        Backoff::Constant => base_ms,
+        Backoff::Linear => base_ms.saturating_mul(u64::from(n) + 1),
+        Backoff::Exponential => exp(n),
+        Backoff::ExponentialJitter => {
+            let d = exp(n);
+            d.saturating_add((d as f64 * 0.25 * jitter.clamp(0.0, 1.0)) as u64)
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before retry `retry` (1 = the second attempt).
+    pub fn delay_ms(&self, retry: u32, jitter: f64) -> u64 {
+        let d = backoff_ms(
+            self.backoff,
+            self.initial_delay_ms,
+            retry.saturating_sub(1),
+            jitter,
+        );
+        self.max_delay_ms.map_or(d, |max| d.min(max))
+    }
+}
+
+impl PollPolicy {
+    /// Delay before poll `poll` (1 = the first re-execution).
+    pub fn delay_ms(&self, poll: u32, jitter: f64) -> u64 {
+        if poll <= 1 {
+            return self.initial_delay_ms;
+        }
+        let d = backoff_ms(self.backoff, self.base_delay_ms, poll - 2, jitter);
+        self.max_delay_ms.map_or(d, |max| d.min(max))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry(backoff: Backoff) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 5,
+            backoff,
+            initial_delay_ms: 100,
+            max_delay_ms: Some(350),
+            within_ms: None,
+        }
+    }
+
+    #[test]
+    fn retry_delays_follow_the_backoff_table() {
+        let d = |b, r| retry(b).delay_ms(r, 0.0);
+        assert_eq!([1, 2, 3].map(|r| d(Backoff::Constant, r)), [100, 100, 100]);
+        assert_eq!([1, 2, 3].map(|r| d(Backoff::Linear, r)), [100, 200, 300]);
+        assert_eq!(
+            [1, 2, 3, 4].map(|r| d(Backoff::Exponential, r)),
+            [100, 200, 350, 350]
+        );
+        let j = retry(Backoff::ExponentialJitter).delay_ms(2, 0.999);
+        assert!((200..=250).contains(&j), "{j}");
+    }
+
+    #[test]
+    fn poll_delays_start_with_the_initial_delay() {
+        let p = PollPolicy {
+            initial_delay_ms: 2000,
+            max_attempts: 5,
+            backoff: Backoff::Exponential,
+            base_delay_ms: 100,
+            max_delay_ms: Some(300),
+        };
+        assert_eq!(
+            [1, 2, 3, 4].map(|n| p.delay_ms(n, 0.0)),
+            [2000, 100, 200, 300]
+        );
+    }
+}

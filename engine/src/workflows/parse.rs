@@ -1,0 +1,1215 @@
+//! Workflow YAML → raw structs that mirror the file (field names as written in the spec) →
+//! [`validate`](super::validate) → [`Validated`].
+//!
+//! The raw structs refuse unknown fields (so typos are caught) and keep every mapping of names
+//! (`steps`, `terminals`, `transitions`) in file order with duplicates, so that validation can
+//! report each duplicate. Values that validation judges (`kind`, `idempotency`, `backoff`,
+//! terminal `status`, ...) are kept as text here; numbers are `u64`.
+
+use super::def::Validated;
+use super::validate::{IssueCode, issue, validate};
+use flo_protocol::ValidationIssue;
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use std::fmt;
+use std::marker::PhantomData;
+
+/// Largest definition accepted, in bytes of YAML.
+pub const DEFINITION_BYTES_MAX: usize = 1 << 20;
+
+/// Parses and validates a workflow definition. On success, the definition and its warnings;
+/// otherwise every error found (see [`IssueCode`] for the codes).
+pub fn parse_workflow(yaml: &str) -> Result<Validated, Vec<ValidationIssue>> {
+    if yaml.len() > DEFINITION_BYTES_MAX {
+        return Err(vec![issue(
+            IssueCode::E100,
+            "",
+            format!(
+                "the definition is {} bytes; at most {DEFINITION_BYTES_MAX} are allowed",
+                yaml.len()
+            ),
+        )]);
+    }
+    if yaml
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    {
+        return Err(vec![issue(
+            IssueCode::E100,
+            "",
+            "the definition is empty: a workflow needs at least kind, name, version and start"
+                .to_string(),
+        )]);
+    }
+    let raw = parse_raw(yaml).map_err(|e| vec![e])?;
+    validate(raw)
+}
+
+/// The YAML read into the raw structs; a syntax or shape error is the first one met.
+fn parse_raw(yaml: &str) -> Result<RawWorkflow, ValidationIssue> {
+    let de = serde_yaml::Deserializer::from_str(yaml);
+    serde_path_to_error::deserialize(de).map_err(|err| {
+        let path = match err.path().to_string() {
+            root if root == "." => String::new(),
+            path => path,
+        };
+        shape_issue(path, err.into_inner())
+    })
+}
+
+/// E100, or E106 / E401 when serde says so (an unknown field, a field given twice).
+fn shape_issue(path: String, err: serde_yaml::Error) -> ValidationIssue {
+    let text = err.to_string();
+    let code = if text.contains("unknown field") {
+        IssueCode::E106
+    } else if text.contains("duplicate field") || text.contains("duplicate entry") {
+        IssueCode::E401
+    } else {
+        IssueCode::E100
+    };
+    // An unknown field is reported on the object holding it (the message names it).
+    let path = match code {
+        IssueCode::E106 => path
+            .rsplit_once('.')
+            .map_or(String::new(), |(parent, _)| parent.to_string()),
+        _ => path,
+    };
+    // serde_yaml's text already carries the path and, when known, `at line L column C`.
+    let message = match err.location() {
+        Some(_) => text,
+        None => format!("{text} (the YAML could not be read)"),
+    };
+    issue(code, path, message)
+}
+
+/// A YAML mapping in file order, duplicate keys kept (validation reports them, E401).
+#[derive(Debug)]
+pub(super) struct Entries<V>(pub(super) Vec<(String, V)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntriesVisitor<V>(PhantomData<V>);
+
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for EntriesVisitor<V> {
+            type Value = Entries<V>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a mapping of names")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::new();
+                while let Some((key, value)) = map.next_entry::<String, V>()? {
+                    entries.push((key, value));
+                }
+                Ok(Entries(entries))
+            }
+        }
+
+        deserializer.deserialize_map(EntriesVisitor(PhantomData))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawWorkflow {
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    /// Any scalar, kept as written (`1.0` stays `"1.0"`).
+    pub version: Option<String>,
+    pub idempotency: Option<String>,
+    pub start: Option<RawStep>,
+    pub steps: Option<Entries<RawStep>>,
+    pub terminals: Option<Entries<RawTerminal>>,
+    // Known but not supported yet (E105).
+    pub plans: Option<IgnoredAny>,
+    pub schedule: Option<IgnoredAny>,
+    pub trigger: Option<IgnoredAny>,
+    pub search_attributes: Option<IgnoredAny>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawStep {
+    pub run: Option<String>,
+    pub wait_for_signal: Option<RawSignalWait>,
+    /// A string holding JSON, or YAML.
+    pub input_mapping: Option<serde_yaml::Value>,
+    pub retry: Option<RawRetry>,
+    pub poll: Option<RawPoll>,
+    pub transitions: Option<Entries<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawSignalWait {
+    #[serde(rename = "type")]
+    pub signal_type: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub on_timeout: Option<String>,
+}
+
+/// `retry:` fields are snake_case in the spec.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetry {
+    pub max_attempts: Option<u64>,
+    pub backoff: Option<String>,
+    pub initial_delay_ms: Option<u64>,
+    pub max_delay_ms: Option<u64>,
+    pub within_ms: Option<u64>,
+}
+
+/// `poll:` fields are camelCase in the spec.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawPoll {
+    pub initial_delay_ms: Option<u64>,
+    pub max_attempts: Option<u64>,
+    pub backoff: Option<String>,
+    pub base_delay_ms: Option<u64>,
+    pub max_delay_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTerminal {
+    pub status: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflows::{Backoff, Idempotency, PollPolicy, RetryPolicy, StepAction, Target};
+    use flo_protocol::WorkflowRunStatus;
+    use serde_json::json;
+
+    const HEADER: &str = "kind: Workflow\nname: w\nversion: \"1\"\n";
+    const START_OK: &str =
+        "start:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n";
+
+    /// A definition: the header, then `body`.
+    fn wf(body: &str) -> String {
+        format!("{HEADER}{body}")
+    }
+
+    fn ok(yaml: &str) -> Validated {
+        match parse_workflow(yaml) {
+            Ok(v) => v,
+            Err(issues) => panic!("refused: {issues:#?}\n{yaml}"),
+        }
+    }
+
+    fn errors(yaml: &str) -> Vec<ValidationIssue> {
+        match parse_workflow(yaml) {
+            Ok(v) => panic!("accepted (warnings {:#?}):\n{yaml}", v.warnings),
+            Err(issues) => issues,
+        }
+    }
+
+    #[track_caller]
+    fn assert_issue(issues: &[ValidationIssue], code: &str, path: &str) {
+        assert!(
+            issues.iter().any(|i| i.code == code && i.path == path),
+            "no {code} at `{path}` in {issues:#?}"
+        );
+    }
+
+    /// `yaml` is refused with (at least) `code` at `path`.
+    #[track_caller]
+    fn refused(yaml: &str, code: &str, path: &str) -> Vec<ValidationIssue> {
+        let issues = errors(yaml);
+        assert_issue(&issues, code, path);
+        issues
+    }
+
+    fn codes(issues: &[ValidationIssue]) -> Vec<(&str, &str)> {
+        issues
+            .iter()
+            .map(|i| (i.code.as_str(), i.path.as_str()))
+            .collect()
+    }
+
+    const QUICK_START: &str = r#"
+kind: Workflow
+name: process-order
+version: "1.0.0"
+idempotency: required
+
+start:
+  run: "@actions/validate-order"
+  transitions:
+    success: charge
+    failure: flo.Failed
+
+steps:
+  charge:
+    run: "@actions/charge-payment"
+    retry:
+      max_attempts: 3
+      backoff: exponential
+      initial_delay_ms: 1000
+      max_delay_ms: 30000
+    transitions:
+      success: ship
+      failure: flo.Failed
+
+  ship:
+    run: "@actions/create-shipment"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#;
+
+    const ORDER_SIGNALS: &str = r#"
+kind: Workflow
+name: order-processing
+version: "1.0.0"
+idempotency: required
+
+terminals:
+  OrderCompleted:
+    status: completed
+  OrderRejected:
+    status: failed
+  PaymentFailed:
+    status: failed
+
+start:
+  run: "@actions/validate-order"
+  transitions:
+    success: process_payment
+    failure: flo.Failed
+
+steps:
+  process_payment:
+    run: "@actions/charge-payment"
+    retry:
+      max_attempts: 3
+      backoff: exponential
+      initial_delay_ms: 1000
+    transitions:
+      success: check_approval
+      failure: PaymentFailed
+
+  check_approval:
+    run: "@actions/check-approval-needed"
+    transitions:
+      success: fulfill          # no approval needed
+      failure: await_approval   # high-value order, needs approval
+
+  await_approval:
+    waitForSignal:
+      type: approval
+      timeoutMs: 3600000        # 1 hour
+      onTimeout: OrderRejected
+    transitions:
+      success: fulfill
+
+  fulfill:
+    run: "@actions/ship-order"
+    transitions:
+      success: OrderCompleted
+      failure: flo.Failed
+"#;
+
+    const PAYMENT_PLANS: &str = r#"
+plans:
+  charge-payment:
+    selection: health-weighted
+    executors:
+      - name: stripe-primary
+        action: "@actions/charge-stripe"
+        priority: 100
+        retry:
+          max_attempts: 3
+          backoff: exponential
+          initial_delay_ms: 1000
+          max_delay_ms: 30000
+          within_ms: 120000
+        breaker:
+          failure_threshold: 5
+          cooldown_ms: 30000
+          half_open_max_calls: 3
+        rate_limit:
+          max_per_second: 100
+        tracking:
+          mode: async
+          timeout_ms: 300000
+      - name: adyen-fallback
+        action: "@actions/charge-adyen"
+        priority: 50
+        retry:
+          max_attempts: 2
+          backoff: exponential_jitter
+    health:
+      window_ms: 300000
+      decay: 0.9
+      min_samples: 10
+    cache:
+      ttl_ms: 3600000
+      key: "charge:{input.customer_id}:{input.idempotency_key}"
+      invalidate_on: ["payment.refunded"]
+    fallback:
+      value: '{"status": "declined", "reason": "all_providers_unavailable"}'
+      condition: exhausted
+    errors:
+      retryable: ["timeout", "rate_limited"]
+      fatal: ["invalid_card", "fraud_detected"]
+"#;
+
+    const PAYMENT_REST: &str = r#"
+start:
+  run: "@plan/charge-payment"
+  inputMapping: '{"customer_id": "$.input.customer_id", "amount": "$.input.amount"}'
+  transitions:
+    success: notify_customer
+    pending: check_payment_status
+    failure: flo.Failed
+
+steps:
+  check_payment_status:
+    run: "@actions/check-payment-status"
+    inputMapping: '{"payment_id": "$.steps._start.output.payment_id"}'
+    poll:
+      initialDelayMs: 2000
+      maxAttempts: 30
+      backoff: exponential
+      baseDelayMs: 2000
+      maxDelayMs: 30000
+    transitions:
+      success: notify_customer
+      failure: flo.Failed
+
+  notify_customer:
+    run: "@actions/send-notification"
+    inputMapping: '{"customer_id": "$.input.customer_id", "template": "payment_success"}'
+    transitions:
+      success: flo.Completed
+      failure: flo.Completed   # notification failure doesn't fail the workflow
+"#;
+
+    const PAYMENT_HEADER: &str =
+        "kind: Workflow\nname: payment-processing\nversion: \"1.0.0\"\nidempotency: required\n";
+
+    // --- the spec's examples ---
+
+    #[test]
+    fn the_quick_start_workflow_parses() {
+        let v = ok(QUICK_START);
+        assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
+        let def = v.def;
+        assert_eq!(
+            (def.name.as_str(), def.version.as_str()),
+            ("process-order", "1.0.0")
+        );
+        assert_eq!(def.idempotency, Idempotency::Required);
+        assert_eq!(
+            def.start.action,
+            StepAction::Run(Target::Action("validate-order".into()))
+        );
+        assert_eq!(def.start.transitions["success"], "charge");
+        assert_eq!(def.steps.keys().collect::<Vec<_>>(), ["charge", "ship"]);
+        assert_eq!(
+            def.steps["charge"].retry,
+            Some(RetryPolicy {
+                max_attempts: 3,
+                backoff: Backoff::Exponential,
+                initial_delay_ms: 1000,
+                max_delay_ms: Some(30000),
+                within_ms: None,
+            })
+        );
+        assert!(def.terminals.is_empty());
+    }
+
+    #[test]
+    fn the_order_processing_with_signals_workflow_parses() {
+        let v = ok(ORDER_SIGNALS);
+        assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
+        let def = v.def;
+        assert_eq!(
+            def.terminals
+                .iter()
+                .map(|(n, s)| (n.as_str(), *s))
+                .collect::<Vec<_>>(),
+            [
+                ("OrderCompleted", WorkflowRunStatus::Completed),
+                ("OrderRejected", WorkflowRunStatus::Failed),
+                ("PaymentFailed", WorkflowRunStatus::Failed),
+            ]
+        );
+        assert_eq!(
+            def.steps["await_approval"].action,
+            StepAction::WaitForSignal(crate::workflows::SignalWait {
+                signal_type: "approval".into(),
+                timeout_ms: Some(3_600_000),
+                on_timeout: Some("OrderRejected".into()),
+            })
+        );
+        assert_eq!(
+            def.steps["fulfill"].transitions["success"],
+            "OrderCompleted"
+        );
+    }
+
+    #[test]
+    fn the_payment_processing_workflow_is_refused_for_its_plans_only() {
+        let issues = errors(&format!("{PAYMENT_HEADER}{PAYMENT_PLANS}{PAYMENT_REST}"));
+        assert_eq!(codes(&issues), [("E105", "plans"), ("E105", "start.run")]);
+        assert!(
+            issues[0].message.contains("not supported yet"),
+            "{issues:#?}"
+        );
+        assert!(
+            issues[1].message.contains("not supported yet"),
+            "{issues:#?}"
+        );
+    }
+
+    #[test]
+    fn the_payment_processing_workflow_without_plans_parses() {
+        let rest = PAYMENT_REST.replace("@plan/charge-payment", "@actions/charge-payment");
+        let v = ok(&format!("{PAYMENT_HEADER}{rest}"));
+        // `pending` on the start step, which has no `poll`.
+        assert_eq!(codes(&v.warnings), [("W103", "start.transitions.pending")]);
+        let check = &v.def.steps["check_payment_status"];
+        assert_eq!(
+            check.poll,
+            Some(PollPolicy {
+                initial_delay_ms: 2000,
+                max_attempts: 30,
+                backoff: Backoff::Exponential,
+                base_delay_ms: 2000,
+                max_delay_ms: Some(30000),
+            })
+        );
+        assert_eq!(
+            check.input_mapping,
+            Some(json!({"payment_id": "$.steps._start.output.payment_id"}))
+        );
+    }
+
+    // --- defaults and forms ---
+
+    #[test]
+    fn retry_and_poll_defaults_apply() {
+        let v = ok(&wf(r#"
+start:
+  run: "@actions/a"
+  retry: {}
+  poll: {}
+  transitions: {success: b}
+steps:
+  b:
+    run: "@actions/b"
+    poll: {baseDelayMs: 500}
+    transitions: {success: flo.Completed}
+"#));
+        assert_eq!(v.def.idempotency, Idempotency::None);
+        assert_eq!(
+            v.def.start.retry,
+            Some(RetryPolicy {
+                max_attempts: 3,
+                backoff: Backoff::Exponential,
+                initial_delay_ms: 1000,
+                max_delay_ms: None,
+                within_ms: None,
+            })
+        );
+        assert_eq!(
+            v.def.start.poll,
+            Some(PollPolicy {
+                initial_delay_ms: 1000,
+                max_attempts: 10,
+                backoff: Backoff::Exponential,
+                base_delay_ms: 1000,
+                max_delay_ms: None,
+            })
+        );
+        let b = v.def.steps["b"].poll.as_ref().unwrap();
+        assert_eq!((b.initial_delay_ms, b.base_delay_ms), (500, 500));
+    }
+
+    #[test]
+    fn a_numeric_version_keeps_its_text() {
+        let v = ok(&format!(
+            "kind: Workflow\nname: w\nversion: 1.10\n{START_OK}"
+        ));
+        assert_eq!(v.def.version, "1.10");
+        let v = ok(&format!("kind: Workflow\nname: w\nversion: 2\n{START_OK}"));
+        assert_eq!(v.def.version, "2");
+    }
+
+    #[test]
+    fn input_mapping_may_be_json_text_or_yaml() {
+        let text = ok(&wf(r#"
+start:
+  run: "@actions/a"
+  inputMapping: '{"amount": "$.input.amount", "items": ["$.input.items[0]", 2], "fixed": "x"}'
+  transitions: {success: flo.Completed}
+"#));
+        let yaml = ok(&wf(r#"
+start:
+  run: "@actions/a"
+  inputMapping:
+    amount: $.input.amount
+    items: ["$.input.items[0]", 2]
+    fixed: x
+  transitions: {success: flo.Completed}
+"#));
+        let want =
+            json!({"amount": "$.input.amount", "items": ["$.input.items[0]", 2], "fixed": "x"});
+        assert_eq!(text.def.start.input_mapping, Some(want.clone()));
+        assert_eq!(yaml.def.start.input_mapping, Some(want));
+    }
+
+    #[test]
+    fn a_bare_path_is_a_whole_input_mapping() {
+        let v = ok(&wf(
+            "start:\n  run: \"@actions/a\"\n  inputMapping: $.input.order\n  transitions: {success: flo.Completed}\n",
+        ));
+        assert_eq!(v.def.start.input_mapping, Some(json!("$.input.order")));
+    }
+
+    #[test]
+    fn child_workflow_targets_parse_with_and_without_version() {
+        let v = ok(&wf(r#"
+start:
+  run: "@workflow/payment-flow:2.0.0"
+  transitions: {success: child}
+steps:
+  child:
+    run: "@workflow/payment-flow"
+    transitions: {success: flo.Completed}
+"#));
+        assert_eq!(
+            v.def.start.action,
+            StepAction::Run(Target::Workflow {
+                name: "payment-flow".into(),
+                version: Some("2.0.0".into())
+            })
+        );
+        assert_eq!(
+            v.def.steps["child"].action,
+            StepAction::Run(Target::Workflow {
+                name: "payment-flow".into(),
+                version: None
+            })
+        );
+    }
+
+    #[test]
+    fn all_errors_are_reported_together() {
+        let issues = errors(
+            r#"
+kind: Workflo
+name: "bad name"
+idempotency: always
+start:
+  run: "actions/a"
+  transitions: {success: nowhere}
+steps:
+  b:
+    run: "@actions/b"
+"#,
+        );
+        assert_eq!(
+            codes(&issues),
+            [
+                ("E101", "kind"),
+                ("E102", "name"),
+                ("E103", "version"),
+                ("E108", "idempotency"),
+                ("E201", "start.run"),
+                ("E301", "start.transitions.success"),
+                ("E303", "steps.b.transitions"),
+            ]
+        );
+    }
+
+    // --- E1xx structure ---
+
+    #[test]
+    fn e100_yaml_syntax_errors_carry_line_and_column() {
+        let issues = errors("kind: Workflow\nname: [unclosed\n");
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_eq!(issues[0].code, "E100");
+        assert!(issues[0].message.contains("line 2"), "{issues:#?}");
+        refused("", "E100", "");
+        refused("- a list\n", "E100", "");
+    }
+
+    #[test]
+    fn e100_fields_of_the_wrong_shape_are_named() {
+        let issues = refused(&wf("start: 5\n"), "E100", "start");
+        assert!(issues[0].message.contains("line 4"), "{issues:#?}");
+        refused(
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  retry: {max_attempts: -1}\n  transitions: {success: flo.Completed}\n",
+            ),
+            "E100",
+            "start.retry.max_attempts",
+        );
+        refused(&wf("start:\n  run: [x]\n"), "E100", "start.run");
+    }
+
+    #[test]
+    fn e100_oversized_definitions_are_refused() {
+        let big = format!("{}\n{}", wf(START_OK), "#".repeat(DEFINITION_BYTES_MAX));
+        refused(&big, "E100", "");
+    }
+
+    #[test]
+    fn e101_kind_must_be_workflow() {
+        refused(
+            &format!("name: w\nversion: \"1\"\n{START_OK}"),
+            "E101",
+            "kind",
+        );
+        let issues = refused(
+            &format!("kind: workflow\nname: w\nversion: \"1\"\n{START_OK}"),
+            "E101",
+            "kind",
+        );
+        assert!(
+            issues[0].message.contains("`kind: workflow`"),
+            "{issues:#?}"
+        );
+    }
+
+    #[test]
+    fn e102_name_missing_empty_or_invalid() {
+        for name in [
+            "",
+            "name: \"\"\n",
+            "name: \"two words\"\n",
+            "name: \"a:b\"\n",
+        ] {
+            refused(
+                &format!("kind: Workflow\n{name}version: \"1\"\n{START_OK}"),
+                "E102",
+                "name",
+            );
+        }
+        let long = format!("name: {}\n", "n".repeat(257));
+        refused(
+            &format!("kind: Workflow\n{long}version: \"1\"\n{START_OK}"),
+            "E102",
+            "name",
+        );
+        ok(&format!(
+            "kind: Workflow\nname: {}\nversion: \"1\"\n{START_OK}",
+            "n".repeat(256)
+        ));
+    }
+
+    #[test]
+    fn e103_version_missing_or_empty() {
+        refused(
+            &format!("kind: Workflow\nname: w\n{START_OK}"),
+            "E103",
+            "version",
+        );
+        refused(
+            &format!("kind: Workflow\nname: w\nversion: \"\"\n{START_OK}"),
+            "E103",
+            "version",
+        );
+        refused(
+            &format!("kind: Workflow\nname: w\nversion:\n{START_OK}"),
+            "E103",
+            "version",
+        );
+    }
+
+    #[test]
+    fn e104_start_missing() {
+        refused(HEADER, "E104", "start");
+    }
+
+    #[test]
+    fn e105_unsupported_features() {
+        for field in ["plans", "schedule", "trigger", "searchAttributes"] {
+            let issues = refused(
+                &wf(&format!("{field}: {{x: 1}}\n{START_OK}")),
+                "E105",
+                field,
+            );
+            assert!(
+                issues[0].message.contains("not supported yet"),
+                "{issues:#?}"
+            );
+        }
+        refused(
+            &wf("start:\n  run: \"@plan/payment\"\n  transitions: {success: flo.Completed}\n"),
+            "E105",
+            "start.run",
+        );
+    }
+
+    #[test]
+    fn e106_unknown_fields_are_named() {
+        let issues = refused(&wf(&format!("{START_OK}stpes: {{}}\n")), "E106", "");
+        assert!(issues[0].message.contains("`stpes`"), "{issues:#?}");
+        let issues = refused(
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  retyr: {}\n  transitions: {success: flo.Completed}\n",
+            ),
+            "E106",
+            "start",
+        );
+        assert!(issues[0].message.contains("`retyr`"), "{issues:#?}");
+        refused(
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  poll: {max_attempts: 3}\n  transitions: {success: flo.Completed}\n",
+            ),
+            "E106",
+            "start.poll",
+        );
+        refused(
+            &wf(&format!(
+                "{START_OK}terminals:\n  Done: {{status: completed, color: red}}\n"
+            )),
+            "E106",
+            "terminals.Done",
+        );
+    }
+
+    #[test]
+    fn e107_a_step_runs_or_waits() {
+        refused(
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  waitForSignal: {type: t, timeoutMs: 5}\n  transitions: {success: flo.Completed}\n",
+            ),
+            "E107",
+            "start",
+        );
+        refused(
+            &wf(&format!(
+                "{START_OK}steps:\n  b:\n    transitions: {{success: flo.Completed}}\n"
+            )),
+            "E107",
+            "steps.b",
+        );
+    }
+
+    #[test]
+    fn e108_idempotency_values() {
+        for value in ["none", "optional", "required"] {
+            ok(&wf(&format!("idempotency: {value}\n{START_OK}")));
+        }
+        refused(
+            &wf(&format!("idempotency: always\n{START_OK}")),
+            "E108",
+            "idempotency",
+        );
+    }
+
+    #[test]
+    fn e109_reserved_or_invalid_step_names() {
+        for name in ["_start", "flo.Mine", "\"a b\"", "\"$x\""] {
+            let path = format!("steps.{}", name.trim_matches('"'));
+            refused(
+                &wf(&format!(
+                    "{START_OK}steps:\n  {name}:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\n"
+                )),
+                "E109",
+                &path,
+            );
+        }
+        refused(
+            &wf(&format!(
+                "{START_OK}terminals:\n  flo.Mine: {{status: failed}}\n"
+            )),
+            "E109",
+            "terminals.flo.Mine",
+        );
+    }
+
+    // --- E2xx references ---
+
+    #[test]
+    fn e201_malformed_targets() {
+        for target in [
+            "actions/a",
+            "@actions/",
+            "@actions/a b",
+            "@action/a",
+            "@workflow/",
+            "@workflow/w:",
+            "@workflow/w x",
+            "@plan/",
+            "",
+        ] {
+            refused(
+                &wf(&format!(
+                    "start:\n  run: \"{target}\"\n  transitions: {{success: flo.Completed}}\n"
+                )),
+                "E201",
+                "start.run",
+            );
+        }
+    }
+
+    #[test]
+    fn e202_input_mapping_that_is_not_json() {
+        for mapping in ["'{\"a\": '", "hello", "'{\"a\": 1} trailing'"] {
+            refused(
+                &wf(&format!(
+                    "start:\n  run: \"@actions/a\"\n  inputMapping: {mapping}\n  transitions: {{success: flo.Completed}}\n"
+                )),
+                "E202",
+                "start.inputMapping",
+            );
+        }
+        refused(
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  inputMapping: {[1, 2]: x}\n  transitions: {success: flo.Completed}\n",
+            ),
+            "E202",
+            "start.inputMapping",
+        );
+    }
+
+    #[test]
+    fn e203_mapping_paths_must_be_allowed_forms_naming_known_steps() {
+        let with_mapping = |path: &str| {
+            wf(&format!(
+                "start:\n  run: \"@actions/a\"\n  inputMapping: '{{\"x\": \"{path}\"}}'\n  transitions: {{success: b}}\nsteps:\n  b:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\n"
+            ))
+        };
+        for good in [
+            "$.input",
+            "$.input.a.b[0]",
+            "$.input['odd-key']",
+            "$.steps.b.output",
+            "$.steps.b.output.x[*]",
+            "$.steps._start.outcome",
+            "$.steps['b'].outcome",
+            "$.flo.run_id",
+            "$.flo.timestamp",
+        ] {
+            // Quotes doubled: the mapping sits in a single-quoted YAML scalar.
+            ok(&with_mapping(&good.replace('\'', "''")));
+        }
+        for bad in [
+            "$.inputs.a",
+            "$.steps.nope.output",
+            "$.steps.b",
+            "$.steps.b.outcome.x",
+            "$.steps.b.result",
+            "$.steps.*.output",
+            "$.flo.other",
+            "$.flo.run_id.x",
+            "$..x",
+            "$.steps.check-status.output",
+            "$.input[",
+        ] {
+            let issues = refused(&with_mapping(bad), "E203", "start.inputMapping");
+            assert!(issues[0].message.contains(bad), "{issues:#?}");
+        }
+    }
+
+    // --- E3xx transitions ---
+
+    #[test]
+    fn e301_transition_targets_must_exist() {
+        let issues = refused(
+            &wf("start:\n  run: \"@actions/a\"\n  transitions: {success: flo.completed}\n"),
+            "E301",
+            "start.transitions.success",
+        );
+        assert!(
+            issues[0].message.contains("did you mean `flo.Completed`"),
+            "{issues:#?}"
+        );
+        refused(
+            &wf("start:\n  run: \"@actions/a\"\n  transitions: {success: _start}\n"),
+            "E301",
+            "start.transitions.success",
+        );
+    }
+
+    #[test]
+    fn e302_on_timeout_targets_must_exist() {
+        refused(
+            &wf(
+                "start:\n  waitForSignal: {type: t, timeoutMs: 5, onTimeout: Nowhere}\n  transitions: {success: flo.Completed}\n",
+            ),
+            "E302",
+            "start.waitForSignal.onTimeout",
+        );
+    }
+
+    #[test]
+    fn e303_run_steps_need_transitions() {
+        refused(
+            &wf("start:\n  run: \"@actions/a\"\n"),
+            "E303",
+            "start.transitions",
+        );
+        refused(
+            &wf("start:\n  run: \"@actions/a\"\n  transitions: {}\n"),
+            "E303",
+            "start.transitions",
+        );
+    }
+
+    #[test]
+    fn e304_signal_waits_need_a_success_transition() {
+        refused(
+            &wf(
+                "start:\n  waitForSignal: {type: t, timeoutMs: 5}\n  transitions: {failure: flo.Failed}\n",
+            ),
+            "E304",
+            "start.transitions",
+        );
+    }
+
+    // --- E4xx duplicates ---
+
+    #[test]
+    fn e401_duplicate_keys() {
+        let step = "    run: \"@actions/b\"\n    transitions: {success: flo.Completed}\n";
+        refused(
+            &wf(&format!("{START_OK}steps:\n  b:\n{step}  b:\n{step}")),
+            "E401",
+            "steps.b",
+        );
+        refused(
+            &wf(&format!(
+                "{START_OK}terminals:\n  T: {{status: failed}}\n  T: {{status: completed}}\n"
+            )),
+            "E401",
+            "terminals.T",
+        );
+        refused(
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n    success: flo.Failed\n",
+            ),
+            "E401",
+            "start.transitions.success",
+        );
+        let issues = refused(&format!("{HEADER}name: again\n{START_OK}"), "E401", "");
+        assert!(issues[0].message.contains("`name`"), "{issues:#?}");
+        refused(
+            &wf(
+                "start:\n  run: \"@actions/a\"\n  inputMapping: {a: 1, a: 2}\n  transitions: {success: flo.Completed}\n",
+            ),
+            "E401",
+            "start.inputMapping",
+        );
+    }
+
+    #[test]
+    fn e402_terminals_named_like_steps_or_builtins() {
+        refused(
+            &wf(&format!(
+                "{START_OK}terminals:\n  flo.Failed: {{status: failed}}\n"
+            )),
+            "E402",
+            "terminals.flo.Failed",
+        );
+        refused(
+            &wf(&format!(
+                "{START_OK}steps:\n  b:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\nterminals:\n  b: {{status: failed}}\n"
+            )),
+            "E402",
+            "terminals.b",
+        );
+    }
+
+    #[test]
+    fn e403_terminal_status_values() {
+        refused(
+            &wf(&format!("{START_OK}terminals:\n  T: {{status: done}}\n")),
+            "E403",
+            "terminals.T.status",
+        );
+        refused(
+            &wf(&format!("{START_OK}terminals:\n  T: {{}}\n")),
+            "E403",
+            "terminals.T.status",
+        );
+        let v = ok(&wf(&format!(
+            "{START_OK}terminals:\n  A: {{status: completed}}\n  B: {{status: cancelled}}\n  C: {{status: timed_out}}\n"
+        )));
+        assert_eq!(v.def.terminals["C"], WorkflowRunStatus::TimedOut);
+        assert_eq!(v.def.terminals["B"], WorkflowRunStatus::Cancelled);
+    }
+
+    // --- E5xx policies ---
+
+    fn with_retry(retry: &str) -> String {
+        wf(&format!(
+            "start:\n  run: \"@actions/a\"\n  retry: {{{retry}}}\n  transitions: {{success: flo.Completed}}\n"
+        ))
+    }
+
+    fn with_poll(poll: &str) -> String {
+        wf(&format!(
+            "start:\n  run: \"@actions/a\"\n  poll: {{{poll}}}\n  transitions: {{success: flo.Completed}}\n"
+        ))
+    }
+
+    #[test]
+    fn e501_invalid_retry() {
+        refused(
+            &with_retry("max_attempts: 0"),
+            "E501",
+            "start.retry.max_attempts",
+        );
+        refused(
+            &with_retry("max_attempts: 101"),
+            "E501",
+            "start.retry.max_attempts",
+        );
+        refused(
+            &with_retry("backoff: fibonacci"),
+            "E501",
+            "start.retry.backoff",
+        );
+        refused(
+            &with_retry("initial_delay_ms: 86400001"),
+            "E501",
+            "start.retry.initial_delay_ms",
+        );
+        refused(
+            &with_retry("max_delay_ms: 86400001"),
+            "E501",
+            "start.retry.max_delay_ms",
+        );
+        refused(
+            &with_retry("initial_delay_ms: 500, max_delay_ms: 100"),
+            "E501",
+            "start.retry.max_delay_ms",
+        );
+        refused(&with_retry("within_ms: 0"), "E501", "start.retry.within_ms");
+        let v = ok(&with_retry(
+            "max_attempts: 100, backoff: exponential_jitter, within_ms: 5000",
+        ));
+        let retry = v.def.start.retry.unwrap();
+        assert_eq!(
+            (retry.max_attempts, retry.backoff, retry.within_ms),
+            (100, Backoff::ExponentialJitter, Some(5000))
+        );
+    }
+
+    #[test]
+    fn e502_invalid_poll() {
+        refused(
+            &with_poll("maxAttempts: 0"),
+            "E502",
+            "start.poll.maxAttempts",
+        );
+        refused(
+            &with_poll("maxAttempts: 1000"),
+            "E502",
+            "start.poll.maxAttempts",
+        );
+        refused(&with_poll("backoff: slow"), "E502", "start.poll.backoff");
+        refused(
+            &with_poll("baseDelayMs: 86400001"),
+            "E502",
+            "start.poll.baseDelayMs",
+        );
+        refused(
+            &with_poll("initialDelayMs: 86400001"),
+            "E502",
+            "start.poll.initialDelayMs",
+        );
+        refused(
+            &with_poll("baseDelayMs: 500, maxDelayMs: 100"),
+            "E502",
+            "start.poll.maxDelayMs",
+        );
+        let v = ok(&with_poll("backoff: linear"));
+        assert_eq!(v.def.start.poll.unwrap().backoff, Backoff::Linear);
+    }
+
+    #[test]
+    fn e503_invalid_signal_wait() {
+        let wait = |w: &str| {
+            wf(&format!(
+                "start:\n  waitForSignal: {{{w}}}\n  transitions: {{success: flo.Completed}}\n"
+            ))
+        };
+        refused(&wait("timeoutMs: 5"), "E503", "start.waitForSignal.type");
+        refused(
+            &wait("type: \"\", timeoutMs: 5"),
+            "E503",
+            "start.waitForSignal.type",
+        );
+        refused(
+            &wait("type: t, timeoutMs: 0"),
+            "E503",
+            "start.waitForSignal.timeoutMs",
+        );
+    }
+
+    #[test]
+    fn e504_run_step_policies_on_a_signal_wait() {
+        for (field, value) in [("retry", "{}"), ("poll", "{}"), ("inputMapping", "'{}'")] {
+            refused(
+                &wf(&format!(
+                    "start:\n  waitForSignal: {{type: t, timeoutMs: 5}}\n  {field}: {value}\n  transitions: {{success: flo.Completed}}\n"
+                )),
+                "E504",
+                &format!("start.{field}"),
+            );
+        }
+    }
+
+    // --- warnings ---
+
+    #[test]
+    fn w101_unreachable_steps_warn() {
+        let v = ok(&wf(&format!(
+            "{START_OK}steps:\n  lonely:\n    run: \"@actions/b\"\n    transitions: {{success: flo.Completed}}\n"
+        )));
+        assert_eq!(codes(&v.warnings), [("W101", "steps.lonely")]);
+    }
+
+    #[test]
+    fn w101_on_timeout_targets_are_reachable() {
+        let v = ok(&wf(r#"
+start:
+  waitForSignal: {type: t, timeoutMs: 5, onTimeout: late}
+  transitions: {success: flo.Completed}
+steps:
+  late:
+    run: "@actions/b"
+    transitions: {success: flo.Completed}
+"#));
+        assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
+    }
+
+    #[test]
+    fn w102_signal_wait_without_timeout_warns() {
+        let v = ok(&wf(
+            "start:\n  waitForSignal: {type: approval}\n  transitions: {success: flo.Completed}\n",
+        ));
+        assert_eq!(codes(&v.warnings), [("W102", "start.waitForSignal")]);
+        assert_eq!(
+            v.def.start.action,
+            StepAction::WaitForSignal(crate::workflows::SignalWait {
+                signal_type: "approval".into(),
+                timeout_ms: None,
+                on_timeout: None,
+            })
+        );
+    }
+
+    #[test]
+    fn w103_pending_without_poll_warns() {
+        let v = ok(&wf(
+            "start:\n  run: \"@actions/a\"\n  transitions: {success: flo.Completed, pending: flo.Failed}\n",
+        ));
+        assert_eq!(codes(&v.warnings), [("W103", "start.transitions.pending")]);
+        let v = ok(&wf(
+            "start:\n  run: \"@actions/a\"\n  poll: {}\n  transitions: {success: flo.Completed, pending: flo.Failed}\n",
+        ));
+        assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
+    }
+}

@@ -1,0 +1,737 @@
+//! Workflow definitions (every shard) and runs (the shard a run id hashes to), changed only
+//! by `ShardState::apply` of the workflow records. History is part of the fold: each record
+//! appends the events it stands for.
+
+use super::def::{START_STEP, WorkflowDef};
+use crate::record::{StepNext, StepRef, StepWait};
+use ahash::AHashMap as HashMap;
+use flo_protocol::{HistoryEvent, WorkflowRunStatus};
+use serde_json::Value;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// One version of a workflow.
+pub struct WfVersion {
+    pub version: String,
+    pub yaml: String,
+    /// None when the YAML no longer parses (a run of it fails with the reason).
+    pub def: Result<Arc<WorkflowDef>, String>,
+    pub created_at_ms: u64,
+}
+
+pub struct WfEntry {
+    /// Oldest first; the last is the latest.
+    pub versions: Vec<WfVersion>,
+    pub enabled: bool,
+    pub updated_at_ms: u64,
+}
+
+impl WfEntry {
+    pub fn get(&self, version: Option<&str>) -> Option<&WfVersion> {
+        match version {
+            Some(v) => self.versions.iter().find(|x| x.version == v),
+            None => self.versions.last(),
+        }
+    }
+}
+
+pub struct StepState {
+    pub name: String,
+    pub outcome: Option<String>,
+    pub output: Option<Value>,
+    pub executions: u32,
+}
+
+pub struct WfRun {
+    pub workflow: String,
+    pub version: String,
+    pub def: Result<Arc<WorkflowDef>, String>,
+    pub status: WorkflowRunStatus,
+    pub input: Value,
+    pub input_bytes: Vec<u8>,
+    pub idempotency_key: Option<String>,
+    pub parent: Option<StepRef>,
+    /// Nesting depth (0 for a top-level run).
+    pub depth: u32,
+    pub current_step: Option<String>,
+    pub wait: Option<StepWait>,
+    /// A retry or poll of the current step is due at this time.
+    pub timer_ms: Option<u64>,
+    /// Executions of the current step in this visit, and polls among them.
+    pub step_executions: u32,
+    pub step_polls: u32,
+    /// When the current visit's first execution started (for `within_ms`).
+    pub step_first_at_ms: u64,
+    pub steps: Vec<StepState>,
+    pub terminal: Option<String>,
+    pub error: Option<String>,
+    pub output: Option<Value>,
+    /// Signals received and not consumed: (sequence, type, payload).
+    pub signals: VecDeque<(u64, String, Value)>,
+    pub next_signal_seq: u64,
+    pub history: Vec<HistoryEvent>,
+    /// Child runs started by this run.
+    pub children: Vec<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub seq: u64,
+    pub lsn: u64,
+}
+
+impl WfRun {
+    pub fn step_state(&self, name: &str) -> Option<&StepState> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    fn event(&mut self, event_type: &str, step: Option<&str>, detail: String, at_ms: u64) {
+        self.history.push(HistoryEvent {
+            event_type: event_type.to_string(),
+            step: step.map(str::to_string),
+            detail,
+            at_ms,
+        });
+    }
+}
+
+/// JSON bytes as a value (text that is not JSON becomes a string).
+pub fn json_value(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+#[derive(Default)]
+pub struct Workflows {
+    pub defs: HashMap<(String, String), WfEntry>,
+    /// Namespace → run id → run (boxed: resizing a large table moves pointers only).
+    runs: HashMap<String, HashMap<String, Box<WfRun>>>,
+    /// Last number used in `wfrun-N` ids, per namespace.
+    counters: HashMap<String, u64>,
+    next_seq: u64,
+}
+
+/// One workflow's definitions as the coordinator has them (start-up sync).
+#[derive(Debug, Clone)]
+pub struct WfSyncEntry {
+    pub namespace: String,
+    pub name: String,
+    pub enabled: bool,
+    pub updated_at_ms: u64,
+    /// Oldest first.
+    pub versions: Vec<WfSyncVersion>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WfSyncVersion {
+    pub version: String,
+    pub yaml: String,
+    pub created_at_ms: u64,
+    pub def: Option<Arc<WorkflowDef>>,
+}
+
+impl Workflows {
+    /// Every definition, for `plan_sync` on the other shards.
+    pub fn sync_entries(&self) -> Vec<WfSyncEntry> {
+        self.defs
+            .iter()
+            .map(|((namespace, name), e)| WfSyncEntry {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                enabled: e.enabled,
+                updated_at_ms: e.updated_at_ms,
+                versions: e
+                    .versions
+                    .iter()
+                    .map(|v| WfSyncVersion {
+                        version: v.version.clone(),
+                        yaml: v.yaml.clone(),
+                        created_at_ms: v.created_at_ms,
+                        def: v.def.as_ref().ok().cloned(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The records that bring this shard's definitions to `entries` (the coordinator's):
+    /// versions it lacks, and the enabled flag.
+    pub fn plan_sync(&self, entries: &[WfSyncEntry]) -> Vec<crate::record::Record> {
+        use crate::record::Record;
+        let mut records = Vec::new();
+        for e in entries {
+            let mine = self.def(&e.namespace, &e.name);
+            // From the first version that differs (absent, other YAML, other place), log
+            // the coordinator's versions in its order: `apply_defined` appends, so the
+            // latest ends up the same as the coordinator's.
+            let same = mine.map_or(0, |m| {
+                m.versions
+                    .iter()
+                    .zip(&e.versions)
+                    .take_while(|(v, theirs)| v.version == theirs.version && v.yaml == theirs.yaml)
+                    .count()
+            });
+            for v in &e.versions[same..] {
+                records.push(Record::WorkflowDefined {
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
+                    version: v.version.clone(),
+                    yaml: v.yaml.clone(),
+                    at_ms: v.created_at_ms,
+                    def: v.def.as_ref().map(|d| Box::new((**d).clone())),
+                });
+            }
+            if mine.is_none_or(|m| m.enabled) != e.enabled {
+                records.push(Record::WorkflowEnabled {
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
+                    enabled: e.enabled,
+                    at_ms: e.updated_at_ms,
+                });
+            }
+        }
+        records
+    }
+
+    pub fn def(&self, namespace: &str, name: &str) -> Option<&WfEntry> {
+        self.defs.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    pub fn run(&self, namespace: &str, run_id: &str) -> Option<&WfRun> {
+        self.runs.get(namespace)?.get(run_id).map(|r| &**r)
+    }
+
+    /// Every run: (namespace, run id, run).
+    pub fn all_runs(&self) -> impl Iterator<Item = (&str, &str, &WfRun)> {
+        self.runs.iter().flat_map(|(ns, runs)| {
+            runs.iter()
+                .map(move |(id, r)| (ns.as_str(), id.as_str(), &**r))
+        })
+    }
+
+    fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
+        self.runs
+            .get_mut(namespace)?
+            .get_mut(run_id)
+            .map(|r| &mut **r)
+    }
+
+    /// A fresh `wfrun-N` id that `owned` accepts.
+    pub fn next_run_id(&self, namespace: &str, owned: impl Fn(&str) -> bool) -> String {
+        let mut n = self.counters.get(namespace).copied().unwrap_or(0);
+        loop {
+            n += 1;
+            let id = format!("wfrun-{n}");
+            if owned(&id) {
+                return id;
+            }
+        }
+    }
+
+    pub fn apply_defined(
+        &mut self,
+        namespace: String,
+        name: String,
+        version: String,
+        yaml: String,
+        at_ms: u64,
+        def: Option<Box<WorkflowDef>>,
+    ) {
+        let def = def.map(|d| Arc::new(*d)).ok_or_else(|| {
+            format!(
+                "version {version:?} of this workflow no longer validates; create it again \
+                 with a new version"
+            )
+        });
+        let entry = self.defs.entry((namespace, name)).or_insert(WfEntry {
+            versions: Vec::new(),
+            enabled: true,
+            updated_at_ms: at_ms,
+        });
+        entry.versions.retain(|v| v.version != version);
+        entry.versions.push(WfVersion {
+            version,
+            yaml,
+            def,
+            created_at_ms: at_ms,
+        });
+        entry.updated_at_ms = at_ms;
+    }
+
+    pub fn apply_enabled(&mut self, namespace: &str, name: &str, enabled: bool, at_ms: u64) {
+        if let Some(entry) = self
+            .defs
+            .get_mut(&(namespace.to_string(), name.to_string()))
+        {
+            entry.enabled = enabled;
+            entry.updated_at_ms = at_ms;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_started(
+        &mut self,
+        namespace: String,
+        run_id: String,
+        workflow: String,
+        version: String,
+        input: Vec<u8>,
+        idempotency_key: Option<String>,
+        parent: Option<StepRef>,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        if let Some(n) = run_id
+            .strip_prefix("wfrun-")
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            let counter = self.counters.entry(namespace.clone()).or_insert(0);
+            *counter = (*counter).max(n);
+        }
+        let def = self
+            .def(&namespace, &workflow)
+            .and_then(|e| e.get(Some(&version)))
+            .map(|v| v.def.clone())
+            .unwrap_or_else(|| Err(format!("workflow {workflow:?} version {version:?} is gone")));
+        let depth = parent
+            .as_ref()
+            .and_then(|p| self.run(&namespace, &p.run_id))
+            .map_or(0, |p| p.depth + 1);
+        if let Some(p) = &parent
+            && let Some(parent_run) = self.run_mut(&namespace, &p.run_id)
+        {
+            parent_run.children.push(run_id.clone());
+        }
+        self.next_seq += 1;
+        let mut run = WfRun {
+            workflow,
+            version,
+            def,
+            status: WorkflowRunStatus::Running,
+            input: json_value(&input),
+            input_bytes: input,
+            idempotency_key,
+            parent,
+            depth,
+            current_step: Some(START_STEP.to_string()),
+            wait: None,
+            timer_ms: None,
+            step_executions: 0,
+            step_polls: 0,
+            step_first_at_ms: at_ms,
+            steps: Vec::new(),
+            terminal: None,
+            error: None,
+            output: None,
+            signals: VecDeque::new(),
+            next_signal_seq: 1,
+            history: Vec::new(),
+            children: Vec::new(),
+            created_at_ms: at_ms,
+            updated_at_ms: at_ms,
+            seq: self.next_seq,
+            lsn,
+        };
+        let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
+        run.event("workflow_started", None, detail, at_ms);
+        self.runs
+            .entry(namespace)
+            .or_default()
+            .insert(run_id, Box::new(run));
+    }
+
+    pub fn apply_step_started(
+        &mut self,
+        namespace: &str,
+        run_id: &str,
+        step: String,
+        wait: StepWait,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        let Some(run) = self.run_mut(namespace, run_id) else {
+            return;
+        };
+        // Logs written before the action run's creation started its step carry a
+        // WfStepStarted after the RunCreated: the step has started already.
+        if let (
+            StepWait::ActionRun { run_id: new, .. },
+            Some(StepWait::ActionRun { run_id: cur, .. }),
+        ) = (&wait, &run.wait)
+            && new == cur
+        {
+            return;
+        }
+        if run.step_executions == 0 && run.timer_ms.is_none() {
+            run.step_first_at_ms = at_ms;
+        }
+        run.timer_ms = None;
+        run.current_step = Some(step.clone());
+        run.updated_at_ms = at_ms;
+        run.lsn = lsn;
+        run.event("step_started", Some(&step), step.clone(), at_ms);
+        match &wait {
+            StepWait::ActionRun { run_id: id, worker } => {
+                run.status = if *worker {
+                    WorkflowRunStatus::Waiting
+                } else {
+                    WorkflowRunStatus::Running
+                };
+                if *worker {
+                    run.event("awaiting_action", Some(&step), id.clone(), at_ms);
+                }
+            }
+            StepWait::ChildRun { .. } => run.status = WorkflowRunStatus::Waiting,
+            StepWait::Signal { signal_type, .. } => {
+                run.status = WorkflowRunStatus::Waiting;
+                run.event(
+                    "waiting_for_signal",
+                    Some(&step),
+                    signal_type.clone(),
+                    at_ms,
+                );
+            }
+        }
+        run.wait = Some(wait);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_step_finished(
+        &mut self,
+        namespace: &str,
+        run_id: &str,
+        step: String,
+        outcome: String,
+        output: Option<Vec<u8>>,
+        error: Option<String>,
+        consumed_signal: Option<u64>,
+        next: StepNext,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        let Some(run) = self.run_mut(namespace, run_id) else {
+            return;
+        };
+        if run.step_executions == 0 && run.timer_ms.is_none() && run.wait.is_none() {
+            run.step_first_at_ms = at_ms;
+        }
+        let wait = run.wait.take();
+        run.timer_ms = None;
+        run.updated_at_ms = at_ms;
+        run.lsn = lsn;
+        let output = output.map(|b| json_value(&b));
+        match outcome.as_str() {
+            "target_not_found" => run.event(
+                "action_not_found",
+                Some(&step),
+                error.clone().unwrap_or_default(),
+                at_ms,
+            ),
+            "target_disabled" => run.event(
+                "action_disabled",
+                Some(&step),
+                error.clone().unwrap_or_default(),
+                at_ms,
+            ),
+            _ => {}
+        }
+        if let Some(seq) = consumed_signal
+            && let Some(pos) = run.signals.iter().position(|(s, _, _)| *s == seq)
+        {
+            let (_, signal_type, _) = run.signals.remove(pos).expect("found");
+            run.event("signal_matched", Some(&step), signal_type, at_ms);
+        }
+        if let Some(StepWait::ActionRun { .. }) = wait {
+            run.event("action_completed", Some(&step), outcome.clone(), at_ms);
+        }
+        if let Some(StepWait::Signal { .. }) = wait
+            && outcome == "timeout"
+        {
+            let target = match &next {
+                StepNext::Step(s) => s.clone(),
+                StepNext::End { terminal, .. } => terminal.clone(),
+                _ => String::new(),
+            };
+            run.event("signal_timeout", Some(&step), target, at_ms);
+        }
+        match run.steps.iter_mut().find(|s| s.name == step) {
+            Some(s) => {
+                s.outcome = Some(outcome.clone());
+                s.output = output.clone();
+                s.executions += 1;
+            }
+            None => run.steps.push(StepState {
+                name: step.clone(),
+                outcome: Some(outcome.clone()),
+                output: output.clone(),
+                executions: 1,
+            }),
+        }
+        run.step_executions += 1;
+        run.event("step_completed", Some(&step), outcome.clone(), at_ms);
+        match next {
+            StepNext::Step(next_step) => {
+                run.status = WorkflowRunStatus::Running;
+                run.current_step = Some(next_step);
+                run.step_executions = 0;
+                run.step_polls = 0;
+                run.error = error;
+            }
+            StepNext::Retry { at_ms: due } => {
+                run.status = WorkflowRunStatus::Waiting;
+                run.timer_ms = Some(due);
+                run.error = error;
+                run.event(
+                    "step_retry",
+                    Some(&step),
+                    format!("attempt {} at {due}", run.step_executions + 1),
+                    at_ms,
+                );
+            }
+            StepNext::Poll { at_ms: due } => {
+                run.status = WorkflowRunStatus::Waiting;
+                run.timer_ms = Some(due);
+                run.step_polls += 1;
+            }
+            StepNext::End {
+                terminal,
+                status,
+                reason,
+            } => {
+                run.status = status;
+                run.current_step = None;
+                run.output = output;
+                run.error = reason.or(error);
+                let event = match status {
+                    WorkflowRunStatus::Completed => "workflow_completed",
+                    WorkflowRunStatus::Cancelled => "workflow_cancelled",
+                    WorkflowRunStatus::TimedOut => "workflow_timed_out",
+                    _ => "workflow_failed",
+                };
+                let detail = match &run.error {
+                    Some(e) if status != WorkflowRunStatus::Completed => format!("{terminal}: {e}"),
+                    _ => terminal.clone(),
+                };
+                run.event(event, None, detail, at_ms);
+                run.terminal = Some(terminal);
+            }
+        }
+    }
+
+    pub fn apply_signal(
+        &mut self,
+        namespace: &str,
+        run_id: &str,
+        signal_type: String,
+        payload: Vec<u8>,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        let Some(run) = self.run_mut(namespace, run_id) else {
+            return;
+        };
+        let seq = run.next_signal_seq;
+        run.next_signal_seq += 1;
+        run.event(
+            "signal_received",
+            run.current_step.clone().as_deref(),
+            signal_type.clone(),
+            at_ms,
+        );
+        run.signals
+            .push_back((seq, signal_type, json_value(&payload)));
+        run.updated_at_ms = at_ms;
+        run.lsn = lsn;
+    }
+
+    pub fn apply_cancelled(
+        &mut self,
+        namespace: &str,
+        run_id: &str,
+        reason: Option<String>,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        let Some(run) = self.run_mut(namespace, run_id) else {
+            return;
+        };
+        run.status = WorkflowRunStatus::Cancelled;
+        run.wait = None;
+        run.timer_ms = None;
+        run.current_step = None;
+        run.terminal = Some("flo.Cancelled".to_string());
+        let detail = reason.clone().unwrap_or_else(|| "cancelled".to_string());
+        run.error = reason;
+        run.event("workflow_cancelled", None, detail, at_ms);
+        run.updated_at_ms = at_ms;
+        run.lsn = lsn;
+    }
+
+    /// Runs of a workflow, newest first.
+    pub fn list(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: Option<WorkflowRunStatus>,
+    ) -> Vec<(&str, &WfRun)> {
+        let Some(runs) = self.runs.get(namespace) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(&str, &WfRun)> = runs
+            .iter()
+            .filter(|(_, r)| r.workflow == name)
+            .filter(|(_, r)| status.is_none_or(|s| r.status == s))
+            .map(|(id, r)| (id.as_str(), &**r))
+            .collect();
+        out.sort_by(|a, b| {
+            b.1.created_at_ms
+                .cmp(&a.1.created_at_ms)
+                .then(b.1.seq.cmp(&a.1.seq))
+        });
+        out
+    }
+}
+
+/// The runs of one namespace+workflow are keyed by id; this keeps the wire form in one place.
+pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::WorkflowRunInfo {
+    let bytes = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
+    let waiting_for = run.wait.as_ref().map(|w| match w {
+        StepWait::ActionRun { run_id, .. } => format!("action run {run_id}"),
+        StepWait::ChildRun { run_id } => format!("workflow run {run_id}"),
+        StepWait::Signal { signal_type, .. } => format!("signal {signal_type}"),
+    });
+    let waiting_for = waiting_for.or_else(|| run.timer_ms.map(|at| format!("timer at {at} ms")));
+    flo_protocol::WorkflowRunInfo {
+        run_id: run_id.to_string(),
+        namespace: namespace.to_string(),
+        workflow: run.workflow.clone(),
+        version: run.version.clone(),
+        status: run.status,
+        current_step: run.current_step.clone(),
+        waiting_for,
+        input: run.input_bytes.clone(),
+        output: run.output.as_ref().map(bytes),
+        steps: run
+            .steps
+            .iter()
+            .map(|s| flo_protocol::WorkflowStepInfo {
+                name: s.name.clone(),
+                outcome: s.outcome.clone(),
+                output: s.output.as_ref().map(bytes),
+                executions: s.executions,
+            })
+            .collect(),
+        terminal: run.terminal.clone(),
+        error: run.error.clone(),
+        idempotency_key: run.idempotency_key.clone(),
+        parent_run_id: run.parent.as_ref().map(|p| p.run_id.clone()),
+        created_at_ms: run.created_at_ms,
+        updated_at_ms: run.updated_at_ms,
+    }
+}
+
+/// Definitions as sorted (name → entry) for listing.
+pub fn sorted_defs<'a>(
+    defs: &'a HashMap<(String, String), WfEntry>,
+    namespace: &str,
+) -> BTreeMap<&'a str, &'a WfEntry> {
+    defs.iter()
+        .filter(|((ns, _), _)| ns == namespace)
+        .map(|((_, name), e)| (name.as_str(), e))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    fn parsed(yaml: &str) -> Option<Box<WorkflowDef>> {
+        super::super::parse_workflow(yaml).ok().map(|v| Box::new(v.def))
+    }
+
+    fn yaml(version: &str) -> String {
+        format!(
+            "kind: Workflow\nname: w\nversion: \"{version}\"\nstart:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n"
+        )
+    }
+
+    #[test]
+    fn sync_adds_missing_versions_and_the_enabled_flag_only() {
+        let mut coordinator = Workflows::default();
+        let mut other = Workflows::default();
+        for (at, v) in [(1, "1"), (2, "2")] {
+            coordinator.apply_defined("ns".into(), "w".into(), v.into(), yaml(v), at, parsed(&yaml(v)));
+        }
+        coordinator.apply_enabled("ns", "w", false, 3);
+        other.apply_defined("ns".into(), "w".into(), "1".into(), yaml("1"), 1, parsed(&yaml("1")));
+
+        let records = other.plan_sync(&coordinator.sync_entries());
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert!(
+            matches!(&records[0], Record::WorkflowDefined { version, at_ms: 2, .. } if version == "2")
+        );
+        assert!(matches!(
+            &records[1],
+            Record::WorkflowEnabled { enabled: false, .. }
+        ));
+        for r in records {
+            match r {
+                Record::WorkflowDefined {
+                    namespace,
+                    name,
+                    version,
+                    yaml,
+                    at_ms,
+                    def,
+                } => other.apply_defined(namespace, name, version, yaml, at_ms, def),
+                Record::WorkflowEnabled {
+                    namespace,
+                    name,
+                    enabled,
+                    at_ms,
+                } => other.apply_enabled(&namespace, &name, enabled, at_ms),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(other.plan_sync(&coordinator.sync_entries()).is_empty());
+        let entry = other.def("ns", "w").unwrap();
+        assert!(!entry.enabled);
+        assert_eq!(entry.get(None).unwrap().version, "2");
+    }
+
+    #[test]
+    fn sync_keeps_the_coordinators_latest_when_a_version_differs() {
+        let mut coordinator = Workflows::default();
+        let mut other = Workflows::default();
+        let changed = yaml("2").replace("flo.Completed", "flo.Failed");
+        for (w, two) in [(&mut coordinator, yaml("2")), (&mut other, changed)] {
+            w.apply_defined("ns".into(), "w".into(), "1".into(), yaml("1"), 1, parsed(&yaml("1")));
+            let def = parsed(&two);
+            w.apply_defined("ns".into(), "w".into(), "2".into(), two, 2, def);
+            w.apply_defined("ns".into(), "w".into(), "3".into(), yaml("3"), 3, parsed(&yaml("3")));
+        }
+        for r in other.plan_sync(&coordinator.sync_entries()) {
+            let Record::WorkflowDefined {
+                namespace,
+                name,
+                version,
+                yaml,
+                at_ms,
+                def,
+            } = r
+            else {
+                panic!("unexpected {r:?}");
+            };
+            other.apply_defined(namespace, name, version, yaml, at_ms, def);
+        }
+        let versions = |w: &Workflows| -> Vec<(String, String)> {
+            let entry = w.def("ns", "w").unwrap();
+            entry
+                .versions
+                .iter()
+                .map(|v| (v.version.clone(), v.yaml.clone()))
+                .collect()
+        };
+        assert_eq!(versions(&other), versions(&coordinator));
+        assert!(other.plan_sync(&coordinator.sync_entries()).is_empty());
+    }
+}
