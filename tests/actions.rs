@@ -468,8 +468,8 @@ fn invoke_raw(c: &mut Client, action: &str, input: &str, key: Option<&str>) -> (
 fn shard_of(c: &mut Client, namespace: &str, key: &str) -> u32 {
     match c.call(Op::ShardMap).expect("shard map") {
         Reply::ShardMap(map) => {
-            assert_eq!(map.hash, flo_shards::hash::HASH_NAME);
-            let hash = flo_shards::hash::stable_hash(namespace, key);
+            assert_eq!(map.hash, flo_engine::hash::HASH_NAME);
+            let hash = flo_engine::hash::stable_hash(namespace, key);
             map.owners[(hash % u64::from(map.partitions)) as usize]
         }
         other => panic!("unexpected reply {other:?}"),

@@ -123,7 +123,7 @@ fn a_waiting_worker_receives_tasks_from_every_shard() {
 }
 
 fn flo_shard_of(namespace: &str, key: &str, shards: u32) -> u32 {
-    flo_shards::hash::Partitioning::new(flo_shards::hash::PARTITIONS_DEFAULT, shards)
+    flo_engine::hash::Partitioning::new(flo_engine::hash::PARTITIONS_DEFAULT, shards)
         .shard_of(namespace, key)
 }
 

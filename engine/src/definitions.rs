@@ -26,14 +26,19 @@ enum After {
     /// The latest version of the workflow (`WorkflowGet`).
     Workflow { namespace: String, name: String },
     /// A fixed reply.
-    Reply(Reply),
+    Reply(Box<Reply>),
 }
 
 enum Stage {
     /// A module being compiled by the runtime (`Effect::Compile`).
-    Compiling { job: u64, spec: ActionSpec },
+    Compiling { job: u64, spec: Box<ActionSpec> },
     /// The record is committed here; other shards are applying it.
-    Applying { lsn: u64, remaining: u32, error: Option<ErrorValue>, after: After },
+    Applying {
+        lsn: u64,
+        remaining: u32,
+        error: Option<ErrorValue>,
+        after: After,
+    },
 }
 
 struct Change {
@@ -58,9 +63,10 @@ impl Definitions {
 /// A definition change reached the coordinator: it is ordered after those before it.
 pub fn submit(core: &mut Core, defs: &mut Definitions, to: ReplyTo, op: Op) {
     if defs.queue.len() >= QUEUED_CHANGES_MAX {
-        let e = ErrorValue::new(flo_protocol::ErrorCode::Overloaded, format!(
-            "{QUEUED_CHANGES_MAX} definition changes are waiting; retry shortly"
-        ));
+        let e = ErrorValue::new(
+            flo_protocol::ErrorCode::Overloaded,
+            format!("{QUEUED_CHANGES_MAX} definition changes are waiting; retry shortly"),
+        );
         core.reply_op(to, 0, Err(e));
         return;
     }
@@ -87,13 +93,16 @@ fn next(core: &mut Core, defs: &mut Definitions) {
             defs.current = Some(Change {
                 id,
                 to,
-                stage: Stage::Compiling { job: id, spec },
+                stage: Stage::Compiling {
+                    job: id,
+                    spec: Box::new(spec),
+                },
             });
             return;
         }
         match plan(core, op, None) {
             Ok((Some(record), after)) => commit(core, defs, id, to, record, after),
-            Ok((None, After::Reply(reply))) => core.reply_op(to, core.last_lsn(), Ok(reply)),
+            Ok((None, After::Reply(reply))) => core.reply_op(to, core.last_lsn(), Ok(*reply)),
             Ok((None, _)) => core.reply_op(to, 0, Err(ErrorValue::internal("nothing to change"))),
             Err(e) => core.reply_op(to, 0, Err(e)),
         }
@@ -118,7 +127,7 @@ fn plan(
         }
         Op::ActionDelete { namespace, name } => (
             Some(registry.plan_delete(&namespace, &name, now)?),
-            After::Reply(Reply::ActionDeleted { deleted: true }),
+            After::Reply(Box::new(Reply::ActionDeleted { deleted: true })),
         ),
         Op::ActionSetEnabled {
             namespace,
@@ -136,7 +145,7 @@ fn plan(
                 created: record.is_some(),
                 warnings,
             };
-            (record, After::Reply(reply))
+            (record, After::Reply(Box::new(reply)))
         }
         Op::WorkflowSetEnabled {
             namespace,
@@ -151,13 +160,25 @@ fn plan(
 }
 
 /// Commits the change here and has every other shard apply it once it is durable here.
-fn commit(core: &mut Core, defs: &mut Definitions, id: u64, to: ReplyTo, record: Record, after: After) {
+fn commit(
+    core: &mut Core,
+    defs: &mut Definitions,
+    id: u64,
+    to: ReplyTo,
+    record: Record,
+    after: After,
+) {
     let others: Vec<u32> = (0..core.partitioning.shards)
         .filter(|&s| s != core.shard)
         .collect();
     let lsn = core.commit(record.clone());
     for &s in &others {
-        core.call(s, lsn, PeerRequest::Definition(record.clone()), Waiting::Definition(id));
+        core.call(
+            s,
+            lsn,
+            PeerRequest::Definition(record.clone()),
+            Waiting::Definition(id),
+        );
     }
     let stage = Stage::Applying {
         lsn,
@@ -197,7 +218,7 @@ pub fn on_compiled(
     };
     let planned = result
         .map_err(|e| ErrorValue::bad_request(format!("invalid wasm module: {e}")))
-        .and_then(|describe| plan(core, Op::ActionRegister(spec), describe));
+        .and_then(|describe| plan(core, Op::ActionRegister(*spec), describe));
     match planned {
         Ok((Some(record), after)) => commit(core, defs, id, to, record, after),
         Ok((None, _)) => core.reply_op(to, 0, Err(ErrorValue::internal("nothing to change"))),
@@ -259,7 +280,7 @@ fn finish_if_done(core: &mut Core, defs: &mut Definitions) {
 
 fn answer(core: &Core, after: After) -> ReplyResult {
     match after {
-        After::Reply(reply) => Ok(reply),
+        After::Reply(reply) => Ok(*reply),
         After::Action { namespace, name } => match core.state.registry.get(&namespace, &name) {
             Some(def) => Ok(Reply::Action(action_info(&namespace, &name, def))),
             None => Err(ErrorValue::not_found(format!(

@@ -310,7 +310,9 @@ impl Record {
     pub fn decode(bytes: &[u8]) -> Result<Record, String> {
         let mut record: Record = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
         if let Record::WorkflowDefined {
-            yaml, def: def @ None, ..
+            yaml,
+            def: def @ None,
+            ..
         } = &mut record
         {
             // Written before definitions were stored normalised: validate once, here.
@@ -326,9 +328,10 @@ impl Record {
     pub fn may_remove_keys(&self) -> bool {
         match self {
             Record::KvDelete { .. } => true,
-            Record::RunCompleted { kv_writes, .. } | Record::KvRemoteWrites { writes: kv_writes, .. } => {
-                kv_writes.iter().any(|w| w.value.is_none())
-            }
+            Record::RunCompleted { kv_writes, .. }
+            | Record::KvRemoteWrites {
+                writes: kv_writes, ..
+            } => kv_writes.iter().any(|w| w.value.is_none()),
             _ => false,
         }
     }

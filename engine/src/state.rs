@@ -254,7 +254,10 @@ impl ShardState {
             } => {
                 for task in tasks {
                     let Some(run) = self.runs.get_mut(&namespace, &task.run_id) else {
-                        impossible(lsn, format_args!("leased run {:?} does not exist", task.run_id));
+                        impossible(
+                            lsn,
+                            format_args!("leased run {:?} does not exist", task.run_id),
+                        );
                         continue;
                     };
                     run.status = RunStatus::Running;
@@ -427,7 +430,9 @@ mod tests {
                 version: "1".into(),
                 yaml: yaml.into(),
                 at_ms: 1,
-                def: crate::workflows::parse_workflow(yaml).ok().map(|v| Box::new(v.def)),
+                def: crate::workflows::parse_workflow(yaml)
+                    .ok()
+                    .map(|v| Box::new(v.def)),
             },
             Record::WfRunStarted {
                 namespace: "ns".into(),

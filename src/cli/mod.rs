@@ -61,5 +61,5 @@ pub enum CliError {
     #[error("{0}")]
     Usage(String),
     #[error(transparent)]
-    Server(#[from] flo_shards::ServerError),
+    Server(#[from] flo_runtime::ServerError),
 }

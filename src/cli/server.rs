@@ -1,6 +1,6 @@
 use super::CliError;
 use super::args::{DurabilityArg, ServerArgs};
-use flo_shards::{Durability, ServerConfig, run_server};
+use flo_runtime::{Durability, ServerConfig, run_server};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -11,10 +11,10 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         signal_hook::flag::register(signal, stop.clone())
             .map_err(|e| CliError::Usage(format!("cannot install signal handler: {e}")))?;
     }
-    if args.segment_bytes < flo_shards::ual::SEGMENT_BYTES_MIN {
+    if args.segment_bytes < flo_runtime::SEGMENT_BYTES_MIN {
         return Err(CliError::Usage(format!(
             "--segment-bytes must be at least {}",
-            flo_shards::ual::SEGMENT_BYTES_MIN
+            flo_runtime::SEGMENT_BYTES_MIN
         )));
     }
     let durability = match args.durability {

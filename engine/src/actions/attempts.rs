@@ -68,7 +68,11 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
         let module = core.state.registry.module(&key.0, &action);
         let (def, wasm) = match (def, module) {
             (Some(def), Some(wasm)) => (
-                (def.version, def.timeout_ms, u64::from(def.memory_limit_mb) << 20),
+                (
+                    def.version,
+                    def.timeout_ms,
+                    u64::from(def.memory_limit_mb) << 20,
+                ),
                 wasm.clone(),
             ),
             (def, _) => {

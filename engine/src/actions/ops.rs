@@ -1,7 +1,9 @@
 //! Client operations on action runs, on the shard owning the run.
 
 use super::attempts::Executions;
-use super::{action_info, idempotent_run_id, run_info, validate_action_name, validate_idempotency_key};
+use super::{
+    action_info, idempotent_run_id, run_info, validate_action_name, validate_idempotency_key,
+};
 use crate::core::cx::{Core, Task};
 use crate::core::io::Done;
 use crate::kv::validate_namespace;
@@ -49,7 +51,9 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
         if let Some(key) = &spec.idempotency_key {
             validate_idempotency_key(key)?;
         }
-        core.state.registry.invocable(&spec.namespace, &spec.action)?;
+        core.state
+            .registry
+            .invocable(&spec.namespace, &spec.action)?;
         Ok(match &spec.idempotency_key {
             Some(key) => (idempotent_run_id(&spec.action, key), true),
             None => {
@@ -75,7 +79,9 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
         };
     }
     let Some(def) = core.state.registry.get(&spec.namespace, &spec.action) else {
-        return Done::now(Err(ErrorValue::internal("the action vanished while invoked")));
+        return Done::now(Err(ErrorValue::internal(
+            "the action vanished while invoked",
+        )));
     };
     match core.state.runs.plan_create(spec, def, run_id.clone(), now) {
         Ok(record) => Done {
@@ -125,7 +131,10 @@ pub fn cancel(core: &mut Core, execs: &Executions, namespace: &str, run_id: &str
     match core.state.runs.plan_cancel(namespace, run_id, now) {
         Ok(record) => {
             core.commit(record);
-            core.schedule(Task::ActionFinal((namespace.to_string(), run_id.to_string())));
+            core.schedule(Task::ActionFinal((
+                namespace.to_string(),
+                run_id.to_string(),
+            )));
             run_status(core, execs, namespace, run_id)
         }
         Err(e) => Done::now(Err(e)),

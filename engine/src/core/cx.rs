@@ -77,6 +77,8 @@ pub enum Waiting {
     Nothing,
 }
 
+// Held items are moved twice (in, out); boxing would cost an allocation per reply.
+#[allow(clippy::large_enum_variant)]
 enum Held {
     Effect(Effect),
     Task(Task),
@@ -246,7 +248,11 @@ impl Core {
     /// Everything up to `lsn` is on disk: release what waited for it.
     pub fn set_durable(&mut self, lsn: u64) {
         self.durable_lsn = self.durable_lsn.max(lsn);
-        while self.held.front().is_some_and(|(l, _)| *l <= self.durable_lsn) {
+        while self
+            .held
+            .front()
+            .is_some_and(|(l, _)| *l <= self.durable_lsn)
+        {
             let (_, held) = self.held.pop_front().expect("checked");
             match held {
                 Held::Effect(e) => self.out.push(e),

@@ -29,7 +29,10 @@ pub struct ClientRef {
 pub enum ReplyTo {
     Client(ClientRef),
     /// Another shard's call (`tag` names it there).
-    Peer { shard: u32, tag: u64 },
+    Peer {
+        shard: u32,
+        tag: u64,
+    },
 }
 
 /// Everything that happens to a shard.
@@ -99,7 +102,10 @@ pub enum Effect {
     /// Execute a WASM action run; answer with `Input::Executed`.
     Execute(Execution),
     /// Compile a module being registered; answer with `Input::Compiled`.
-    Compile { job: u64, wasm: Arc<[u8]> },
+    Compile {
+        job: u64,
+        wasm: Arc<[u8]>,
+    },
     /// The answer to `Input::GuestRead`.
     GuestValue {
         exec: u64,
@@ -107,7 +113,9 @@ pub enum Effect {
         value: Option<Vec<u8>>,
     },
     /// Send `Input::Tick` at this wall-clock time (or earlier).
-    WakeAt { wall_ms: u64 },
+    WakeAt {
+        wall_ms: u64,
+    },
     /// Feed `Input::Continue` soon (after other inputs waiting).
     Continue,
     /// A line for the server's log (stderr).
@@ -129,8 +137,14 @@ pub struct Execution {
 #[derive(Debug, Clone)]
 pub enum PeerMsg {
     /// `tag` 0: no reply wanted.
-    Request { tag: u64, req: PeerRequest },
-    Reply { tag: u64, result: ReplyResult },
+    Request {
+        tag: u64,
+        req: PeerRequest,
+    },
+    Reply {
+        tag: u64,
+        result: ReplyResult,
+    },
 }
 
 /// What one shard asks another.

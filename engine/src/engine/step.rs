@@ -96,9 +96,7 @@ impl Engine {
                 let ((namespace, run_id), _) = key;
                 workflows::wf_notify_parent(&mut self.core, &namespace, &run_id);
             }
-            Task::WfResume((namespace, run_id)) => {
-                workflows::wf_resume(core, &namespace, &run_id)
-            }
+            Task::WfResume((namespace, run_id)) => workflows::wf_resume(core, &namespace, &run_id),
             Task::Delivered {
                 worker,
                 want_id,
@@ -374,7 +372,10 @@ impl Engine {
                 namespace,
                 worker_id,
             } => {
-                let result = self.workers.drain(&namespace, &worker_id).map(Reply::Worker);
+                let result = self
+                    .workers
+                    .drain(&namespace, &worker_id)
+                    .map(Reply::Worker);
                 workers::worker_gone(&mut self.core, &mut self.awaits, &namespace, &worker_id);
                 Done::now(result)
             }
@@ -477,9 +478,9 @@ impl Engine {
                 workflows::wf_info(&self.core, &namespace, &name, version.as_deref())
                     .map(Reply::Workflow),
             ),
-            Op::WorkflowList { namespace } => Done::now(Ok(Reply::Workflows(
-                workflows::wf_list(&self.core, &namespace),
-            ))),
+            Op::WorkflowList { namespace } => Done::now(Ok(Reply::Workflows(workflows::wf_list(
+                &self.core, &namespace,
+            )))),
             Op::WorkflowStart(spec) => {
                 let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
                 let done = workflows::wf_start(&mut self.core, spec);
@@ -521,9 +522,9 @@ impl Engine {
             | Op::WorkerList { .. }
             | Op::WorkflowListRuns { .. }) => self.part(op),
             op @ (Op::Hello { .. } | Op::ShardMap) => Done::now(self.connection_op(op)),
-            Op::TestAdvanceClock { .. } => {
-                Done::now(Err(ErrorValue::internal("a clock move reached a shard directly")))
-            }
+            Op::TestAdvanceClock { .. } => Done::now(Err(ErrorValue::internal(
+                "a clock move reached a shard directly",
+            ))),
         };
         self.core.reply_op(to, done.wait_lsn, done.result);
     }

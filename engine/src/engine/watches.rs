@@ -21,10 +21,7 @@ impl Watches {
         self.next_seq += 1;
         self.deadlines
             .insert((deadline_ms, self.next_seq), run.clone());
-        self.by_run
-            .entry(run)
-            .or_default()
-            .push((deadline_ms, to));
+        self.by_run.entry(run).or_default().push((deadline_ms, to));
     }
 
     /// Everyone waiting on `run` (it became final).
@@ -49,8 +46,9 @@ impl Watches {
             let Some(list) = self.by_run.get_mut(&run) else {
                 continue;
             };
-            let (gone, kept): (Vec<_>, Vec<_>) =
-                std::mem::take(list).into_iter().partition(|(d, _)| *d <= now_ms);
+            let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(list)
+                .into_iter()
+                .partition(|(d, _)| *d <= now_ms);
             *list = kept;
             if list.is_empty() {
                 self.by_run.remove(&run);

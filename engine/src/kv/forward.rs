@@ -27,7 +27,13 @@ pub fn start_forwards(core: &mut Core, fw: &mut Forwarder) {
         fw.failed = false;
         fw.sent_up_to = 0;
     }
-    if fw.failed || core.state.forwards.back().is_none_or(|f| f.lsn <= fw.sent_up_to) {
+    if fw.failed
+        || core
+            .state
+            .forwards
+            .back()
+            .is_none_or(|f| f.lsn <= fw.sent_up_to)
+    {
         return;
     }
     let batch: Vec<_> = core

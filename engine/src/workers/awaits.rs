@@ -90,7 +90,13 @@ impl Awaits {
 
 /// The await is the worker's own request. Routed to the worker's home if that is another
 /// shard; remembered by connection so a closed connection releases its tasks.
-pub fn forward_await(core: &mut Core, aw: &mut Awaits, home: u32, to: ReplyTo, op: flo_protocol::Op) {
+pub fn forward_await(
+    core: &mut Core,
+    aw: &mut Awaits,
+    home: u32,
+    to: ReplyTo,
+    op: flo_protocol::Op,
+) {
     let worker = match &op {
         flo_protocol::Op::TaskAwait {
             namespace,
@@ -109,7 +115,10 @@ pub fn forward_await(core: &mut Core, aw: &mut Awaits, home: u32, to: ReplyTo, o
         },
     );
     if let ReplyTo::Client(c) = to {
-        aw.forwarded.entry(c.conn).or_default().push((home, tag, worker));
+        aw.forwarded
+            .entry(c.conn)
+            .or_default()
+            .push((home, tag, worker));
     }
 }
 
@@ -397,9 +406,10 @@ pub fn on_delivery(
 
 fn maybe_answer(core: &mut Core, aw: &mut Awaits, key: &WorkerKey) {
     let now = core.wall_ms();
-    let ready = aw.awaits.get(key).is_some_and(|a| {
-        a.immediate_pending == 0 && (!a.tasks.is_empty() || a.deadline_ms <= now)
-    });
+    let ready = aw
+        .awaits
+        .get(key)
+        .is_some_and(|a| a.immediate_pending == 0 && (!a.tasks.is_empty() || a.deadline_ms <= now));
     if ready {
         finish_await(core, aw, key, true);
     }
@@ -499,7 +509,12 @@ pub fn expire_awaits(core: &mut Core, aw: &mut Awaits) {
 
 /// The worker drained or left: answer its await now, nothing more comes to it.
 pub fn worker_gone(core: &mut Core, aw: &mut Awaits, namespace: &str, worker_id: &str) {
-    finish_await(core, aw, &(namespace.to_string(), worker_id.to_string()), true);
+    finish_await(
+        core,
+        aw,
+        &(namespace.to_string(), worker_id.to_string()),
+        true,
+    );
 }
 
 // ---- on the shard owning the tasks ----

@@ -9,8 +9,7 @@ mod tasks;
 
 pub use awaits::{
     Awaits, abandon_forwarded, await_tasks, cancel_want, conn_closed, dispatch, expire_awaits,
-    forward_await, on_await_relayed, on_delivery, on_want, on_want_share, sweep_wants,
-    worker_gone,
+    forward_await, on_await_relayed, on_delivery, on_want, on_want_share, sweep_wants, worker_gone,
 };
 pub use ops::{complete, fail, note_task_done, touch};
 pub use registry::{
@@ -18,6 +17,6 @@ pub use registry::{
     labels_match, validate_worker_id, worker_info,
 };
 pub use tasks::{
-    Failed, LEASE_SCAN_MAX, TASK_ERROR_BYTES_MAX, TaskReport, WantSpec, expire_leases,
-    lease_tasks, release_tasks,
+    Failed, LEASE_SCAN_MAX, TASK_ERROR_BYTES_MAX, TaskReport, WantSpec, expire_leases, lease_tasks,
+    release_tasks,
 };

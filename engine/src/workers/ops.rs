@@ -19,7 +19,10 @@ pub fn complete(
     let now = core.now_ms();
     match complete_task(core, r, result, outcome, now) {
         Ok(lsn) => {
-            core.schedule(Task::ActionFinal((r.namespace.to_string(), r.task_id.to_string())));
+            core.schedule(Task::ActionFinal((
+                r.namespace.to_string(),
+                r.task_id.to_string(),
+            )));
             note_task_done(core, registry, r.namespace, r.worker_id, r.action, true);
             Done {
                 result: Ok(Reply::Done),
@@ -44,7 +47,10 @@ pub fn fail(
     match fail_task(core, r, error, retry, non_retryable, now) {
         Ok(failed) => {
             if failed.is_final {
-                core.schedule(Task::ActionFinal((r.namespace.to_string(), r.task_id.to_string())));
+                core.schedule(Task::ActionFinal((
+                    r.namespace.to_string(),
+                    r.task_id.to_string(),
+                )));
             }
             note_task_done(core, registry, r.namespace, r.worker_id, r.action, false);
             let status = run_status(core, execs, r.namespace, r.task_id);

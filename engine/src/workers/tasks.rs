@@ -47,307 +47,312 @@ pub struct Failed {
     pub is_final: bool,
 }
 
-    /// Leases up to `want.max` queued tasks of `want.actions` (highest priority first, then
-    /// oldest) whose labels the worker satisfies. Returns the assignments and the LSN of
-    /// the lease record (0 when none).
+/// Leases up to `want.max` queued tasks of `want.actions` (highest priority first, then
+/// oldest) whose labels the worker satisfies. Returns the assignments and the LSN of
+/// the lease record (0 when none).
 pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAssignment>, u64) {
-        let keys: Vec<ActionKey> = want
-            .actions
+    let keys: Vec<ActionKey> = want
+        .actions
+        .iter()
+        .map(|a| (want.namespace.to_string(), a.clone()))
+        .collect();
+    let mut chosen: Vec<String> = Vec::new();
+    let mut seen: AHashSet<String> = AHashSet::new();
+    let mut skipped = Vec::new();
+    let mut scanned = 0;
+    let mut bytes = 0;
+    while chosen.len() < want.max && scanned < LEASE_SCAN_MAX && bytes < LEASE_BATCH_BYTES_MAX {
+        let best = keys
             .iter()
-            .map(|a| (want.namespace.to_string(), a.clone()))
-            .collect();
-        let mut chosen: Vec<String> = Vec::new();
-        let mut seen: AHashSet<String> = AHashSet::new();
-        let mut skipped = Vec::new();
-        let mut scanned = 0;
-        let mut bytes = 0;
-        while chosen.len() < want.max && scanned < LEASE_SCAN_MAX && bytes < LEASE_BATCH_BYTES_MAX {
-            let best = keys
-                .iter()
-                .filter_map(|k| core.index.runs.peek_user(k).map(|e| (k, (e.0, e.1))))
-                .max_by_key(|(_, order)| *order)
-                .map(|(k, _)| k.clone());
-            let Some(key) = best else {
-                break;
-            };
-            let entry = core.index.runs.pop_user(&key).expect("peeked");
-            scanned += 1;
-            let Some(run) = core.state.runs.get(want.namespace, &entry.2) else {
-                continue;
-            };
-            if run.status != RunStatus::Pending || seen.contains(&entry.2) {
-                continue;
-            }
-            if !labels_match(run.labels.as_deref(), want.labels) {
-                skipped.push((key, entry));
-                continue;
-            }
-            if !chosen.is_empty() && bytes + run.input.len() > LEASE_BATCH_BYTES_MAX {
-                skipped.push((key, entry));
-                break;
-            }
-            bytes += run.input.len();
-            seen.insert(entry.2.clone());
-            chosen.push(entry.2);
+            .filter_map(|k| core.index.runs.peek_user(k).map(|e| (k, (e.0, e.1))))
+            .max_by_key(|(_, order)| *order)
+            .map(|(k, _)| k.clone());
+        let Some(key) = best else {
+            break;
+        };
+        let entry = core.index.runs.pop_user(&key).expect("peeked");
+        scanned += 1;
+        let Some(run) = core.state.runs.get(want.namespace, &entry.2) else {
+            continue;
+        };
+        if run.status != RunStatus::Pending || seen.contains(&entry.2) {
+            continue;
         }
-        for (key, entry) in skipped {
-            core.index.runs.push_user(key, entry);
+        if !labels_match(run.labels.as_deref(), want.labels) {
+            skipped.push((key, entry));
+            continue;
         }
-        if chosen.is_empty() {
-            return (Vec::new(), 0);
+        if !chosen.is_empty() && bytes + run.input.len() > LEASE_BATCH_BYTES_MAX {
+            skipped.push((key, entry));
+            break;
         }
-        let tasks: Vec<LeasedTask> = chosen
-            .into_iter()
-            .map(|run_id| {
-                let run = core
-                    .state
-                    .runs
-                    .get(want.namespace, &run_id)
-                    .expect("chosen");
-                let lease_ms = core
-                    .state
-                    .registry
-                    .get(want.namespace, &run.action)
-                    .map_or(LEASE_MS_FALLBACK, |d| d.timeout_ms);
-                LeasedTask {
-                    attempt: run.attempt,
-                    expires_at_ms: now_ms.saturating_add(lease_ms),
-                    run_id,
-                }
-            })
-            .collect();
-        // The lease record's observe watches each lease's expiry.
-        let expiries: Vec<(String, u64)> = tasks
-            .iter()
-            .map(|t| (t.run_id.clone(), t.expires_at_ms))
-            .collect();
-        let lsn = core.commit(Record::TasksLeased {
-            namespace: want.namespace.to_string(),
-            worker_id: want.worker_id.to_string(),
-            tasks,
-            at_ms: now_ms,
-        });
-        let mut assignments = Vec::with_capacity(expiries.len());
-        for (run_id, expires_at_ms) in expiries {
-            let Some(run) = core.state.runs.get(want.namespace, &run_id) else {
-                continue;
-            };
-            assignments.push(TaskAssignment {
-                task_id: run_id.clone(),
-                action: run.action.clone(),
-                namespace: want.namespace.to_string(),
-                payload: run.input.clone(),
+        bytes += run.input.len();
+        seen.insert(entry.2.clone());
+        chosen.push(entry.2);
+    }
+    for (key, entry) in skipped {
+        core.index.runs.push_user(key, entry);
+    }
+    if chosen.is_empty() {
+        return (Vec::new(), 0);
+    }
+    let tasks: Vec<LeasedTask> = chosen
+        .into_iter()
+        .map(|run_id| {
+            let run = core
+                .state
+                .runs
+                .get(want.namespace, &run_id)
+                .expect("chosen");
+            let lease_ms = core
+                .state
+                .registry
+                .get(want.namespace, &run.action)
+                .map_or(LEASE_MS_FALLBACK, |d| d.timeout_ms);
+            LeasedTask {
                 attempt: run.attempt,
-                priority: run.priority,
-                created_at_ms: run.created_at_ms,
-                lease_expires_at_ms: expires_at_ms,
-            });
-        }
-        (assignments, lsn)
-    }
-
-    /// The run a report is about, if `r.worker_id` holds its current lease.
-fn leased_run<'a>(core: &'a Core, r: &TaskReport, now_ms: u64) -> Result<&'a Run, ErrorValue> {
-        let run = core.state.runs.require(r.namespace, r.task_id)?;
-        let id = r.task_id;
-        if run.action != r.action {
-            return Err(ErrorValue::bad_request(format!(
-                "task {id:?} is a task of action {:?}, not {:?}",
-                run.action, r.action
-            )));
-        }
-        if run.status.is_final() {
-            return Err(ErrorValue::conflict(format!(
-                "task {id:?} is already {}; there is nothing to report",
-                run.status.as_str()
-            )));
-        }
-        let Some(lease) = &run.lease else {
-            return Err(ErrorValue::conflict(format!(
-                "task {id:?} is not leased to any worker (it is pending, attempt {}); only \
-                 the worker holding its lease can report on it",
-                run.attempt
-            )));
+                expires_at_ms: now_ms.saturating_add(lease_ms),
+                run_id,
+            }
+        })
+        .collect();
+    // The lease record's observe watches each lease's expiry.
+    let expiries: Vec<(String, u64)> = tasks
+        .iter()
+        .map(|t| (t.run_id.clone(), t.expires_at_ms))
+        .collect();
+    let lsn = core.commit(Record::TasksLeased {
+        namespace: want.namespace.to_string(),
+        worker_id: want.worker_id.to_string(),
+        tasks,
+        at_ms: now_ms,
+    });
+    let mut assignments = Vec::with_capacity(expiries.len());
+    for (run_id, expires_at_ms) in expiries {
+        let Some(run) = core.state.runs.get(want.namespace, &run_id) else {
+            continue;
         };
-        if lease.worker_id != r.worker_id {
-            return Err(ErrorValue::conflict(format!(
-                "task {id:?} is leased to worker {:?}, not {:?}",
-                lease.worker_id, r.worker_id
-            )));
-        }
-        if let Some(attempt) = r.attempt
-            && attempt != run.attempt
-        {
-            return Err(ErrorValue::conflict(format!(
-                "task {id:?} is on attempt {} now; this report for attempt {attempt} is stale",
-                run.attempt
-            )));
-        }
-        if lease.expires_at_ms <= now_ms {
-            return Err(ErrorValue::conflict(format!(
-                "the lease of task {id:?} expired at {} ms (now {now_ms} ms); the attempt \
-                 counts as failed and the task will be retried (use touch to extend a lease)",
-                lease.expires_at_ms
-            )));
-        }
-        Ok(run)
-    }
-
-    /// A worker completed its leased task: returns the LSN to wait for.
-pub fn complete_task(
-        core: &mut Core,
-        r: &TaskReport,
-        result: Vec<u8>,
-        outcome: Option<String>,
-        now_ms: u64,
-    ) -> Result<u64, ErrorValue> {
-        if let Some(o) = &outcome
-            && (o.is_empty() || o.len() > ACTION_NAME_BYTES_MAX)
-        {
-            return Err(ErrorValue::bad_request(format!(
-                "outcome name must be 1 to {ACTION_NAME_BYTES_MAX} bytes"
-            )));
-        }
-        let run = leased_run(core, r, now_ms)?;
-        let record = Record::RunCompleted {
-            namespace: r.namespace.to_string(),
-            run_id: r.task_id.to_string(),
+        assignments.push(TaskAssignment {
+            task_id: run_id.clone(),
+            action: run.action.clone(),
+            namespace: want.namespace.to_string(),
+            payload: run.input.clone(),
             attempt: run.attempt,
-            action_version: run.action_version,
-            output: result,
-            outcome,
-            kv_writes: Vec::new(),
-            at_ms: now_ms,
-        };
-        Ok(core.commit(record))
+            priority: run.priority,
+            created_at_ms: run.created_at_ms,
+            lease_expires_at_ms: expires_at_ms,
+        });
     }
+    (assignments, lsn)
+}
 
-    /// A worker failed its leased task: another attempt after backoff (`retry` while
-    /// retries remain), else final: dead-lettered unless `non_retryable`.
+/// The run a report is about, if `r.worker_id` holds its current lease.
+fn leased_run<'a>(core: &'a Core, r: &TaskReport, now_ms: u64) -> Result<&'a Run, ErrorValue> {
+    let run = core.state.runs.require(r.namespace, r.task_id)?;
+    let id = r.task_id;
+    if run.action != r.action {
+        return Err(ErrorValue::bad_request(format!(
+            "task {id:?} is a task of action {:?}, not {:?}",
+            run.action, r.action
+        )));
+    }
+    if run.status.is_final() {
+        return Err(ErrorValue::conflict(format!(
+            "task {id:?} is already {}; there is nothing to report",
+            run.status.as_str()
+        )));
+    }
+    let Some(lease) = &run.lease else {
+        return Err(ErrorValue::conflict(format!(
+            "task {id:?} is not leased to any worker (it is pending, attempt {}); only \
+                 the worker holding its lease can report on it",
+            run.attempt
+        )));
+    };
+    if lease.worker_id != r.worker_id {
+        return Err(ErrorValue::conflict(format!(
+            "task {id:?} is leased to worker {:?}, not {:?}",
+            lease.worker_id, r.worker_id
+        )));
+    }
+    if let Some(attempt) = r.attempt
+        && attempt != run.attempt
+    {
+        return Err(ErrorValue::conflict(format!(
+            "task {id:?} is on attempt {} now; this report for attempt {attempt} is stale",
+            run.attempt
+        )));
+    }
+    if lease.expires_at_ms <= now_ms {
+        return Err(ErrorValue::conflict(format!(
+            "the lease of task {id:?} expired at {} ms (now {now_ms} ms); the attempt \
+                 counts as failed and the task will be retried (use touch to extend a lease)",
+            lease.expires_at_ms
+        )));
+    }
+    Ok(run)
+}
+
+/// A worker completed its leased task: returns the LSN to wait for.
+pub fn complete_task(
+    core: &mut Core,
+    r: &TaskReport,
+    result: Vec<u8>,
+    outcome: Option<String>,
+    now_ms: u64,
+) -> Result<u64, ErrorValue> {
+    if let Some(o) = &outcome
+        && (o.is_empty() || o.len() > ACTION_NAME_BYTES_MAX)
+    {
+        return Err(ErrorValue::bad_request(format!(
+            "outcome name must be 1 to {ACTION_NAME_BYTES_MAX} bytes"
+        )));
+    }
+    let run = leased_run(core, r, now_ms)?;
+    let record = Record::RunCompleted {
+        namespace: r.namespace.to_string(),
+        run_id: r.task_id.to_string(),
+        attempt: run.attempt,
+        action_version: run.action_version,
+        output: result,
+        outcome,
+        kv_writes: Vec::new(),
+        at_ms: now_ms,
+    };
+    Ok(core.commit(record))
+}
+
+/// A worker failed its leased task: another attempt after backoff (`retry` while
+/// retries remain), else final: dead-lettered unless `non_retryable`.
 pub fn fail_task(
-        core: &mut Core,
-        r: &TaskReport,
-        error: &str,
-        retry: bool,
-        non_retryable: bool,
-        now_ms: u64,
-    ) -> Result<Failed, ErrorValue> {
-        let run = leased_run(core, r, now_ms)?;
-        let (attempt, version) = (run.attempt, run.action_version);
-        let error = truncate(error, TASK_ERROR_BYTES_MAX);
-        let retry_at_ms = (retry && !non_retryable)
-            .then(|| retry_at(core, r.namespace, r.action, attempt, now_ms))
-            .flatten()
-            .filter(|_| run_is_plain(core, r.namespace, r.task_id));
-        let lsn = core.commit(Record::AttemptFailed {
-            namespace: r.namespace.to_string(),
-            run_id: r.task_id.to_string(),
+    core: &mut Core,
+    r: &TaskReport,
+    error: &str,
+    retry: bool,
+    non_retryable: bool,
+    now_ms: u64,
+) -> Result<Failed, ErrorValue> {
+    let run = leased_run(core, r, now_ms)?;
+    let (attempt, version) = (run.attempt, run.action_version);
+    let error = truncate(error, TASK_ERROR_BYTES_MAX);
+    let retry_at_ms = (retry && !non_retryable)
+        .then(|| retry_at(core, r.namespace, r.action, attempt, now_ms))
+        .flatten()
+        .filter(|_| run_is_plain(core, r.namespace, r.task_id));
+    let lsn = core.commit(Record::AttemptFailed {
+        namespace: r.namespace.to_string(),
+        run_id: r.task_id.to_string(),
+        attempt,
+        action_version: version,
+        error,
+        timed_out: false,
+        retry_at_ms,
+        at_ms: now_ms,
+        dead_letter: !non_retryable,
+    });
+    Ok(Failed {
+        lsn,
+        is_final: retry_at_ms.is_none(),
+    })
+}
+
+/// When the next attempt may start, if the action allows another.
+fn retry_at(core: &Core, namespace: &str, action: &str, attempt: u32, now_ms: u64) -> Option<u64> {
+    let def = core.state.registry.get(namespace, action)?;
+    (attempt <= def.max_retries)
+        .then(|| now_ms.saturating_add(retry_delay_ms(def.retry_delay_ms, attempt)))
+}
+
+/// Extends a lease to `extend_ms` from now (never shortens it); returns the new
+/// expiry and the LSN to wait for.
+pub fn touch_task(
+    core: &mut Core,
+    r: &TaskReport,
+    extend_ms: u64,
+    now_ms: u64,
+) -> Result<(u64, u64), ErrorValue> {
+    if extend_ms == 0 || extend_ms > LEASE_EXTEND_MS_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "extend must be 1 to {LEASE_EXTEND_MS_MAX} ms, got {extend_ms}"
+        )));
+    }
+    let run = leased_run(core, r, now_ms)?;
+    let current = run.lease.as_ref().map_or(0, |l| l.expires_at_ms);
+    let wanted = now_ms.saturating_add(extend_ms);
+    if wanted <= current {
+        return Ok((current, run.lsn));
+    }
+    let lsn = core.commit(Record::LeaseExtended {
+        namespace: r.namespace.to_string(),
+        run_id: r.task_id.to_string(),
+        expires_at_ms: wanted,
+    });
+    Ok((wanted, lsn))
+}
+
+/// Fails the attempts whose lease expired (a final one moves its run's step on).
+pub fn expire_leases(core: &mut Core) {
+    let now_ms = core.now_ms();
+    for (namespace, run_id) in core.index.runs.due_leases(now_ms) {
+        let Some(run) = core.state.runs.get(&namespace, &run_id) else {
+            continue;
+        };
+        let Some(lease) = &run.lease else {
+            continue;
+        };
+        if run.status != RunStatus::Running || lease.expires_at_ms > now_ms {
+            continue;
+        }
+        let (attempt, version, action) = (run.attempt, run.action_version, run.action.clone());
+        let error = format!(
+            "lease expired: worker {:?} did not report attempt {attempt} in time",
+            lease.worker_id
+        );
+        let retry_at_ms = retry_at(core, &namespace, &action, attempt, now_ms)
+            .filter(|_| run_is_plain(core, &namespace, &run_id));
+        core.commit(Record::AttemptFailed {
+            namespace: namespace.clone(),
+            run_id: run_id.clone(),
             attempt,
             action_version: version,
             error,
-            timed_out: false,
+            timed_out: true,
             retry_at_ms,
             at_ms: now_ms,
-            dead_letter: !non_retryable,
+            dead_letter: true,
         });
-        Ok(Failed {
-            lsn,
-            is_final: retry_at_ms.is_none(),
-        })
-    }
-
-    /// When the next attempt may start, if the action allows another.
-fn retry_at(core: &Core, namespace: &str, action: &str, attempt: u32, now_ms: u64) -> Option<u64> {
-        let def = core.state.registry.get(namespace, action)?;
-        (attempt <= def.max_retries)
-            .then(|| now_ms.saturating_add(retry_delay_ms(def.retry_delay_ms, attempt)))
-    }
-
-    /// Extends a lease to `extend_ms` from now (never shortens it); returns the new
-    /// expiry and the LSN to wait for.
-pub fn touch_task(
-        core: &mut Core,
-        r: &TaskReport,
-        extend_ms: u64,
-        now_ms: u64,
-    ) -> Result<(u64, u64), ErrorValue> {
-        if extend_ms == 0 || extend_ms > LEASE_EXTEND_MS_MAX {
-            return Err(ErrorValue::bad_request(format!(
-                "extend must be 1 to {LEASE_EXTEND_MS_MAX} ms, got {extend_ms}"
-            )));
-        }
-        let run = leased_run(core, r, now_ms)?;
-        let current = run.lease.as_ref().map_or(0, |l| l.expires_at_ms);
-        let wanted = now_ms.saturating_add(extend_ms);
-        if wanted <= current {
-            return Ok((current, run.lsn));
-        }
-        let lsn = core.commit(Record::LeaseExtended {
-            namespace: r.namespace.to_string(),
-            run_id: r.task_id.to_string(),
-            expires_at_ms: wanted,
-        });
-        Ok((wanted, lsn))
-    }
-
-    /// Fails the attempts whose lease expired (a final one moves its run's step on).
-pub fn expire_leases(core: &mut Core) {
-        let now_ms = core.now_ms();
-        for (namespace, run_id) in core.index.runs.due_leases(now_ms) {
-            let Some(run) = core.state.runs.get(&namespace, &run_id) else {
-                continue;
-            };
-            let Some(lease) = &run.lease else {
-                continue;
-            };
-            if run.status != RunStatus::Running || lease.expires_at_ms > now_ms {
-                continue;
-            }
-            let (attempt, version, action) = (run.attempt, run.action_version, run.action.clone());
-            let error = format!(
-                "lease expired: worker {:?} did not report attempt {attempt} in time",
-                lease.worker_id
-            );
-            let retry_at_ms = retry_at(core, &namespace, &action, attempt, now_ms)
-                .filter(|_| run_is_plain(core, &namespace, &run_id));
-            core.commit(Record::AttemptFailed {
-                namespace: namespace.clone(),
-                run_id: run_id.clone(),
-                attempt,
-                action_version: version,
-                error,
-                timed_out: true,
-                retry_at_ms,
-                at_ms: now_ms,
-                dead_letter: true,
-            });
-            if retry_at_ms.is_none() {
-                core.schedule(Task::ActionFinal((namespace, run_id)));
-            }
+        if retry_at_ms.is_none() {
+            core.schedule(Task::ActionFinal((namespace, run_id)));
         }
     }
+}
 
-    /// Hands leased tasks back unstarted (pending again, same attempt); returns the LSN.
-pub fn release_tasks(core: &mut Core, namespace: &str, worker_id: &str, run_ids: Vec<String>) -> u64 {
-        let now_ms = core.now_ms();
-        let run_ids: Vec<String> = run_ids
-            .into_iter()
-            .filter(|id| {
-                core.state.runs.get(namespace, id).is_some_and(|r| {
-                    r.status == RunStatus::Running
-                        && r.lease.as_ref().is_some_and(|l| l.worker_id == worker_id)
-                })
+/// Hands leased tasks back unstarted (pending again, same attempt); returns the LSN.
+pub fn release_tasks(
+    core: &mut Core,
+    namespace: &str,
+    worker_id: &str,
+    run_ids: Vec<String>,
+) -> u64 {
+    let now_ms = core.now_ms();
+    let run_ids: Vec<String> = run_ids
+        .into_iter()
+        .filter(|id| {
+            core.state.runs.get(namespace, id).is_some_and(|r| {
+                r.status == RunStatus::Running
+                    && r.lease.as_ref().is_some_and(|l| l.worker_id == worker_id)
             })
-            .collect();
-        if run_ids.is_empty() {
-            return 0;
-        }
-        core.commit(Record::LeasesReleased {
-            namespace: namespace.to_string(),
-            run_ids,
-            at_ms: now_ms,
         })
+        .collect();
+    if run_ids.is_empty() {
+        return 0;
     }
+    core.commit(Record::LeasesReleased {
+        namespace: namespace.to_string(),
+        run_ids,
+        at_ms: now_ms,
+    })
+}
 
 /// Whether a run retries by its action's policy (a workflow step's run does not: the step's
 /// own `retry:` decides).

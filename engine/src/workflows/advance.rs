@@ -120,7 +120,11 @@ pub fn wf_plan_set_enabled(
     })
 }
 
-fn wf_entry<'a>(core: &'a Core, namespace: &str, name: &str) -> Result<&'a super::WfEntry, ErrorValue> {
+fn wf_entry<'a>(
+    core: &'a Core,
+    namespace: &str,
+    name: &str,
+) -> Result<&'a super::WfEntry, ErrorValue> {
     core.state.workflows.def(namespace, name).ok_or_else(|| {
         ErrorValue::not_found(format!(
             "workflow {name:?} is not defined in namespace {namespace:?} \
@@ -186,15 +190,15 @@ pub fn wf_start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
         _ => None,
     };
     core.commit(Record::WfRunStarted {
-            namespace: spec.namespace.clone(),
-            run_id: run_id.clone(),
-            workflow: spec.name,
-            version,
-            input: spec.input,
-            idempotency_key: key,
-            parent: None,
-            at_ms: now,
-        });
+        namespace: spec.namespace.clone(),
+        run_id: run_id.clone(),
+        workflow: spec.name,
+        version,
+        input: spec.input,
+        idempotency_key: key,
+        parent: None,
+        at_ms: now,
+    });
     wf_advance(core, &spec.namespace, &run_id);
     Done {
         result: Ok(Reply::WorkflowStarted {
@@ -363,12 +367,12 @@ pub fn wf_signal(
         return Done::now(Err(e));
     }
     core.commit(Record::WfSignalReceived {
-            namespace: namespace.to_string(),
-            run_id: run_id.to_string(),
-            signal_type,
-            payload,
-            at_ms: now,
-        });
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        signal_type,
+        payload,
+        at_ms: now,
+    });
     let lsn = core.last_lsn();
     wf_try_signal(core, namespace, run_id);
     Done {
@@ -390,7 +394,8 @@ fn wf_try_signal(core: &mut Core, namespace: &str, run_id: &str) {
     };
     let (seq, payload) = (*seq, serde_json::to_vec(payload).unwrap_or_default());
     let step = run.current_step.clone().unwrap_or_default();
-    wf_finish(core, 
+    wf_finish(
+        core,
         namespace,
         run_id,
         &step,
@@ -403,12 +408,7 @@ fn wf_try_signal(core: &mut Core, namespace: &str, run_id: &str) {
 }
 
 /// Cancels a run, its current action run and its child runs.
-pub fn wf_cancel(
-    core: &mut Core,
-    namespace: &str,
-    run_id: &str,
-    reason: Option<String>,
-) -> Done {
+pub fn wf_cancel(core: &mut Core, namespace: &str, run_id: &str, reason: Option<String>) -> Done {
     match wf_run(core, namespace, run_id) {
         Err(e) => return Done::now(Err(e)),
         Ok(run) if run.status.is_final() => {
@@ -431,12 +431,7 @@ pub fn wf_cancel(
     }
 }
 
-fn wf_cancel_tree(
-    core: &mut Core,
-    namespace: &str,
-    run_id: &str,
-    reason: Option<String>,
-) {
+fn wf_cancel_tree(core: &mut Core, namespace: &str, run_id: &str, reason: Option<String>) {
     let now = core.now_ms();
     let Some(run) = core.state.workflows.run(namespace, run_id) else {
         return;
@@ -450,11 +445,11 @@ fn wf_cancel_tree(
     };
     let children = run.children.clone();
     core.commit(Record::WfRunCancelled {
-            namespace: namespace.to_string(),
-            run_id: run_id.to_string(),
-            reason: reason.clone(),
-            at_ms: now,
-        });
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        reason: reason.clone(),
+        at_ms: now,
+    });
     core.schedule(Task::WfFinal((namespace.to_string(), run_id.to_string())));
     if let Some(action) = action
         && let Ok(record) = core.state.runs.plan_cancel(namespace, &action, now)
@@ -497,10 +492,7 @@ pub fn wf_advance(core: &mut Core, namespace: &str, run_id: &str) {
         let Some(run) = core.state.workflows.run(namespace, run_id) else {
             return;
         };
-        if run.status.is_final()
-            || run.wait.is_some()
-            || run.timer_ms.is_some_and(|at| at > now)
-        {
+        if run.status.is_final() || run.wait.is_some() || run.timer_ms.is_some_and(|at| at > now) {
             return;
         }
         let current_step = run.current_step.clone().unwrap_or_default();
@@ -672,7 +664,8 @@ fn wf_run_target(
         }
     };
     if let Some((outcome, error)) = problem {
-        wf_finish(core, 
+        wf_finish(
+            core,
             namespace,
             run_id,
             step,
@@ -698,18 +691,18 @@ fn wf_run_target(
                 .runs
                 .next_run_id(namespace, name, |id| state.owns(namespace, id));
             core.commit(Record::RunCreated {
-                    namespace: namespace.to_string(),
-                    run_id: action_run.clone(),
-                    action: name.clone(),
-                    action_version: version,
-                    input,
-                    priority: crate::actions::PRIORITY_DEFAULT,
-                    labels: None,
-                    idempotency_key: None,
-                    created_at_ms: now,
-                    available_at_ms: now,
-                    step: Some(step_ref),
-                });
+                namespace: namespace.to_string(),
+                run_id: action_run.clone(),
+                action: name.clone(),
+                action_version: version,
+                input,
+                priority: crate::actions::PRIORITY_DEFAULT,
+                labels: None,
+                idempotency_key: None,
+                created_at_ms: now,
+                available_at_ms: now,
+                step: Some(step_ref),
+            });
             // Applying RunCreated (its `step`) started the step as well; its observe
             // queued the run.
             false
@@ -758,29 +751,23 @@ fn wf_run_target(
 }
 
 /// Ends the run as failed with `reason` (no transition applies).
-fn wf_end(
-    core: &mut Core,
-    namespace: &str,
-    run_id: &str,
-    step: &str,
-    reason: &str,
-) {
+fn wf_end(core: &mut Core, namespace: &str, run_id: &str, step: &str, reason: &str) {
     let now = core.now_ms();
     core.commit(Record::WfStepFinished {
-            namespace: namespace.to_string(),
-            run_id: run_id.to_string(),
-            step: step.to_string(),
-            outcome: "execution_failure".to_string(),
-            output: None,
-            error: None,
-            consumed_signal: None,
-            next: StepNext::End {
-                terminal: "flo.Failed".to_string(),
-                status: WorkflowRunStatus::Failed,
-                reason: Some(reason.to_string()),
-            },
-            at_ms: now,
-        });
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        step: step.to_string(),
+        outcome: "execution_failure".to_string(),
+        output: None,
+        error: None,
+        consumed_signal: None,
+        next: StepNext::End {
+            terminal: "flo.Failed".to_string(),
+            status: WorkflowRunStatus::Failed,
+            reason: Some(reason.to_string()),
+        },
+        at_ms: now,
+    });
     wf_after_end(core, namespace, run_id);
 }
 
@@ -814,9 +801,8 @@ fn wf_finish(
         && matches!(outcome.as_str(), "failure" | "execution_failure")
         && executions < retry.max_attempts
     {
-        let at = now.saturating_add(
-            retry.delay_ms(executions, jitter(run.seq ^ u64::from(executions))),
-        );
+        let at =
+            now.saturating_add(retry.delay_ms(executions, jitter(run.seq ^ u64::from(executions))));
         let in_budget = retry
             .within_ms
             .is_none_or(|w| at.saturating_sub(run.step_first_at_ms) <= w);
@@ -844,16 +830,16 @@ fn wf_finish(
     let ends = matches!(next, StepNext::End { .. });
     // A retry or poll timer is set by the record's observe.
     core.commit(Record::WfStepFinished {
-            namespace: namespace.to_string(),
-            run_id: run_id.to_string(),
-            step: step.to_string(),
-            outcome,
-            output,
-            error,
-            consumed_signal,
-            next,
-            at_ms: now,
-        });
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        step: step.to_string(),
+        outcome,
+        output,
+        error,
+        consumed_signal,
+        next,
+        at_ms: now,
+    });
     if ends {
         wf_after_end(core, namespace, run_id);
     }
@@ -896,13 +882,12 @@ pub fn wf_notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
         .state
         .workflows
         .run(namespace, &parent.run_id)
-        .is_some_and(
-            |p| matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id),
-        );
+        .is_some_and(|p| matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id));
     if !waiting {
         return;
     }
-    wf_finish(core, 
+    wf_finish(
+        core,
         namespace,
         &parent.run_id,
         &parent.step,
@@ -943,13 +928,14 @@ pub fn wf_on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         .state
         .workflows
         .run(namespace, &step_ref.run_id)
-        .is_some_and(|w| {
-            matches!(&w.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
-        });
+        .is_some_and(
+            |w| matches!(&w.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run),
+        );
     if !waiting {
         return;
     }
-    wf_finish(core, 
+    wf_finish(
+        core,
         namespace,
         &step_ref.run_id,
         &step_ref.step,
@@ -1016,16 +1002,16 @@ fn wf_signal_timeout(core: &mut Core, namespace: &str, run_id: &str) {
     };
     let ends = matches!(next, StepNext::End { .. });
     core.commit(Record::WfStepFinished {
-            namespace: namespace.to_string(),
-            run_id: run_id.to_string(),
-            step,
-            outcome: "timeout".to_string(),
-            output: None,
-            error: None,
-            consumed_signal: None,
-            next,
-            at_ms: now,
-        });
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        step,
+        outcome: "timeout".to_string(),
+        output: None,
+        error: None,
+        consumed_signal: None,
+        next,
+        at_ms: now,
+    });
     if ends {
         wf_after_end(core, namespace, run_id);
     } else {

@@ -645,7 +645,9 @@ mod tests {
     use crate::record::Record;
 
     fn parsed(yaml: &str) -> Option<Box<WorkflowDef>> {
-        super::super::parse_workflow(yaml).ok().map(|v| Box::new(v.def))
+        super::super::parse_workflow(yaml)
+            .ok()
+            .map(|v| Box::new(v.def))
     }
 
     fn yaml(version: &str) -> String {
@@ -659,10 +661,24 @@ mod tests {
         let mut coordinator = Workflows::default();
         let mut other = Workflows::default();
         for (at, v) in [(1, "1"), (2, "2")] {
-            coordinator.apply_defined("ns".into(), "w".into(), v.into(), yaml(v), at, parsed(&yaml(v)));
+            coordinator.apply_defined(
+                "ns".into(),
+                "w".into(),
+                v.into(),
+                yaml(v),
+                at,
+                parsed(&yaml(v)),
+            );
         }
         coordinator.apply_enabled("ns", "w", false, 3);
-        other.apply_defined("ns".into(), "w".into(), "1".into(), yaml("1"), 1, parsed(&yaml("1")));
+        other.apply_defined(
+            "ns".into(),
+            "w".into(),
+            "1".into(),
+            yaml("1"),
+            1,
+            parsed(&yaml("1")),
+        );
 
         let records = other.plan_sync(&coordinator.sync_entries());
         assert_eq!(records.len(), 2, "{records:?}");
@@ -704,10 +720,24 @@ mod tests {
         let mut other = Workflows::default();
         let changed = yaml("2").replace("flo.Completed", "flo.Failed");
         for (w, two) in [(&mut coordinator, yaml("2")), (&mut other, changed)] {
-            w.apply_defined("ns".into(), "w".into(), "1".into(), yaml("1"), 1, parsed(&yaml("1")));
+            w.apply_defined(
+                "ns".into(),
+                "w".into(),
+                "1".into(),
+                yaml("1"),
+                1,
+                parsed(&yaml("1")),
+            );
             let def = parsed(&two);
             w.apply_defined("ns".into(), "w".into(), "2".into(), two, 2, def);
-            w.apply_defined("ns".into(), "w".into(), "3".into(), yaml("3"), 3, parsed(&yaml("3")));
+            w.apply_defined(
+                "ns".into(),
+                "w".into(),
+                "3".into(),
+                yaml("3"),
+                3,
+                parsed(&yaml("3")),
+            );
         }
         for r in other.plan_sync(&coordinator.sync_entries()) {
             let Record::WorkflowDefined {

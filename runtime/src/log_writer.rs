@@ -1,18 +1,22 @@
 //! Writes batches of the shard's log to segment files with O_DIRECT: one write and one
 //! fdatasync per batch, each batch starting on a block boundary and padded to the next.
+//! The shard loop hands over whatever the engine appended while the previous batch was
+//! being written (group commit); the writer answers with `Input::Durable`.
 
-use super::shard::Shard;
-use crate::ual::{Batch, RecoveredLog, align_up, segment_file_name};
+use crate::inbox::{Inbox, Signal};
+use flo_engine::Input;
+use flo_ual::{Batch, RecoveredLog, align_up, segment_file_name};
 use glommio::io::{Directory, DmaFile, OpenOptions};
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 pub(crate) struct SegmentWriter {
     dir: PathBuf,
     file: DmaFile,
     offset: u64,
     segment_bytes: u64,
+    segments: u32,
 }
 
 /// While log I/O is outstanding, wake the executor at least this often.
@@ -59,11 +63,7 @@ async fn sync_dir(dir: &Path) -> io::Result<()> {
 
 impl SegmentWriter {
     /// Continues the recovered log: appends go after its last valid record.
-    pub async fn open(
-        dir: &Path,
-        log: &RecoveredLog,
-        segment_bytes: u64,
-    ) -> io::Result<(Self, u32)> {
+    pub async fn open(dir: &Path, log: &RecoveredLog, segment_bytes: u64) -> io::Result<Self> {
         let (name, offset, segments) = match log.segments.last() {
             Some(seg) => (
                 seg.path.file_name().unwrap().to_string_lossy().into_owned(),
@@ -75,19 +75,21 @@ impl SegmentWriter {
         let file = poked(open_segment(dir, &name, segment_bytes)).await?;
         poked(file.fdatasync()).await.map_err(to_io)?;
         poked(sync_dir(dir)).await?;
-        Ok((
-            SegmentWriter {
-                dir: dir.to_path_buf(),
-                file,
-                offset,
-                segment_bytes,
-            },
+        Ok(SegmentWriter {
+            dir: dir.to_path_buf(),
+            file,
+            offset,
+            segment_bytes,
             segments,
-        ))
+        })
     }
 
-    /// Writes and syncs one batch; returns true if a new segment was started for it.
-    pub async fn write(&mut self, batch: &Batch) -> io::Result<bool> {
+    pub fn segments(&self) -> u32 {
+        self.segments
+    }
+
+    /// Writes and syncs one batch.
+    pub async fn write(&mut self, batch: &Batch) -> io::Result<()> {
         let padded = align_up(batch.bytes.len() as u64);
         let rolled = self.offset > 0 && self.offset + padded > self.segment_bytes;
         if rolled {
@@ -97,6 +99,7 @@ impl SegmentWriter {
             let old = std::mem::replace(&mut self.file, file);
             poked(old.close()).await.map_err(to_io)?;
             self.offset = 0;
+            self.segments += 1;
         }
         let mut buf = self.file.alloc_dma_buffer(padded as usize);
         let bytes = buf.as_bytes_mut();
@@ -112,46 +115,63 @@ impl SegmentWriter {
         }
         poked(self.file.fdatasync()).await.map_err(to_io)?;
         self.offset += padded;
-        Ok(rolled)
+        Ok(())
     }
 }
 
-/// The flusher: takes whatever was appended, writes it, marks it durable, repeats.
-pub(crate) async fn flush_loop(shard: Rc<Shard>, mut writer: SegmentWriter) {
-    let mut spare = Vec::new();
+/// The hand-over between the shard loop and the writer.
+#[derive(Default)]
+pub(crate) struct LogSlot {
+    batch: RefCell<Option<Batch>>,
+    busy: Cell<bool>,
+    /// The buffer of the last batch written, reused for the next one.
+    spare: RefCell<Vec<u8>>,
+    signal: Signal,
+}
+
+impl LogSlot {
+    /// Whether a batch is being written.
+    pub fn busy(&self) -> bool {
+        self.busy.get()
+    }
+
+    pub fn take_spare(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.spare.borrow_mut())
+    }
+
+    /// Hands `batch` to the writer (which must be idle).
+    pub fn hand_over(&self, batch: Batch) {
+        debug_assert!(!self.busy.get());
+        self.busy.set(true);
+        *self.batch.borrow_mut() = Some(batch);
+        self.signal.notify();
+    }
+}
+
+/// The writer: writes each batch handed over, then tells the loop it is durable.
+pub(crate) async fn writer_loop(
+    slot: std::rc::Rc<LogSlot>,
+    mut writer: SegmentWriter,
+    inbox: std::rc::Rc<Inbox>,
+    shard: u32,
+) {
     loop {
-        let batch = shard.core.borrow_mut().log.take(spare);
-        let Some(batch) = batch else {
-            shard.flush.wait().await;
-            spare = Vec::new();
+        let Some(batch) = slot.batch.borrow_mut().take() else {
+            slot.signal.wait().await;
             continue;
         };
-        match writer.write(&batch).await {
-            Ok(rolled) => {
-                if rolled {
-                    shard.core.borrow_mut().segments += 1;
-                }
-                shard.set_durable(batch.last_lsn);
-            }
-            Err(e) => {
-                // Nothing written after a failed write can be trusted to be durable, and
-                // nothing unsynced may be acknowledged: stop; recovery restores a clean log.
-                eprintln!(
-                    "fatal: shard {} cannot write its log: {e}; exiting",
-                    shard.id
-                );
-                std::process::exit(70);
-            }
+        if let Err(e) = writer.write(&batch).await {
+            // Nothing written after a failed write can be trusted to be durable, and
+            // nothing unsynced may be acknowledged: stop; recovery restores a clean log.
+            eprintln!("fatal: shard {shard} cannot write its log: {e}; exiting");
+            std::process::exit(70);
         }
-        spare = batch.bytes;
-    }
-}
-
-/// Waits until everything appended so far is durable.
-pub(crate) async fn drain(shard: &Shard) {
-    let last = shard.core.borrow().log.last_lsn();
-    shard.flush.notify();
-    while shard.durable_lsn() < last {
-        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        let lsn = batch.last_lsn;
+        *slot.spare.borrow_mut() = batch.bytes;
+        slot.busy.set(false);
+        inbox.push(Input::Durable {
+            lsn,
+            segments: writer.segments(),
+        });
     }
 }

@@ -1,18 +1,20 @@
 //! Server start-up: data directory (lock, identity), one pinned executor per shard, log
 //! recovery, mesh, listeners; and the orderly stop.
 
-use super::config::ServerConfig;
-use super::forwarder::forward_loop;
-use super::log_writer::{SegmentWriter, drain, flush_loop};
-use super::mesh::{self, ExecutorTable, Mesh, MeshMsg};
-use super::shard::Shard;
-use super::wasm_runner::{SharedModules, WASM_SLOTS, WasmHost, kick, timer_loop};
-use crate::clock::OffsetClock;
-use crate::engine::ShardCore;
-use crate::hash::{PARTITIONS_DEFAULT, Partitioning};
-use crate::state::ShardState;
-use crate::ual::{RecoveryError, recover};
-use crate::wasm::{WasmConfig, WasmEngine};
+use crate::config::ServerConfig;
+use crate::inbox::Inbox;
+use crate::listener::{Conns, accept_loop};
+use crate::log_writer::{LogSlot, SegmentWriter, writer_loop};
+use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
+use crate::shard_loop::ShardLoop;
+use crate::timers::{Alarm, alarm_loop};
+use crate::wasm_pool::{SharedModules, WasmPool};
+use flo_engine::actions::WASM_SLOTS;
+use flo_engine::clock::{Clock, OffsetClock, SystemClock};
+use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
+use flo_engine::{Engine, EngineConfig, Input};
+use flo_ual::{RecoveryError, recover};
+use flo_wasm::{WasmConfig, WasmEngine};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use serde::{Deserialize, Serialize};
@@ -65,8 +67,6 @@ fn startup_stall_report(phases: &Phases) -> String {
 }
 /// Longest a shard runs tasks before it looks at I/O again.
 const PREEMPT_MS: u64 = 1;
-const EXPIRY_SWEEP_MS: u64 = 1000;
-const EXPIRY_SWEEP_KEYS_MAX: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -232,7 +232,7 @@ pub fn run_server(
     let cpus = allowed_cpus();
     let wasm_engine = WasmEngine::new(WasmConfig {
         max_instances: meta.shards * WASM_SLOTS as u32 + 4,
-        memory_limit_bytes_max: u64::from(crate::actions::MEMORY_LIMIT_MB_MAX) << 20,
+        memory_limit_bytes_max: u64::from(flo_engine::actions::MEMORY_LIMIT_MB_MAX) << 20,
     })
     .map_err(|e| ServerError::Shard {
         shard: 0,
@@ -347,11 +347,22 @@ async fn shard_main(boot: ShardBoot) {
 async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
     let shard_err = |message: String| ServerError::Shard { shard: id, message };
-    let mut state = ShardState::new(id, boot.partitioning);
     let phase = |p: usize| boot.phases[id as usize].store(p, Ordering::SeqCst);
+    let config = EngineConfig {
+        shard: id,
+        partitioning: boot.partitioning,
+        durability: boot.config.durability,
+    };
+    let clock: Box<dyn Clock> = match boot.config.test_clock {
+        true => Box::new(boot.clock.clone()),
+        false => Box::new(SystemClock),
+    };
+    let mut engine = Engine::new(config, clock, Box::new(SystemClock));
     phase(1);
-    let log = recover(&boot.dir, |lsn, record| state.apply(lsn, record))
-        .map_err(|source| ServerError::Recovery { shard: id, source })?;
+    let log = recover(&boot.dir, |lsn, _rtype, payload| {
+        engine.replay(lsn, payload)
+    })
+    .map_err(|source| ServerError::Recovery { shard: id, source })?;
     if let Some((file, offset, reason)) = &log.truncated {
         eprintln!(
             "warning: shard {id}: cut a torn log tail in {} at offset {offset} ({reason}); every record before it is intact",
@@ -359,90 +370,66 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         );
     }
     phase(2);
-    let (writer, segments) = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
+    let writer = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
-    let core = ShardCore::new(
-        id,
-        state,
-        log.last_lsn,
-        segments,
-        Rc::new(boot.clock.clone()),
-    );
-    let wasm = WasmHost::new(boot.wasm_engine.clone(), boot.wasm_modules.clone());
-    let test_clock = boot.config.test_clock.then(|| boot.clock.clone());
-    let shard = Rc::new(Shard::new(
-        id,
-        boot.partitioning,
-        boot.config.durability,
-        core,
-        wasm,
-        test_clock,
-    ));
+    engine.recovered(log.last_lsn, writer.segments());
 
-    glommio::spawn_local(flush_loop(shard.clone(), writer)).detach();
-    glommio::spawn_local(timer_loop(shard.clone())).detach();
-    {
-        let shard = shard.clone();
-        glommio::spawn_local(async move { super::workflow_host::resume_all(&shard) }).detach();
-    }
-    glommio::spawn_local(forward_loop(shard.clone())).detach();
-    glommio::spawn_local(super::dispatch::watch_expiry_loop(shard.clone())).detach();
+    let inbox = Rc::new(Inbox::default());
+    let slot = Rc::new(LogSlot::default());
+    glommio::spawn_local(writer_loop(slot.clone(), writer, inbox.clone(), id)).detach();
+    let alarm = Rc::new(Alarm::default());
+    glommio::spawn_local(alarm_loop(alarm.clone(), inbox.clone())).detach();
+    let peers: Vec<Option<Rc<PeerOut>>> = (0..boot.partitioning.shards)
+        .map(|s| (s != id).then(|| Rc::new(PeerOut::default())))
+        .collect();
     if boot.partitioning.shards > 1 {
         phase(3);
-        let joined = mesh::join(boot.mesh, boot.table, id).await;
-        mesh::spawn_tasks(shard.clone(), joined);
-        if id == super::shard::COORDINATOR {
-            glommio::spawn_local(super::dispatch::registry_sync(shard.clone())).detach();
-        }
+        let joined = mesh::join(boot.mesh, boot.table, id)
+            .await
+            .map_err(shard_err)?;
+        mesh::spawn_tasks(id, joined, &peers, inbox.clone());
     }
-    glommio::spawn_local(sweep_loop(shard.clone())).detach();
+    let wasm = Rc::new(WasmPool::new(
+        boot.wasm_engine.clone(),
+        boot.wasm_modules.clone(),
+        inbox.clone(),
+    ));
+    let conns = Conns::default();
 
     phase(4);
     let listener = TcpListener::bind(boot.addr)
         .map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
     phase(5);
     let _ = boot.ready.send(Ok(id));
-    // Runs recovered as pending start now.
-    kick(&shard);
-
-    let accepting = accept_loop(shard.clone(), listener);
-    let stopping = async {
-        while !boot.stop.load(Ordering::Relaxed) {
-            glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
-        }
+    glommio::spawn_local(accept_loop(id, listener, conns.clone(), inbox.clone())).detach();
+    // Wakes the loop when a stop is asked.
+    {
+        let (stop, inbox) = (boot.stop.clone(), inbox.clone());
+        glommio::spawn_local(async move {
+            while !stop.load(Ordering::Relaxed) {
+                glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
+            }
+            inbox.poke();
+        })
+        .detach();
+    }
+    // In-flight work (workflow runs, pending executions) resumes.
+    inbox.push(Input::Started);
+    let shard_loop = ShardLoop {
+        engine,
+        inbox,
+        conns,
+        peers,
+        log: slot,
+        wasm,
+        alarm,
     };
-    futures_lite::future::or(accepting, stopping).await;
-    // From here on nothing new is executed, so the drain covers every acknowledged write.
-    shard.stopping.set(true);
-    drain(&shard).await;
-    // Let writers send the replies the last flush released.
+    let stop = boot.stop.clone();
+    shard_loop.run(move || stop.load(Ordering::Relaxed)).await;
+    // Let connection writers send the replies the last flush released.
     glommio::timer::sleep(Duration::from_millis(50)).await;
     Ok(())
-}
-
-async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
-    loop {
-        match listener.accept().await {
-            Ok(stream) => {
-                glommio::spawn_local(super::conn::serve(shard.clone(), stream)).detach();
-            }
-            Err(e) => {
-                eprintln!("warning: shard {}: accept failed: {e}", shard.id);
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-async fn sweep_loop(shard: Rc<Shard>) {
-    loop {
-        glommio::timer::sleep(Duration::from_millis(EXPIRY_SWEEP_MS)).await;
-        let swept = shard.core.borrow_mut().sweep_expired(EXPIRY_SWEEP_KEYS_MAX);
-        if swept > 0 {
-            shard.flush.notify();
-        }
-    }
 }
 
 #[allow(dead_code)]

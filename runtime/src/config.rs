@@ -1,23 +1,6 @@
+use flo_engine::Durability;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
-/// When a mutation is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// After its records are written and fdatasync'ed (the default).
-    Sync,
-    /// Before the sync; the flusher writes and syncs right behind (within ~1 ms).
-    Async,
-}
-
-impl Durability {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Durability::Sync => "sync",
-            Durability::Async => "async",
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -1,0 +1,19 @@
+//! flo's runtime: one pinned glommio executor per shard. Each runs a loop that owns the
+//! shard's `Engine`, feeds it every input (client requests, peer messages, durable LSNs,
+//! ticks, WebAssembly results) and performs the effects it returns. The runtime decides
+//! nothing durable and builds no record: that is the engine's.
+
+mod boot;
+mod config;
+mod inbox;
+mod listener;
+mod log_writer;
+mod mesh;
+mod shard_loop;
+mod timers;
+mod wasm_pool;
+
+pub use boot::{Ready, SHARDS_MAX, ServerError, run_server};
+pub use config::ServerConfig;
+pub use flo_engine::Durability;
+pub use flo_ual::SEGMENT_BYTES_MIN;

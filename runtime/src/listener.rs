@@ -1,0 +1,211 @@
+//! Client connections: the accept loop, and per connection a reader that decodes frames
+//! into inputs for the shard loop and a writer that sends replies as they come (in any
+//! order, many per syscall).
+
+use crate::inbox::{Inbox, Signal};
+use ahash::AHashMap as HashMap;
+use flo_engine::clock::{Clock, SystemClock};
+use flo_engine::{ClientRef, ConnId, Input, ReplyResult};
+use flo_protocol::{
+    ErrorValue, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, Request, RequestId, Response,
+    decode_payload, encode_frame, split_frame,
+};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Requests of one connection being processed at once; the reader pauses beyond it.
+pub(crate) const INFLIGHT_REQUESTS_MAX: usize = 4096;
+const READ_CHUNK_BYTES: usize = 64 << 10;
+/// After its client closed, how long a connection still waits to deliver owed replies.
+const LINGER_MS: u64 = 30_000;
+
+pub(crate) struct Conn {
+    ready: RefCell<Vec<Vec<u8>>>,
+    signal: Signal,
+    inflight: Cell<usize>,
+    room: Signal,
+    reader_done: Cell<bool>,
+}
+
+/// The open connections of a shard, by id.
+pub(crate) type Conns = Rc<RefCell<HashMap<ConnId, Rc<Conn>>>>;
+
+pub(crate) fn encode_response(id: u64, result: ReplyResult) -> Vec<u8> {
+    let mut out = Vec::new();
+    let response = Response { id, result };
+    if let Err(e) = encode_frame(&response, &mut out) {
+        out.clear();
+        let result = Err(ErrorValue::internal(format!("cannot send the reply: {e}")));
+        if encode_frame(&Response { id, result }, &mut out).is_err() {
+            out.clear();
+        }
+    }
+    out
+}
+
+impl Conn {
+    /// Queues a reply for sending.
+    pub fn send(&self, request: u64, result: ReplyResult) {
+        let frame = encode_response(request, result);
+        if frame.is_empty() {
+            return;
+        }
+        self.ready.borrow_mut().push(frame);
+        self.signal.notify();
+    }
+}
+
+pub(crate) async fn accept_loop(shard: u32, listener: TcpListener, conns: Conns, inbox: Rc<Inbox>) {
+    // Connection ids: unique per shard for its lifetime.
+    let mut next_id: ConnId = 0;
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                next_id += 1;
+                let task = serve(next_id, stream, conns.clone(), inbox.clone());
+                glommio::spawn_local(task).detach();
+            }
+            Err(e) => {
+                eprintln!("warning: shard {shard}: accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>) {
+    let _ = stream.set_nodelay(true);
+    let conn = Rc::new(Conn {
+        ready: RefCell::new(Vec::new()),
+        signal: Signal::default(),
+        inflight: Cell::new(0),
+        room: Signal::default(),
+        reader_done: Cell::new(false),
+    });
+    conns.borrow_mut().insert(id, conn.clone());
+    let (reader, writer) = futures_lite::io::split(stream);
+    let writing = glommio::spawn_local(write_loop(conn.clone(), writer));
+    read_loop(id, &conn, reader, &inbox).await;
+    conn.reader_done.set(true);
+    conn.signal.notify();
+    inbox.push(Input::ConnClosed { conn: id });
+    writing.await;
+    conns.borrow_mut().remove(&id);
+}
+
+async fn write_loop(conn: Rc<Conn>, mut writer: futures_lite::io::WriteHalf<TcpStream>) {
+    let mut out = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut closed_at: Option<u64> = None;
+    loop {
+        if conn.ready.borrow().is_empty() {
+            if conn.reader_done.get() {
+                let now = SystemClock.now_ms();
+                let since = *closed_at.get_or_insert(now);
+                if conn.inflight.get() == 0 || now >= since + LINGER_MS {
+                    break;
+                }
+                futures_lite::future::or(
+                    conn.signal.wait(),
+                    glommio::timer::sleep(Duration::from_millis(LINGER_MS)),
+                )
+                .await;
+                continue;
+            }
+            conn.signal.wait().await;
+            continue;
+        }
+        let frames = std::mem::take(&mut *conn.ready.borrow_mut());
+        out.clear();
+        for frame in &frames {
+            out.extend_from_slice(frame);
+        }
+        if writer.write_all(&out).await.is_err() {
+            // The peer is gone: drop what is left, let the reader finish.
+            conn.reader_done.set(true);
+            break;
+        }
+        conn.inflight
+            .set(conn.inflight.get().saturating_sub(frames.len()));
+        conn.room.notify();
+    }
+    let _ = writer.close().await;
+}
+
+async fn read_loop(
+    id: ConnId,
+    conn: &Rc<Conn>,
+    mut reader: futures_lite::io::ReadHalf<TcpStream>,
+    inbox: &Inbox,
+) {
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let (mut start, mut end) = (0usize, 0usize);
+    loop {
+        while conn.inflight.get() >= INFLIGHT_REQUESTS_MAX {
+            conn.room.wait().await;
+        }
+        if end == buf.len() {
+            // Make room: drop consumed bytes, grow for a frame larger than the buffer.
+            buf.copy_within(start..end, 0);
+            end -= start;
+            start = 0;
+            let need = frame_len(&buf[..end])
+                .unwrap_or(0)
+                .max(end + READ_CHUNK_BYTES / 2);
+            if need > buf.len() {
+                buf.resize(need, 0);
+            }
+        }
+        let n = match reader.read(&mut buf[end..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        end += n;
+        loop {
+            match split_frame(&buf[start..end], FRAME_BYTES_MAX) {
+                Ok(Some((payload, used))) => {
+                    handle_frame(id, conn, payload, inbox);
+                    start += used;
+                }
+                Ok(None) => break,
+                Err(e @ FrameError::TooLarge { .. }) => {
+                    // The stream cannot be resynchronised: answer, then close.
+                    conn.inflight.set(conn.inflight.get() + 1);
+                    let message = format!("{e}; closing the connection");
+                    conn.send(0, Err(ErrorValue::bad_request(message)));
+                    return;
+                }
+                Err(e) => {
+                    conn.inflight.set(conn.inflight.get() + 1);
+                    conn.send(0, Err(ErrorValue::bad_request(e.to_string())));
+                    return;
+                }
+            }
+        }
+        if start == end {
+            (start, end) = (0, 0);
+        }
+    }
+}
+
+/// Total bytes of the frame starting `buf`, once its header is there.
+fn frame_len(buf: &[u8]) -> Option<usize> {
+    let head: [u8; FRAME_HEADER_BYTES] = buf.get(..FRAME_HEADER_BYTES)?.try_into().ok()?;
+    Some(FRAME_HEADER_BYTES + (u32::from_be_bytes(head) as usize).min(FRAME_BYTES_MAX))
+}
+
+fn handle_frame(id: ConnId, conn: &Conn, payload: &[u8], inbox: &Inbox) {
+    conn.inflight.set(conn.inflight.get() + 1);
+    match decode_payload::<Request>(payload) {
+        Ok(Request { id: request, op }) => inbox.push(Input::Client {
+            from: ClientRef { conn: id, request },
+            op,
+        }),
+        Err(e) => {
+            let request = decode_payload::<RequestId>(payload).map_or(0, |r| r.id);
+            conn.send(request, Err(ErrorValue::bad_request(format!("{e}"))));
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The shard loop: owns the `Engine`, feeds it every input from the inbox and performs the
+//! effects it returns — replies to connections, messages to peers, executions, alarms — and
+//! hands the log writer whatever the engine appended while the last batch was written.
+
+use crate::inbox::Inbox;
+use crate::listener::Conns;
+use crate::log_writer::LogSlot;
+use crate::mesh::PeerOut;
+use crate::timers::Alarm;
+use crate::wasm_pool::WasmPool;
+use flo_engine::{Effect, Engine, Input};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// Inputs handled before the loop lets other tasks (connections, mesh, writer) run.
+const INPUTS_PER_YIELD: usize = 256;
+
+pub(crate) struct ShardLoop {
+    pub engine: Engine,
+    pub inbox: Rc<Inbox>,
+    pub conns: Conns,
+    /// Indexed by shard id; `None` for this shard.
+    pub peers: Vec<Option<Rc<PeerOut>>>,
+    pub log: Rc<LogSlot>,
+    pub wasm: Rc<WasmPool>,
+    pub alarm: Rc<Alarm>,
+}
+
+impl ShardLoop {
+    /// Runs until `stopped` reports true after a stop was asked and everything appended is
+    /// durable.
+    pub async fn run(mut self, stop: impl Fn() -> bool) {
+        let mut batch = VecDeque::new();
+        let mut effects = Vec::new();
+        let mut stopping = false;
+        loop {
+            self.inbox.wait().await;
+            self.inbox.take_all(&mut batch);
+            let mut handled = 0;
+            while let Some(input) = batch.pop_front() {
+                self.engine.step(input, &mut effects);
+                self.perform(&mut effects);
+                handled += 1;
+                if handled % INPUTS_PER_YIELD == 0 {
+                    self.flush_log();
+                    glommio::yield_if_needed().await;
+                }
+            }
+            if self.inbox.is_empty() {
+                self.engine.step(Input::Idle, &mut effects);
+                self.perform(&mut effects);
+            }
+            self.flush_log();
+            if !stopping && stop() {
+                stopping = true;
+                self.engine.step(Input::Stop, &mut effects);
+                self.perform(&mut effects);
+                self.flush_log();
+            }
+            if stopping
+                && !self.log.busy()
+                && self.engine.pending_log_bytes() == 0
+                && self.engine.durable_lsn() >= self.engine.last_lsn()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Hands the engine's appended records to the writer if it is idle.
+    fn flush_log(&mut self) {
+        if self.log.busy() || self.engine.pending_log_bytes() == 0 {
+            return;
+        }
+        if let Some(batch) = self.engine.take_batch(self.log.take_spare()) {
+            self.log.hand_over(batch);
+        }
+    }
+
+    fn perform(&mut self, effects: &mut Vec<Effect>) {
+        for effect in effects.drain(..) {
+            match effect {
+                Effect::Reply { to, result } => {
+                    let conn = self.conns.borrow().get(&to.conn).cloned();
+                    if let Some(conn) = conn {
+                        conn.send(to.request, result);
+                    }
+                }
+                Effect::Send { shard, msg } => {
+                    if let Some(Some(out)) = self.peers.get(shard as usize) {
+                        out.push(msg);
+                    }
+                }
+                Effect::Execute(x) => self.wasm.execute(x),
+                Effect::Compile { job, wasm } => self.wasm.compile_job(job, wasm),
+                Effect::GuestValue { exec, read, value } => {
+                    self.wasm.guest_value(exec, read, value)
+                }
+                Effect::WakeAt { wall_ms } => self.alarm.set(wall_ms),
+                Effect::Continue => self.inbox.push(Input::Continue),
+                Effect::Log(line) => eprintln!("{line}"),
+            }
+        }
+    }
+}
