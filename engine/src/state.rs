@@ -412,6 +412,72 @@ impl ShardState {
     }
 }
 
+impl ShardState {
+    /// A canonical description of the fold (sorted, one line per object), for checks that
+    /// two states are equal: the live state and the one replay rebuilds, say.
+    pub fn digest(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (ns, key, e) in self.kv.iter() {
+            lines.push(format!(
+                "kv {ns}/{key} v{} {:?} exp {:?}",
+                e.version, e.value, e.expires_at_ms
+            ));
+        }
+        for (ns, name, a) in self.registry.all() {
+            lines.push(format!(
+                "action {ns}/{name} v{} {:?} enabled {} removed {}",
+                a.def.version, a.def.kind, a.def.enabled, a.removed
+            ));
+        }
+        for (ns, id, r) in self.runs.iter() {
+            lines.push(format!(
+                "run {ns}/{id} {:?} attempt {} output {:?} outcome {:?} error {:?} dlq {} \
+                 available {} lease {:?} step {:?}",
+                r.status,
+                r.attempt,
+                r.output,
+                r.outcome,
+                r.error,
+                r.dead_lettered,
+                r.available_at_ms,
+                r.lease.as_ref().map(|l| (&l.worker_id, l.expires_at_ms)),
+                r.step,
+            ));
+        }
+        for ((ns, name), e) in &self.workflows.defs {
+            let versions: Vec<&str> = e.versions.iter().map(|v| v.version.as_str()).collect();
+            lines.push(format!(
+                "workflow {ns}/{name} enabled {} versions {versions:?}",
+                e.enabled
+            ));
+        }
+        for (ns, id, r) in self.workflows.all_runs() {
+            lines.push(format!(
+                "wfrun {ns}/{id} {:?} step {:?} wait {:?} timer {:?} execs {} polls {} \
+                 output {:?} error {:?} signals {} history {}",
+                r.status,
+                r.current_step,
+                r.wait,
+                r.timer_ms,
+                r.step_executions,
+                r.step_polls,
+                r.output,
+                r.error,
+                r.signals.len(),
+                r.history.len(),
+            ));
+        }
+        for f in &self.forwards {
+            lines.push(format!("forward {} {} writes", f.lsn, f.writes.len()));
+        }
+        for (shard, lsn) in &self.remote_applied {
+            lines.push(format!("remote_applied {shard} {lsn}"));
+        }
+        lines.sort();
+        lines
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,6 +86,13 @@ fn check_version(
 }
 
 impl KvStore {
+    /// Every entry (expired ones included), in no particular order across namespaces.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Entry)> {
+        self.spaces
+            .iter()
+            .flat_map(|(ns, space)| space.iter().map(move |(k, e)| (ns.as_str(), k.as_str(), e)))
+    }
+
     pub fn key_count(&self) -> u64 {
         self.keys
     }
