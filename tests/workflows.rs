@@ -984,3 +984,43 @@ fn a_burst_of_pipelined_runs_all_complete() {
         "the server still serves"
     );
 }
+
+/// Regression: a parent whose `failure` transition loops back to a step running a child
+/// that always fails (its only step runs an unregistered action) used to recurse
+/// advance → child → parent → … on the shard's stack until every shard died. Now the work
+/// is queued, the loop is caught by the step budget, the parent ends `failed` with the
+/// reason, and the server keeps serving — also after a restart.
+#[test]
+fn a_parent_looping_through_a_failing_child_fails_and_the_server_stays_up() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    create(
+        &mut c,
+        "kind: Workflow\nname: loop-child\nversion: \"1\"\nstart:\n  run: \"@actions/not-registered\"\n  transitions:\n    success: flo.Completed\n",
+    );
+    create(
+        &mut c,
+        "kind: Workflow\nname: loop-parent\nversion: \"1\"\nstart:\n  run: \"@workflow/loop-child\"\n  transitions:\n    success: flo.Completed\n    failure: again\nsteps:\n  again:\n    run: \"@workflow/loop-child\"\n    transitions:\n      success: flo.Completed\n      failure: again\n",
+    );
+    let run_id = start(&mut c, "loop-parent", json!({}));
+    let run = wait_final(&mut c, &run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    let error = run.error.clone().unwrap_or_default();
+    assert!(error.contains("more than 256 steps"), "{run:?}");
+    // The server still answers, on every shard.
+    c.kv_put("still-up", b"yes", Default::default()).unwrap();
+    assert_eq!(
+        c.kv_get("still-up").unwrap().map(|e| e.value),
+        Some(b"yes".to_vec())
+    );
+
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let run = c.workflow_run(&run_id).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    c.kv_put("after-restart", b"yes", Default::default())
+        .unwrap();
+}
