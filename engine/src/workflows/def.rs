@@ -1,4 +1,4 @@
-//! A validated workflow definition (see `parse::parse_workflow` for YAML → this type).
+//! A validated workflow definition (see `definition::parse_workflow` for YAML → this type).
 
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;

@@ -6,47 +6,15 @@
 //! report each duplicate. Values that validation judges (`kind`, `idempotency`, `backoff`,
 //! terminal `status`, ...) are kept as text here; numbers are `u64`.
 
-use super::def::Validated;
-use super::validate::{IssueCode, issue, validate};
+use super::issues::{IssueCode, issue};
 use flo_protocol::ValidationIssue;
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
 use std::marker::PhantomData;
 
-/// Largest definition accepted, in bytes of YAML.
-pub const DEFINITION_BYTES_MAX: usize = 1 << 20;
-
-/// Parses and validates a workflow definition. On success, the definition and its warnings;
-/// otherwise every error found (see [`IssueCode`] for the codes).
-pub fn parse_workflow(yaml: &str) -> Result<Validated, Vec<ValidationIssue>> {
-    if yaml.len() > DEFINITION_BYTES_MAX {
-        return Err(vec![issue(
-            IssueCode::E100,
-            "",
-            format!(
-                "the definition is {} bytes; at most {DEFINITION_BYTES_MAX} are allowed",
-                yaml.len()
-            ),
-        )]);
-    }
-    if yaml
-        .lines()
-        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
-    {
-        return Err(vec![issue(
-            IssueCode::E100,
-            "",
-            "the definition is empty: a workflow needs at least kind, name, version and start"
-                .to_string(),
-        )]);
-    }
-    let raw = parse_raw(yaml).map_err(|e| vec![e])?;
-    validate(raw)
-}
-
 /// The YAML read into the raw structs; a syntax or shape error is the first one met.
-fn parse_raw(yaml: &str) -> Result<RawWorkflow, ValidationIssue> {
+pub(super) fn parse_raw(yaml: &str) -> Result<RawWorkflow, ValidationIssue> {
     let de = serde_yaml::Deserializer::from_str(yaml);
     serde_path_to_error::deserialize(de).map_err(|err| {
         let path = match err.path().to_string() {
@@ -180,6 +148,7 @@ pub(super) struct RawTerminal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workflows::{DEFINITION_BYTES_MAX, Validated, parse_workflow};
     use crate::workflows::{Backoff, Idempotency, PollPolicy, RetryPolicy, StepAction, Target};
     use flo_protocol::WorkflowRunStatus;
     use serde_json::json;

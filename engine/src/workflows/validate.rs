@@ -39,6 +39,7 @@ use super::def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, PollPolicy, RetryPolicy, START_STEP, SignalWait, Step,
     StepAction, Target, Validated, WorkflowDef,
 };
+use super::issues::{IssueCode, issue};
 use super::mapping::{is_mapping_path, mapping_paths};
 use super::parse::{Entries, RawPoll, RawRetry, RawSignalWait, RawStep, RawWorkflow};
 use crate::actions::validate_action_name;
@@ -46,7 +47,6 @@ use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
 use serde_json_path::JsonPath;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 pub const WORKFLOW_NAME_BYTES_MAX: usize = 256;
 pub const VERSION_BYTES_MAX: usize = 128;
@@ -65,56 +65,6 @@ pub const POLL_ATTEMPTS_DEFAULT: u32 = 10;
 pub const POLL_BASE_DELAY_MS_DEFAULT: u64 = 1000;
 /// Names listed in a message before it says "...".
 const NAMES_LISTED_MAX: usize = 20;
-
-/// The code of a [`ValidationIssue`] (table in the module doc); `E` errors, `W` warnings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IssueCode {
-    E100,
-    E101,
-    E102,
-    E103,
-    E104,
-    E105,
-    E106,
-    E107,
-    E108,
-    E109,
-    E201,
-    E202,
-    E203,
-    E301,
-    E302,
-    E303,
-    E304,
-    E401,
-    E402,
-    E403,
-    E501,
-    E502,
-    E503,
-    E504,
-    W101,
-    W102,
-    W103,
-}
-
-impl fmt::Display for IssueCode {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-
-pub(super) fn issue(
-    code: IssueCode,
-    path: impl Into<String>,
-    message: impl Into<String>,
-) -> ValidationIssue {
-    ValidationIssue {
-        code: code.to_string(),
-        path: path.into(),
-        message: message.into(),
-    }
-}
 
 /// Checks the raw definition and builds the [`WorkflowDef`] if it has no error.
 pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssue>> {

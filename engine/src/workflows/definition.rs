@@ -1,0 +1,39 @@
+//! A workflow definition from YAML: parsed into raw structs (`parse`), then checked and
+//! normalised (`validate`).
+
+use super::def::Validated;
+use super::issues::{IssueCode, issue};
+use super::parse::parse_raw;
+use super::validate::validate;
+use flo_protocol::ValidationIssue;
+
+/// Largest definition accepted, in bytes of YAML.
+pub const DEFINITION_BYTES_MAX: usize = 1 << 20;
+
+/// Parses and validates a workflow definition. On success, the definition and its warnings;
+/// otherwise every error found (see [`IssueCode`] for the codes).
+pub fn parse_workflow(yaml: &str) -> Result<Validated, Vec<ValidationIssue>> {
+    if yaml.len() > DEFINITION_BYTES_MAX {
+        return Err(vec![issue(
+            IssueCode::E100,
+            "",
+            format!(
+                "the definition is {} bytes; at most {DEFINITION_BYTES_MAX} are allowed",
+                yaml.len()
+            ),
+        )]);
+    }
+    if yaml
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    {
+        return Err(vec![issue(
+            IssueCode::E100,
+            "",
+            "the definition is empty: a workflow needs at least kind, name, version and start"
+                .to_string(),
+        )]);
+    }
+    let raw = parse_raw(yaml).map_err(|e| vec![e])?;
+    validate(raw)
+}
