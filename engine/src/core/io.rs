@@ -48,8 +48,8 @@ pub enum Input {
     Durable { lsn: u64, segments: u32 },
     /// Time passed: fire what is due.
     Tick,
-    /// The inbox is empty for now: do the work deferred to batch it (lease tasks to parked
-    /// wants, start executions).
+    /// A batch of inputs was handled: do the work deferred to batch it (lease the tasks that
+    /// became ready to parked wants, in one record).
     Idle,
     /// Work left over by an input that used its step budget.
     Continue,
