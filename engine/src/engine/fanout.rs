@@ -105,6 +105,40 @@ fn truncate<T>(items: &mut Vec<T>, limit: usize, truncated: &mut bool) {
     }
 }
 
+/// A run of a list: its creation time and id, for ordering across shards.
+trait Listed {
+    fn created_and_id(&self) -> (u64, &str);
+}
+
+impl Listed for RunInfo {
+    fn created_and_id(&self) -> (u64, &str) {
+        (self.created_at_ms, &self.run_id)
+    }
+}
+
+impl Listed for WorkflowRunInfo {
+    fn created_and_id(&self) -> (u64, &str) {
+        (self.created_at_ms, &self.run_id)
+    }
+}
+
+/// The shards' pages of runs as one page, newest first, at most `limit`.
+fn merge_runs<T: Listed>(
+    parts: Vec<Reply>,
+    limit: Option<u32>,
+    page: impl Fn(Reply) -> Option<(Vec<T>, bool)>,
+) -> (Vec<T>, bool) {
+    let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;
+    let (mut runs, mut truncated) = (Vec::new(), false);
+    for (r, t) in parts.into_iter().filter_map(page) {
+        runs.extend(r);
+        truncated |= t;
+    }
+    newest_first(&mut runs, T::created_and_id);
+    truncate(&mut runs, limit, &mut truncated);
+    (runs, truncated)
+}
+
 fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
     match op {
         Op::Status => {
@@ -152,37 +186,17 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
             Ok(Reply::Workers(workers))
         }
         Op::WorkflowListRuns { limit, .. } => {
-            let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;
-            let (mut runs, mut truncated): (Vec<WorkflowRunInfo>, bool) = (Vec::new(), false);
-            for part in parts {
-                if let Reply::WorkflowRuns {
-                    runs: r,
-                    truncated: t,
-                } = part
-                {
-                    runs.extend(r);
-                    truncated |= t;
-                }
-            }
-            newest_first(&mut runs, |r| (r.created_at_ms, r.run_id.as_str()));
-            truncate(&mut runs, limit, &mut truncated);
+            let (runs, truncated) = merge_runs(parts, *limit, |p| match p {
+                Reply::WorkflowRuns { runs, truncated } => Some((runs, truncated)),
+                _ => None,
+            });
             Ok(Reply::WorkflowRuns { runs, truncated })
         }
         Op::RunList { limit, .. } => {
-            let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;
-            let (mut runs, mut truncated): (Vec<RunInfo>, bool) = (Vec::new(), false);
-            for part in parts {
-                if let Reply::Runs {
-                    runs: r,
-                    truncated: t,
-                } = part
-                {
-                    runs.extend(r);
-                    truncated |= t;
-                }
-            }
-            newest_first(&mut runs, |r| (r.created_at_ms, r.run_id.as_str()));
-            truncate(&mut runs, limit, &mut truncated);
+            let (runs, truncated) = merge_runs(parts, *limit, |p| match p {
+                Reply::Runs { runs, truncated } => Some((runs, truncated)),
+                _ => None,
+            });
             Ok(Reply::Runs { runs, truncated })
         }
         Op::TestAdvanceClock { .. } => Ok(Reply::Done),

@@ -12,7 +12,7 @@ use crate::core::io::{Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, Re
 use crate::definitions;
 use crate::hash::HASH_NAME;
 use crate::kv;
-use crate::workers::{self, TaskReport};
+use crate::workers;
 use crate::workflows;
 use flo_protocol::{
     ErrorCode, ErrorValue, Op, PROTOCOL_VERSION, RUN_WAIT_MS_MAX, Reply, ShardInfo, ShardMap,
@@ -409,66 +409,8 @@ impl Engine {
                     block_ms,
                 );
             }
-            Op::TaskComplete {
-                namespace,
-                worker_id,
-                task_id,
-                action,
-                attempt,
-                result,
-                outcome,
-            } => {
-                let r = TaskReport {
-                    namespace: &namespace,
-                    worker_id: &worker_id,
-                    task_id: &task_id,
-                    action: &action,
-                    attempt,
-                };
-                workers::complete(&mut self.core, &mut self.workers, &r, result, outcome)
-            }
-            Op::TaskFail {
-                namespace,
-                worker_id,
-                task_id,
-                action,
-                attempt,
-                error,
-                retry,
-                non_retryable,
-            } => {
-                let r = TaskReport {
-                    namespace: &namespace,
-                    worker_id: &worker_id,
-                    task_id: &task_id,
-                    action: &action,
-                    attempt,
-                };
-                workers::fail(
-                    &mut self.core,
-                    &mut self.workers,
-                    &self.executions,
-                    &r,
-                    &error,
-                    retry,
-                    non_retryable,
-                )
-            }
-            Op::TaskTouch {
-                namespace,
-                worker_id,
-                task_id,
-                action,
-                extend_ms,
-            } => {
-                let r = TaskReport {
-                    namespace: &namespace,
-                    worker_id: &worker_id,
-                    task_id: &task_id,
-                    action: &action,
-                    attempt: None,
-                };
-                workers::touch(&mut self.core, &r, extend_ms)
+            op @ (Op::TaskComplete { .. } | Op::TaskFail { .. } | Op::TaskTouch { .. }) => {
+                workers::report(&mut self.core, &mut self.workers, &self.executions, op)
             }
             Op::WorkflowGet {
                 namespace,

@@ -11,7 +11,7 @@ pub use awaits::{
     Awaits, abandon_forwarded, await_tasks, cancel_want, conn_closed, dispatch, expire_awaits,
     forward_await, on_await_relayed, on_delivery, on_want, on_want_share, sweep_wants, worker_gone,
 };
-pub use ops::{complete, fail, note_task_done, touch};
+pub use ops::{note_task_done, report};
 pub use registry::{
     HEARTBEAT_TIMEOUT_MS, MAX_CONCURRENCY_DEFAULT, WORKERS_PER_SHARD_MAX, Worker, WorkerRegistry,
     labels_match, validate_worker_id, worker_info,

@@ -6,10 +6,70 @@ use super::tasks::{TaskReport, complete_task, fail_task, touch_task};
 use crate::actions::{Executions, run_status};
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, PeerRequest};
-use flo_protocol::Reply;
+use flo_protocol::{ErrorValue, Op, Reply};
+
+/// A worker's report on a task: `TaskComplete`, `TaskFail` or `TaskTouch`.
+pub fn report(core: &mut Core, registry: &mut WorkerRegistry, execs: &Executions, op: Op) -> Done {
+    match op {
+        Op::TaskComplete {
+            namespace,
+            worker_id,
+            task_id,
+            action,
+            attempt,
+            result,
+            outcome,
+        } => {
+            let r = TaskReport {
+                namespace: &namespace,
+                worker_id: &worker_id,
+                task_id: &task_id,
+                action: &action,
+                attempt,
+            };
+            complete(core, registry, &r, result, outcome)
+        }
+        Op::TaskFail {
+            namespace,
+            worker_id,
+            task_id,
+            action,
+            attempt,
+            error,
+            retry,
+            non_retryable,
+        } => {
+            let r = TaskReport {
+                namespace: &namespace,
+                worker_id: &worker_id,
+                task_id: &task_id,
+                action: &action,
+                attempt,
+            };
+            fail(core, registry, execs, &r, &error, retry, non_retryable)
+        }
+        Op::TaskTouch {
+            namespace,
+            worker_id,
+            task_id,
+            action,
+            extend_ms,
+        } => {
+            let r = TaskReport {
+                namespace: &namespace,
+                worker_id: &worker_id,
+                task_id: &task_id,
+                action: &action,
+                attempt: None,
+            };
+            touch(core, &r, extend_ms)
+        }
+        _ => Done::now(Err(ErrorValue::internal("not a task report"))),
+    }
+}
 
 /// `TaskComplete`.
-pub fn complete(
+fn complete(
     core: &mut Core,
     registry: &mut WorkerRegistry,
     r: &TaskReport,
@@ -34,7 +94,7 @@ pub fn complete(
 }
 
 /// `TaskFail`: answers with the run's status after the failure.
-pub fn fail(
+fn fail(
     core: &mut Core,
     registry: &mut WorkerRegistry,
     execs: &Executions,
@@ -64,7 +124,7 @@ pub fn fail(
 }
 
 /// `TaskTouch`.
-pub fn touch(core: &mut Core, r: &TaskReport, extend_ms: u64) -> Done {
+fn touch(core: &mut Core, r: &TaskReport, extend_ms: u64) -> Done {
     let now = core.now_ms();
     match touch_task(core, r, extend_ms, now) {
         Ok((expires_at_ms, lsn)) => Done {

@@ -148,8 +148,8 @@ pub(super) struct RawTerminal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workflows::{DEFINITION_BYTES_MAX, Validated, parse_workflow};
     use crate::workflows::{Backoff, Idempotency, PollPolicy, RetryPolicy, StepAction, Target};
+    use crate::workflows::{DEFINITION_BYTES_MAX, Validated, parse_workflow};
     use flo_protocol::WorkflowRunStatus;
     use serde_json::json;
 
