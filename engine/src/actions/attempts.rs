@@ -2,7 +2,7 @@
 //! and the record each execution's result becomes — a completion (with the guest's KV
 //! writes) or a failed attempt (retried after backoff, or final and dead-lettered).
 
-use super::runs::retry_delay_ms;
+use super::runs::retry_at;
 use super::scheduler::RunKey;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
@@ -173,11 +173,7 @@ fn record_attempt(
     if run.status != RunStatus::Pending || run.attempt != attempt {
         return;
     }
-    let def = core.state.registry.get(namespace, &run.action);
-    // A workflow step's run has one attempt: the step's own `retry:` decides.
-    let retries = if run.step.is_some() { None } else { def };
-    let retry_delay = def.map_or(0, |d| d.retry_delay_ms);
-    let max_retries = retries.map_or(0, |d| d.max_retries);
+    let retry_at_ms = retry_at(&core.state.registry, namespace, run, now);
     let record = match output {
         Ok(output) => Record::RunCompleted {
             namespace: namespace.clone(),
@@ -199,8 +195,7 @@ fn record_attempt(
             action_version,
             timed_out: failure.timed_out,
             error: failure.error,
-            retry_at_ms: (attempt <= max_retries)
-                .then(|| now.saturating_add(retry_delay_ms(retry_delay, attempt))),
+            retry_at_ms,
             at_ms: now,
             dead_letter: true,
         },

@@ -15,7 +15,7 @@ pub use registry::{
     validate_action_name,
 };
 pub use runs::{
-    Lease, PRIORITY_DEFAULT, Run, Runs, idempotent_run_id, retry_delay_ms, run_info,
+    Lease, PRIORITY_DEFAULT, Run, Runs, idempotent_run_id, retry_at, retry_delay_ms, run_info,
     validate_idempotency_key, validate_labels,
 };
 pub use scheduler::{ActionKey, Queue, RunKey, Scheduler, TaskEntry};

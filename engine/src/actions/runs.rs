@@ -51,6 +51,23 @@ pub fn retry_delay_ms(base_ms: u64, failed_attempt: u32) -> u64 {
     base_ms.saturating_mul(1u64 << exp)
 }
 
+/// When the run whose attempt just failed tries again, if its action's policy allows it:
+/// `retry_delay_ms × 2^(attempt-1)` after `now_ms`, while `attempt <= max_retries`. A
+/// workflow step's run has a single attempt: the step's own `retry:` decides.
+pub fn retry_at(
+    registry: &super::Registry,
+    namespace: &str,
+    run: &Run,
+    now_ms: u64,
+) -> Option<u64> {
+    if run.step.is_some() {
+        return None;
+    }
+    let def = registry.get(namespace, &run.action)?;
+    (run.attempt <= def.max_retries)
+        .then(|| now_ms.saturating_add(retry_delay_ms(def.retry_delay_ms, run.attempt)))
+}
+
 /// A page of runs, newest first, and whether more matched.
 pub type RunPage<'a> = (Vec<(&'a str, &'a Run)>, bool);
 

@@ -3,7 +3,7 @@
 //! is a record committed through `Core::commit` (whose `observe` queues and times runs).
 
 use super::registry::labels_match;
-use crate::actions::{ActionKey, Run, retry_delay_ms};
+use crate::actions::{ActionKey, Run, retry_at};
 use crate::core::cx::{Core, Task};
 use crate::record::{LeasedTask, Record};
 use ahash::AHashSet;
@@ -236,9 +236,8 @@ pub fn fail_task(
     let (attempt, version) = (run.attempt, run.action_version);
     let error = truncate(error, TASK_ERROR_BYTES_MAX);
     let retry_at_ms = (retry && !non_retryable)
-        .then(|| retry_at(core, r.namespace, r.action, attempt, now_ms))
-        .flatten()
-        .filter(|_| run_is_plain(core, r.namespace, r.task_id));
+        .then(|| retry_at(&core.state.registry, r.namespace, run, now_ms))
+        .flatten();
     let lsn = core.commit(Record::AttemptFailed {
         namespace: r.namespace.to_string(),
         run_id: r.task_id.to_string(),
@@ -254,13 +253,6 @@ pub fn fail_task(
         lsn,
         is_final: retry_at_ms.is_none(),
     })
-}
-
-/// When the next attempt may start, if the action allows another.
-fn retry_at(core: &Core, namespace: &str, action: &str, attempt: u32, now_ms: u64) -> Option<u64> {
-    let def = core.state.registry.get(namespace, action)?;
-    (attempt <= def.max_retries)
-        .then(|| now_ms.saturating_add(retry_delay_ms(def.retry_delay_ms, attempt)))
 }
 
 /// Extends a lease to `extend_ms` from now (never shortens it); returns the new
@@ -303,13 +295,12 @@ pub fn expire_leases(core: &mut Core) {
         if run.status != RunStatus::Running || lease.expires_at_ms > now_ms {
             continue;
         }
-        let (attempt, version, action) = (run.attempt, run.action_version, run.action.clone());
+        let (attempt, version) = (run.attempt, run.action_version);
         let error = format!(
             "lease expired: worker {:?} did not report attempt {attempt} in time",
             lease.worker_id
         );
-        let retry_at_ms = retry_at(core, &namespace, &action, attempt, now_ms)
-            .filter(|_| run_is_plain(core, &namespace, &run_id));
+        let retry_at_ms = retry_at(&core.state.registry, &namespace, run, now_ms);
         core.commit(Record::AttemptFailed {
             namespace: namespace.clone(),
             run_id: run_id.clone(),
@@ -352,15 +343,6 @@ pub fn release_tasks(
         run_ids,
         at_ms: now_ms,
     })
-}
-
-/// Whether a run retries by its action's policy (a workflow step's run does not: the step's
-/// own `retry:` decides).
-fn run_is_plain(core: &Core, namespace: &str, run_id: &str) -> bool {
-    core.state
-        .runs
-        .get(namespace, run_id)
-        .is_some_and(|r| r.step.is_none())
 }
 
 fn truncate(text: &str, max: usize) -> String {
