@@ -882,7 +882,10 @@ pub fn wf_notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
         .state
         .workflows
         .run(namespace, &parent.run_id)
-        .is_some_and(|p| matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id));
+        .is_some_and(|p| {
+            !p.status.is_final()
+                && matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id)
+        });
     if !waiting {
         return;
     }
@@ -928,9 +931,10 @@ pub fn wf_on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         .state
         .workflows
         .run(namespace, &step_ref.run_id)
-        .is_some_and(
-            |w| matches!(&w.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run),
-        );
+        .is_some_and(|w| {
+            !w.status.is_final()
+                && matches!(&w.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
+        });
     if !waiting {
         return;
     }
