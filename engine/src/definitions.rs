@@ -100,10 +100,13 @@ fn next(core: &mut Core, defs: &mut Definitions) {
             });
             return;
         }
+        let namespace = match &op {
+            Op::WorkflowCreate { namespace, .. } => Some(namespace.clone()),
+            _ => None,
+        };
         match plan(core, op, None) {
             Ok((Some(record), after)) => commit(core, defs, id, to, record, after),
-            Ok((None, After::Reply(reply))) => core.reply_op(to, core.last_lsn(), Ok(*reply)),
-            Ok((None, _)) => core.reply_op(to, 0, Err(ErrorValue::internal("nothing to change"))),
+            Ok((None, after)) => confirm(core, defs, id, to, namespace, after),
             Err(e) => core.reply_op(to, 0, Err(e)),
         }
     }
@@ -168,17 +171,66 @@ fn commit(
     record: Record,
     after: After,
 ) {
+    let lsn = core.commit(record.clone());
+    fan_out(
+        core,
+        defs,
+        id,
+        to,
+        lsn,
+        PeerRequest::Definition(record),
+        after,
+    );
+}
+
+/// The coordinator has the definition already (a repeat): a crash may have cut the fan-out
+/// of the change that made it, so every shard is brought to the coordinator's definitions
+/// of that workflow before the answer.
+fn confirm(
+    core: &mut Core,
+    defs: &mut Definitions,
+    id: u64,
+    to: ReplyTo,
+    namespace: Option<String>,
+    after: After,
+) {
+    let name = match &after {
+        After::Reply(reply) => match &**reply {
+            Reply::WorkflowCreated { name, .. } => Some(name.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let entry = namespace
+        .zip(name)
+        .and_then(|(ns, name)| core.state.workflows.sync_entry(&ns, &name));
+    let Some(entry) = entry else {
+        core.reply_op(to, 0, Err(ErrorValue::internal("nothing to change")));
+        return;
+    };
+    let req = PeerRequest::DefinitionSync {
+        actions: None,
+        workflows: vec![entry],
+    };
+    let lsn = core.last_lsn();
+    fan_out(core, defs, id, to, lsn, req, after);
+}
+
+/// Sends `req` to every other shard once `lsn` is durable here; answers once all applied it.
+fn fan_out(
+    core: &mut Core,
+    defs: &mut Definitions,
+    id: u64,
+    to: ReplyTo,
+    lsn: u64,
+    req: PeerRequest,
+    after: After,
+) {
     let others: Vec<u32> = (0..core.partitioning.shards)
         .filter(|&s| s != core.shard)
         .collect();
-    let lsn = core.commit(record.clone());
     for &s in &others {
-        core.call(
-            s,
-            lsn,
-            PeerRequest::Definition(record.clone()),
-            Waiting::Definition(id),
-        );
+        core.call(s, lsn, req.clone(), Waiting::Definition(id));
     }
     let stage = Stage::Applying {
         lsn,
@@ -314,7 +366,7 @@ pub fn sync_all(core: &mut Core) {
     let me = core.shard;
     for s in (0..core.partitioning.shards).filter(|&s| s != me) {
         let req = PeerRequest::DefinitionSync {
-            actions: actions.clone(),
+            actions: Some(actions.clone()),
             workflows: workflows.clone(),
         };
         core.call(s, 0, req, Waiting::Nothing);
@@ -325,15 +377,19 @@ pub fn sync_all(core: &mut Core) {
 pub fn apply_sync(
     core: &mut Core,
     to: ReplyTo,
-    actions: Vec<(String, String, crate::actions::ActionDef)>,
+    actions: Option<Vec<(String, String, crate::actions::ActionDef)>>,
     workflows: Vec<crate::workflows::WfSyncEntry>,
 ) {
     let now = core.now_ms();
-    let mut records = core.state.registry.plan_sync(actions, now);
+    let mut records = match actions {
+        Some(actions) => core.state.registry.plan_sync(actions, now),
+        None => Vec::new(),
+    };
     records.extend(core.state.workflows.plan_sync(&workflows));
-    let mut lsn = 0;
     for record in records {
-        lsn = core.commit(record);
+        core.commit(record);
     }
+    // Nothing to log may still mean "logged, not yet durable" (by an earlier sync).
+    let lsn = core.last_lsn();
     core.reply(to, lsn, Ok(Reply::Done));
 }

@@ -206,7 +206,7 @@ impl Index {
     }
 
     /// Workflow runs with a timer, for checks.
-    pub fn timed_workflows(&self) -> ahash::AHashSet<RunKey> {
+    pub fn timed_workflows(&self) -> crate::tables::HashSet<RunKey> {
         self.wf_timers.values().cloned().collect()
     }
 }

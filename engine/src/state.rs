@@ -5,8 +5,9 @@ use crate::actions::{Lease, Registry, Run, Runs};
 use crate::hash::Partitioning;
 use crate::kv::KvStore;
 use crate::record::{GuestKvWrite, Record};
+use crate::tables::HashMap;
 use flo_protocol::RunStatus;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Guest KV writes of a completion that belong to other shards, not yet delivered.
 #[derive(Debug, Clone)]
@@ -52,7 +53,7 @@ impl ShardState {
             registry: Registry::default(),
             runs: Runs::default(),
             forwards: VecDeque::new(),
-            remote_applied: HashMap::new(),
+            remote_applied: HashMap::default(),
             workflows: Default::default(),
             applied_lsn: 0,
         }

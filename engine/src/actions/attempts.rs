@@ -7,7 +7,7 @@ use super::scheduler::RunKey;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
 use crate::record::{GuestKvWrite, Record};
-use ahash::{AHashMap as HashMap, AHashSet};
+use crate::tables::{HashMap, HashSet};
 use flo_protocol::RunStatus;
 
 /// Concurrent WebAssembly executions per shard; more wait their turn.
@@ -25,7 +25,7 @@ struct Running {
 pub struct Executions {
     running: HashMap<u64, Running>,
     /// Runs executing now (shown as `running`).
-    executing: AHashSet<RunKey>,
+    executing: HashSet<RunKey>,
     next_exec: u64,
 }
 

@@ -2,7 +2,7 @@
 //! shard; each shard's registry is the fold of those records.
 
 use crate::record::{ActionDefRecord, Record};
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use flo_protocol::{ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, ErrorValue};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -236,7 +236,7 @@ impl Registry {
     /// Records that make this registry equal to `target` (the coordinator's).
     pub fn plan_sync(&self, target: Vec<(String, String, ActionDef)>, now_ms: u64) -> Vec<Record> {
         let mut records = Vec::new();
-        let mut known = std::collections::HashSet::new();
+        let mut known = crate::tables::HashSet::default();
         for (namespace, name, def) in target {
             known.insert((namespace.clone(), name.clone()));
             let mine = self.spaces.get(&namespace).and_then(|s| s.get(&name));

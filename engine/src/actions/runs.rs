@@ -1,7 +1,7 @@
 //! Runs of actions on this shard: created, attempted, completed, failed, cancelled.
 
 use crate::record::{ActionDefRecord, Record};
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use flo_protocol::{
     ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
     RunInfo, RunStatus,

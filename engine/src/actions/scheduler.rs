@@ -3,7 +3,7 @@
 //! are hints: whoever pops one checks the run in the fold (it may have moved on since).
 
 use super::runs::Run;
-use ahash::{AHashMap as HashMap, AHashSet};
+use crate::tables::{HashMap, HashSet};
 use flo_protocol::ActionKind;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -43,7 +43,7 @@ pub struct Scheduler {
     /// Leases of running user tasks: (expiry ms, seq) → run.
     lease_timers: BTreeMap<(u64, u64), RunKey>,
     /// Actions whose user queue gained tasks since the dispatcher last looked.
-    user_dirty: AHashSet<ActionKey>,
+    user_dirty: HashSet<ActionKey>,
 }
 
 impl Scheduler {
@@ -140,7 +140,7 @@ impl Scheduler {
 
     /// Drops entries `live` rejects (stale after a replay) and repeated ones.
     pub fn retain(&mut self, live: impl Fn(&RunKey) -> bool) {
-        let mut seen = AHashSet::new();
+        let mut seen = HashSet::default();
         let ready = std::mem::take(&mut self.ready);
         self.ready = ready
             .into_vec()
@@ -148,7 +148,7 @@ impl Scheduler {
             .filter(|(_, _, k)| live(k) && seen.insert(k.clone()))
             .collect();
         for ((ns, _), queue) in self.user_ready.iter_mut() {
-            let mut seen = AHashSet::new();
+            let mut seen = HashSet::default();
             let entries = std::mem::take(queue).into_vec();
             *queue = entries
                 .into_iter()
@@ -168,8 +168,8 @@ impl Scheduler {
     }
 
     /// Every run with an entry (ready, queued or timed), for checks.
-    pub fn queued_runs(&self) -> AHashSet<RunKey> {
-        let mut out: AHashSet<RunKey> = self.ready.iter().map(|(_, _, k)| k.clone()).collect();
+    pub fn queued_runs(&self) -> HashSet<RunKey> {
+        let mut out: HashSet<RunKey> = self.ready.iter().map(|(_, _, k)| k.clone()).collect();
         for ((ns, _), q) in &self.user_ready {
             out.extend(q.iter().map(|(_, _, id)| (ns.clone(), id.clone())));
         }
@@ -178,7 +178,7 @@ impl Scheduler {
     }
 
     /// Every run with a lease timer, for checks.
-    pub fn leased_runs(&self) -> AHashSet<RunKey> {
+    pub fn leased_runs(&self) -> HashSet<RunKey> {
         self.lease_timers.values().cloned().collect()
     }
 }

@@ -8,7 +8,7 @@ use crate::hash::Partitioning;
 use crate::index::{Index, Touch};
 use crate::record::Record;
 use crate::state::ShardState;
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use flo_protocol::TaskAssignment;
 use flo_ual::{Batch, LogBuffer};
 use std::collections::VecDeque;
@@ -134,8 +134,8 @@ impl Core {
             out: Vec::new(),
             agenda: VecDeque::new(),
             steps_left: STEPS_PER_INPUT_MAX,
-            root_steps: HashMap::new(),
-            calls: HashMap::new(),
+            root_steps: HashMap::default(),
+            calls: HashMap::default(),
             next_tag: 1,
             clock,
             wall,

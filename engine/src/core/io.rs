@@ -154,9 +154,11 @@ pub enum PeerRequest {
     Client(Op),
     /// Log and apply a definition change the coordinator ordered (and made durable).
     Definition(Record),
-    /// The coordinator's definitions: log whatever makes this shard's equal (start-up).
+    /// The coordinator's definitions: log whatever makes this shard's equal (start-up:
+    /// every action and workflow; a repeated workflow creation: that workflow only, `actions`
+    /// None).
     DefinitionSync {
-        actions: Vec<(String, String, ActionDef)>,
+        actions: Option<Vec<(String, String, ActionDef)>>,
         workflows: Vec<WfSyncEntry>,
     },
     /// A worker's home asks for tasks.

@@ -3,7 +3,7 @@
 
 use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Done, PeerRequest, ReplyResult, ReplyTo};
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use flo_protocol::{
     ErrorValue, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, Reply, RunInfo, StatusInfo,
     WorkflowRunInfo,

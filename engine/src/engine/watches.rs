@@ -2,7 +2,7 @@
 //! wait): answered when it does, or with its current status at their deadline.
 
 use crate::core::io::{ReplyTo, RunKey};
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use std::collections::BTreeMap;
 
 /// A watched run and whether it is a workflow run.

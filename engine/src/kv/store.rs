@@ -2,7 +2,7 @@
 //! for prefix listing. `plan_*` validate and build records; `apply_*` change state.
 
 use crate::record::Record;
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use flo_protocol::{
     ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
     NAMESPACE_BYTES_MAX,

@@ -17,7 +17,7 @@ use crate::actions::ActionKey;
 use crate::core::cx::{Core, Task, Waiting};
 use crate::core::io::{ConnId, PeerRequest, ReplyResult, ReplyTo, WantMsg, WorkerKey};
 use crate::kv::validate_namespace;
-use ahash::{AHashMap as HashMap, AHashSet};
+use crate::tables::{HashMap, HashSet};
 use flo_protocol::{
     ActionKind, ErrorValue, Reply, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment,
     WORKER_PROCESSES_MAX,
@@ -70,7 +70,7 @@ pub struct Awaits {
     /// (home, call tag, worker).
     forwarded: HashMap<ConnId, Vec<(u32, u64, WorkerKey)>>,
     /// Forwarded awaits whose connection closed: their tasks are handed back on arrival.
-    orphaned: AHashSet<u64>,
+    orphaned: HashSet<u64>,
 }
 
 impl Awaits {
@@ -180,7 +180,9 @@ pub fn abandon_forwarded(core: &mut Core, aw: &mut Awaits, from: u32, worker: Wo
         .get(&worker)
         .is_some_and(|a| a.to == ReplyTo::Peer { shard: from, tag });
     if belongs {
-        abandon_await(core, aw, &worker, true);
+        // Answered all the same (with nothing): the shard that forwarded it waits for an
+        // answer to forget the call.
+        abandon_await(core, aw, &worker, false);
     }
 }
 
@@ -710,7 +712,7 @@ pub fn sweep_wants(core: &Core, aw: &mut Awaits) {
     aw.wants.retain(|_, w| w.deadline_ms > now);
     let wants = &aw.wants;
     aw.wants_by_action.retain(|(ns, _), ids| {
-        let mut seen = AHashSet::new();
+        let mut seen = HashSet::default();
         ids.retain(|id| wants.contains_key(&(ns.clone(), id.clone())) && seen.insert(id.clone()));
         !ids.is_empty()
     });

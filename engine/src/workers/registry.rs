@@ -4,7 +4,7 @@
 
 use crate::actions::validate_labels;
 use crate::kv::validate_namespace;
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use flo_protocol::{
     ErrorValue, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
     WorkerProcess, WorkerSpec, WorkerStatus, WorkerType,

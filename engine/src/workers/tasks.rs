@@ -6,7 +6,7 @@ use super::registry::labels_match;
 use crate::actions::{ActionKey, Run, retry_at};
 use crate::core::cx::{Core, Task};
 use crate::record::{LeasedTask, Record};
-use ahash::AHashSet;
+use crate::tables::HashSet;
 use flo_protocol::{
     ACTION_NAME_BYTES_MAX, ErrorValue, LEASE_EXTEND_MS_MAX, RunStatus, TaskAssignment,
 };
@@ -57,7 +57,7 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
         .map(|a| (want.namespace.to_string(), a.clone()))
         .collect();
     let mut chosen: Vec<String> = Vec::new();
-    let mut seen: AHashSet<String> = AHashSet::new();
+    let mut seen: HashSet<String> = HashSet::default();
     let mut skipped = Vec::new();
     let mut scanned = 0;
     let mut bytes = 0;

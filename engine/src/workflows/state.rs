@@ -4,7 +4,7 @@
 
 use super::def::{START_STEP, WorkflowDef};
 use crate::record::{StepNext, StepRef, StepWait};
-use ahash::AHashMap as HashMap;
+use crate::tables::HashMap;
 use flo_protocol::{HistoryEvent, WorkflowRunStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, VecDeque};
@@ -133,23 +133,14 @@ impl Workflows {
     pub fn sync_entries(&self) -> Vec<WfSyncEntry> {
         self.defs
             .iter()
-            .map(|((namespace, name), e)| WfSyncEntry {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                enabled: e.enabled,
-                updated_at_ms: e.updated_at_ms,
-                versions: e
-                    .versions
-                    .iter()
-                    .map(|v| WfSyncVersion {
-                        version: v.version.clone(),
-                        yaml: v.yaml.clone(),
-                        created_at_ms: v.created_at_ms,
-                        def: v.def.as_ref().ok().cloned(),
-                    })
-                    .collect(),
-            })
+            .map(|((namespace, name), e)| sync_entry(namespace, name, e))
             .collect()
+    }
+
+    /// One workflow's definitions, for `plan_sync` on the other shards.
+    pub fn sync_entry(&self, namespace: &str, name: &str) -> Option<WfSyncEntry> {
+        self.def(namespace, name)
+            .map(|e| sync_entry(namespace, name, e))
     }
 
     /// The records that bring this shard's definitions to `entries` (the coordinator's):
@@ -587,6 +578,25 @@ impl Workflows {
                 .then(b.1.seq.cmp(&a.1.seq))
         });
         out
+    }
+}
+
+fn sync_entry(namespace: &str, name: &str, e: &WfEntry) -> WfSyncEntry {
+    WfSyncEntry {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        enabled: e.enabled,
+        updated_at_ms: e.updated_at_ms,
+        versions: e
+            .versions
+            .iter()
+            .map(|v| WfSyncVersion {
+                version: v.version.clone(),
+                yaml: v.yaml.clone(),
+                created_at_ms: v.created_at_ms,
+                def: v.def.as_ref().ok().cloned(),
+            })
+            .collect(),
     }
 }
 

@@ -1,0 +1,963 @@
+//! Engine behaviours driven through `Engine::step` alone: a `ManualClock`, one or two
+//! shards wired by hand (`sim/cluster.rs`), effects asserted directly — no sockets, no
+//! runtime. Each test is named after the behaviour it proves.
+
+#[path = "sim/cluster.rs"]
+mod cluster;
+
+use cluster::{Cluster, new_engine};
+use flo_engine::{ExecFailure, ExecResult, Execution, Input, ReplyResult};
+use flo_protocol::{
+    ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunInfo, RunStatus, TaskAssignment, WorkerSpec,
+    WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
+};
+use serde_json::{Value, json};
+
+const NS: &str = "default";
+const START_MS: u64 = 1_000_000;
+
+/// A cluster plus a client: numbered requests, compiles answered as they come.
+struct T {
+    c: Cluster,
+    conn: u64,
+    next_request: u64,
+}
+
+impl T {
+    fn new(shards: u32) -> T {
+        T {
+            c: Cluster::new(shards, START_MS),
+            conn: 1,
+            next_request: 0,
+        }
+    }
+
+    fn send(&mut self, shard: u32, op: Op) -> u64 {
+        self.send_on(shard, self.conn, op)
+    }
+
+    fn send_on(&mut self, shard: u32, conn: u64, op: Op) -> u64 {
+        self.next_request += 1;
+        let request = self.next_request;
+        self.c.client(shard, conn, request, op);
+        request
+    }
+
+    fn reply_on(&mut self, conn: u64, request: u64) -> Option<ReplyResult> {
+        self.c.take_reply(conn, request)
+    }
+
+    /// Everything delivered, written and compiled; executions left to the test.
+    fn settle(&mut self) {
+        loop {
+            self.c.settle();
+            let compiles = std::mem::take(&mut self.c.compiles);
+            if compiles.is_empty() {
+                return;
+            }
+            for (s, job) in compiles {
+                self.c.step(
+                    s,
+                    Input::Compiled {
+                        job,
+                        result: Ok(None),
+                    },
+                );
+            }
+        }
+    }
+
+    fn call(&mut self, shard: u32, op: Op) -> ReplyResult {
+        let request = self.send(shard, op.clone());
+        self.settle();
+        let conn = self.conn;
+        self.reply_on(conn, request)
+            .unwrap_or_else(|| panic!("no reply to {op:?}"))
+    }
+
+    fn ok(&mut self, shard: u32, op: Op) -> Reply {
+        match self.call(shard, op.clone()) {
+            Ok(r) => r,
+            Err(e) => panic!("{op:?} failed: {e}"),
+        }
+    }
+
+    fn executions(&mut self) -> Vec<(u32, Execution)> {
+        std::mem::take(&mut self.c.executions)
+    }
+
+    fn answer(&mut self, shard: u32, exec: u64, output: Result<Value, &str>) {
+        let output = match output {
+            Ok(v) => Ok(serde_json::to_vec(&v).unwrap()),
+            Err(e) => Err(ExecFailure {
+                error: e.to_string(),
+                timed_out: false,
+            }),
+        };
+        self.c.step(
+            shard,
+            Input::Executed {
+                exec,
+                result: ExecResult {
+                    output,
+                    outcome: None,
+                    kv_writes: Vec::new(),
+                    logs: Vec::new(),
+                },
+            },
+        );
+    }
+
+    /// Answers every execution with `f(action, input)` until none is left.
+    fn execute_all(&mut self, mut f: impl FnMut(&str, &Value) -> Result<Value, &'static str>) {
+        loop {
+            self.settle();
+            let xs = self.executions();
+            if xs.is_empty() {
+                return;
+            }
+            for (s, x) in xs {
+                let input: Value = serde_json::from_slice(&x.input).unwrap_or(Value::Null);
+                let out = f(&x.action, &input);
+                self.answer(s, x.exec, out);
+            }
+        }
+    }
+
+    /// Moves the clock to `ms` and fires what came due.
+    fn set_clock(&mut self, ms: u64) {
+        self.c.clock.set(ms);
+        self.c.fire_wakes();
+        self.settle();
+    }
+
+    fn wasm_action(&mut self, name: &str) {
+        self.ok(
+            0,
+            Op::ActionRegister(ActionSpec {
+                namespace: NS.into(),
+                name: name.into(),
+                kind: ActionKind::Wasm,
+                wasm: Some(b"(module)".to_vec()),
+                timeout_ms: None,
+                max_retries: Some(3),
+                retry_delay_ms: Some(1000),
+                description: None,
+                memory_limit_mb: None,
+            }),
+        );
+    }
+
+    fn user_action(&mut self, name: &str, lease_ms: u64, max_retries: u32, retry_ms: u64) {
+        self.ok(
+            0,
+            Op::ActionRegister(ActionSpec {
+                namespace: NS.into(),
+                name: name.into(),
+                kind: ActionKind::User,
+                wasm: None,
+                timeout_ms: Some(lease_ms),
+                max_retries: Some(max_retries),
+                retry_delay_ms: Some(retry_ms),
+                description: None,
+                memory_limit_mb: None,
+            }),
+        );
+    }
+
+    fn workflow(&mut self, yaml: &str) {
+        self.ok(
+            0,
+            Op::WorkflowCreate {
+                namespace: NS.into(),
+                yaml: yaml.into(),
+            },
+        );
+    }
+
+    fn start(&mut self, shard: u32, name: &str, input: Value) -> String {
+        match self.ok(shard, start_op(name, input)) {
+            Reply::WorkflowStarted { run_id, .. } => run_id,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn wf(&mut self, run_id: &str) -> WorkflowRunInfo {
+        let shard = self.c.owner(NS, run_id);
+        match self.ok(
+            shard,
+            Op::WorkflowStatus {
+                namespace: NS.into(),
+                run_id: run_id.into(),
+            },
+        ) {
+            Reply::WorkflowRun(info) => info,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn history(&mut self, run_id: &str) -> Vec<flo_protocol::HistoryEvent> {
+        let shard = self.c.owner(NS, run_id);
+        match self.ok(
+            shard,
+            Op::WorkflowHistory {
+                namespace: NS.into(),
+                run_id: run_id.into(),
+            },
+        ) {
+            Reply::WorkflowHistory(h) => h,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn run(&mut self, run_id: &str) -> RunInfo {
+        let shard = self.c.owner(NS, run_id);
+        match self.ok(
+            shard,
+            Op::RunStatus {
+                namespace: NS.into(),
+                run_id: run_id.into(),
+            },
+        ) {
+            Reply::Run(info) => info,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn invoke(&mut self, shard: u32, spec: InvokeSpec) -> String {
+        match self.ok(shard, Op::ActionInvoke(spec)) {
+            Reply::Invoked { run_id, .. } => run_id,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn worker(&mut self, id: &str, actions: &[&str], labels: Option<&str>) {
+        let shard = self.c.owner(NS, id);
+        self.ok(
+            shard,
+            Op::WorkerRegister(WorkerSpec {
+                namespace: NS.into(),
+                worker_id: id.into(),
+                worker_type: WorkerType::Action,
+                max_concurrency: None,
+                processes: actions.iter().map(|a| a.to_string()).collect(),
+                metadata: None,
+                machine_id: None,
+                labels: labels.map(str::to_string),
+            }),
+        );
+    }
+}
+
+fn start_op(name: &str, input: Value) -> Op {
+    Op::WorkflowStart(WorkflowStartSpec {
+        namespace: NS.into(),
+        name: name.into(),
+        version: None,
+        input: input.to_string().into_bytes(),
+        idempotency_key: None,
+        wait_ms: None,
+    })
+}
+
+fn invoke_spec(action: &str, input: Value) -> InvokeSpec {
+    InvokeSpec {
+        namespace: NS.into(),
+        action: action.into(),
+        input: input.to_string().into_bytes(),
+        priority: None,
+        delay_ms: None,
+        idempotency_key: None,
+        labels: None,
+        wait_ms: None,
+    }
+}
+
+fn await_op(worker: &str, action: &str, block_ms: u64) -> Op {
+    Op::TaskAwait {
+        namespace: NS.into(),
+        worker_id: worker.into(),
+        actions: vec![action.into()],
+        max_tasks: 4,
+        block_ms,
+    }
+}
+
+fn tasks(r: Option<ReplyResult>) -> Vec<TaskAssignment> {
+    match r {
+        Some(Ok(Reply::Tasks(t))) => t,
+        other => panic!("expected tasks, got {other:?}"),
+    }
+}
+
+fn step_output(run: &WorkflowRunInfo, step: &str) -> Value {
+    let s = run
+        .steps
+        .iter()
+        .find(|s| s.name == step)
+        .unwrap_or_else(|| panic!("no step {step} in {run:?}"));
+    serde_json::from_slice(s.output.as_deref().unwrap_or(b"null")).unwrap()
+}
+
+fn executions_of(run: &WorkflowRunInfo, step: &str) -> u32 {
+    run.steps
+        .iter()
+        .find(|s| s.name == step)
+        .map_or(0, |s| s.executions)
+}
+
+const PROCESS_ORDER: &str = r#"
+kind: Workflow
+name: process-order
+version: "1.0.0"
+start:
+  run: "@actions/validate-order"
+  transitions:
+    success: charge
+    failure: flo.Failed
+steps:
+  charge:
+    run: "@actions/charge-payment"
+    inputMapping: '{"amount": "$.input.amount", "valid": "$.steps._start.output.valid", "run": "$.flo.run_id"}'
+    retry:
+      max_attempts: 3
+      backoff: exponential
+      initial_delay_ms: 1000
+      max_delay_ms: 30000
+    transitions:
+      success: ship
+      failure: flo.Failed
+  ship:
+    run: "@actions/create-shipment"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#;
+
+const SIGNALS: &str = r#"
+kind: Workflow
+name: approval
+version: "1"
+start:
+  waitForSignal:
+    type: approval
+    timeoutMs: 5000
+    onTimeout: Expired
+  transitions:
+    success: second
+steps:
+  second:
+    waitForSignal:
+      type: approval
+    transitions:
+      success: flo.Completed
+terminals:
+  Expired:
+    status: failed
+"#;
+
+fn order_actions(t: &mut T) {
+    for a in ["validate-order", "charge-payment", "create-shipment"] {
+        t.wasm_action(a);
+    }
+    t.workflow(PROCESS_ORDER);
+}
+
+// ---- the workflow engine ----
+
+#[test]
+fn a_three_step_wasm_workflow_completes_with_data_flow_between_steps() {
+    let mut t = T::new(2);
+    order_actions(&mut t);
+    let run_id = t.start(1, "process-order", json!({"amount": 99.5}));
+    t.execute_all(|action, input| {
+        Ok(match action {
+            "validate-order" => json!({"valid": true}),
+            "charge-payment" => input.clone(),
+            _ => json!({"shipment": "S-1"}),
+        })
+    });
+    let run = t.wf(&run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    assert_eq!(run.terminal.as_deref(), Some("flo.Completed"));
+    assert_eq!(step_output(&run, "_start"), json!({"valid": true}));
+    assert_eq!(
+        step_output(&run, "charge"),
+        json!({"amount": 99.5, "valid": true, "run": run_id}),
+        "inputMapping resolved the input, a previous step's output and the run id"
+    );
+    assert_eq!(step_output(&run, "ship"), json!({"shipment": "S-1"}));
+    let history = t.history(&run_id);
+    assert_eq!(history.first().unwrap().event_type, "workflow_started");
+    assert_eq!(history.last().unwrap().event_type, "workflow_completed");
+}
+
+#[test]
+fn a_failing_step_is_retried_with_exponential_backoff_at_the_right_clock_times() {
+    let mut t = T::new(1);
+    order_actions(&mut t);
+    let run_id = t.start(0, "process-order", json!({"amount": 5}));
+    let mut charge_failures_at = Vec::new();
+    let fail_charge = |t: &mut T| {
+        t.execute_all(|action, _| match action {
+            "validate-order" => Ok(json!({"valid": true})),
+            _ => Err("card declined"),
+        });
+    };
+    fail_charge(&mut t);
+    charge_failures_at.push(t.c.now());
+    let run = t.wf(&run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Waiting);
+    assert_eq!(executions_of(&run, "charge"), 1);
+
+    // Retry 1 is due 1000 ms after the first failure, not a millisecond earlier.
+    t.set_clock(START_MS + 999);
+    assert!(t.c.executions.is_empty(), "retried early");
+    t.set_clock(START_MS + 1000);
+    let xs = t.executions();
+    assert_eq!(xs.len(), 1, "retry 1 did not start at its time");
+    assert_eq!(xs[0].1.action, "charge-payment");
+    t.answer(xs[0].0, xs[0].1.exec, Err("declined again"));
+    t.settle();
+    assert_eq!(executions_of(&t.wf(&run_id), "charge"), 2);
+
+    // Retry 2 is due 2000 ms after the second failure (exponential).
+    t.set_clock(START_MS + 1000 + 1999);
+    assert!(t.c.executions.is_empty(), "retried early");
+    t.set_clock(START_MS + 1000 + 2000);
+    fail_charge(&mut t);
+    let run = t.wf(&run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    assert_eq!(executions_of(&run, "charge"), 3);
+    let retries: Vec<u64> = t
+        .history(&run_id)
+        .iter()
+        .filter(|e| e.event_type == "step_retry")
+        .map(|e| e.detail.rsplit(' ').next().unwrap().parse::<u64>().unwrap() - e.at_ms)
+        .collect();
+    assert_eq!(retries, vec![1000, 2000]);
+}
+
+#[test]
+fn a_signal_wait_consumes_a_queued_signal() {
+    let mut t = T::new(2);
+    t.workflow(SIGNALS);
+    let run_id = t.start(0, "approval", json!({}));
+    let owner = t.c.owner(NS, &run_id);
+    let signal = |n: u32| Op::WorkflowSignal {
+        namespace: NS.into(),
+        run_id: run_id.clone(),
+        signal_type: "approval".into(),
+        payload: format!(r#"{{"n":{n}}}"#).into_bytes(),
+    };
+    // Two signals queued while the run waits on its first step, one of another type.
+    t.ok(1 - owner, signal(1));
+    t.ok(
+        owner,
+        Op::WorkflowSignal {
+            namespace: NS.into(),
+            run_id: run_id.clone(),
+            signal_type: "other".into(),
+            payload: b"{}".to_vec(),
+        },
+    );
+    let run = t.wf(&run_id);
+    assert_eq!(run.current_step.as_deref(), Some("second"), "{run:?}");
+    assert_eq!(run.status, WorkflowRunStatus::Waiting);
+    t.ok(owner, signal(2));
+    let run = t.wf(&run_id);
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    assert_eq!(step_output(&run, "_start"), json!({"n": 1}));
+    assert_eq!(step_output(&run, "second"), json!({"n": 2}));
+    assert!(
+        t.history(&run_id)
+            .iter()
+            .any(|e| e.event_type == "signal_matched")
+    );
+}
+
+#[test]
+fn a_signal_timeout_goes_to_on_timeout() {
+    let mut t = T::new(1);
+    t.workflow(SIGNALS);
+    let run_id = t.start(0, "approval", json!({}));
+    t.set_clock(START_MS + 4999);
+    assert_eq!(t.wf(&run_id).status, WorkflowRunStatus::Waiting);
+    t.set_clock(START_MS + 5000);
+    let run = t.wf(&run_id);
+    assert_eq!(
+        (run.status, run.terminal.as_deref()),
+        (WorkflowRunStatus::Failed, Some("Expired")),
+        "{run:?}"
+    );
+    assert!(
+        t.history(&run_id)
+            .iter()
+            .any(|e| e.event_type == "signal_timeout")
+    );
+}
+
+const INNER_OUTER: [&str; 2] = [
+    "kind: Workflow\nname: inner\nversion: \"1\"\nstart:\n  run: \"@actions/slow\"\n  transitions:\n    success: flo.Completed\n",
+    "kind: Workflow\nname: outer\nversion: \"1\"\nstart:\n  run: \"@workflow/inner\"\n  transitions:\n    success: flo.Completed\n",
+];
+
+/// The state a shard recovers from `image` (a segment file's bytes).
+fn recover_image(shard: u32, t: &T, image: &[u8]) -> flo_engine::Engine {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(flo_ual::segment_file_name(1)), image).unwrap();
+    let mut engine = new_engine(shard, t.c.part, &t.c.clock);
+    let log = flo_ual::recover(dir.path(), |lsn, _, payload| engine.replay(lsn, payload)).unwrap();
+    engine.recovered(log.last_lsn, 1);
+    engine
+}
+
+#[test]
+fn cancel_cascades_to_the_child_and_its_group_applies_whole_on_replay() {
+    let mut t = T::new(1);
+    t.user_action("slow", 60_000, 3, 1000);
+    for yaml in INNER_OUTER {
+        t.workflow(yaml);
+    }
+    let outer = t.start(0, "outer", json!({}));
+    let run = t.wf(&outer);
+    assert_eq!(run.status, WorkflowRunStatus::Waiting);
+    let inner = run
+        .waiting_for
+        .as_deref()
+        .and_then(|w| w.strip_prefix("workflow run "))
+        .unwrap()
+        .to_string();
+    let action = t
+        .wf(&inner)
+        .waiting_for
+        .as_deref()
+        .and_then(|w| w.strip_prefix("action run "))
+        .unwrap()
+        .to_string();
+
+    // Hold the cancel's batch at the writer to tear it.
+    t.c.auto_write = false;
+    let request = t.send(
+        0,
+        Op::WorkflowCancel {
+            namespace: NS.into(),
+            run_id: outer.clone(),
+            reason: Some("customer asked".into()),
+        },
+    );
+    t.c.settle();
+    assert!(
+        t.reply_on(t.conn, request).is_none(),
+        "the cancel was answered before it was durable"
+    );
+    let disk = t.c.nodes[0].disk.clone();
+    let batch = t.c.nodes[0].writing.as_ref().unwrap().bytes.clone();
+    let statuses = |e: &flo_engine::Engine| {
+        let s = e.state();
+        (
+            s.workflows.run(NS, &outer).unwrap().status,
+            s.workflows.run(NS, &inner).unwrap().status,
+            s.runs.get(NS, &action).unwrap().status,
+        )
+    };
+    let before = (
+        WorkflowRunStatus::Waiting,
+        WorkflowRunStatus::Waiting,
+        RunStatus::Pending,
+    );
+    let after = (
+        WorkflowRunStatus::Cancelled,
+        WorkflowRunStatus::Cancelled,
+        RunStatus::Cancelled,
+    );
+    let mut seen = Vec::new();
+    for keep in (0..=batch.len()).step_by(7).chain([batch.len()]) {
+        let mut image = disk.clone();
+        image.extend_from_slice(&batch[..keep]);
+        let got = statuses(&recover_image(0, &t, &image));
+        assert!(
+            got == before || got == after,
+            "torn after {keep} bytes, replay applied part of the cancel: {got:?}"
+        );
+        seen.push(got == after);
+    }
+    assert_eq!(seen.first(), Some(&false));
+    assert_eq!(seen.last(), Some(&true));
+
+    // Live: the whole tree is cancelled once the batch is written.
+    t.c.auto_write = true;
+    t.settle();
+    match t.reply_on(t.conn, request) {
+        Some(Ok(Reply::WorkflowRun(run))) => assert_eq!(run.status, WorkflowRunStatus::Cancelled),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(t.wf(&inner).status, WorkflowRunStatus::Cancelled);
+    assert_eq!(t.run(&action).status, RunStatus::Cancelled);
+    assert_eq!(
+        t.history(&outer).last().unwrap().event_type,
+        "workflow_cancelled"
+    );
+}
+
+const LOOP: [&str; 2] = [
+    "kind: Workflow\nname: loop-child\nversion: \"1\"\nstart:\n  run: \"@actions/not-registered\"\n  transitions:\n    success: flo.Completed\n",
+    "kind: Workflow\nname: loop-parent\nversion: \"1\"\nstart:\n  run: \"@workflow/loop-child\"\n  transitions:\n    success: flo.Completed\n    failure: again\nsteps:\n  again:\n    run: \"@workflow/loop-child\"\n    transitions:\n      success: flo.Completed\n      failure: again\n",
+];
+
+#[test]
+fn a_parent_looping_through_a_failing_child_fails_after_256_steps_and_the_engine_keeps_answering() {
+    for shards in [1, 2] {
+        let mut t = T::new(shards);
+        for yaml in LOOP {
+            t.workflow(yaml);
+        }
+        let run_id = t.start(shards - 1, "loop-parent", json!({}));
+        let run = t.wf(&run_id);
+        assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+        let error = run.error.clone().unwrap_or_default();
+        assert!(error.contains("more than 256 steps"), "{run:?}");
+        // Still answering, on every shard, and after a restart too.
+        for s in 0..shards {
+            t.ok(
+                s,
+                Op::KvPut {
+                    namespace: NS.into(),
+                    key: format!("still-up-{s}"),
+                    value: b"yes".to_vec(),
+                    ttl_ms: None,
+                    if_version: None,
+                },
+            );
+        }
+        t.c.restart_all();
+        t.settle();
+        assert_eq!(t.wf(&run_id).status, WorkflowRunStatus::Failed);
+        t.ok(
+            0,
+            Op::KvGet {
+                namespace: NS.into(),
+                key: "still-up-0".into(),
+            },
+        );
+    }
+}
+
+// ---- worker awaits and dispatch ----
+
+/// A worker id whose home is `shard`.
+fn worker_homed_on(t: &T, shard: u32) -> String {
+    (0..)
+        .map(|i| format!("w{i}"))
+        .find(|id| t.c.owner(NS, id) == shard)
+        .unwrap()
+}
+
+#[test]
+fn an_await_parked_on_an_empty_queue_receives_a_task_invoked_later_once_its_lease_is_durable() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let request = t.send(0, await_op(&w, "review", 30_000));
+    t.settle();
+    assert!(
+        t.reply_on(t.conn, request).is_none(),
+        "answered with no task"
+    );
+
+    // Invoked on shard 1: the run is owned there, the want parked there gets it.
+    t.c.auto_write = false;
+    let invoke = t.send_on(
+        1,
+        2,
+        Op::ActionInvoke(invoke_spec("review", json!({"n": 1}))),
+    );
+    t.c.settle();
+    t.c.complete_write(1); // the RunCreated
+    t.c.settle();
+    let run_id = match t.reply_on(2, invoke) {
+        Some(Ok(Reply::Invoked { run_id, .. })) => run_id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(t.c.owner(NS, &run_id), 1);
+    let leased = |t: &T| t.c.engine(1).state().runs.get(NS, &run_id).unwrap().status;
+    assert_eq!(
+        leased(&t),
+        RunStatus::Running,
+        "Idle leased the task to the want"
+    );
+    assert!(t.c.nodes[1].writing.is_some(), "the lease is being written");
+    assert!(
+        t.c.links.values().all(|q| q.is_empty()),
+        "the task left shard 1 before its lease was durable"
+    );
+    assert!(t.reply_on(t.conn, request).is_none());
+
+    t.c.complete_write(1);
+    t.c.auto_write = true;
+    t.settle();
+    let got = tasks(t.reply_on(t.conn, request));
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].task_id.as_str(), got[0].attempt),
+        (run_id.as_str(), 1)
+    );
+    assert!(t.c.nodes[1].fact(&format!("leased {NS}/{run_id} a1")) == 1);
+}
+
+#[test]
+fn a_closed_connections_open_await_releases_its_tasks() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let run_id = t.invoke(0, invoke_spec("review", json!({})));
+    assert_eq!(t.c.owner(NS, &run_id), 0);
+
+    // The home leases its task at once, but waits for shard 1's first answer: the
+    // connection closes in between.
+    let conn = 7;
+    let request = t.send_on(0, conn, await_op(&w, "review", 30_000));
+    assert_eq!(
+        t.c.engine(0).state().runs.get(NS, &run_id).unwrap().status,
+        RunStatus::Running
+    );
+    t.c.step(0, Input::ConnClosed { conn });
+    t.settle();
+    assert!(
+        !matches!(t.reply_on(conn, request), Some(Ok(Reply::Tasks(ts))) if !ts.is_empty()),
+        "tasks went to a closed connection"
+    );
+    let run = t.run(&run_id);
+    assert_eq!(
+        (run.status, run.attempt),
+        (RunStatus::Pending, 1),
+        "the task is pending again, same attempt"
+    );
+    let got = tasks(Some(t.call(0, await_op(&w, "review", 30_000))));
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].task_id.as_str(), got[0].attempt),
+        (run_id.as_str(), 1)
+    );
+}
+
+#[test]
+fn a_drained_worker_gets_nothing() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 1);
+    t.worker(&w, &["review"], None);
+    t.ok(
+        1,
+        Op::WorkerDrain {
+            namespace: NS.into(),
+            worker_id: w.clone(),
+        },
+    );
+    let run_id = t.invoke(0, invoke_spec("review", json!({})));
+    let got = tasks(Some(t.call(0, await_op(&w, "review", 30_000))));
+    assert!(got.is_empty(), "a draining worker got {got:?}");
+    assert_eq!(t.run(&run_id).status, RunStatus::Pending);
+}
+
+#[test]
+fn tasks_requiring_labels_go_only_to_workers_whose_labels_match() {
+    let mut t = T::new(2);
+    t.user_action("render", 60_000, 3, 1000);
+    t.worker(
+        "cpu-worker",
+        &["render"],
+        Some(r#"{"gpu":false,"zone":"a"}"#),
+    );
+    t.worker(
+        "gpu-worker",
+        &["render"],
+        Some(r#"{"gpu":true,"zone":"a"}"#),
+    );
+    let mut spec = invoke_spec("render", json!({"frame": 1}));
+    spec.labels = Some(r#"{"gpu":true}"#.into());
+    let run_id = t.invoke(1, spec);
+    let plain = t.invoke(0, invoke_spec("render", json!({"frame": 2})));
+
+    let got = tasks(Some(t.call(0, await_op("cpu-worker", "render", 0))));
+    let ids: Vec<&str> = got.iter().map(|t| t.task_id.as_str()).collect();
+    assert_eq!(ids, vec![plain.as_str()], "the cpu worker got a gpu task");
+    let got = tasks(Some(t.call(1, await_op("gpu-worker", "render", 0))));
+    let ids: Vec<&str> = got.iter().map(|t| t.task_id.as_str()).collect();
+    assert_eq!(ids, vec![run_id.as_str()]);
+}
+
+// ---- the scheduler ----
+
+#[test]
+fn a_delayed_run_becomes_runnable_when_the_clock_reaches_it() {
+    let mut t = T::new(2);
+    t.wasm_action("job");
+    let mut spec = invoke_spec("job", json!({}));
+    spec.delay_ms = Some(5000);
+    let run_id = t.invoke(1, spec);
+    t.settle();
+    assert!(t.c.executions.is_empty(), "executed before its time");
+    assert!(
+        t.c.nodes[1].wake.is_some_and(|w| w <= START_MS + 5000),
+        "no wake-up asked for the delay: {:?}",
+        t.c.nodes[1].wake
+    );
+    t.set_clock(START_MS + 4999);
+    assert!(t.c.executions.is_empty(), "executed before its time");
+    t.set_clock(START_MS + 5000);
+    let xs = t.executions();
+    assert_eq!(xs.len(), 1);
+    assert_eq!(xs[0].0, 1);
+    t.answer(1, xs[0].1.exec, Ok(json!({"done": true})));
+    t.settle();
+    assert_eq!(t.run(&run_id).status, RunStatus::Completed);
+}
+
+#[test]
+fn an_expired_lease_is_a_failed_attempt_retried_after_backoff() {
+    let mut t = T::new(2);
+    t.user_action("review", 10_000, 2, 1000);
+    t.worker("w", &["review"], None);
+    let home = t.c.owner(NS, "w");
+    let run_id = t.invoke(1 - home, invoke_spec("review", json!({})));
+    let got = tasks(Some(t.call(home, await_op("w", "review", 0))));
+    assert_eq!(got[0].attempt, 1);
+    assert_eq!(got[0].lease_expires_at_ms, START_MS + 10_000);
+
+    t.set_clock(START_MS + 9_999);
+    assert_eq!(t.run(&run_id).status, RunStatus::Running);
+    t.set_clock(START_MS + 10_000);
+    let run = t.run(&run_id);
+    assert_eq!(
+        (run.status, run.attempt, run.available_at_ms),
+        (RunStatus::Pending, 2, START_MS + 11_000),
+        "{run:?}"
+    );
+    assert!(run.error.as_deref().unwrap_or("").contains("lease expired"));
+    let early = tasks(Some(t.call(home, await_op("w", "review", 0))));
+    assert!(early.is_empty(), "offered before its backoff ended");
+    t.set_clock(START_MS + 11_000);
+    let got = tasks(Some(t.call(home, await_op("w", "review", 0))));
+    assert_eq!(
+        (got[0].task_id.as_str(), got[0].attempt),
+        (run_id.as_str(), 2)
+    );
+}
+
+#[test]
+fn a_run_pending_at_a_crash_is_offered_again_after_replay() {
+    let mut t = T::new(2);
+    t.wasm_action("job");
+    let run_id = t.invoke(1, invoke_spec("job", json!({"k": 1})));
+    t.settle();
+    assert_eq!(t.executions().len(), 1, "executing before the crash");
+    t.c.restart_all();
+    t.settle();
+    let xs = t.executions();
+    assert_eq!(xs.len(), 1, "the pending run was not executed again");
+    assert_eq!(xs[0].1.input, json!({"k": 1}).to_string().into_bytes());
+    t.answer(xs[0].0, xs[0].1.exec, Ok(json!({"ok": 1})));
+    t.settle();
+    let run = t.run(&run_id);
+    assert_eq!((run.status, run.attempt), (RunStatus::Completed, 1));
+
+    // A user task pending at the crash is offered to a worker after replay.
+    t.user_action("review", 60_000, 3, 1000);
+    let task = t.invoke(0, invoke_spec("review", json!({})));
+    t.c.restart_all();
+    t.settle();
+    t.worker("w", &["review"], None);
+    let home = t.c.owner(NS, "w");
+    let got = tasks(Some(t.call(home, await_op("w", "review", 0))));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].task_id, task);
+}
+
+/// A worker connected to a shard other than its home has its await forwarded there (a call
+/// waiting for the home's answer). When that connection closes, the home drops the await
+/// without answering, so the forwarding shard's call — and its `orphaned` tag — must not
+/// wait forever.
+#[test]
+fn a_closed_connections_forwarded_await_leaves_no_call_behind() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let conn = 9;
+    t.send_on(1, conn, await_op(&w, "review", 5_000));
+    t.settle();
+    assert_eq!(
+        t.c.engine(1).in_flight().calls,
+        1,
+        "the await is forwarded to its home"
+    );
+    t.c.step(1, Input::ConnClosed { conn });
+    t.settle();
+    t.set_clock(START_MS + 60_000);
+    t.settle();
+    assert_eq!(t.c.engine(0).in_flight().awaits, 0);
+    assert_eq!(
+        t.c.engine(1).in_flight().calls,
+        0,
+        "the forwarded await of a closed connection is never answered: its call leaks"
+    );
+}
+
+/// The coordinator answers a definition change once every shard applied it. A change cut
+/// short by a crash (durable on the coordinator, never delivered to shard 1) and asked
+/// again after the restart is a repeat (`created: false`): its answer must still wait
+/// until every shard has the definition, or a start on another shard, sent after the
+/// answer, fails with "not defined".
+#[test]
+fn a_definition_repeated_after_a_crash_is_answered_only_once_every_shard_has_it() {
+    let mut t = T::new(2);
+    let yaml = SIGNALS;
+    let create = || Op::WorkflowCreate {
+        namespace: NS.into(),
+        yaml: yaml.into(),
+    };
+    t.settle();
+    t.c.auto_write = false;
+    t.send(0, create());
+    t.c.complete_write(0);
+    assert_eq!(
+        t.c.links.get(&(0, 1)).map_or(0, |q| q.len()),
+        1,
+        "the change is on its way to shard 1"
+    );
+    // The server crashes before shard 1 hears of it.
+    t.c.crash(&[0, 1], &[]);
+    t.c.start(0);
+    t.c.start(1);
+    let request = t.send(0, create());
+    t.c.complete_write(0);
+    t.c.complete_write(1);
+    let Some(reply) = t.reply_on(t.conn, request) else {
+        // Not answered yet: it waits for shard 1, as it should. Let it finish.
+        t.c.auto_write = true;
+        t.settle();
+        let answered = t.reply_on(t.conn, request);
+        assert!(
+            matches!(answered, Some(Ok(Reply::WorkflowCreated { .. }))),
+            "{answered:?}"
+        );
+        return;
+    };
+    assert!(
+        matches!(reply, Ok(Reply::WorkflowCreated { created: false, .. })),
+        "{reply:?}"
+    );
+    // The client was told the workflow exists: it starts a run on shard 1.
+    let start = t.send(1, start_op("approval", json!({})));
+    let answer = t.reply_on(t.conn, start);
+    t.c.auto_write = true;
+    t.settle();
+    let answer = answer.or_else(|| t.reply_on(t.conn, start));
+    assert!(
+        matches!(answer, Some(Ok(Reply::WorkflowStarted { .. }))),
+        "a start sent after the definition was acknowledged failed: {answer:?}"
+    );
+}

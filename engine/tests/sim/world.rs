@@ -1,0 +1,1542 @@
+//! The simulated world around the engines: clients, workers, the WASM pool, the clock and
+//! crashes, all driven by one seeded RNG, and the invariants checked against it.
+
+use crate::cluster::{Cluster, replayed};
+use flo_engine::record::{Record, StepWait};
+use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
+use flo_protocol::{
+    ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunStatus, TaskAssignment, WorkerSpec,
+    WorkerType, WorkflowRunStatus, WorkflowStartSpec,
+};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+const NS: &str = "sim";
+const TRACE_LINES_MAX: usize = 60;
+const CRASHES_MAX: u32 = 3;
+const CHECKPOINT_EVERY: u64 = 200;
+/// Final phase: clock jumps of this size until nothing moves any more.
+const FINAL_JUMP_MS: u64 = 15_000;
+const FINAL_ROUNDS_MAX: u32 = 60;
+
+thread_local! {
+    static TRACE: RefCell<VecDeque<String>> = const { RefCell::new(VecDeque::new()) };
+}
+
+fn trace(line: String) {
+    TRACE.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.len() == TRACE_LINES_MAX {
+            t.pop_front();
+        }
+        let mut line = line;
+        line.truncate(300);
+        t.push_back(line);
+    });
+}
+
+pub fn trace_dump() -> String {
+    TRACE.with(|t| t.borrow().iter().cloned().collect::<Vec<_>>().join("\n"))
+}
+
+/// splitmix64: small, seedable, good enough to choose.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+
+    /// True one time in `n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
+const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
+const GPU_LABELS: &str = r#"{"gpu":true}"#;
+
+const WORKFLOWS: [&str; 9] = [
+    r#"
+kind: Workflow
+name: process-order
+version: "1"
+start:
+  run: "@actions/a-fixed"
+  transitions:
+    success: charge
+    failure: flo.Failed
+steps:
+  charge:
+    run: "@actions/a-echo"
+    inputMapping: '{"amount": "$.input.amount", "prev": "$.steps._start.output", "run": "$.flo.run_id"}'
+    retry:
+      max_attempts: 3
+      backoff: exponential
+      initial_delay_ms: 500
+      max_delay_ms: 4000
+    transitions:
+      success: ship
+      failure: flo.Failed
+  ship:
+    run: "@actions/a-flaky"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#,
+    r#"
+kind: Workflow
+name: approval
+version: "1"
+start:
+  waitForSignal:
+    type: approval
+    timeoutMs: 5000
+    onTimeout: Expired
+  transitions:
+    success: second
+steps:
+  second:
+    waitForSignal:
+      type: approval
+    transitions:
+      success: flo.Completed
+terminals:
+  Expired:
+    status: failed
+"#,
+    r#"
+kind: Workflow
+name: review
+version: "1"
+start:
+  run: "@actions/u-review"
+  transitions:
+    approved: fulfil
+    rejected: Rejected
+    success: fulfil
+    failure: flo.Failed
+steps:
+  fulfil:
+    waitForSignal:
+      type: shipped
+      timeoutMs: 8000
+    transitions:
+      success: flo.Completed
+terminals:
+  Rejected:
+    status: failed
+"#,
+    r#"
+kind: Workflow
+name: retrying
+version: "1"
+start:
+  run: "@actions/a-flaky"
+  retry:
+    max_attempts: 3
+    backoff: exponential
+    initial_delay_ms: 1000
+  transitions:
+    success: flo.Completed
+    failure: Gave-Up
+terminals:
+  Gave-Up:
+    status: failed
+"#,
+    r#"
+kind: Workflow
+name: payment-flow
+version: "1"
+start:
+  run: "@actions/a-fixed"
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+"#,
+    r#"
+kind: Workflow
+name: parent
+version: "1"
+start:
+  run: "@workflow/payment-flow"
+  transitions:
+    success: gpu
+    failure: flo.Failed
+steps:
+  gpu:
+    run: "@actions/u-gpu"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#,
+    r#"
+kind: Workflow
+name: waits-child
+version: "1"
+start:
+  run: "@workflow/approval"
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+"#,
+    "kind: Workflow\nname: loop-child\nversion: \"1\"\nstart:\n  run: \"@actions/not-registered\"\n  transitions:\n    success: flo.Completed\n",
+    "kind: Workflow\nname: loop-parent\nversion: \"1\"\nstart:\n  run: \"@workflow/loop-child\"\n  transitions:\n    success: flo.Completed\n    failure: again\nsteps:\n  again:\n    run: \"@workflow/loop-child\"\n    transitions:\n      success: flo.Completed\n      failure: again\n",
+];
+const STARTABLE: [&str; 7] = [
+    "process-order",
+    "approval",
+    "review",
+    "retrying",
+    "parent",
+    "payment-flow",
+    "waits-child",
+];
+
+struct Pending {
+    shard: u32,
+    op: Op,
+}
+
+struct Worker {
+    id: String,
+    actions: Vec<String>,
+    labels: Option<String>,
+    conn: u64,
+    shard: u32,
+    registered: bool,
+    registering: bool,
+    awaiting: bool,
+    /// Its last await was refused.
+    refused: bool,
+    held: Vec<TaskAssignment>,
+}
+
+/// What clients were told, to hold the server to it after crashes.
+#[derive(Default)]
+struct Model {
+    /// Client keys: highest acknowledged version (keys ever deleted are not tracked).
+    kv: BTreeMap<String, u64>,
+    tainted: BTreeSet<String>,
+    runs: BTreeSet<String>,
+    wf_runs: BTreeSet<String>,
+    completed: BTreeSet<String>,
+    wf_cancelled: BTreeSet<String>,
+    signals: BTreeMap<String, u64>,
+    actions: BTreeMap<String, u32>,
+    workflows: BTreeSet<(String, String)>,
+}
+
+pub struct Sim {
+    rng: Rng,
+    c: Cluster,
+    /// Client connections: (conn, shard).
+    clients: Vec<(u64, u32)>,
+    next_conn: u64,
+    next_request: u64,
+    next_read: u64,
+    pending: HashMap<(u64, u64), Pending>,
+    closed: BTreeSet<u64>,
+    workers: Vec<Worker>,
+    model: Model,
+    known_runs: Vec<String>,
+    known_wf_runs: Vec<String>,
+    crashes: u32,
+    final_phase: bool,
+}
+
+fn ok_reply(result: &ReplyResult) -> Option<&Reply> {
+    result.as_ref().ok()
+}
+
+impl Sim {
+    pub fn new(seed: u64) -> Sim {
+        let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x5eed);
+        let shards = 1 + rng.below(3) as u32;
+        let c = Cluster::new(shards, 1_700_000_000_000);
+        trace(format!("seed {seed}: {shards} shards"));
+        let mut sim = Sim {
+            rng,
+            c,
+            clients: Vec::new(),
+            next_conn: 100,
+            next_request: 0,
+            next_read: 0,
+            pending: HashMap::new(),
+            closed: BTreeSet::new(),
+            workers: Vec::new(),
+            model: Model::default(),
+            known_runs: Vec::new(),
+            known_wf_runs: Vec::new(),
+            crashes: 0,
+            final_phase: false,
+        };
+        for _ in 0..3 {
+            let conn = sim.new_conn();
+            let shard = sim.rng.below(shards as u64) as u32;
+            sim.clients.push((conn, shard));
+        }
+        let specs = [
+            ("w0", vec!["u-review", "u-gpu"], Some(GPU_LABELS)),
+            ("w1", vec!["u-review"], None),
+            ("w2", vec!["u-review", "u-gpu"], Some(r#"{"gpu":false}"#)),
+        ];
+        for (id, actions, labels) in specs {
+            let conn = sim.new_conn();
+            let shard = sim.rng.below(shards as u64) as u32;
+            sim.workers.push(Worker {
+                id: id.to_string(),
+                actions: actions.into_iter().map(String::from).collect(),
+                labels: labels.map(String::from),
+                conn,
+                shard,
+                registered: false,
+                registering: false,
+                awaiting: false,
+                refused: false,
+                held: Vec::new(),
+            });
+        }
+        sim
+    }
+
+    fn shards(&self) -> u32 {
+        self.c.shards()
+    }
+
+    fn new_conn(&mut self) -> u64 {
+        self.next_conn += 1;
+        self.next_conn
+    }
+
+    fn send(&mut self, shard: u32, conn: u64, op: Op) {
+        self.next_request += 1;
+        let request = self.next_request;
+        trace(format!(
+            "client c{conn} r{request} -> shard {shard}: {op:?}"
+        ));
+        self.pending.insert(
+            (conn, request),
+            Pending {
+                shard,
+                op: op.clone(),
+            },
+        );
+        self.c.client(shard, conn, request, op);
+    }
+
+    fn input(&mut self, shard: u32, input: Input) {
+        trace(format!("shard {shard} <- {input:?}"));
+        self.c.step(shard, input);
+    }
+
+    // ---- the run ----
+
+    pub fn run(&mut self, steps: u64) {
+        self.setup();
+        if self.rng.one_in(2) {
+            // Half the seeds define everything before traffic starts.
+            self.final_phase = true;
+            self.quiesce();
+            self.final_phase = false;
+        }
+        for i in 0..steps {
+            self.random_step();
+            self.process_replies();
+            if i % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
+                self.checkpoint();
+            }
+        }
+        self.finish();
+    }
+
+    fn setup(&mut self) {
+        let (conn, shard) = self.clients[0];
+        for (i, name) in WASM_ACTIONS.iter().chain(USER_ACTIONS.iter()).enumerate() {
+            if self.model.actions.contains_key(*name) {
+                continue;
+            }
+            let user = i >= WASM_ACTIONS.len();
+            let op = Op::ActionRegister(ActionSpec {
+                namespace: NS.into(),
+                name: name.to_string(),
+                kind: if user {
+                    ActionKind::User
+                } else {
+                    ActionKind::Wasm
+                },
+                wasm: (!user).then(|| format!("(module ;; {name})").into_bytes()),
+                timeout_ms: Some(if user { 10_000 } else { 5_000 }),
+                max_retries: Some(2),
+                retry_delay_ms: Some(500),
+                description: None,
+                memory_limit_mb: None,
+            });
+            self.send(shard, conn, op);
+        }
+        for yaml in WORKFLOWS {
+            let name = yaml
+                .split("name: ")
+                .nth(1)
+                .and_then(|r| r.split('\n').next());
+            if self
+                .model
+                .workflows
+                .iter()
+                .any(|(n, _)| Some(n.as_str()) == name)
+            {
+                continue;
+            }
+            let op = Op::WorkflowCreate {
+                namespace: NS.into(),
+                yaml: yaml.to_string(),
+            };
+            self.send(shard, conn, op);
+        }
+    }
+
+    fn random_step(&mut self) {
+        let roll = self.rng.below(100);
+        match roll {
+            0..=21 => {
+                for _ in 0..1 + self.rng.below(4) {
+                    self.deliver_random();
+                }
+            }
+            22..=31 => self.write_random(),
+            32..=41 => {
+                let s = self.rng.below(self.shards() as u64) as u32;
+                self.input(s, Input::Idle);
+            }
+            42..=45 => self.continue_random(),
+            46..=48 => {
+                let s = self.rng.below(self.shards() as u64) as u32;
+                self.input(s, Input::Tick);
+            }
+            49..=56 => self.answer_execution(),
+            57..=58 => self.answer_compile(),
+            59 => self.guest_read(),
+            60..=74 => self.client_op(),
+            75..=86 => self.worker_step(),
+            87..=90 => {
+                let ms = if self.rng.one_in(15) {
+                    5_000 + self.rng.below(60_000)
+                } else {
+                    1 + self.rng.below(2_000)
+                };
+                trace(format!("clock +{ms}"));
+                self.c.advance(ms);
+            }
+            _ => {
+                if self.crashes < CRASHES_MAX && self.c.steps > 400 && self.rng.one_in(40) {
+                    self.crash_all();
+                } else {
+                    self.fire_wakes();
+                }
+            }
+        }
+        if !self.c.compiles.is_empty() && self.rng.one_in(4) {
+            self.answer_compile();
+        }
+        self.fire_wakes();
+    }
+
+    fn fire_wakes(&mut self) {
+        let now = self.c.now();
+        for s in 0..self.shards() {
+            if self.c.nodes[s as usize].wake.is_some_and(|w| w <= now) {
+                self.input(s, Input::Tick);
+            }
+        }
+    }
+
+    fn deliver_random(&mut self) {
+        let pairs: Vec<(u32, u32)> = self
+            .c
+            .links
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        if pairs.is_empty() {
+            return;
+        }
+        let (from, to) = *self.rng.pick(&pairs);
+        trace(format!("deliver {from} -> {to}"));
+        let msg = self.c.links.get_mut(&(from, to)).unwrap().front().cloned();
+        trace(format!("  {msg:?}"));
+        self.c.deliver(from, to);
+    }
+
+    fn write_random(&mut self) {
+        let writing: Vec<u32> = (0..self.shards())
+            .filter(|&s| self.c.nodes[s as usize].writing.is_some())
+            .collect();
+        if writing.is_empty() {
+            return;
+        }
+        let s = *self.rng.pick(&writing);
+        self.write(s);
+    }
+
+    fn write(&mut self, s: u32) {
+        trace(format!("shard {s}: batch written"));
+        let added = self.c.complete_write(s);
+        check_once_facts(s, &added, &self.c.nodes[s as usize].facts);
+    }
+
+    fn continue_random(&mut self) {
+        let waiting: Vec<u32> = (0..self.shards())
+            .filter(|&s| self.c.nodes[s as usize].continues > 0)
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let s = *self.rng.pick(&waiting);
+        self.c.nodes[s as usize].continues -= 1;
+        self.input(s, Input::Continue);
+    }
+
+    fn answer_execution(&mut self) {
+        if self.c.executions.is_empty() {
+            return;
+        }
+        let i = self.rng.below(self.c.executions.len() as u64) as usize;
+        let (s, x) = self.c.executions.remove(i);
+        let fail = !self.final_phase && self.rng.one_in(4);
+        let output = if fail {
+            Err(ExecFailure {
+                error: format!("simulated failure of {}", x.action),
+                timed_out: self.rng.one_in(3),
+            })
+        } else if x.action == "a-echo" {
+            Ok(x.input.clone())
+        } else {
+            Ok(format!(r#"{{"v":{}}}"#, self.rng.below(1000)).into_bytes())
+        };
+        let mut kv_writes = Vec::new();
+        if self.rng.one_in(3) {
+            for _ in 0..1 + self.rng.below(3) {
+                let key = format!("g-{}", self.rng.below(12));
+                let value =
+                    (!self.rng.one_in(8)).then(|| vec![b'g'; 1 + self.rng.below(8) as usize]);
+                kv_writes.push((key, value));
+            }
+        }
+        let result = ExecResult {
+            output,
+            outcome: None,
+            kv_writes,
+            logs: Vec::new(),
+        };
+        self.input(
+            s,
+            Input::Executed {
+                exec: x.exec,
+                result,
+            },
+        );
+    }
+
+    fn answer_compile(&mut self) {
+        if self.c.compiles.is_empty() {
+            return;
+        }
+        let (s, job) = self.c.compiles.remove(0);
+        self.input(
+            s,
+            Input::Compiled {
+                job,
+                result: Ok(None),
+            },
+        );
+    }
+
+    fn guest_read(&mut self) {
+        if self.c.executions.is_empty() {
+            return;
+        }
+        let i = self.rng.below(self.c.executions.len() as u64) as usize;
+        let (s, exec) = (self.c.executions[i].0, self.c.executions[i].1.exec);
+        self.next_read += 1;
+        let key = format!(
+            "{}-{}",
+            if self.rng.one_in(2) { "g" } else { "c" },
+            self.rng.below(12)
+        );
+        let read = self.next_read;
+        self.input(s, Input::GuestRead { exec, read, key });
+    }
+
+    // ---- clients ----
+
+    fn client_op(&mut self) {
+        if self.final_phase {
+            return;
+        }
+        let i = self.rng.below(self.clients.len() as u64) as usize;
+        let (conn, shard) = self.clients[i];
+        let roll = self.rng.below(100);
+        let key = format!("c-{}", self.rng.below(16));
+        let op = match roll {
+            0..=21 => Op::KvPut {
+                namespace: NS.into(),
+                key,
+                value: vec![b'v'; 1 + self.rng.below(16) as usize],
+                ttl_ms: None,
+                if_version: self.rng.one_in(6).then(|| self.rng.below(3)),
+            },
+            22..=28 => Op::KvGet {
+                namespace: NS.into(),
+                key,
+            },
+            29..=30 => {
+                self.model.tainted.insert(key.clone());
+                Op::KvDelete {
+                    namespace: NS.into(),
+                    key,
+                    if_version: None,
+                }
+            }
+            31..=32 => Op::KvList {
+                namespace: NS.into(),
+                prefix: "c-".into(),
+                limit: Some(8),
+            },
+            33..=52 => {
+                let all: Vec<&str> = WASM_ACTIONS.iter().chain(&USER_ACTIONS).copied().collect();
+                let action = self.rng.pick(&all).to_string();
+                Op::ActionInvoke(InvokeSpec {
+                    namespace: NS.into(),
+                    labels: (action == "u-gpu").then(|| GPU_LABELS.to_string()),
+                    action,
+                    input: format!(r#"{{"amount":{}}}"#, self.rng.below(100)).into_bytes(),
+                    priority: Some(self.rng.below(20) as u8),
+                    delay_ms: self.rng.one_in(5).then(|| self.rng.below(10_000)),
+                    idempotency_key: self
+                        .rng
+                        .one_in(6)
+                        .then(|| format!("k{}", self.rng.below(6))),
+                    wait_ms: self.rng.one_in(10).then_some(2_000),
+                })
+            }
+            53..=56 => match self.known_run() {
+                Some(run_id) => Op::RunStatus {
+                    namespace: NS.into(),
+                    run_id,
+                },
+                None => return,
+            },
+            57..=58 => match self.known_run() {
+                Some(run_id) => Op::RunCancel {
+                    namespace: NS.into(),
+                    run_id,
+                },
+                None => return,
+            },
+            59..=73 => {
+                let name = if self.rng.one_in(40) {
+                    "loop-parent"
+                } else {
+                    *self.rng.pick(&STARTABLE)
+                };
+                Op::WorkflowStart(WorkflowStartSpec {
+                    namespace: NS.into(),
+                    name: name.into(),
+                    version: None,
+                    input: format!(r#"{{"amount":{}}}"#, self.rng.below(100)).into_bytes(),
+                    idempotency_key: self
+                        .rng
+                        .one_in(8)
+                        .then(|| format!("k{}", self.rng.below(4))),
+                    wait_ms: self.rng.one_in(10).then_some(3_000),
+                })
+            }
+            74..=83 => match self.known_wf_run() {
+                Some(run_id) => Op::WorkflowSignal {
+                    namespace: NS.into(),
+                    run_id,
+                    signal_type: (*self.rng.pick(&["approval", "shipped", "other"])).into(),
+                    payload: format!(r#"{{"n":{}}}"#, self.rng.below(100)).into_bytes(),
+                },
+                None => return,
+            },
+            84..=86 => match self.known_wf_run() {
+                Some(run_id) => Op::WorkflowCancel {
+                    namespace: NS.into(),
+                    run_id,
+                    reason: Some("simulated".into()),
+                },
+                None => return,
+            },
+            87..=91 => match self.known_wf_run() {
+                Some(run_id) => Op::WorkflowStatus {
+                    namespace: NS.into(),
+                    run_id,
+                },
+                None => return,
+            },
+            92 => Op::RunList {
+                namespace: NS.into(),
+                action: "a-echo".into(),
+                status: None,
+                dead_letter: false,
+                limit: Some(5),
+            },
+            93 => Op::WorkflowListRuns {
+                namespace: NS.into(),
+                name: "approval".into(),
+                status: None,
+                limit: Some(5),
+            },
+            94..=95 => Op::Status,
+            _ => {
+                // The client reconnects (to any shard).
+                trace(format!("client c{conn} closes"));
+                self.closed.insert(conn);
+                self.input(shard, Input::ConnClosed { conn });
+                let conn = self.new_conn();
+                let shard = self.rng.below(self.shards() as u64) as u32;
+                self.clients[i] = (conn, shard);
+                return;
+            }
+        };
+        self.send(shard, conn, op);
+    }
+
+    fn known_run(&mut self) -> Option<String> {
+        if self.known_runs.is_empty() {
+            return None;
+        }
+        Some(self.rng.pick(&self.known_runs).clone())
+    }
+
+    fn known_wf_run(&mut self) -> Option<String> {
+        if self.known_wf_runs.is_empty() {
+            return None;
+        }
+        Some(self.rng.pick(&self.known_wf_runs).clone())
+    }
+
+    // ---- workers ----
+
+    fn worker_step(&mut self) {
+        let i = self.rng.below(self.workers.len() as u64) as usize;
+        self.worker_act(i, false);
+    }
+
+    /// One move of worker `i`; `eager`: report every held task and keep awaiting.
+    fn worker_act(&mut self, i: usize, eager: bool) {
+        let w = &self.workers[i];
+        let (conn, shard, id) = (w.conn, w.shard, w.id.clone());
+        if !w.registered {
+            if !w.registering {
+                let op = Op::WorkerRegister(WorkerSpec {
+                    namespace: NS.into(),
+                    worker_id: id,
+                    worker_type: WorkerType::Action,
+                    max_concurrency: None,
+                    processes: w.actions.clone(),
+                    metadata: None,
+                    machine_id: None,
+                    labels: w.labels.clone(),
+                });
+                self.workers[i].registering = true;
+                self.send(shard, conn, op);
+            }
+            return;
+        }
+        if !w.held.is_empty() && (eager || self.rng.one_in(2)) {
+            let k = self.rng.below(w.held.len() as u64) as usize;
+            let task = self.workers[i].held.remove(k);
+            let roll = if eager { 0 } else { self.rng.below(100) };
+            let op = match roll {
+                0..=59 => Op::TaskComplete {
+                    namespace: NS.into(),
+                    worker_id: id,
+                    task_id: task.task_id,
+                    action: task.action,
+                    attempt: Some(task.attempt),
+                    result: br#"{"done":true}"#.to_vec(),
+                    outcome: self
+                        .rng
+                        .one_in(3)
+                        .then(|| (*self.rng.pick(&["approved", "rejected"])).into()),
+                },
+                60..=74 => Op::TaskFail {
+                    namespace: NS.into(),
+                    worker_id: id,
+                    task_id: task.task_id,
+                    action: task.action,
+                    attempt: Some(task.attempt),
+                    error: "simulated worker failure".into(),
+                    retry: !self.rng.one_in(3),
+                    non_retryable: self.rng.one_in(10),
+                },
+                75..=84 => {
+                    let op = Op::TaskTouch {
+                        namespace: NS.into(),
+                        worker_id: id,
+                        task_id: task.task_id.clone(),
+                        action: task.action.clone(),
+                        extend_ms: 1_000 + self.rng.below(20_000),
+                    };
+                    self.workers[i].held.push(task);
+                    op
+                }
+                // Forgotten: its lease expires.
+                _ => return,
+            };
+            self.send(shard, conn, op);
+            return;
+        }
+        if !eager && self.rng.one_in(40) {
+            // The worker's connection drops; it reconnects to any shard.
+            trace(format!("worker {} closes c{conn}", self.workers[i].id));
+            self.closed.insert(conn);
+            self.input(shard, Input::ConnClosed { conn });
+            let conn = self.new_conn();
+            let w = &mut self.workers[i];
+            w.conn = conn;
+            w.shard = self.rng.below(self.c.shards() as u64) as u32;
+            w.awaiting = false;
+            return;
+        }
+        if !eager && self.rng.one_in(150) {
+            let op = Op::WorkerDrain {
+                namespace: NS.into(),
+                worker_id: id,
+            };
+            self.send(shard, conn, op);
+            return;
+        }
+        if eager && self.workers[i].refused {
+            return;
+        }
+        if !self.workers[i].awaiting {
+            self.workers[i].awaiting = true;
+            let op = Op::TaskAwait {
+                namespace: NS.into(),
+                worker_id: id,
+                actions: self.workers[i].actions.clone(),
+                max_tasks: 1 + self.rng.below(4) as u32,
+                block_ms: if eager { 1_000 } else { self.rng.below(4_000) },
+            };
+            self.send(shard, conn, op);
+        }
+    }
+
+    // ---- replies: durability checks and the model ----
+
+    fn process_replies(&mut self) {
+        let replies = std::mem::take(&mut self.c.replies);
+        for (shard, to, result) in replies {
+            let Some(p) = self.pending.remove(&(to.conn, to.request)) else {
+                panic!(
+                    "shard {shard}: reply to unknown or already answered request {to:?}: {result:?}"
+                );
+            };
+            assert_eq!(
+                p.shard, shard,
+                "reply from a shard the request was not sent to"
+            );
+            trace(format!("reply c{} r{}: {result:?}", to.conn, to.request));
+            self.on_reply(to.conn, p.op, result);
+        }
+    }
+
+    fn owner_facts(&self, key: &str) -> &HashMap<String, u64> {
+        &self.c.nodes[self.c.owner(NS, key) as usize].facts
+    }
+
+    fn require_durable(&self, key: &str, fact: String, what: &Op) {
+        assert!(
+            self.owner_facts(key).contains_key(&fact),
+            "a reply to {what:?} was released before its record ({fact}) was durable on shard {}",
+            self.c.owner(NS, key)
+        );
+    }
+
+    fn on_reply(&mut self, conn: u64, op: Op, result: ReplyResult) {
+        let reply = ok_reply(&result);
+        match (&op, reply) {
+            (Op::KvPut { key, .. }, Some(Reply::KvPut { version })) => {
+                self.require_durable(key, format!("kvput {NS}/{key} v{version}"), &op);
+                if !self.model.tainted.contains(key) {
+                    let v = self.model.kv.entry(key.clone()).or_insert(0);
+                    *v = (*v).max(*version);
+                }
+            }
+            (Op::ActionInvoke(_), Some(Reply::Invoked { run_id, .. })) => {
+                self.require_durable(run_id, format!("run {NS}/{run_id}"), &op);
+                self.model.runs.insert(run_id.clone());
+                self.known_runs.push(run_id.clone());
+            }
+            (Op::ActionInvoke(_), Some(Reply::Run(info))) => {
+                let run_id = &info.run_id;
+                self.require_durable(run_id, format!("run {NS}/{run_id}"), &op);
+                if info.status == RunStatus::Completed {
+                    self.require_durable(run_id, format!("completed {NS}/{run_id}"), &op);
+                }
+                self.model.runs.insert(run_id.clone());
+                self.known_runs.push(run_id.clone());
+            }
+            (Op::ActionRegister(spec), Some(Reply::Action(info))) => {
+                for node in &self.c.nodes {
+                    let fact = format!("action {NS}/{} v{}", spec.name, info.version);
+                    assert!(
+                        node.facts.contains_key(&fact),
+                        "registration answered before {fact} was durable on shard {}",
+                        node.engine.shard()
+                    );
+                }
+                let v = self.model.actions.entry(spec.name.clone()).or_insert(0);
+                *v = (*v).max(info.version);
+            }
+            (
+                Op::WorkflowCreate { .. },
+                Some(Reply::WorkflowCreated {
+                    name,
+                    version,
+                    created,
+                    ..
+                }),
+            ) => {
+                // New or repeated (`created: false`, e.g. after a crash cut the fan-out of
+                // the first creation): answered only once every shard has it durably.
+                let _ = created;
+                for node in self.c.nodes.iter() {
+                    let fact = format!("workflow {NS}/{name} v{version}");
+                    assert!(
+                        node.facts.contains_key(&fact),
+                        "workflow creation answered before {fact} was durable on shard {}",
+                        node.engine.shard()
+                    );
+                }
+                self.model.workflows.insert((name.clone(), version.clone()));
+            }
+            (Op::WorkflowStart(_), Some(Reply::WorkflowStarted { run_id, .. })) => {
+                self.require_durable(run_id, format!("wfrun {NS}/{run_id}"), &op);
+                self.model.wf_runs.insert(run_id.clone());
+                self.known_wf_runs.push(run_id.clone());
+            }
+            (Op::WorkflowStart(_), Some(Reply::WorkflowRun(info))) => {
+                let run_id = &info.run_id;
+                self.require_durable(run_id, format!("wfrun {NS}/{run_id}"), &op);
+                if info.status.is_final() {
+                    self.require_durable(run_id, format!("wfend {NS}/{run_id}"), &op);
+                }
+                self.model.wf_runs.insert(run_id.clone());
+                self.known_wf_runs.push(run_id.clone());
+            }
+            (Op::TaskComplete { task_id, .. }, Some(Reply::Done)) => {
+                self.require_durable(task_id, format!("completed {NS}/{task_id}"), &op);
+                self.model.completed.insert(task_id.clone());
+            }
+            (
+                Op::TaskFail {
+                    task_id,
+                    attempt: Some(a),
+                    ..
+                },
+                Some(_),
+            ) => {
+                self.require_durable(task_id, format!("failed {NS}/{task_id} a{a}"), &op);
+            }
+            (Op::TaskAwait { worker_id, .. }, _) => self.on_tasks(conn, worker_id, result),
+            (Op::WorkflowSignal { run_id, .. }, Some(Reply::Done)) => {
+                let acked = self.model.signals.entry(run_id.clone()).or_insert(0);
+                *acked += 1;
+                let acked = *acked;
+                let have = self
+                    .owner_facts(run_id)
+                    .get(&format!("signal {NS}/{run_id}"))
+                    .copied()
+                    .unwrap_or(0);
+                assert!(
+                    have >= acked,
+                    "{acked} signals to {run_id} acknowledged, {have} durable"
+                );
+            }
+            (Op::WorkflowCancel { run_id, .. }, Some(Reply::WorkflowRun(info))) => {
+                assert_eq!(info.status, WorkflowRunStatus::Cancelled);
+                self.require_durable(run_id, format!("wfend {NS}/{run_id}"), &op);
+                self.model.wf_cancelled.insert(run_id.clone());
+            }
+            (Op::RunCancel { run_id, .. }, Some(Reply::Run(info))) => {
+                assert_eq!(info.status, RunStatus::Cancelled);
+                self.require_durable(run_id, format!("runcancel {NS}/{run_id}"), &op);
+            }
+            (Op::WorkerRegister(spec), _) => {
+                if let Some(w) = self.workers.iter_mut().find(|w| w.id == spec.worker_id) {
+                    w.registering = false;
+                    w.registered = result.is_ok();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_tasks(&mut self, conn: u64, worker_id: &str, result: ReplyResult) {
+        if let Ok(Reply::Tasks(tasks)) = &result {
+            for t in tasks {
+                let fact = format!("leased {NS}/{} a{}", t.task_id, t.attempt);
+                assert!(
+                    self.owner_facts(&t.task_id).contains_key(&fact),
+                    "tasks left for a worker before their lease ({fact}) was durable"
+                );
+            }
+        }
+        let Some(w) = self.workers.iter_mut().find(|w| w.id == worker_id) else {
+            return;
+        };
+        if w.conn != conn {
+            // Answered on a connection that closed: the tasks are lost until their lease
+            // expires (the runtime drops replies to closed connections).
+            return;
+        }
+        w.awaiting = false;
+        match result {
+            Ok(Reply::Tasks(tasks)) => w.held.extend(tasks),
+            Err(e) if e.message.starts_with("worker ") => w.registered = false,
+            // Refused (an action not defined yet): not again in this round of the end.
+            Err(_) => w.refused = true,
+            _ => {}
+        }
+    }
+
+    // ---- crashes ----
+
+    fn crash_all(&mut self) {
+        self.crashes += 1;
+        let all: Vec<u32> = (0..self.shards()).collect();
+        let torn: Vec<usize> = all
+            .iter()
+            .map(|&s| {
+                let len = self.c.nodes[s as usize]
+                    .writing
+                    .as_ref()
+                    .map_or(0, |b| b.bytes.len());
+                match self.rng.below(3) {
+                    0 => 0,
+                    1 => len,
+                    _ => self.rng.below(len as u64 + 1) as usize,
+                }
+            })
+            .collect();
+        trace(format!("CRASH of every shard, torn {torn:?}"));
+        let recovered = self.c.crash(&all, &torn);
+        trace(format!(
+            "recovered (shard, durable before, last after): {recovered:?}"
+        ));
+        for &s in &all {
+            let node = &self.c.nodes[s as usize];
+            check_once_facts_all(s, &node.facts);
+            check_index(s, &node.engine, 0, "after replay");
+        }
+        self.check_model("after a crash");
+        // Every connection died with the server; workers register again.
+        self.pending.clear();
+        let shards = self.shards() as u64;
+        for i in 0..self.clients.len() {
+            let conn = self.new_conn();
+            self.clients[i] = (conn, self.rng.below(shards) as u32);
+        }
+        for i in 0..self.workers.len() {
+            let conn = self.new_conn();
+            let shard = self.rng.below(shards) as u32;
+            let w = &mut self.workers[i];
+            w.conn = conn;
+            w.shard = shard;
+            w.registered = false;
+            w.registering = false;
+            w.awaiting = false;
+            w.held.clear();
+        }
+        for s in all {
+            self.input(s, Input::Started);
+        }
+        // Definitions whose creation the crash cut short are made again.
+        let defined = self.model.actions.len() == WASM_ACTIONS.len() + USER_ACTIONS.len()
+            && self.model.workflows.len() == WORKFLOWS.len();
+        if !defined && !self.final_phase {
+            self.setup();
+        }
+    }
+
+    // ---- checks ----
+
+    /// Replay equals live and the index covers the fold, on every shard at rest.
+    fn checkpoint(&mut self) {
+        for s in 0..self.shards() {
+            let node = &self.c.nodes[s as usize];
+            let at_rest = node.writing.is_none()
+                && node.engine.pending_log_bytes() == 0
+                && node.engine.durable_lsn() == node.engine.last_lsn();
+            if node.continues == 0 {
+                let executing = node.engine.in_flight().executions;
+                check_index(s, &node.engine, executing, "live");
+            }
+            if at_rest {
+                check_replay(&self.c, s);
+            }
+        }
+    }
+
+    fn check_model(&self, when: &str) {
+        let now = self.c.now();
+        let state = |key: &str| self.c.engine(self.c.owner(NS, key)).state();
+        for (key, v) in &self.model.kv {
+            if self.model.tainted.contains(key) {
+                continue;
+            }
+            let got = state(key).kv.get(NS, key, now).map(|e| e.version);
+            assert!(
+                got.is_some_and(|g| g >= *v),
+                "{when}: key {key} was acknowledged at version {v}, now {got:?}"
+            );
+        }
+        for run_id in &self.model.runs {
+            assert!(
+                state(run_id).runs.get(NS, run_id).is_some(),
+                "{when}: acknowledged run {run_id} is gone"
+            );
+        }
+        for run_id in &self.model.completed {
+            let status = state(run_id).runs.get(NS, run_id).map(|r| r.status);
+            assert_eq!(
+                status,
+                Some(RunStatus::Completed),
+                "{when}: task {run_id} acknowledged completed"
+            );
+        }
+        for run_id in &self.model.wf_runs {
+            assert!(
+                state(run_id).workflows.run(NS, run_id).is_some(),
+                "{when}: acknowledged workflow run {run_id} is gone"
+            );
+        }
+        for run_id in &self.model.wf_cancelled {
+            let status = state(run_id).workflows.run(NS, run_id).map(|r| r.status);
+            assert_eq!(
+                status,
+                Some(WorkflowRunStatus::Cancelled),
+                "{when}: workflow run {run_id} acknowledged cancelled"
+            );
+        }
+        for node in &self.c.nodes {
+            let registry = &node.engine.state().registry;
+            for (name, v) in &self.model.actions {
+                let got = registry.get(NS, name).map(|d| d.version);
+                assert!(
+                    got.is_some_and(|g| g >= *v),
+                    "{when}: shard {} lost action {name} v{v} ({got:?})",
+                    node.engine.shard()
+                );
+            }
+            for (name, version) in &self.model.workflows {
+                let has = node
+                    .engine
+                    .state()
+                    .workflows
+                    .def(NS, name)
+                    .is_some_and(|e| e.get(Some(version)).is_some());
+                assert!(
+                    has,
+                    "{when}: shard {} lost workflow {name} v{version}",
+                    node.engine.shard()
+                );
+            }
+        }
+    }
+
+    // ---- the end: quiescence, liveness ----
+
+    fn finish(&mut self) {
+        self.final_phase = true;
+        trace("FINAL PHASE".into());
+        // Drained workers come back; a sweeper takes every user action.
+        for w in &mut self.workers {
+            w.registered = false;
+            w.registering = false;
+        }
+        let conn = self.new_conn();
+        self.workers.push(Worker {
+            id: "sweeper".into(),
+            actions: USER_ACTIONS.iter().map(|a| a.to_string()).collect(),
+            labels: Some(GPU_LABELS.into()),
+            conn,
+            shard: 0,
+            registered: false,
+            registering: false,
+            awaiting: false,
+            refused: false,
+            held: Vec::new(),
+        });
+        // Definitions a crash kept from being made are made now.
+        self.setup();
+        let mut quiet_rounds = 0;
+        for round in 0..FINAL_ROUNDS_MAX {
+            let before: Vec<u64> = self.c.nodes.iter().map(|n| n.engine.last_lsn()).collect();
+            self.quiesce();
+            let after: Vec<u64> = self.c.nodes.iter().map(|n| n.engine.last_lsn()).collect();
+            quiet_rounds = if before == after { quiet_rounds + 1 } else { 0 };
+            if round >= 10 && quiet_rounds >= 3 {
+                break;
+            }
+            for w in &mut self.workers {
+                w.refused = false;
+            }
+            trace(format!("final clock +{FINAL_JUMP_MS}"));
+            self.c.advance(FINAL_JUMP_MS);
+            for s in 0..self.shards() {
+                self.input(s, Input::Tick);
+            }
+        }
+        assert!(quiet_rounds >= 3, "the cluster never came to rest");
+        self.check_at_rest();
+
+        // Everything is durable: a restart rebuilds exactly the same states.
+        let digests: Vec<Vec<String>> = self
+            .c
+            .nodes
+            .iter()
+            .map(|n| n.engine.state().digest())
+            .collect();
+        self.crashes = CRASHES_MAX;
+        self.crash_all();
+        for (s, digest) in digests.iter().enumerate() {
+            assert_eq!(
+                &self.c.nodes[s].engine.state().digest(),
+                digest,
+                "shard {s}: a restart at rest changed the state"
+            );
+        }
+        self.quiesce();
+        eprintln!("{}", self.stats());
+        let executions = self.c.executions.len();
+        assert_eq!(
+            executions, 0,
+            "work was executed again after a restart at rest"
+        );
+        self.check_model("at the end");
+    }
+
+    /// A one-line summary of what the seed exercised.
+    fn stats(&self) -> String {
+        let mut runs = BTreeMap::new();
+        let mut wf = BTreeMap::new();
+        let mut records = Vec::new();
+        for n in &self.c.nodes {
+            let st = n.engine.state();
+            for (_, _, r) in st.runs.iter() {
+                *runs.entry(format!("{:?}", r.status)).or_insert(0) += 1;
+            }
+            for (_, _, r) in st.workflows.all_runs() {
+                *wf.entry(format!("{:?}", r.status)).or_insert(0) += 1;
+            }
+            records.push(n.engine.last_lsn());
+        }
+        format!(
+            "{} shards, {} inputs, {} crashes, {} workflows acked, records {records:?}, runs {runs:?}, workflow runs {wf:?}, \
+             {} acked puts, {} acked completions",
+            self.shards(),
+            self.c.steps,
+            self.crashes,
+            self.model.workflows.len(),
+            self.model.kv.len(),
+            self.model.completed.len()
+        )
+    }
+
+    /// Runs until nothing moves: messages, writes, continues, wake-ups, Idle, every
+    /// execution answered (successfully), every worker reporting and awaiting.
+    fn quiesce(&mut self) {
+        for _ in 0..200_000 {
+            let mut moved = false;
+            let pairs: Vec<(u32, u32)> = self
+                .c
+                .links
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(k, _)| *k)
+                .collect();
+            for (from, to) in pairs {
+                trace(format!("deliver {from} -> {to}"));
+                self.c.deliver(from, to);
+                moved = true;
+            }
+            for s in 0..self.shards() {
+                if self.c.nodes[s as usize].continues > 0 {
+                    self.c.nodes[s as usize].continues -= 1;
+                    self.input(s, Input::Continue);
+                    moved = true;
+                }
+                if self.c.nodes[s as usize].writing.is_some() {
+                    self.write(s);
+                    moved = true;
+                }
+            }
+            while !self.c.executions.is_empty() {
+                self.answer_execution();
+                moved = true;
+            }
+            while !self.c.compiles.is_empty() {
+                self.answer_compile();
+                moved = true;
+            }
+            self.c.guest_values.clear();
+            self.process_replies();
+            for i in 0..self.workers.len() {
+                let before = (self.workers[i].held.len(), self.workers[i].awaiting);
+                let registering = self.workers[i].registering;
+                self.worker_act(i, true);
+                if (self.workers[i].held.len(), self.workers[i].awaiting) != before
+                    || self.workers[i].registering != registering
+                {
+                    moved = true;
+                }
+            }
+            self.process_replies();
+            let before_wakes = self.c.steps;
+            self.fire_wakes();
+            moved |= self.c.steps != before_wakes;
+            if !moved {
+                let marker = |c: &Cluster| {
+                    (
+                        c.links.values().map(VecDeque::len).sum::<usize>(),
+                        c.replies.len(),
+                        c.executions.len(),
+                        c.nodes.iter().filter(|n| n.writing.is_some()).count(),
+                        c.nodes.iter().map(|n| n.continues).sum::<u32>(),
+                    )
+                };
+                let before = marker(&self.c);
+                for s in 0..self.shards() {
+                    self.input(s, Input::Idle);
+                }
+                if marker(&self.c) == before {
+                    return;
+                }
+            }
+        }
+        panic!("no quiescence: the cluster keeps moving (a livelock?)");
+    }
+
+    fn check_at_rest(&mut self) {
+        let now = self.c.now();
+        for s in 0..self.shards() {
+            let node = &self.c.nodes[s as usize];
+            let e = &node.engine;
+            assert_eq!(e.durable_lsn(), e.last_lsn(), "shard {s}: not all durable");
+            let f = e.in_flight();
+            assert_eq!(f.held, 0, "shard {s}: effects still held at rest: {f:?}");
+            // Only the awaits forwarded to their worker's home may wait for an answer.
+            let forwarded = self
+                .workers
+                .iter()
+                .filter(|w| w.awaiting && w.shard == s && self.c.owner(NS, &w.id) != s)
+                .count();
+            assert!(
+                f.calls <= forwarded,
+                "shard {s}: calls never answered: {f:?} ({forwarded} forwarded awaits)"
+            );
+            assert_eq!(f.executions, 0, "shard {s}: {f:?}");
+            assert!(
+                !f.definitions_busy,
+                "shard {s}: a definition change never ended"
+            );
+            let state = e.state();
+            // 4: every guest write for another shard reached it, once.
+            assert!(
+                state.forwards.is_empty(),
+                "shard {s}: guest KV writes never delivered: {:?}",
+                state.forwards
+            );
+            for (lsn, record) in &node.records {
+                let Record::RunCompleted {
+                    namespace,
+                    kv_writes,
+                    ..
+                } = record
+                else {
+                    continue;
+                };
+                let mut owners: Vec<u32> = kv_writes
+                    .iter()
+                    .map(|w| self.c.owner(namespace, &w.key))
+                    .filter(|&o| o != s)
+                    .collect();
+                owners.dedup();
+                for o in owners {
+                    let fact = format!("remote o{s} l{lsn}");
+                    assert_eq!(
+                        self.c.nodes[o as usize].fact(&fact),
+                        1,
+                        "guest writes of shard {s}'s completion at {lsn} on shard {o}"
+                    );
+                }
+            }
+            // 5: timers and leases fired, runs ran.
+            for (ns, id, run) in state.runs.iter() {
+                assert!(
+                    run.status.is_final(),
+                    "shard {s}: run {ns}/{id} still {:?} at rest (available at {}, now {now}, \
+                     lease {:?})",
+                    run.status,
+                    run.available_at_ms,
+                    run.lease.as_ref().map(|l| (&l.worker_id, l.expires_at_ms))
+                );
+            }
+            for (ns, id, run) in state.workflows.all_runs() {
+                if run.status.is_final() {
+                    continue;
+                }
+                assert!(
+                    run.timer_ms.is_none_or(|t| t > now),
+                    "shard {s}: workflow run {ns}/{id} timer at {:?} never fired (now {now})",
+                    run.timer_ms
+                );
+                assert!(
+                    waits_for_a_signal_only(e, ns, id),
+                    "shard {s}: workflow run {ns}/{id} is {:?} at rest, step {:?}, wait {:?}",
+                    run.status,
+                    run.current_step,
+                    run.wait
+                );
+            }
+            check_index(s, e, 0, "at rest");
+            check_replay(&self.c, s);
+        }
+        self.check_model("at rest");
+    }
+}
+
+/// A non-final run may rest only on a signal with no deadline (itself or down its children).
+fn waits_for_a_signal_only(e: &Engine, ns: &str, id: &str) -> bool {
+    let state = e.state();
+    let mut id = id.to_string();
+    for _ in 0..16 {
+        let Some(run) = state.workflows.run(ns, &id) else {
+            return false;
+        };
+        match &run.wait {
+            Some(StepWait::Signal {
+                deadline_ms: None, ..
+            }) => return true,
+            Some(StepWait::ChildRun { run_id }) => id = run_id.clone(),
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// 3 and 4: one completion per run, one end per workflow run, one application per remote
+/// write — among the records just made durable.
+fn check_once_facts(shard: u32, added: &[Record], facts: &HashMap<String, u64>) {
+    let mut mine = HashMap::new();
+    for r in added {
+        crate::cluster::facts_of(r, &mut mine);
+    }
+    for key in mine.keys() {
+        check_once(shard, key, facts);
+    }
+}
+
+fn check_once_facts_all(shard: u32, facts: &HashMap<String, u64>) {
+    for key in facts.keys() {
+        check_once(shard, key, facts);
+    }
+}
+
+fn check_once(shard: u32, key: &str, facts: &HashMap<String, u64>) {
+    let once = ["completed ", "wfend ", "remote ", "wfrun ", "run "];
+    if once.iter().any(|p| key.starts_with(p)) {
+        let n = facts[key];
+        assert!(n <= 1, "shard {shard}: durable log holds `{key}` {n} times");
+    }
+}
+
+/// 6: every pending run is queued (or executing: at most `executing` WASM runs may be
+/// out of the queue), every leased run watched, every timed workflow run timed.
+fn check_index(shard: u32, e: &Engine, executing: usize, when: &str) {
+    let state = e.state();
+    let queued = e.index().runs.queued_runs();
+    let leased = e.index().runs.leased_runs();
+    let timed = e.index().timed_workflows();
+    let mut unqueued = Vec::new();
+    for (ns, id, run) in state.runs.iter() {
+        let key = (ns.to_string(), id.to_string());
+        match run.status {
+            RunStatus::Pending if !queued.contains(&key) => unqueued.push(key),
+            RunStatus::Running => assert!(
+                run.lease.is_none() || leased.contains(&key),
+                "{when}: shard {shard}: leased run {ns}/{id} has no lease timer"
+            ),
+            _ => {}
+        }
+    }
+    let wasm_unqueued = unqueued.iter().all(|(ns, id)| {
+        let action = &state.runs.get(ns, id).unwrap().action;
+        state
+            .registry
+            .get(ns, action)
+            .is_some_and(|d| d.kind == ActionKind::Wasm)
+    });
+    assert!(
+        unqueued.len() <= executing && wasm_unqueued,
+        "{when}: shard {shard}: pending runs missing from the queues: {unqueued:?} \
+         ({executing} executing)"
+    );
+    for (ns, id, run) in state.workflows.all_runs() {
+        if run.status.is_final() {
+            continue;
+        }
+        let deadline = matches!(
+            run.wait,
+            Some(StepWait::Signal {
+                deadline_ms: Some(_),
+                ..
+            })
+        );
+        if run.timer_ms.is_some() || deadline {
+            assert!(
+                timed.contains(&(ns.to_string(), id.to_string())),
+                "{when}: shard {shard}: workflow run {ns}/{id} (timer {:?}, wait {:?}) has no \
+                 timer entry",
+                run.timer_ms,
+                run.wait
+            );
+        }
+    }
+}
+
+/// 1: a fresh engine replaying the shard's durable log has the same fold as the live one.
+fn check_replay(c: &Cluster, shard: u32) {
+    let node = &c.nodes[shard as usize];
+    let fresh = replayed(shard, c.part, &c.clock, &node.payloads);
+    let live = node.engine.state().digest();
+    let replay = fresh.state().digest();
+    if live != replay {
+        let only_live: Vec<&String> = live.iter().filter(|l| !replay.contains(l)).collect();
+        let only_replay: Vec<&String> = replay.iter().filter(|l| !live.contains(l)).collect();
+        panic!(
+            "shard {shard}: replay differs from live\nlive only: {only_live:#?}\nreplay only: \
+             {only_replay:#?}"
+        );
+    }
+    check_index(shard, &fresh, 0, "after replay");
+}
