@@ -271,3 +271,30 @@ fn cli_without_a_server_exits_non_zero_with_a_clear_message() {
         );
     }
 }
+
+/// The README's first command runs `flo server` with the default, relative data directory
+/// (`./flo-data`): it must start (glommio wants absolute paths for the directories it syncs).
+#[test]
+fn the_server_starts_with_a_relative_data_dir() {
+    use std::io::BufRead;
+    let dir = temp_dir();
+    let mut child = cli_command()
+        .args(["server", "--listen", "127.0.0.1:0", "--shards", "1"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn flo server");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+    let addr = common::parse_ready_line(&line);
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("wait");
+    assert!(
+        addr.is_some(),
+        "the server did not start: {line:?}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(dir.path().join("flo-data").join("shard-000").is_dir());
+}

@@ -14,6 +14,7 @@ const NS: &str = "default";
 struct Cluster {
     engines: Vec<Engine>,
     next_request: u64,
+    clock: ManualClock,
 }
 
 impl Cluster {
@@ -35,6 +36,7 @@ impl Cluster {
         let mut cluster = Cluster {
             engines,
             next_request: 0,
+            clock,
         };
         for s in 0..shards {
             cluster.step(s, Input::Started);
@@ -278,4 +280,65 @@ fn a_read_or_delete_that_finds_no_key_waits_for_the_delete_that_removed_it() {
         reply_to(&out, deleted),
         Some(Reply::KvDeleted { deleted: true })
     ));
+}
+
+fn put(key: &str, value: &[u8], ttl_ms: Option<u64>) -> Op {
+    Op::KvPut {
+        namespace: NS.into(),
+        key: key.into(),
+        value: value.to_vec(),
+        ttl_ms,
+        if_version: None,
+    }
+}
+
+#[test]
+fn a_read_past_the_expiry_of_a_put_not_yet_durable_waits_for_it() {
+    let mut c = Cluster::new(1);
+    let (_, out) = c.client(0, put("k", b"old", None));
+    c.settle(0, out);
+    // A put with a TTL that expires before it is durable: a crash would bring "old" back,
+    // so "absent" may be answered only once the put is durable.
+    c.client(0, put("k", b"new", Some(10)));
+    c.clock.set(1_000_000 + 20);
+    let get = Op::KvGet {
+        namespace: NS.into(),
+        key: "k".into(),
+    };
+    let (read, out) = c.client(0, get);
+    assert!(reply_to(&out, read).is_none(), "{out:?}");
+    let out = c.sync(0);
+    assert!(matches!(reply_to(&out, read), Some(Reply::KvValue(None))));
+}
+
+#[test]
+fn a_guests_read_of_another_shards_key_is_answered_once_the_value_is_durable() {
+    let mut c = Cluster::new(2);
+    let key = key_on(&c, 1);
+    c.client(1, put(&key, b"v", None));
+    let read = PeerMsg::Request {
+        tag: 7,
+        req: PeerRequest::KvRead {
+            namespace: NS.into(),
+            key,
+        },
+    };
+    let out = c.step(1, Input::Peer { from: 0, msg: read });
+    let answered = |effects: &[Effect]| {
+        effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Send {
+                    shard: 0,
+                    msg: PeerMsg::Reply { tag: 7, .. }
+                }
+            )
+        })
+    };
+    assert!(
+        !answered(&out),
+        "the guest read a value a crash could undo: {out:?}"
+    );
+    let out = c.sync(1);
+    assert!(answered(&out), "{out:?}");
 }

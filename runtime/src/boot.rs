@@ -202,6 +202,8 @@ pub fn run_server(
 ) -> Result<(), ServerError> {
     let dir = config.data_dir.clone();
     fs::create_dir_all(&dir).map_err(dir_err(&dir))?;
+    // glommio opens directories (to sync them) by absolute path only.
+    let dir = fs::canonicalize(&dir).map_err(dir_err(&dir))?;
     let _lock = lock_data_dir(&dir)?;
     if let Some(n) = config.shards
         && !(1..=SHARDS_MAX).contains(&n)

@@ -82,7 +82,27 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
             idempotency_key: Some(key),
             ..
         }) => (namespace, idempotent_run_id(action, key)),
-        _ => return None,
+        // Not keyed: placed by `target`. Listed one by one so that a new operation has to
+        // be placed here or there.
+        Op::Hello { .. }
+        | Op::Status
+        | Op::ShardMap
+        | Op::KvList { .. }
+        | Op::ActionRegister(_)
+        | Op::ActionGet { .. }
+        | Op::ActionList { .. }
+        | Op::ActionDelete { .. }
+        | Op::ActionSetEnabled { .. }
+        | Op::ActionInvoke(_)
+        | Op::RunList { .. }
+        | Op::WorkerList { .. }
+        | Op::WorkflowCreate { .. }
+        | Op::WorkflowGet { .. }
+        | Op::WorkflowList { .. }
+        | Op::WorkflowSetEnabled { .. }
+        | Op::WorkflowStart(_)
+        | Op::WorkflowListRuns { .. }
+        | Op::TestAdvanceClock { .. } => return None,
     })
 }
 
@@ -111,7 +131,26 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::WorkflowListRuns { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
         Op::Hello { .. } | Op::ShardMap => Target::Here,
-        // Keyed operations are placed by `route_key` above; this keeps the match total.
-        _ => Target::Shard(me),
+        // Keyed: `route_key` placed them above.
+        Op::KvGet { .. }
+        | Op::KvPut { .. }
+        | Op::KvDelete { .. }
+        | Op::RunStatus { .. }
+        | Op::RunWait { .. }
+        | Op::RunCancel { .. }
+        | Op::WorkerRegister(_)
+        | Op::WorkerHeartbeat { .. }
+        | Op::WorkerDrain { .. }
+        | Op::WorkerDeregister { .. }
+        | Op::WorkerGet { .. }
+        | Op::TaskAwait { .. }
+        | Op::TaskComplete { .. }
+        | Op::TaskFail { .. }
+        | Op::TaskTouch { .. }
+        | Op::WorkflowStatus { .. }
+        | Op::WorkflowWait { .. }
+        | Op::WorkflowHistory { .. }
+        | Op::WorkflowSignal { .. }
+        | Op::WorkflowCancel { .. } => Target::Shard(me),
     }
 }

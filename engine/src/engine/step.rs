@@ -585,12 +585,9 @@ impl Engine {
                 core.reply(to, lsn, Ok(Reply::Done));
             }
             PeerRequest::KvRead { namespace, key } => {
-                let value = core
-                    .state
-                    .kv
-                    .get(&namespace, &key, core.now_ms())
-                    .map(|e| e.to_wire(&key));
-                core.reply(to, 0, Ok(Reply::KvValue(value)));
+                // The guest's result may depend on what it read: answered once durable.
+                let done = kv::get(core, &namespace, &key);
+                core.reply(to, done.wait_lsn, done.result);
             }
             PeerRequest::ClockMoved => {
                 self.tick();

@@ -14,9 +14,16 @@ pub fn get(core: &Core, namespace: &str, key: &str) -> Done {
     }
     let entry = core.state.kv.get(namespace, key, core.now_ms());
     Done {
-        wait_lsn: entry.map_or(core.absence_lsn(), |e| e.lsn),
+        wait_lsn: entry.map_or_else(|| absence_lsn(core, namespace, key), |e| e.lsn),
         result: Ok(Reply::KvValue(entry.map(|e| e.to_wire(key)))),
     }
+}
+
+/// The LSN an answer that finds `key` absent waits for: the last record that removed a key,
+/// and the put of an entry that expired (a crash could bring back the value before it).
+fn absence_lsn(core: &Core, namespace: &str, key: &str) -> u64 {
+    let expired = core.state.kv.entry(namespace, key).map_or(0, |e| e.lsn);
+    core.absence_lsn().max(expired)
 }
 
 pub fn kv_put(
@@ -56,7 +63,7 @@ pub fn kv_delete(core: &mut Core, namespace: &str, key: &str, if_version: Option
         },
         // Nothing to delete: say so once whatever made the key absent is durable.
         Ok(None) => Done {
-            wait_lsn: core.absence_lsn(),
+            wait_lsn: absence_lsn(core, namespace, key),
             result: Ok(Reply::KvDeleted { deleted: false }),
         },
         Err(e) => Done::now(Err(e)),
@@ -66,11 +73,11 @@ pub fn kv_delete(core: &mut Core, namespace: &str, key: &str, if_version: Option
 pub fn kv_list(core: &Core, namespace: &str, prefix: &str, limit: Option<u32>) -> Done {
     let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT);
     match core.state.kv.list(namespace, prefix, limit, core.now_ms()) {
-        Ok((items, truncated)) => Done {
+        Ok((items, truncated, expired_lsn)) => Done {
             wait_lsn: items
                 .iter()
                 .map(|(_, e)| e.lsn)
-                .chain([core.absence_lsn()])
+                .chain([core.absence_lsn(), expired_lsn])
                 .max()
                 .unwrap_or(0),
             result: Ok(Reply::KvList {

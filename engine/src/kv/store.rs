@@ -36,8 +36,9 @@ impl Entry {
     }
 }
 
-/// A page of a listing: entries in key order, and whether more matched.
-pub type KvPage<'a> = (Vec<(&'a str, &'a Entry)>, bool);
+/// A page of a listing: entries in key order, whether more matched, and the highest LSN
+/// of the expired entries it passed over (their absence is only as durable as they are).
+pub type KvPage<'a> = (Vec<(&'a str, &'a Entry)>, bool, u64);
 
 #[derive(Default)]
 pub struct KvStore {
@@ -95,6 +96,11 @@ impl KvStore {
 
     pub fn key_count(&self) -> u64 {
         self.keys
+    }
+
+    /// The entry of a key, expired or not.
+    pub fn entry(&self, namespace: &str, key: &str) -> Option<&Entry> {
+        self.spaces.get(namespace)?.get(key)
     }
 
     /// The live (unexpired) entry of a key.
@@ -179,23 +185,27 @@ impl KvStore {
             )));
         }
         let Some(space) = self.spaces.get(namespace) else {
-            return Ok((Vec::new(), false));
+            return Ok((Vec::new(), false, 0));
         };
         let mut out = Vec::new();
+        let mut expired_lsn = 0;
         let matching = space
             .range::<str, _>((
                 std::ops::Bound::Included(prefix),
                 std::ops::Bound::Unbounded,
             ))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .filter(|(_, e)| e.live(now_ms));
+            .take_while(|(k, _)| k.starts_with(prefix));
         for (k, e) in matching {
+            if !e.live(now_ms) {
+                expired_lsn = expired_lsn.max(e.lsn);
+                continue;
+            }
             if out.len() == limit as usize {
-                return Ok((out, true));
+                return Ok((out, true, expired_lsn));
             }
             out.push((k.as_str(), e));
         }
-        Ok((out, false))
+        Ok((out, false, expired_lsn))
     }
 
     /// Delete records for up to `max` expired keys, soonest expired first.
@@ -363,7 +373,7 @@ mod tests {
         for k in ["b2", "a1", "b1", "b3", "c"] {
             put(&mut s, k, None, None, 0).unwrap();
         }
-        let (items, more) = s.kv.list("ns", "b", 2, 0).unwrap();
+        let (items, more, _) = s.kv.list("ns", "b", 2, 0).unwrap();
         let keys: Vec<_> = items.iter().map(|(k, _)| *k).collect();
         assert_eq!((keys, more), (vec!["b1", "b2"], true));
         assert!(s.kv.list("other", "", 10, 0).unwrap().0.is_empty());
