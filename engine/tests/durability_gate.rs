@@ -127,10 +127,10 @@ fn sends(effects: &[Effect]) -> Vec<&PeerRequest> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Send {
-                msg: PeerMsg::Request { req, .. },
-                ..
-            } => Some(req),
+            Effect::Send { msg, .. } => match &**msg {
+                PeerMsg::Request { req, .. } => Some(req),
+                PeerMsg::Reply { .. } => None,
+            },
             _ => None,
         })
         .collect()
@@ -138,7 +138,7 @@ fn sends(effects: &[Effect]) -> Vec<&PeerRequest> {
 
 fn reply_to(effects: &[Effect], to: ClientRef) -> Option<&Reply> {
     effects.iter().find_map(|e| match e {
-        Effect::Reply { to: t, result } if *t == to => result.as_ref().ok(),
+        Effect::Reply { to: t, result } if *t == to => result.as_ref().as_ref().ok(),
         _ => None,
     })
 }
@@ -323,16 +323,17 @@ fn a_guests_read_of_another_shards_key_is_answered_once_the_value_is_durable() {
             key,
         },
     };
-    let out = c.step(1, Input::Peer { from: 0, msg: read });
+    let out = c.step(
+        1,
+        Input::Peer {
+            from: 0,
+            msg: Box::new(read),
+        },
+    );
     let answered = |effects: &[Effect]| {
         effects.iter().any(|e| {
-            matches!(
-                e,
-                Effect::Send {
-                    shard: 0,
-                    msg: PeerMsg::Reply { tag: 7, .. }
-                }
-            )
+            matches!(e, Effect::Send { shard: 0, msg }
+                if matches!(**msg, PeerMsg::Reply { tag: 7, .. }))
         })
     };
     assert!(

@@ -34,9 +34,12 @@ impl Signal {
     }
 }
 
+/// Two lanes: other shards' messages jump the queue of client requests (a peer's request
+/// or answer is part of work already admitted; it must not wait behind new work).
 #[derive(Default)]
 pub struct Inbox {
     queue: RefCell<VecDeque<Input>>,
+    urgent: RefCell<VecDeque<Input>>,
     signal: Signal,
 }
 
@@ -46,13 +49,24 @@ impl Inbox {
         self.signal.notify();
     }
 
+    /// Queues an input the loop takes before any waiting in the ordinary lane.
+    pub fn push_urgent(&self, input: Input) {
+        self.urgent.borrow_mut().push_back(input);
+        self.signal.notify();
+    }
+
+    /// The oldest urgent input, if any.
+    pub fn pop_urgent(&self) -> Option<Input> {
+        self.urgent.borrow_mut().pop_front()
+    }
+
     /// Everything queued now (the loop handles it as one batch).
     pub fn take_all(&self, into: &mut VecDeque<Input>) {
         std::mem::swap(&mut *self.queue.borrow_mut(), into);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.queue.borrow().is_empty()
+        self.queue.borrow().is_empty() && self.urgent.borrow().is_empty()
     }
 
     pub async fn wait(&self) {

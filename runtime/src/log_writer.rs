@@ -127,12 +127,20 @@ pub(crate) struct LogSlot {
     /// The buffer of the last batch written, reused for the next one.
     spare: RefCell<Vec<u8>>,
     signal: Signal,
+    /// The last batch written: (its last LSN, segments), until the loop takes it.
+    durable: Cell<Option<(u64, u32)>>,
 }
 
 impl LogSlot {
     /// Whether a batch is being written.
     pub fn busy(&self) -> bool {
         self.busy.get()
+    }
+
+    /// What became durable since the last call, as the engine's input.
+    pub fn take_durable(&self) -> Option<Input> {
+        let (lsn, segments) = self.durable.take()?;
+        Some(Input::Durable { lsn, segments })
     }
 
     pub fn take_spare(&self) -> Vec<u8> {
@@ -166,12 +174,11 @@ pub(crate) async fn writer_loop(
             eprintln!("fatal: shard {shard} cannot write its log: {e}; exiting");
             std::process::exit(70);
         }
-        let lsn = batch.last_lsn;
         *slot.spare.borrow_mut() = batch.bytes;
         slot.busy.set(false);
-        inbox.push(Input::Durable {
-            lsn,
-            segments: writer.segments(),
-        });
+        // Not queued behind the inputs waiting: the loop looks at it before each input, so
+        // replies go out and the next batch is handed over without delay.
+        slot.durable.set(Some((batch.last_lsn, writer.segments())));
+        inbox.poke();
     }
 }

@@ -14,7 +14,9 @@ use std::time::Duration;
 pub(crate) const MESH_CHANNEL_MESSAGES: usize = 1024;
 
 pub(crate) struct MeshMsg {
-    pub msgs: Vec<PeerMsg>,
+    // Boxed as the engine emits them: moved through queues as pointers, not 300-byte values.
+    #[allow(clippy::vec_box)]
+    pub msgs: Vec<Box<PeerMsg>>,
 }
 
 pub(crate) type Mesh = MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>;
@@ -25,12 +27,13 @@ pub(crate) type ExecutorTable = Arc<Mutex<Vec<Option<usize>>>>;
 /// Messages waiting to be sent to one peer.
 #[derive(Default)]
 pub(crate) struct PeerOut {
-    queue: RefCell<Vec<PeerMsg>>,
+    #[allow(clippy::vec_box)]
+    queue: RefCell<Vec<Box<PeerMsg>>>,
     signal: Signal,
 }
 
 impl PeerOut {
-    pub fn push(&self, msg: PeerMsg) {
+    pub fn push(&self, msg: Box<PeerMsg>) {
         self.queue.borrow_mut().push(msg);
         self.signal.notify();
     }
@@ -92,7 +95,7 @@ pub(crate) fn spawn_tasks(
             async move {
                 while let Some(msg) = rx.recv().await {
                     for msg in msg.msgs {
-                        inbox.push(Input::Peer { from, msg });
+                        inbox.push_urgent(Input::Peer { from, msg });
                     }
                 }
             },

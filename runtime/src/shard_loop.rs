@@ -37,7 +37,18 @@ impl ShardLoop {
             self.inbox.wait().await;
             self.inbox.take_all(&mut batch);
             let mut handled = 0;
-            while let Some(input) = batch.pop_front() {
+            loop {
+                // A finished log write first: it releases replies and frees the writer.
+                if let Some(durable) = self.log.take_durable() {
+                    self.engine.step(durable, &mut effects);
+                    self.perform(&mut effects);
+                    self.flush_log();
+                    continue;
+                }
+                // Other shards' messages next, then the batch of ordinary inputs.
+                let Some(input) = self.inbox.pop_urgent().or_else(|| batch.pop_front()) else {
+                    break;
+                };
                 self.engine.step(input, &mut effects);
                 self.perform(&mut effects);
                 handled += 1;
@@ -82,7 +93,7 @@ impl ShardLoop {
                 Effect::Reply { to, result } => {
                     let conn = self.conns.borrow().get(&to.conn).cloned();
                     if let Some(conn) = conn {
-                        conn.send(to.request, result);
+                        conn.send(to.request, *result);
                     }
                 }
                 Effect::Send { shard, msg } => {
@@ -90,7 +101,7 @@ impl ShardLoop {
                         out.push(msg);
                     }
                 }
-                Effect::Execute(x) => self.wasm.execute(x),
+                Effect::Execute(x) => self.wasm.execute(*x),
                 Effect::Compile { job, wasm } => self.wasm.compile_job(job, wasm),
                 Effect::GuestValue { exec, read, value } => {
                     self.wasm.guest_value(exec, read, value)

@@ -91,7 +91,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
         };
         execs.next_exec += 1;
         let exec = execs.next_exec;
-        core.emit(Effect::Execute(Execution {
+        core.emit(Effect::Execute(Box::new(Execution {
             exec,
             namespace: key.0.clone(),
             action,
@@ -100,7 +100,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             input: run.input.clone(),
             timeout_ms: def.1,
             memory_limit_bytes: def.2,
-        }));
+        })));
         let version = def.0;
         execs.executing.insert(key.clone());
         execs.running.insert(

@@ -77,8 +77,6 @@ pub enum Waiting {
     Nothing,
 }
 
-// Held items are moved twice (in, out); boxing would cost an allocation per reply.
-#[allow(clippy::large_enum_variant)]
 enum Held {
     Effect(Effect),
     Task(Task),
@@ -111,6 +109,10 @@ pub struct Core {
     next_tag: u64,
     clock: Box<dyn Clock>,
     wall: Box<dyn Clock>,
+    /// Both clocks, read once per input (`read_clocks`): time stands still while one input
+    /// is handled.
+    now_ms: u64,
+    wall_ms: u64,
     group_open: bool,
 }
 
@@ -137,6 +139,8 @@ impl Core {
             root_steps: HashMap::default(),
             calls: HashMap::default(),
             next_tag: 1,
+            now_ms: clock.now_ms(),
+            wall_ms: wall.now_ms(),
             clock,
             wall,
             group_open: false,
@@ -145,19 +149,27 @@ impl Core {
 
     // ---- time ----
 
+    /// Reads both clocks (at the start of each input).
+    pub fn read_clocks(&mut self) {
+        self.now_ms = self.clock.now_ms();
+        self.wall_ms = self.wall.now_ms();
+    }
+
     /// The shard's time (what records carry; a test clock may move it).
     pub fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
+        self.now_ms
     }
 
     /// Real time, for client patience (waits, awaits).
     pub fn wall_ms(&self) -> u64 {
-        self.wall.now_ms()
+        self.wall_ms
     }
 
     /// Moves the shard's clock (a test clock only).
-    pub fn advance_clock(&self, ms: u64) -> bool {
-        self.clock.advance(ms)
+    pub fn advance_clock(&mut self, ms: u64) -> bool {
+        let moved = self.clock.advance(ms);
+        self.read_clocks();
+        moved
     }
 
     // ---- the commit path ----
@@ -298,10 +310,13 @@ impl Core {
         let effect = match to {
             // A message that wanted no answer.
             ReplyTo::Peer { tag: 0, .. } => return,
-            ReplyTo::Client(to) => Effect::Reply { to, result },
+            ReplyTo::Client(to) => Effect::Reply {
+                to,
+                result: Box::new(result),
+            },
             ReplyTo::Peer { shard, tag } => Effect::Send {
                 shard,
-                msg: PeerMsg::Reply { tag, result },
+                msg: Box::new(PeerMsg::Reply { tag, result }),
             },
         };
         self.hold(lsn, Held::Effect(effect));
@@ -313,7 +328,7 @@ impl Core {
         let tag = self.next_tag;
         self.next_tag += 1;
         self.calls.insert(tag, waiting);
-        let msg = PeerMsg::Request { tag, req };
+        let msg = Box::new(PeerMsg::Request { tag, req });
         self.hold(lsn, Held::Effect(Effect::Send { shard, msg }));
         tag
     }
@@ -321,7 +336,7 @@ impl Core {
     /// Tells shard `shard` once `lsn` is durable; no answer is wanted.
     pub fn tell(&mut self, shard: u32, lsn: u64, req: PeerRequest) {
         debug_assert_ne!(shard, self.shard, "a shard does not tell itself");
-        let msg = PeerMsg::Request { tag: 0, req };
+        let msg = Box::new(PeerMsg::Request { tag: 0, req });
         self.hold(lsn, Held::Effect(Effect::Send { shard, msg }));
     }
 

@@ -42,8 +42,8 @@ pub enum Input {
     Started,
     /// A request from a client connected to this shard.
     Client { from: ClientRef, op: Op },
-    /// A message from another shard.
-    Peer { from: u32, msg: PeerMsg },
+    /// A message from another shard (boxed: inputs and effects stay small to move).
+    Peer { from: u32, msg: Box<PeerMsg> },
     /// Every record up to `lsn` is on disk, in `segments` segment files.
     Durable { lsn: u64, segments: u32 },
     /// Time passed: fire what is due.
@@ -88,19 +88,20 @@ pub struct ExecFailure {
 }
 
 /// What the engine asks of the runtime. Effects that depend on a record leave the engine
-/// only once that record is durable; the runtime performs them as they come.
+/// only once that record is durable; the runtime performs them as they come. Large
+/// payloads are boxed: effects are moved several times on their way out.
 #[derive(Debug)]
 pub enum Effect {
     Reply {
         to: ClientRef,
-        result: ReplyResult,
+        result: Box<ReplyResult>,
     },
     Send {
         shard: u32,
-        msg: PeerMsg,
+        msg: Box<PeerMsg>,
     },
     /// Execute a WASM action run; answer with `Input::Executed`.
-    Execute(Execution),
+    Execute(Box<Execution>),
     /// Compile a module being registered; answer with `Input::Compiled`.
     Compile {
         job: u64,

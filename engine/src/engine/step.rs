@@ -21,6 +21,7 @@ use flo_protocol::{
 impl Engine {
     /// Handles one input; appends the effects it released to `out`.
     pub fn step(&mut self, input: Input, out: &mut Vec<Effect>) {
+        self.core.read_clocks();
         self.core.steps_left = STEPS_PER_INPUT_MAX;
         match input {
             Input::Started => self.started(),
@@ -513,8 +514,8 @@ impl Engine {
 
     // ---- other shards ----
 
-    fn peer(&mut self, from: u32, msg: PeerMsg) {
-        match msg {
+    fn peer(&mut self, from: u32, msg: Box<PeerMsg>) {
+        match *msg {
             PeerMsg::Request { tag, req } => {
                 let to = ReplyTo::Peer { shard: from, tag };
                 if self.refuse_if_stopping(to) {

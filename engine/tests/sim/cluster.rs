@@ -268,16 +268,16 @@ impl Cluster {
         node.engine.step(input, &mut effects);
         for effect in effects {
             match effect {
-                Effect::Reply { to, result } => self.replies.push((shard, to, result)),
+                Effect::Reply { to, result } => self.replies.push((shard, to, *result)),
                 Effect::Send { shard: to, msg } => {
                     assert_ne!(to, shard, "shard {shard} sent a message to itself");
                     assert!(
                         to < self.shards(),
                         "shard {shard} sent to unknown shard {to}"
                     );
-                    self.links.entry((shard, to)).or_default().push_back(msg);
+                    self.links.entry((shard, to)).or_default().push_back(*msg);
                 }
-                Effect::Execute(x) => self.executions.push((shard, x)),
+                Effect::Execute(x) => self.executions.push((shard, *x)),
                 Effect::Compile { job, .. } => self.compiles.push((shard, job)),
                 Effect::GuestValue { exec, read, value } => {
                     self.guest_values.push((shard, exec, read, value))
@@ -351,7 +351,13 @@ impl Cluster {
         else {
             return false;
         };
-        self.step(to, Input::Peer { from, msg });
+        self.step(
+            to,
+            Input::Peer {
+                from,
+                msg: Box::new(msg),
+            },
+        );
         true
     }
 
