@@ -323,6 +323,18 @@ impl Record {
         Ok(record)
     }
 
+    /// Whether this record changes a definition (an action's or a workflow's).
+    pub fn is_definition(&self) -> bool {
+        matches!(
+            self,
+            Record::ActionDefined { .. }
+                | Record::ActionRemoved { .. }
+                | Record::ActionEnabled { .. }
+                | Record::WorkflowDefined { .. }
+                | Record::WorkflowEnabled { .. }
+        )
+    }
+
     /// Whether applying this record may remove a KV key (a read that finds a key absent
     /// must wait until such a record is durable).
     pub fn may_remove_keys(&self) -> bool {

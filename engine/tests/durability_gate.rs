@@ -343,3 +343,33 @@ fn a_guests_read_of_another_shards_key_is_answered_once_the_value_is_durable() {
     let out = c.sync(1);
     assert!(answered(&out), "{out:?}");
 }
+
+#[test]
+fn a_definition_read_on_the_coordinator_waits_for_the_change_to_be_durable() {
+    let mut c = Cluster::new(1);
+    let register = Op::ActionRegister(ActionSpec {
+        namespace: NS.into(),
+        name: "job".into(),
+        kind: ActionKind::User,
+        wasm: None,
+        timeout_ms: None,
+        max_retries: None,
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+    });
+    let (registered, out) = c.client(0, register);
+    assert!(reply_to(&out, registered).is_none(), "not durable yet");
+    let get = Op::ActionGet {
+        namespace: NS.into(),
+        name: "job".into(),
+    };
+    let (read, out) = c.client(0, get);
+    assert!(
+        reply_to(&out, read).is_none(),
+        "the read showed a definition a crash could undo: {out:?}"
+    );
+    let out = c.sync(0);
+    assert!(matches!(reply_to(&out, read), Some(Reply::Action(_))));
+    assert!(matches!(reply_to(&out, registered), Some(Reply::Action(_))));
+}

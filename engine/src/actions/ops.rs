@@ -9,22 +9,30 @@ use crate::core::io::Done;
 use crate::kv::validate_namespace;
 use flo_protocol::{ErrorValue, InvokeSpec, RUN_LIST_LIMIT_DEFAULT, Reply, RunStatus};
 
+/// Definition reads wait for the last definition change (on the coordinator it is applied
+/// before it is durable).
 pub fn action_get(core: &Core, namespace: &str, name: &str) -> Done {
-    Done::now(match core.state.registry.get(namespace, name) {
-        Some(def) => Ok(Reply::Action(action_info(namespace, name, def))),
-        None => Err(ErrorValue::not_found(format!(
-            "action {name:?} is not registered in namespace {namespace:?}"
-        ))),
-    })
+    Done {
+        wait_lsn: core.definitions_lsn(),
+        result: match core.state.registry.get(namespace, name) {
+            Some(def) => Ok(Reply::Action(action_info(namespace, name, def))),
+            None => Err(ErrorValue::not_found(format!(
+                "action {name:?} is not registered in namespace {namespace:?}"
+            ))),
+        },
+    }
 }
 
 pub fn action_list(core: &Core, namespace: &str) -> Done {
     let list = core.state.registry.list(namespace);
-    Done::now(Ok(Reply::Actions(
-        list.iter()
-            .map(|(n, d)| action_info(namespace, n, d))
-            .collect(),
-    )))
+    Done {
+        wait_lsn: core.definitions_lsn(),
+        result: Ok(Reply::Actions(
+            list.iter()
+                .map(|(n, d)| action_info(namespace, n, d))
+                .collect(),
+        )),
+    }
 }
 
 pub fn run_status(core: &Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {

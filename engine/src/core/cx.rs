@@ -97,6 +97,8 @@ pub struct Core {
     durable_lsn: u64,
     /// LSN of the last record that removed a key: a read that finds no key waits for it.
     absence_lsn: u64,
+    /// LSN of the last definition record: a read of definitions waits for it.
+    definitions_lsn: u64,
     /// Effects and tasks waiting for their LSN to be durable, in LSN order.
     held: VecDeque<(u64, Held)>,
     out: Vec<Effect>,
@@ -132,6 +134,7 @@ impl Core {
             log: LogBuffer::new(1),
             durable_lsn: 0,
             absence_lsn: 0,
+            definitions_lsn: 0,
             held: VecDeque::new(),
             out: Vec::new(),
             agenda: VecDeque::new(),
@@ -179,6 +182,7 @@ impl Core {
     pub fn commit(&mut self, record: Record) -> u64 {
         let touch = Touch::of(&record);
         let removes_keys = record.may_remove_keys();
+        let definition = record.is_definition();
         let lsn = self
             .log
             .append(record.type_code(), |out| record.encode(out))
@@ -187,6 +191,9 @@ impl Core {
         self.index.observe(&touch, &self.state);
         if removes_keys {
             self.absence_lsn = lsn;
+        }
+        if definition {
+            self.definitions_lsn = lsn;
         }
         lsn
     }
@@ -243,6 +250,10 @@ impl Core {
 
     pub fn absence_lsn(&self) -> u64 {
         self.absence_lsn
+    }
+
+    pub fn definitions_lsn(&self) -> u64 {
+        self.definitions_lsn
     }
 
     pub fn pending_log_bytes(&self) -> usize {

@@ -413,17 +413,20 @@ impl Engine {
             op @ (Op::TaskComplete { .. } | Op::TaskFail { .. } | Op::TaskTouch { .. }) => {
                 workers::report(&mut self.core, &mut self.workers, &self.executions, op)
             }
+            // Definition reads wait for the last definition change, like action reads.
             Op::WorkflowGet {
                 namespace,
                 name,
                 version,
-            } => Done::now(
-                workflows::wf_info(&self.core, &namespace, &name, version.as_deref())
+            } => Done {
+                result: workflows::wf_info(&self.core, &namespace, &name, version.as_deref())
                     .map(Reply::Workflow),
-            ),
-            Op::WorkflowList { namespace } => Done::now(Ok(Reply::Workflows(workflows::wf_list(
-                &self.core, &namespace,
-            )))),
+                wait_lsn: self.core.definitions_lsn(),
+            },
+            Op::WorkflowList { namespace } => Done {
+                result: Ok(Reply::Workflows(workflows::wf_list(&self.core, &namespace))),
+                wait_lsn: self.core.definitions_lsn(),
+            },
             Op::WorkflowStart(spec) => {
                 let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
                 let done = workflows::wf_start(&mut self.core, spec);
@@ -518,7 +521,10 @@ impl Engine {
         match *msg {
             PeerMsg::Request { tag, req } => {
                 let to = ReplyTo::Peer { shard: from, tag };
-                if self.refuse_if_stopping(to) {
+                // A guest's read is still answered while stopping (an error would read as
+                // "absent" and the guest's result would be built on it).
+                let read = matches!(req, PeerRequest::KvRead { .. });
+                if !read && self.refuse_if_stopping(to) {
                     return;
                 }
                 self.peer_request(from, to, req);

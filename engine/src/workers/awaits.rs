@@ -484,26 +484,22 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, answer: bool)
 pub fn expire_awaits(core: &mut Core, aw: &mut Awaits) {
     let now = core.wall_ms();
     let mut due = Vec::new();
-    let mut kept = Vec::new();
     while let Some(entry) = aw.deadlines.first_entry() {
         if entry.key().0 > now {
             break;
         }
-        let ((deadline, want_id), key) = entry.remove_entry();
-        match aw.awaits.get(&key) {
-            Some(a) if a.want_id == want_id => {
-                // An await still missing a shard's first answer is answered when it comes
-                // (every shard answers at once), so tasks leased for it are not lost.
-                if a.immediate_pending == 0 {
-                    due.push(key);
-                } else {
-                    kept.push(((deadline, want_id), key));
-                }
-            }
-            _ => {}
+        let ((_, want_id), key) = entry.remove_entry();
+        // An await still missing a shard's first answer is answered when that comes (every
+        // shard answers at once, and `maybe_answer` sees the deadline passed), so tasks
+        // leased for it are not lost.
+        if aw
+            .awaits
+            .get(&key)
+            .is_some_and(|a| a.want_id == want_id && a.immediate_pending == 0)
+        {
+            due.push(key);
         }
     }
-    aw.deadlines.extend(kept);
     for key in due {
         finish_await(core, aw, &key, true);
     }

@@ -34,6 +34,9 @@ const TIMERS_PER_TICK_MAX: usize = 1024;
 pub const CHILD_DEPTH_MAX: u32 = 10;
 pub const SIGNAL_TYPE_BYTES_MAX: usize = 256;
 pub const WORKFLOW_YAML_BYTES_MAX: usize = 1 << 20;
+/// Largest step output kept (as JSON): it goes into the step's record. A larger one fails
+/// the step (an output that is not JSON is kept as a JSON string and may grow six-fold).
+pub const STEP_OUTPUT_BYTES_MAX: usize = 4 << 20;
 
 /// The id an idempotency key maps to (the same key always reaches the same shard).
 pub fn idempotent_workflow_run_id(workflow: &str, key: &str) -> String {
@@ -618,6 +621,14 @@ fn wf_run_target(
     let now = core.now_ms();
     let fail = |outcome: &str, error: String| (outcome.to_string(), error);
     let problem = match target {
+        // An `inputMapping` may assemble an input larger than any run accepts.
+        _ if input.len() > RUN_INPUT_BYTES_MAX => Some(fail(
+            "execution_failure",
+            format!(
+                "the step's input of {} bytes exceeds the maximum of {RUN_INPUT_BYTES_MAX} bytes",
+                input.len()
+            ),
+        )),
         Target::Plan(name) => Some(fail(
             "target_not_found",
             format!("plan {name:?}: inline plans are not supported yet"),
@@ -785,6 +796,18 @@ fn wf_finish(
     consumed_signal: Option<u64>,
 ) {
     let now = core.now_ms();
+    let (outcome, output, error) = match output {
+        Some(o) if o.len() > STEP_OUTPUT_BYTES_MAX => (
+            "failure",
+            None,
+            Some(format!(
+                "the step's output of {} bytes (as JSON) exceeds the maximum of \
+                 {STEP_OUTPUT_BYTES_MAX} bytes",
+                o.len()
+            )),
+        ),
+        output => (outcome, output, error),
+    };
     let Some(run) = core.state.workflows.run(namespace, run_id) else {
         return;
     };
