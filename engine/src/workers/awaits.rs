@@ -459,7 +459,14 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, answer: bool)
             aw.by_conn.remove(&c.conn);
         }
     }
-    for s in open.parked {
+    // Finished before every shard answered (the worker left, asked again, its connection
+    // closed): those that have not answered may park the want yet, so they are told too
+    // (the cancel follows the want on the same ordered link).
+    let mut cancel = open.parked;
+    if open.immediate_pending > 0 {
+        cancel = (0..core.partitioning.shards).collect();
+    }
+    for s in cancel {
         if s == core.shard {
             cancel_want(aw, &key.0, &key.1, open.want_id);
         } else {
