@@ -82,11 +82,6 @@ impl Scheduler {
         self.ready.pop().map(|(_, _, key)| key)
     }
 
-    /// Runnable WASM runs queued (stale entries included).
-    pub fn ready_len(&self) -> usize {
-        self.ready.len()
-    }
-
     /// The best queued task of an action, without taking it.
     pub fn peek_user(&self, action: &ActionKey) -> Option<&TaskEntry> {
         self.user_ready.get(action)?.peek()

@@ -82,10 +82,6 @@ impl Awaits {
     pub fn open_awaits(&self) -> usize {
         self.awaits.len()
     }
-
-    pub fn parked_wants(&self) -> usize {
-        self.wants.len()
-    }
 }
 
 /// The await is the worker's own request. Routed to the worker's home if that is another

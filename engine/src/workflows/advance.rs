@@ -13,6 +13,7 @@
 
 use super::def::{Idempotency, Next, StepAction, Target, WorkflowDef};
 use super::state::{WfRun, json_value, run_info};
+use super::validate::SIGNAL_TYPE_BYTES_MAX;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, RunKey};
 use crate::kv::validate_namespace;
@@ -32,7 +33,6 @@ pub const MAX_ADVANCE_STEPS: u32 = 256;
 const TIMERS_PER_TICK_MAX: usize = 1024;
 /// Deepest nesting of child workflows.
 pub const CHILD_DEPTH_MAX: u32 = 10;
-pub const SIGNAL_TYPE_BYTES_MAX: usize = 256;
 pub const WORKFLOW_YAML_BYTES_MAX: usize = 1 << 20;
 /// Largest step output kept (as JSON): it goes into the step's record. A larger one fails
 /// the step (an output that is not JSON is kept as a JSON string and may grow six-fold).
