@@ -127,8 +127,12 @@ impl Connection {
 /// Options of a KV put.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PutOptions {
+    /// Expire the key this long from now (None: never).
     pub ttl_ms: Option<u64>,
+    /// Only if the key's current version is this (0: only if the key is absent).
     pub if_version: Option<u64>,
+    /// Only if the key exists (else a `not_found` error).
+    pub if_exists: bool,
 }
 
 /// A blocking client: one request at a time over one connection, in one namespace.
@@ -215,6 +219,7 @@ impl Client {
             value: value.to_vec(),
             ttl_ms: opts.ttl_ms,
             if_version: opts.if_version,
+            if_exists: opts.if_exists,
         };
         match self.call(op)? {
             Reply::KvPut { version } => Ok(version),

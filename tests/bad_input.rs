@@ -72,6 +72,7 @@ fn put_op(key: &str, value: &[u8]) -> Op {
         value: value.to_vec(),
         ttl_ms: None,
         if_version: None,
+        if_exists: false,
     }
 }
 

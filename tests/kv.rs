@@ -552,6 +552,7 @@ fn invalid_input_gets_bad_request_and_the_connection_keeps_working() {
             value: b"v".to_vec(),
             ttl_ms: None,
             if_version: None,
+            if_exists: false,
         };
         let msg = bad(c.call(op));
         assert!(msg.contains("namespace"), "{msg}");
@@ -578,6 +579,7 @@ fn invalid_input_gets_bad_request_and_the_connection_keeps_working() {
         value: b"v".to_vec(),
         ttl_ms: None,
         if_version: None,
+        if_exists: false,
     };
     assert_eq!(c.call(op).unwrap(), Reply::KvPut { version: 1 });
 

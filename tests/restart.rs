@@ -22,6 +22,7 @@ fn put_request(id: u64, key: &str, value: &[u8]) -> Request {
         value: value.to_vec(),
         ttl_ms: None,
         if_version: None,
+        if_exists: false,
     };
     Request { id, op }
 }

@@ -4,6 +4,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Longest delay accepted anywhere a client or a definition gives one (a signed 64-bit
+/// count of milliseconds, what other clients' languages send).
+pub const DELAY_MS_ACCEPTED_MAX: u64 = i64::MAX as u64;
+/// How far ahead a deadline may be set: a delay longer than this (about 100 years) means
+/// "never" (no deadline, no timer), so no addition can overflow.
+pub const TIMER_HORIZON_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// The deadline `delay_ms` after `now_ms`, or None (never) for a delay beyond the horizon.
+pub fn deadline_after(now_ms: u64, delay_ms: u64) -> Option<u64> {
+    (delay_ms <= TIMER_HORIZON_MS).then(|| now_ms.saturating_add(delay_ms))
+}
+
 pub trait Clock {
     /// Wall-clock milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
@@ -64,5 +76,22 @@ impl Clock for ManualClock {
     fn advance(&self, ms: u64) -> bool {
         self.0.fetch_add(ms, Ordering::SeqCst);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delay_beyond_the_horizon_is_never() {
+        assert_eq!(deadline_after(1000, 500), Some(1500));
+        assert_eq!(
+            deadline_after(1000, TIMER_HORIZON_MS),
+            Some(1000 + TIMER_HORIZON_MS)
+        );
+        assert_eq!(deadline_after(1000, TIMER_HORIZON_MS + 1), None);
+        assert_eq!(deadline_after(u64::MAX, DELAY_MS_ACCEPTED_MAX), None);
+        assert_eq!(deadline_after(u64::MAX, 5), Some(u64::MAX));
     }
 }

@@ -243,6 +243,7 @@ fn a_read_or_delete_that_finds_no_key_waits_for_the_delete_that_removed_it() {
         value: b"v".to_vec(),
         ttl_ms: None,
         if_version: None,
+        if_exists: false,
     };
     let (_, out) = c.client(0, put);
     c.settle(0, out);
@@ -289,6 +290,7 @@ fn put(key: &str, value: &[u8], ttl_ms: Option<u64>) -> Op {
         value: value.to_vec(),
         ttl_ms,
         if_version: None,
+        if_exists: false,
     }
 }
 

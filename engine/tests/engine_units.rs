@@ -627,6 +627,7 @@ fn a_parent_looping_through_a_failing_child_fails_after_256_steps_and_the_engine
                     value: b"yes".to_vec(),
                     ttl_ms: None,
                     if_version: None,
+                    if_exists: false,
                 },
             );
         }

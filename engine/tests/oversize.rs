@@ -112,6 +112,7 @@ fn a_step_output_too_large_for_its_record_fails_the_step_and_the_shard_goes_on()
             value: b"v".to_vec(),
             ttl_ms: None,
             if_version: None,
+            if_exists: false,
         },
     );
     c.settle();

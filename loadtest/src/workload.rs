@@ -74,6 +74,7 @@ impl Generator for KvPut {
                 value: self.value.clone(),
                 ttl_ms: None,
                 if_version: None,
+                if_exists: false,
             };
         }
         if let Op::KvPut { key, .. } = op {
@@ -389,6 +390,7 @@ mod tests {
             value: b"abcde".to_vec(),
             ttl_ms: None,
             if_version: None,
+            if_exists: false,
         };
         assert_eq!(op, expected);
         generator.fill(5, &mut op);

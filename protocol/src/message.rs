@@ -65,6 +65,9 @@ pub enum Op {
         ttl_ms: Option<u64>,
         /// Compare-and-set: apply only when the current version is this (0 = key absent).
         if_version: Option<u64>,
+        /// Apply only when the key exists (`not_found` otherwise).
+        #[serde(default)]
+        if_exists: bool,
     },
     KvDelete {
         namespace: String,

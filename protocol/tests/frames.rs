@@ -15,6 +15,7 @@ fn put(id: u64, key: &str) -> Request {
             value: b"v".to_vec(),
             ttl_ms: None,
             if_version: Some(3),
+            if_exists: false,
         },
     }
 }

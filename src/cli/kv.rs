@@ -11,10 +11,14 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
             value,
             ttl_ms,
             if_version,
+            nx,
+            xx,
         } => {
             let opts = PutOptions {
-                ttl_ms: *ttl_ms,
-                if_version: *if_version,
+                // `--ttl 0`: no expiry.
+                ttl_ms: ttl_ms.filter(|&ms| ms > 0),
+                if_version: if *nx { Some(0) } else { *if_version },
+                if_exists: *xx,
             };
             let version = client.kv_put(key, value.as_bytes(), opts)?;
             out.print(json!({ "key": key, "version": version }), || {

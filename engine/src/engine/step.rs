@@ -310,7 +310,14 @@ impl Engine {
                 value,
                 ttl_ms,
                 if_version,
-            } => kv::kv_put(&mut self.core, namespace, key, value, ttl_ms, if_version),
+                if_exists,
+            } => {
+                let condition = kv::PutCondition {
+                    if_version,
+                    if_exists,
+                };
+                kv::kv_put(&mut self.core, namespace, key, value, ttl_ms, condition)
+            }
             Op::KvDelete {
                 namespace,
                 key,

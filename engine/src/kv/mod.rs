@@ -7,4 +7,4 @@ mod store;
 
 pub use forward::{Forwarder, on_forwarded, on_remote_writes, start_forwards};
 pub use ops::{get, guest_read, guest_value, kv_delete, kv_list, kv_put, sweep_expired};
-pub use store::{Entry, KV_TTL_MS_MAX, KvPage, KvStore, validate_namespace};
+pub use store::{Entry, KV_TTL_MS_MAX, KvPage, KvStore, PutCondition, validate_namespace};

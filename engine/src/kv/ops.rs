@@ -1,6 +1,7 @@
 //! KV operations on the shard owning the key: plan a record, commit it, answer once the
 //! record the answer depends on is durable.
 
+use super::store::PutCondition;
 use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Done, Effect, PeerRequest};
 use crate::record::Record;
@@ -32,13 +33,13 @@ pub fn kv_put(
     key: String,
     value: Vec<u8>,
     ttl_ms: Option<u64>,
-    if_version: Option<u64>,
+    condition: PutCondition,
 ) -> Done {
     let now = core.now_ms();
     match core
         .state
         .kv
-        .plan_put(namespace, key, value, ttl_ms, if_version, now)
+        .plan_put(namespace, key, value, ttl_ms, condition, now)
     {
         Ok(record) => {
             let version = match &record {

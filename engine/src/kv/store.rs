@@ -1,6 +1,7 @@
 //! Namespaced key-value store: versions for compare-and-set, optional TTL, ordered keys
 //! for prefix listing. `plan_*` validate and build records; `apply_*` change state.
 
+use crate::clock::{DELAY_MS_ACCEPTED_MAX, deadline_after};
 use crate::record::Record;
 use crate::tables::HashMap;
 use flo_protocol::{
@@ -9,8 +10,17 @@ use flo_protocol::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Longest TTL accepted (about 100 years), so deadlines never overflow.
-pub const KV_TTL_MS_MAX: u64 = 100 * 365 * 24 * 3600 * 1000;
+/// Longest TTL accepted; one beyond the timer horizon (about 100 years) never expires.
+pub const KV_TTL_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
+
+/// When a put applies, besides the TTL and value checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PutCondition {
+    /// Compare-and-set: only when the current version is this (0: only when absent).
+    pub if_version: Option<u64>,
+    /// Only when the key exists.
+    pub if_exists: bool,
+}
 
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -79,6 +89,12 @@ fn check_version(
     };
     let actual = current.map_or(0, |e| e.version);
     if actual != expected {
+        if expected == 0 {
+            return Err(ErrorValue::conflict(format!(
+                "key {key:?} exists (version {actual}); this put applies only to an absent \
+                 key (--nx, if version 0)"
+            )));
+        }
         return Err(ErrorValue::conflict(format!(
             "version mismatch on key {key:?}: expected {expected}, current is {actual}"
         )));
@@ -121,7 +137,7 @@ impl KvStore {
         key: String,
         value: Vec<u8>,
         ttl_ms: Option<u64>,
-        if_version: Option<u64>,
+        condition: PutCondition,
         now_ms: u64,
     ) -> Result<Record, ErrorValue> {
         validate_key(&namespace, &key)?;
@@ -135,13 +151,25 @@ impl KvStore {
             None => None,
             Some(ttl) if ttl == 0 || ttl > KV_TTL_MS_MAX => {
                 return Err(ErrorValue::bad_request(format!(
-                    "ttl must be 1 to {KV_TTL_MS_MAX} ms, got {ttl}"
+                    "ttl must be 1 to {KV_TTL_MS_MAX} ms, got {ttl} (leave it out for no expiry)"
                 )));
             }
-            Some(ttl) => Some(now_ms + ttl),
+            Some(ttl) => deadline_after(now_ms, ttl),
         };
+        if condition.if_exists && condition.if_version == Some(0) {
+            return Err(ErrorValue::bad_request(
+                "a put only if the key exists (--xx) cannot also require it absent (--nx, if \
+                 version 0)",
+            ));
+        }
         let current = self.get(&namespace, &key, now_ms);
-        check_version(&key, current, if_version)?;
+        if condition.if_exists && current.is_none() {
+            return Err(ErrorValue::not_found(format!(
+                "key {key:?} not found in namespace {namespace:?}; this put applies only to \
+                 an existing key (--xx)"
+            )));
+        }
+        check_version(&key, current, condition.if_version)?;
         let version = current.map_or(1, |e| e.version + 1);
         Ok(Record::KvPut {
             namespace,
@@ -320,8 +348,12 @@ mod tests {
         if_v: Option<u64>,
         now: u64,
     ) -> Result<u64, ErrorValue> {
+        let condition = PutCondition {
+            if_version: if_v,
+            if_exists: false,
+        };
         let rec =
-            s.kv.plan_put("ns".into(), key.into(), b"v".to_vec(), ttl, if_v, now)?;
+            s.kv.plan_put("ns".into(), key.into(), b"v".to_vec(), ttl, condition, now)?;
         let Record::KvPut { version, .. } = rec else {
             unreachable!()
         };
@@ -365,6 +397,51 @@ mod tests {
         );
         assert!(s.kv.expired(2000, 10).is_empty());
         assert_eq!(put(&mut s, "t", None, Some(0), 1100).unwrap(), 1);
+    }
+
+    #[test]
+    fn if_exists_puts_only_over_a_live_key() {
+        let mut s = ShardState::default();
+        let xx = PutCondition {
+            if_version: None,
+            if_exists: true,
+        };
+        let plan = |s: &ShardState, c: PutCondition, now: u64| {
+            s.kv.plan_put("ns".into(), "k".into(), b"v".to_vec(), None, c, now)
+        };
+        let err = plan(&s, xx, 0).unwrap_err();
+        assert_eq!(
+            err.code,
+            flo_protocol::ErrorCode::NotFound,
+            "{}",
+            err.message
+        );
+        put(&mut s, "k", Some(100), None, 0).unwrap();
+        assert!(plan(&s, xx, 50).is_ok());
+        // Expired is absent.
+        assert!(plan(&s, xx, 100).is_err());
+        let both = PutCondition {
+            if_version: Some(0),
+            if_exists: true,
+        };
+        let err = plan(&s, both, 50).unwrap_err();
+        assert_eq!(err.code, flo_protocol::ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn a_ttl_beyond_the_timer_horizon_never_expires() {
+        let mut s = ShardState::default();
+        put(&mut s, "far", Some(KV_TTL_MS_MAX), None, 1000).unwrap();
+        let entry = s.kv.get("ns", "far", u64::MAX).expect("never expires");
+        assert_eq!(entry.expires_at_ms, None);
+        let horizon = crate::clock::TIMER_HORIZON_MS;
+        put(&mut s, "near", Some(horizon), None, 1000).unwrap();
+        assert_eq!(
+            s.kv.get("ns", "near", 0).unwrap().expires_at_ms,
+            Some(1000 + horizon)
+        );
+        let err = put(&mut s, "over", Some(KV_TTL_MS_MAX + 1), None, 0).unwrap_err();
+        assert_eq!(err.code, flo_protocol::ErrorCode::BadRequest);
     }
 
     #[test]

@@ -598,6 +598,7 @@ impl Sim {
                 value: vec![b'v'; 1 + self.rng.below(16) as usize],
                 ttl_ms: None,
                 if_version: self.rng.one_in(6).then(|| self.rng.below(3)),
+                if_exists: false,
             },
             22..=28 => Op::KvGet {
                 namespace: NS.into(),
