@@ -228,9 +228,23 @@ impl Client {
     }
 
     pub fn kv_get(&mut self, key: &str) -> Result<Option<KvEntry>, Error> {
+        self.kv_get_wait(key, 0, None)
+    }
+
+    /// Reads `key`, waiting up to `wait_ms` (at most `KV_WAIT_MS_MAX`) for it to hold a
+    /// version newer than `after_version` (any version when None: for it to exist). None
+    /// when nothing newer came in time.
+    pub fn kv_get_wait(
+        &mut self,
+        key: &str,
+        wait_ms: u64,
+        after_version: Option<u64>,
+    ) -> Result<Option<KvEntry>, Error> {
         match self.call(Op::KvGet {
             namespace: self.namespace.clone(),
             key: key.into(),
+            wait_ms: (wait_ms > 0).then_some(wait_ms),
+            after_version,
         })? {
             Reply::KvValue(entry) => Ok(entry),
             other => Err(unexpected(other)),

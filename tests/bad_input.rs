@@ -88,6 +88,8 @@ fn assert_raw_connection_serves(s: &mut TcpStream, id: u64, key: &str) {
     let get = Op::KvGet {
         namespace: "default".into(),
         key: key.into(),
+        wait_ms: None,
+        after_version: None,
     };
     s.write_all(&request_frame(&Request {
         id: id + 1,
@@ -340,6 +342,8 @@ fn fuzz_bytes(rng: &mut Rng, i: usize) -> Vec<u8> {
                     1 => Op::KvGet {
                         namespace: "default".into(),
                         key: "fuzz".into(),
+                        wait_ms: None,
+                        after_version: None,
                     },
                     2 => Op::KvList {
                         namespace: "default".into(),
@@ -518,6 +522,8 @@ fn a_client_that_never_reads_its_replies_does_not_stall_others() {
             op: Op::KvGet {
                 namespace: "default".into(),
                 key: "wide".into(),
+                wait_ms: None,
+                after_version: None,
             },
         }));
     }

@@ -559,6 +559,8 @@ fn invalid_input_gets_bad_request_and_the_connection_keeps_working() {
         bad(c.call(Op::KvGet {
             namespace: namespace.clone(),
             key: "k".into(),
+            wait_ms: None,
+            after_version: None,
         }));
         bad(c.call(Op::KvDelete {
             namespace: namespace.clone(),

@@ -40,6 +40,8 @@ fn get_many(server: &TestServer, keys: &[String]) -> HashMap<String, KvEntry> {
                 op: Op::KvGet {
                     namespace: "default".into(),
                     key: key.clone(),
+                    wait_ms: None,
+                    after_version: None,
                 },
             })
             .unwrap();

@@ -260,6 +260,8 @@ fn a_read_or_delete_that_finds_no_key_waits_for_the_delete_that_removed_it() {
     let get = Op::KvGet {
         namespace: NS.into(),
         key: "k".into(),
+        wait_ms: None,
+        after_version: None,
     };
     let (read, out) = c.client(0, get);
     assert!(
@@ -306,6 +308,8 @@ fn a_read_past_the_expiry_of_a_put_not_yet_durable_waits_for_it() {
     let get = Op::KvGet {
         namespace: NS.into(),
         key: "k".into(),
+        wait_ms: None,
+        after_version: None,
     };
     let (read, out) = c.client(0, get);
     assert!(reply_to(&out, read).is_none(), "{out:?}");

@@ -639,6 +639,8 @@ fn a_parent_looping_through_a_failing_child_fails_after_256_steps_and_the_engine
             Op::KvGet {
                 namespace: NS.into(),
                 key: "still-up-0".into(),
+                wait_ms: None,
+                after_version: None,
             },
         );
     }
@@ -961,4 +963,136 @@ fn a_definition_repeated_after_a_crash_is_answered_only_once_every_shard_has_it(
         matches!(answer, Some(Ok(Reply::WorkflowStarted { .. }))),
         "a start sent after the definition was acknowledged failed: {answer:?}"
     );
+}
+
+// ---- blocking KV reads ----
+
+fn get_wait(key: &str, wait_ms: u64, after_version: Option<u64>) -> Op {
+    Op::KvGet {
+        namespace: NS.into(),
+        key: key.into(),
+        wait_ms: Some(wait_ms),
+        after_version,
+    }
+}
+
+fn put_op(key: &str, value: &str) -> Op {
+    Op::KvPut {
+        namespace: NS.into(),
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        ttl_ms: None,
+        if_version: None,
+        if_exists: false,
+    }
+}
+
+/// A key owned by `shard`.
+fn key_on(t: &T, shard: u32, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| t.c.owner(NS, k) == shard)
+        .unwrap()
+}
+
+/// A parked read is answered with the value once the put that wrote it is durable — not
+/// before — whether the client is on the owner or on another shard.
+#[test]
+fn a_parked_read_is_answered_once_the_put_it_waits_for_is_durable() {
+    let mut t = T::new(2);
+    for client_shard in [0, 1] {
+        let key = key_on(&t, 1, &format!("late-{client_shard}-"));
+        let read = t.send_on(client_shard, 21, get_wait(&key, 30_000, None));
+        t.settle();
+        assert!(
+            t.reply_on(21, read).is_none(),
+            "answered before the key existed"
+        );
+        assert_eq!(t.c.engine(1).in_flight().kv_waits, 1);
+
+        t.c.auto_write = false;
+        t.send_on(1, 22, put_op(&key, "v"));
+        t.c.settle();
+        assert!(
+            t.reply_on(21, read).is_none(),
+            "the value left before it was durable"
+        );
+        t.c.complete_write(1);
+        t.c.auto_write = true;
+        t.settle();
+        match t.reply_on(21, read) {
+            Some(Ok(Reply::KvValue(Some(e)))) => {
+                assert_eq!((e.value, e.version), (b"v".to_vec(), 1))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.c.engine(1).in_flight().kv_waits, 0);
+    }
+}
+
+/// `after_version`: only a newer version answers; at the deadline the answer is empty.
+#[test]
+fn a_read_after_a_version_waits_for_a_newer_one_or_answers_empty_at_its_deadline() {
+    let mut t = T::new(1);
+    t.ok(0, put_op("k", "v1"));
+    let read = t.send(0, get_wait("k", 30_000, Some(1)));
+    t.settle();
+    assert!(t.reply_on(t.conn, read).is_none());
+    t.ok(0, put_op("k", "v2"));
+    match t.reply_on(t.conn, read) {
+        Some(Ok(Reply::KvValue(Some(e)))) => assert_eq!(e.version, 2),
+        other => panic!("{other:?}"),
+    }
+    let read = t.send(0, get_wait("k", 1_000, Some(2)));
+    t.settle();
+    assert!(t.reply_on(t.conn, read).is_none());
+    t.set_clock(START_MS + 1_000);
+    assert!(matches!(
+        t.reply_on(t.conn, read),
+        Some(Ok(Reply::KvValue(None)))
+    ));
+    assert_eq!(t.c.engine(0).in_flight().kv_waits, 0);
+    // Over the maximum: refused, not parked.
+    match t.call(0, get_wait("k", flo_protocol::KV_WAIT_MS_MAX + 1, None)) {
+        Err(e) => assert_eq!(e.code, flo_protocol::ErrorCode::BadRequest),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A closed connection releases its parked reads: on the owner, and — for a read forwarded
+/// from another shard — the owner is told, and no call is left waiting.
+#[test]
+fn a_closed_connections_parked_reads_are_released_everywhere() {
+    let mut t = T::new(2);
+    let key = key_on(&t, 1, "gone-");
+    let local = t.send_on(1, 31, get_wait(&key, 30_000, None));
+    let forwarded = t.send_on(0, 32, get_wait(&key, 30_000, None));
+    t.settle();
+    assert_eq!(t.c.engine(1).in_flight().kv_waits, 2);
+    assert_eq!(t.c.engine(0).in_flight().calls, 1, "forwarded to the owner");
+    t.c.step(1, Input::ConnClosed { conn: 31 });
+    t.c.step(0, Input::ConnClosed { conn: 32 });
+    t.settle();
+    assert_eq!(t.c.engine(1).in_flight().kv_waits, 0);
+    assert_eq!(t.c.engine(0).in_flight().calls, 0);
+    // A put afterwards answers nobody.
+    t.ok(1, put_op(&key, "v"));
+    assert!(t.reply_on(31, local).is_none());
+    assert!(t.reply_on(32, forwarded).is_none());
+}
+
+/// Parked reads are bounded per shard: one more is refused as overloaded.
+#[test]
+fn parked_reads_are_bounded_per_shard() {
+    let max = flo_engine::kv::KV_WAITS_MAX;
+    let mut t = T::new(1);
+    for i in 0..max {
+        t.send_on(0, 41, get_wait(&format!("k{i}"), 30_000, None));
+    }
+    t.settle();
+    assert_eq!(t.c.engine(0).in_flight().kv_waits, max);
+    match t.call(0, get_wait("one-more", 30_000, None)) {
+        Err(e) => assert_eq!(e.code, flo_protocol::ErrorCode::Overloaded, "{e}"),
+        other => panic!("{other:?}"),
+    }
 }

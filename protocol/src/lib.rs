@@ -13,11 +13,11 @@ pub use frame::{
 pub use message::{
     ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, HistoryEvent,
     IDEMPOTENCY_KEY_BYTES_MAX, InvokeSpec, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_DEFAULT,
-    KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry, LEASE_EXTEND_MS_MAX, NAMESPACE_BYTES_MAX, Op,
-    PROTOCOL_VERSION, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX,
-    RUN_WAIT_MS_MAX, Reply, Request, RequestId, Response, RunInfo, RunStatus, ShardInfo, ShardMap,
-    StatusInfo, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment, ValidationIssue,
-    WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
-    WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowInfo, WorkflowRunInfo,
+    KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KV_WAIT_MS_MAX, KvEntry, LEASE_EXTEND_MS_MAX,
+    NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT,
+    RUN_LIST_LIMIT_MAX, RUN_WAIT_MS_MAX, Reply, Request, RequestId, Response, RunInfo, RunStatus,
+    ShardInfo, ShardMap, StatusInfo, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment,
+    ValidationIssue, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX,
+    WorkerInfo, WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowInfo, WorkflowRunInfo,
     WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
 };

@@ -27,6 +27,8 @@ pub const TASK_AWAIT_TASKS_MAX: u32 = 1024;
 pub const LEASE_EXTEND_MS_MAX: u64 = 24 * 3600 * 1000;
 pub const WORKER_METADATA_BYTES_MAX: usize = 16 << 10;
 pub const WORKER_PROCESSES_MAX: usize = 1024;
+/// Longest a blocking `KvGet` (`wait_ms`) is held by the server.
+pub const KV_WAIT_MS_MAX: u64 = 300_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -55,6 +57,14 @@ pub enum Op {
     KvGet {
         namespace: String,
         key: String,
+        /// Block up to this long (at most `KV_WAIT_MS_MAX`) until the key holds a version
+        /// newer than `after_version`; an empty answer once the time is up. None or 0:
+        /// answer at once.
+        #[serde(default)]
+        wait_ms: Option<u64>,
+        /// Only a version newer than this counts (None: any version, i.e. the key exists).
+        #[serde(default)]
+        after_version: Option<u64>,
     },
     KvPut {
         namespace: String,

@@ -1,5 +1,5 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use flo::protocol::{LEASE_EXTEND_MS_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX};
+use flo::protocol::{KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -105,8 +105,18 @@ pub enum KvCommand {
         #[arg(long)]
         xx: bool,
     },
-    /// Read a value.
-    Get { key: String },
+    /// Read a value. With --wait (or --block), wait for the key to exist, or with
+    /// --after-version V for a version newer than V; not found when none came in time.
+    Get {
+        key: String,
+        /// Longest wait, in ms (0: answer at once).
+        #[arg(long = "wait", visible_alias = "block", value_name = "MS",
+              value_parser = clap::value_parser!(u64).range(0..=KV_WAIT_MS_MAX))]
+        wait_ms: Option<u64>,
+        /// Only a version newer than this counts.
+        #[arg(long, value_name = "V")]
+        after_version: Option<u64>,
+    },
     /// Delete a key.
     Delete {
         key: String,

@@ -25,11 +25,18 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
                 format!("OK (version {version})")
             });
         }
-        KvCommand::Get { key } => {
-            let Some(entry) = client.kv_get(key)? else {
-                return Err(CliError::Usage(format!(
-                    "key {key:?} not found in namespace {:?}",
-                    client.namespace()
+        KvCommand::Get {
+            key,
+            wait_ms,
+            after_version,
+        } => {
+            let wait_ms = wait_ms.unwrap_or(0);
+            let Some(entry) = client.kv_get_wait(key, wait_ms, *after_version)? else {
+                return Err(CliError::Usage(not_found(
+                    key,
+                    client.namespace(),
+                    wait_ms,
+                    *after_version,
                 )));
             };
             out.print(entry_json(&entry), || value_text(&entry.value));
@@ -63,4 +70,19 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
         }
     }
     Ok(())
+}
+
+/// What a read that found nothing (in time) says.
+fn not_found(key: &str, namespace: &str, wait_ms: u64, after_version: Option<u64>) -> String {
+    let waited = if wait_ms > 0 {
+        format!(" (timed out after {wait_ms} ms)")
+    } else {
+        String::new()
+    };
+    match after_version {
+        Some(v) => {
+            format!("no version of key {key:?} newer than {v} in namespace {namespace:?}{waited}")
+        }
+        None => format!("key {key:?} not found in namespace {namespace:?}{waited}"),
+    }
 }

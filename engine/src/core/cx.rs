@@ -59,6 +59,8 @@ pub enum Waiting {
     Relay(ReplyTo),
     /// A forwarded await: pass the answer on, or hand its tasks back if nobody listens.
     AwaitRelay { to: ReplyTo, worker: WorkerKey },
+    /// A blocking read forwarded to the key's owner: pass the answer on.
+    KvWaitRelay(ReplyTo),
     /// A part of fan-out `id`.
     FanOut(u64),
     /// A shard's acknowledgement of definition change `id`.
@@ -116,6 +118,9 @@ pub struct Core {
     now_ms: u64,
     wall_ms: u64,
     group_open: bool,
+    /// Keys written since the last look (`kv::serve_waits`), noted only while blocking
+    /// reads are parked (None: not noting).
+    pub kv_written: Option<Vec<(String, String)>>,
 }
 
 impl Core {
@@ -147,6 +152,7 @@ impl Core {
             clock,
             wall,
             group_open: false,
+            kv_written: None,
         }
     }
 
@@ -183,6 +189,9 @@ impl Core {
         let touch = Touch::of(&record);
         let removes_keys = record.may_remove_keys();
         let definition = record.is_definition();
+        if let Some(written) = &mut self.kv_written {
+            crate::kv::keys_written(&record, written);
+        }
         let lsn = self
             .log
             .append(record.type_code(), |out| record.encode(out))

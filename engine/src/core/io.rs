@@ -205,6 +205,8 @@ pub enum PeerRequest {
     },
     /// A guest reads a key the receiver owns.
     KvRead { namespace: String, key: String },
+    /// The connection of a blocking read forwarded to the receiver (its call `tag`) closed.
+    KvWaitAbandon { tag: u64 },
     /// The shared test clock moved: look at timers again.
     ClockMoved,
 }

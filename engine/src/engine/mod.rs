@@ -17,7 +17,7 @@ use crate::core::cx::{Core, Durability};
 use crate::definitions::Definitions;
 use crate::hash::Partitioning;
 use crate::index::Index;
-use crate::kv::Forwarder;
+use crate::kv::{Forwarder, KvWaits};
 use crate::record::Record;
 use crate::state::ShardState;
 use crate::workers::{Awaits, WorkerRegistry};
@@ -47,6 +47,8 @@ pub struct Engine {
     fanouts: FanOuts,
     executions: Executions,
     forwarder: Forwarder,
+    /// Blocking reads parked on keys this shard owns.
+    kv_waits: KvWaits,
     stopping: bool,
     next_housekeeping_ms: u64,
     /// The wake-up last asked of the runtime (wall clock).
@@ -67,6 +69,7 @@ impl Engine {
             fanouts: FanOuts::default(),
             executions: Executions::default(),
             forwarder: Forwarder::default(),
+            kv_waits: KvWaits::default(),
             stopping: false,
             next_housekeeping_ms: 0,
             wake_asked: None,
@@ -123,7 +126,7 @@ impl Engine {
     }
 
     /// Work or effects still waiting (for checks): calls in flight, held effects,
-    /// executions, open awaits, waiting clients.
+    /// executions, open awaits, waiting clients, parked reads.
     pub fn in_flight(&self) -> InFlight {
         InFlight {
             calls: self.core.calls_in_flight(),
@@ -131,6 +134,7 @@ impl Engine {
             executions: self.executions.len(),
             awaits: self.awaits.open_awaits(),
             watches: self.watches.len(),
+            kv_waits: self.kv_waits.len(),
             definitions_busy: self.definitions.busy(),
         }
     }
@@ -143,5 +147,6 @@ pub struct InFlight {
     pub executions: usize,
     pub awaits: usize,
     pub watches: usize,
+    pub kv_waits: usize,
     pub definitions_busy: bool,
 }

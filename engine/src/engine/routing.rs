@@ -19,7 +19,7 @@ pub enum Target {
 /// The key that places a keyed operation: (namespace, key).
 pub fn route_key(op: &Op) -> Option<(&str, String)> {
     Some(match op {
-        Op::KvGet { namespace, key }
+        Op::KvGet { namespace, key, .. }
         | Op::KvPut { namespace, key, .. }
         | Op::KvDelete { namespace, key, .. } => (namespace, key.clone()),
         Op::RunStatus { namespace, run_id }

@@ -52,13 +52,15 @@ impl Engine {
                 }
             }
             Input::ConnClosed { conn } => {
-                workers::conn_closed(&mut self.core, &mut self.awaits, conn)
+                workers::conn_closed(&mut self.core, &mut self.awaits, conn);
+                kv::conn_closed(&mut self.core, &mut self.kv_waits, conn);
             }
             Input::Stop => self.stopping = true,
         }
         self.drain_agenda();
         start_executions(&mut self.core, &mut self.executions);
         kv::start_forwards(&mut self.core, &mut self.forwarder);
+        kv::serve_waits(&mut self.core, &mut self.kv_waits);
         self.ask_wake();
         self.core.take_effects(out);
     }
@@ -134,6 +136,7 @@ impl Engine {
             self.answer_watch(&run, to);
         }
         workers::expire_awaits(&mut self.core, &mut self.awaits);
+        kv::expire_waits(&mut self.core, &mut self.kv_waits);
         if now >= self.next_housekeeping_ms {
             self.next_housekeeping_ms = now + HOUSEKEEPING_MS;
             kv::sweep_expired(&mut self.core, EXPIRY_SWEEP_KEYS_MAX);
@@ -153,6 +156,7 @@ impl Engine {
             Some(to_wall(self.next_housekeeping_ms)),
             self.watches.next_deadline(),
             self.awaits.next_deadline(),
+            self.kv_waits.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -195,6 +199,9 @@ impl Engine {
                 Op::TaskAwait { .. } => {
                     workers::forward_await(&mut self.core, &mut self.awaits, s, to, op)
                 }
+                Op::KvGet {
+                    wait_ms: Some(1..), ..
+                } => kv::forward_wait(&mut self.core, &mut self.kv_waits, s, to, op),
                 op => {
                     self.core
                         .call(s, 0, PeerRequest::Client(op), Waiting::Relay(to));
@@ -303,7 +310,22 @@ impl Engine {
     /// Executes an operation this shard owns (a client's, or one routed here).
     fn execute(&mut self, to: ReplyTo, op: Op) {
         let done = match op {
-            Op::KvGet { namespace, key } => kv::get(&self.core, &namespace, &key),
+            Op::KvGet {
+                namespace,
+                key,
+                wait_ms,
+                after_version,
+            } => {
+                return kv::get_or_wait(
+                    &mut self.core,
+                    &mut self.kv_waits,
+                    to,
+                    namespace,
+                    key,
+                    wait_ms,
+                    after_version,
+                );
+            }
             Op::KvPut {
                 namespace,
                 key,
@@ -598,6 +620,7 @@ impl Engine {
                 let lsn = kv::on_remote_writes(core, from, origin_lsn, namespace, writes);
                 core.reply(to, lsn, Ok(Reply::Done));
             }
+            PeerRequest::KvWaitAbandon { tag } => kv::abandon_wait(&mut self.kv_waits, from, tag),
             PeerRequest::KvRead { namespace, key } => {
                 // The guest's result may depend on what it read: answered once durable.
                 let done = kv::get(core, &namespace, &key);
@@ -617,6 +640,9 @@ impl Engine {
         let core = &mut self.core;
         match waiting {
             Waiting::Relay(to) => core.reply_op(to, 0, result),
+            Waiting::KvWaitRelay(to) => {
+                kv::on_wait_relayed(core, &mut self.kv_waits, tag, to, result)
+            }
             Waiting::AwaitRelay { to, worker } => {
                 workers::on_await_relayed(core, &mut self.awaits, tag, to, worker, result)
             }

@@ -22,7 +22,7 @@ pub fn get(core: &Core, namespace: &str, key: &str) -> Done {
 
 /// The LSN an answer that finds `key` absent waits for: the last record that removed a key,
 /// and the put of an entry that expired (a crash could bring back the value before it).
-fn absence_lsn(core: &Core, namespace: &str, key: &str) -> u64 {
+pub(super) fn absence_lsn(core: &Core, namespace: &str, key: &str) -> u64 {
     let expired = core.state.kv.entry(namespace, key).map_or(0, |e| e.lsn);
     core.absence_lsn().max(expired)
 }

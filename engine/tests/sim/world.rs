@@ -603,6 +603,8 @@ impl Sim {
             22..=28 => Op::KvGet {
                 namespace: NS.into(),
                 key,
+                wait_ms: None,
+                after_version: None,
             },
             29..=30 => {
                 self.model.tainted.insert(key.clone());
