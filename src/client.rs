@@ -652,6 +652,8 @@ pub struct StartOptions {
     /// None: the latest version.
     pub version: Option<String>,
     pub idempotency_key: Option<String>,
+    /// The run's id, chosen by the caller (None: the server picks one).
+    pub run_id: Option<String>,
 }
 
 /// Workflow operations: definitions, runs, signals, history.
@@ -722,6 +724,7 @@ impl Client {
             input: input.to_vec(),
             idempotency_key: opts.idempotency_key,
             wait_ms,
+            run_id: opts.run_id,
         })
     }
 

@@ -963,6 +963,7 @@ fn a_burst_of_pipelined_runs_all_complete() {
                 input: format!(r#"{{"amount": {i}}}"#).into_bytes(),
                 idempotency_key: None,
                 wait_ms: Some(60_000),
+                run_id: None,
             }))
             .unwrap()
         })

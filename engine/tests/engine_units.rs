@@ -257,6 +257,7 @@ fn start_op(name: &str, input: Value) -> Op {
         input: input.to_string().into_bytes(),
         idempotency_key: None,
         wait_ms: None,
+        run_id: None,
     })
 }
 
@@ -1094,5 +1095,34 @@ fn parked_reads_are_bounded_per_shard() {
     match t.call(0, get_wait("one-more", 30_000, None)) {
         Err(e) => assert_eq!(e.code, flo_protocol::ErrorCode::Overloaded, "{e}"),
         other => panic!("{other:?}"),
+    }
+}
+
+// ---- run ids and history pages ----
+
+/// A start with a caller's run id lands on the shard owning that id (from any shard) and
+/// keeps the id; a second start with it conflicts.
+#[test]
+fn a_caller_chosen_run_id_places_the_run_and_cannot_be_reused() {
+    let mut t = T::new(2);
+    t.workflow(SIGNALS);
+    for (i, shard) in [0, 1, 0, 1].into_iter().enumerate() {
+        let id = format!("mine-{i}");
+        let mut op = start_op("approval", json!({}));
+        if let Op::WorkflowStart(spec) = &mut op {
+            spec.run_id = Some(id.clone());
+        }
+        match t.ok(shard, op.clone()) {
+            Reply::WorkflowStarted { run_id, created } => {
+                assert_eq!((run_id, created), (id.clone(), true))
+            }
+            other => panic!("{other:?}"),
+        }
+        let owner = t.c.owner(NS, &id);
+        assert!(t.c.engine(owner).state().workflows.run(NS, &id).is_some());
+        match t.call(1 - shard, op) {
+            Err(e) => assert_eq!(e.code, flo_protocol::ErrorCode::Conflict, "{e}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -323,6 +323,7 @@ impl Generator for WorkflowStart {
                 input: br#"{"n":1}"#.to_vec(),
                 idempotency_key: None,
                 wait_ms: Some(INVOKE_WAIT_MS),
+                run_id: None,
             });
         }
     }

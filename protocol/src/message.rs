@@ -29,6 +29,8 @@ pub const WORKER_METADATA_BYTES_MAX: usize = 16 << 10;
 pub const WORKER_PROCESSES_MAX: usize = 1024;
 /// Longest a blocking `KvGet` (`wait_ms`) is held by the server.
 pub const KV_WAIT_MS_MAX: u64 = 300_000;
+/// Longest run id a client may choose (`WorkflowStartSpec::run_id`).
+pub const RUN_ID_BYTES_MAX: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -451,6 +453,12 @@ pub struct WorkflowStartSpec {
     /// Reply with the run (`Reply::WorkflowRun`) once it is final or after this long,
     /// instead of with its id at once.
     pub wait_ms: Option<u64>,
+    /// The run's id, chosen by the caller (1 to `RUN_ID_BYTES_MAX` letters, digits, `-`,
+    /// `_`, `.`, `:`; not starting with `wfrun:`). A start with the id of an existing run
+    /// is a `conflict`, unless it carries that run's idempotency key (then: that run).
+    /// None: the server picks one (`wfrun-N`, or one derived from the idempotency key).
+    #[serde(default)]
+    pub run_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

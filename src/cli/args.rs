@@ -1,5 +1,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use flo::protocol::{KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX};
+use flo::protocol::{
+    KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, RUN_ID_BYTES_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
+};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -360,6 +362,10 @@ pub enum WorkflowCommand {
         /// The same key returns the same run instead of starting another.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// The run's id (letters, digits, `-`, `_`, `.`, `:`) instead of one the server
+        /// picks; a run with this id existing already is a conflict.
+        #[arg(long, value_name = "ID", value_parser = parse_run_id)]
+        run_id: Option<String>,
         /// Wait for the run to end and print its status.
         #[arg(long)]
         wait: bool,
@@ -435,6 +441,22 @@ fn parse_ttl(text: &str) -> Result<u64, String> {
         return Err(format!("{text:?} is too long: at most {} ms", i64::MAX));
     }
     Ok(ms)
+}
+
+/// `--run-id`: what the server accepts, checked before connecting.
+fn parse_run_id(text: &str) -> Result<String, String> {
+    let ok_chars = text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if text.is_empty() || text.len() > RUN_ID_BYTES_MAX || !ok_chars {
+        return Err(format!(
+            "use 1 to {RUN_ID_BYTES_MAX} letters, digits, '-', '_', '.' or ':'"
+        ));
+    }
+    if text.starts_with("wfrun:") {
+        return Err("ids starting with \"wfrun:\" are reserved for idempotency keys".into());
+    }
+    Ok(text.to_string())
 }
 
 #[cfg(test)]

@@ -94,11 +94,13 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             input,
             version,
             idempotency_key,
+            run_id,
             wait,
         } => {
             let opts = StartOptions {
                 version: version.clone(),
                 idempotency_key: idempotency_key.clone(),
+                run_id: run_id.clone(),
             };
             if !*wait {
                 let run_id = client.start_workflow(name, input.as_bytes(), opts)?;

@@ -48,6 +48,12 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::WorkflowCancel {
             namespace, run_id, ..
         } => (namespace, run_id.clone()),
+        // A run id the caller chose places the run (and finds it again on a repeat).
+        Op::WorkflowStart(WorkflowStartSpec {
+            namespace,
+            run_id: Some(run_id),
+            ..
+        }) => (namespace, run_id.clone()),
         Op::WorkflowStart(WorkflowStartSpec {
             namespace,
             name,

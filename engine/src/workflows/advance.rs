@@ -19,9 +19,9 @@ use crate::core::io::{Done, RunKey};
 use crate::kv::validate_namespace;
 use crate::record::{Record, StepNext, StepRef, StepWait};
 use flo_protocol::{
-    ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT,
-    RUN_LIST_LIMIT_MAX, Reply, RunStatus, ValidationIssue, WorkflowInfo, WorkflowRunStatus,
-    WorkflowStartSpec,
+    ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX,
+    RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply, RunStatus, ValidationIssue, WorkflowInfo,
+    WorkflowRunStatus, WorkflowStartSpec,
 };
 use serde_json::{Value, json};
 
@@ -38,9 +38,33 @@ pub const WORKFLOW_YAML_BYTES_MAX: usize = 1 << 20;
 /// the step (an output that is not JSON is kept as a JSON string and may grow six-fold).
 pub const STEP_OUTPUT_BYTES_MAX: usize = 4 << 20;
 
+/// The prefix of the ids idempotency keys map to (reserved: callers cannot choose them).
+const IDEMPOTENT_RUN_ID_PREFIX: &str = "wfrun:";
+
 /// The id an idempotency key maps to (the same key always reaches the same shard).
 pub fn idempotent_workflow_run_id(workflow: &str, key: &str) -> String {
-    format!("wfrun:{workflow}:{key}")
+    format!("{IDEMPOTENT_RUN_ID_PREFIX}{workflow}:{key}")
+}
+
+/// A run id chosen by the caller: 1 to `RUN_ID_BYTES_MAX` ASCII letters, digits, `-`, `_`,
+/// `.`, `:`, not starting with `wfrun:` (the ids idempotency keys map to).
+pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
+    let ok_chars = id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if id.is_empty() || id.len() > RUN_ID_BYTES_MAX || !ok_chars {
+        return Err(ErrorValue::bad_request(format!(
+            "run id {id:?} is invalid: use 1 to {RUN_ID_BYTES_MAX} letters, digits, '-', '_', \
+             '.' or ':'"
+        )));
+    }
+    if id.starts_with(IDEMPOTENT_RUN_ID_PREFIX) {
+        return Err(ErrorValue::bad_request(format!(
+            "run id {id:?} is invalid: ids starting with {IDEMPOTENT_RUN_ID_PREFIX:?} are \
+             reserved for runs started with an idempotency key"
+        )));
+    }
+    Ok(())
 }
 
 fn outcome_chain(outcome: &str) -> Vec<&str> {
@@ -170,7 +194,11 @@ pub fn wf_list(core: &Core, namespace: &str) -> Vec<WorkflowInfo> {
 pub fn wf_start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
     let now = core.now_ms();
     let planned = wf_plan_start(core, &spec);
-    let (run_id, version) = match planned {
+    let PlannedStart {
+        run_id,
+        version,
+        idempotency_key,
+    } = match planned {
         Ok(Ok(v)) => v,
         Ok(Err(existing)) => {
             let lsn = core
@@ -188,17 +216,13 @@ pub fn wf_start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
         }
         Err(e) => return Done::now(Err(e)),
     };
-    let key = match spec.idempotency_key {
-        Some(k) if run_id.starts_with("wfrun:") => Some(k),
-        _ => None,
-    };
     core.commit(Record::WfRunStarted {
         namespace: spec.namespace.clone(),
         run_id: run_id.clone(),
         workflow: spec.name,
         version,
         input: spec.input,
-        idempotency_key: key,
+        idempotency_key,
         parent: None,
         at_ms: now,
     });
@@ -212,11 +236,19 @@ pub fn wf_start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
     }
 }
 
-/// The run id and version for a start, or `Ok(Err(id))` for an idempotent repeat.
+/// What a start creates.
+struct PlannedStart {
+    run_id: String,
+    version: String,
+    /// The key kept with the run (when the definition uses idempotency keys).
+    idempotency_key: Option<String>,
+}
+
+/// The run a start creates, or `Ok(Err(id))` for an idempotent repeat.
 fn wf_plan_start(
     core: &Core,
     spec: &WorkflowStartSpec,
-) -> Result<Result<(String, String), String>, ErrorValue> {
+) -> Result<Result<PlannedStart, String>, ErrorValue> {
     validate_namespace(&spec.namespace)?;
     let entry = wf_entry(core, &spec.namespace, &spec.name)?;
     if !entry.enabled {
@@ -253,7 +285,7 @@ fn wf_plan_start(
             "idempotency key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"
         )));
     }
-    let keyed = match (def.idempotency, &spec.idempotency_key) {
+    let key = match (def.idempotency, &spec.idempotency_key) {
         (Idempotency::Required, None) => {
             return Err(ErrorValue::bad_request(format!(
                 "workflow {:?} requires an idempotency key (--idempotency-key KEY)",
@@ -261,19 +293,41 @@ fn wf_plan_start(
             )));
         }
         (Idempotency::None, _) | (_, None) => None,
-        (_, Some(key)) => Some(idempotent_workflow_run_id(&spec.name, key)),
+        (_, Some(key)) => Some(key.clone()),
     };
-    if let Some(id) = keyed {
+    let planned = |run_id: String, idempotency_key: Option<String>| PlannedStart {
+        run_id,
+        version: version.version.clone(),
+        idempotency_key,
+    };
+    // The caller's id: refused when taken, unless the key says this start is a repeat.
+    if let Some(id) = &spec.run_id {
+        check_run_id(id)?;
+        let Some(existing) = core.state.workflows.run(&spec.namespace, id) else {
+            return Ok(Ok(planned(id.clone(), key)));
+        };
+        if key.is_some() && existing.idempotency_key == key && existing.workflow == spec.name {
+            return Ok(Err(id.clone()));
+        }
+        return Err(ErrorValue::conflict(format!(
+            "workflow run {id:?} exists already (workflow {:?}, {}); choose another run id, \
+             or start with its idempotency key to get that run back",
+            existing.workflow,
+            existing.status.as_str()
+        )));
+    }
+    if let Some(key) = key {
+        let id = idempotent_workflow_run_id(&spec.name, &key);
         if core.state.workflows.run(&spec.namespace, &id).is_some() {
             return Ok(Err(id));
         }
-        return Ok(Ok((id, version.version.clone())));
+        return Ok(Ok(planned(id, Some(key))));
     }
     let state = &core.state;
     let id = state
         .workflows
         .next_run_id(&spec.namespace, |id| state.owns(&spec.namespace, id));
-    Ok(Ok((id, version.version.clone())))
+    Ok(Ok(planned(id, None)))
 }
 
 fn wf_run<'a>(core: &'a Core, namespace: &str, run_id: &str) -> Result<&'a WfRun, ErrorValue> {
