@@ -135,6 +135,15 @@ pub struct PutOptions {
     pub if_exists: bool,
 }
 
+/// A page of a run's history (see `Client::workflow_history_page`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// Oldest first; each carries its `seq`.
+    pub events: Vec<flo_protocol::HistoryEvent>,
+    /// More events follow: pass this as `after` for the next page.
+    pub next_after: Option<u64>,
+}
+
 /// A blocking client: one request at a time over one connection, in one namespace.
 pub struct Client {
     conn: Connection,
@@ -789,8 +798,32 @@ impl Client {
         match self.call(Op::WorkflowHistory {
             namespace: self.namespace.clone(),
             run_id: run_id.into(),
+            limit: None,
+            after: None,
         })? {
             Reply::WorkflowHistory(events) => Ok(events),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// One page of a run's history, oldest first: at most `limit` events (None: the
+    /// server's default page) after event `after` (None: from the first).
+    pub fn workflow_history_page(
+        &mut self,
+        run_id: &str,
+        limit: Option<u32>,
+        after: Option<u64>,
+    ) -> Result<HistoryPage, Error> {
+        let op = Op::WorkflowHistory {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+            limit: Some(limit.unwrap_or(flo_protocol::HISTORY_LIMIT_DEFAULT)),
+            after,
+        };
+        match self.call(op)? {
+            Reply::WorkflowHistoryPage { events, next_after } => {
+                Ok(HistoryPage { events, next_after })
+            }
             other => Err(unexpected(other)),
         }
     }

@@ -315,7 +315,11 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
     assert_eq!(last["detail"], "flo.Completed", "{last}");
     assert!(last["at"].as_str().unwrap().ends_with('Z'), "{last}");
     let text = cli_ok(&addr, &["workflow", "history", &run]);
-    assert!(text.lines().next().unwrap().starts_with("TIME"), "{text}");
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.trim_start().starts_with("SEQ") && header.contains("TIME"),
+        "{text}"
+    );
     assert!(text.contains("workflow_completed"), "{text}");
 
     // start --wait prints the final status.

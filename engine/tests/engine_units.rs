@@ -203,6 +203,8 @@ impl T {
             Op::WorkflowHistory {
                 namespace: NS.into(),
                 run_id: run_id.into(),
+                limit: None,
+                after: None,
             },
         ) {
             Reply::WorkflowHistory(h) => h,
@@ -1125,4 +1127,34 @@ fn a_caller_chosen_run_id_places_the_run_and_cannot_be_reused() {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// History pages: `limit` events after `after`, numbered from 1, with the next cursor.
+#[test]
+fn history_pages_slice_the_history_with_a_cursor() {
+    let mut t = T::new(1);
+    t.workflow(SIGNALS);
+    let run = t.start(0, "approval", json!({}));
+    let full = t.history(&run);
+    assert!(full.len() >= 2, "{full:?}");
+    assert!(full.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1));
+    let page = |t: &mut T, limit, after| match t.ok(
+        0,
+        Op::WorkflowHistory {
+            namespace: NS.into(),
+            run_id: run.clone(),
+            limit,
+            after,
+        },
+    ) {
+        Reply::WorkflowHistoryPage { events, next_after } => (events, next_after),
+        other => panic!("{other:?}"),
+    };
+    let (first, next) = page(&mut t, Some(1), None);
+    assert_eq!((first.len(), first[0].seq, next), (1, 1, Some(1)));
+    let (rest, next) = page(&mut t, Some(1000), Some(1));
+    assert_eq!(next, None);
+    assert_eq!([first, rest].concat(), full);
+    let (none, next) = page(&mut t, None, Some(u64::MAX));
+    assert!(none.is_empty() && next.is_none());
 }

@@ -31,6 +31,9 @@ pub const WORKER_PROCESSES_MAX: usize = 1024;
 pub const KV_WAIT_MS_MAX: u64 = 300_000;
 /// Longest run id a client may choose (`WorkflowStartSpec::run_id`).
 pub const RUN_ID_BYTES_MAX: usize = 256;
+/// History events per page when a page is asked for without a limit.
+pub const HISTORY_LIMIT_DEFAULT: u32 = 100;
+pub const HISTORY_LIMIT_MAX: u32 = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -234,9 +237,17 @@ pub enum Op {
         run_id: String,
         timeout_ms: u64,
     },
+    /// A run's history, oldest first. Without `limit` and `after`: every event
+    /// (`Reply::WorkflowHistory`); with either: one page (`Reply::WorkflowHistoryPage`).
     WorkflowHistory {
         namespace: String,
         run_id: String,
+        /// Events per page (default `HISTORY_LIMIT_DEFAULT`, at most `HISTORY_LIMIT_MAX`).
+        #[serde(default)]
+        limit: Option<u32>,
+        /// Only events whose `seq` is above this (the previous page's `next_after`).
+        #[serde(default)]
+        after: Option<u64>,
     },
     /// Deliver a typed signal to a run (stored; consumed by a `waitForSignal` of its type).
     WorkflowSignal {
@@ -579,6 +590,9 @@ pub struct HistoryEvent {
     pub step: Option<String>,
     pub detail: String,
     pub at_ms: u64,
+    /// Position in the run's history, from 1 (the cursor of history pages).
+    #[serde(default)]
+    pub seq: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -695,6 +709,12 @@ pub enum Reply {
         truncated: bool,
     },
     WorkflowHistory(Vec<HistoryEvent>),
+    /// One page of a run's history, oldest first.
+    WorkflowHistoryPage {
+        events: Vec<HistoryEvent>,
+        /// More events follow: ask again with `after` set to this (the last `seq` here).
+        next_after: Option<u64>,
+    },
     /// Acknowledgement of a change with nothing else to report.
     Done,
 }

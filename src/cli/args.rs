@@ -1,6 +1,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flo::protocol::{
-    KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, RUN_ID_BYTES_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
+    HISTORY_LIMIT_MAX, KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, RUN_ID_BYTES_MAX, TASK_AWAIT_MS_MAX,
+    TASK_AWAIT_TASKS_MAX,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -372,8 +373,18 @@ pub enum WorkflowCommand {
     },
     /// Show a run: status, current step, input, each step's outcome and output.
     Status { run_id: String },
-    /// A run's history events, oldest first.
-    History { run_id: String },
+    /// A run's history events, oldest first (each with its sequence number). With --limit
+    /// or --after: one page, and the --after of the next.
+    History {
+        run_id: String,
+        /// Events per page [default: 100].
+        #[arg(long, value_name = "N",
+              value_parser = clap::value_parser!(u32).range(1..=HISTORY_LIMIT_MAX as i64))]
+        limit: Option<u32>,
+        /// Only events after this sequence number (the previous page's last).
+        #[arg(long, value_name = "SEQ")]
+        after: Option<u64>,
+    },
     /// Send a typed signal to a run (kept until a step waits for that type).
     Signal {
         run_id: String,

@@ -125,13 +125,38 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             let run = client.workflow_run(run_id)?;
             out.print(run_json(&run), || run_text(&run));
         }
-        WorkflowCommand::History { run_id } => {
+        WorkflowCommand::History {
+            run_id,
+            limit: None,
+            after: None,
+        } => {
             let events = client.workflow_history(run_id)?;
             let doc = json!({
                 "run_id": run_id,
                 "events": events.iter().map(event_json).collect::<Vec<_>>(),
             });
             out.print(doc, || history_text(&events));
+        }
+        WorkflowCommand::History {
+            run_id,
+            limit,
+            after,
+        } => {
+            let page = client.workflow_history_page(run_id, *limit, *after)?;
+            let doc = json!({
+                "run_id": run_id,
+                "events": page.events.iter().map(event_json).collect::<Vec<_>>(),
+                "next_after": page.next_after,
+            });
+            out.print(doc, || {
+                let mut text = history_text(&page.events);
+                if let Some(next) = page.next_after {
+                    text.push_str(&format!(
+                        "\n(more events: flo workflow history {run_id} --after {next})"
+                    ));
+                }
+                text
+            });
         }
         WorkflowCommand::Signal {
             run_id,
@@ -410,6 +435,7 @@ fn run_text(r: &WorkflowRunInfo) -> String {
 
 fn event_json(e: &HistoryEvent) -> Value {
     json!({
+        "seq": e.seq,
         "type": e.event_type,
         "step": e.step,
         "detail": e.detail,
@@ -419,10 +445,14 @@ fn event_json(e: &HistoryEvent) -> Value {
 }
 
 fn history_text(events: &[HistoryEvent]) -> String {
-    let mut text = format!("{:<24} {:<22} {:<20} DETAIL", "TIME", "EVENT", "STEP");
+    let mut text = format!(
+        "{:>5} {:<24} {:<22} {:<20} DETAIL",
+        "SEQ", "TIME", "EVENT", "STEP"
+    );
     for e in events {
         text.push_str(&format!(
-            "\n{:<24} {:<22} {:<20} {}",
+            "\n{:>5} {:<24} {:<22} {:<20} {}",
+            e.seq,
             time_text(e.at_ms),
             e.event_type,
             e.step.as_deref().unwrap_or("-"),

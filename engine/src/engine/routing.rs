@@ -41,7 +41,9 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::WorkflowWait {
             namespace, run_id, ..
         }
-        | Op::WorkflowHistory { namespace, run_id }
+        | Op::WorkflowHistory {
+            namespace, run_id, ..
+        }
         | Op::WorkflowSignal {
             namespace, run_id, ..
         }

@@ -477,9 +477,12 @@ impl Engine {
                 run_id,
                 timeout_ms,
             } => return self.wait_for((namespace, run_id), true, timeout_ms, to),
-            Op::WorkflowHistory { namespace, run_id } => {
-                workflows::wf_history(&self.core, &namespace, &run_id)
-            }
+            Op::WorkflowHistory {
+                namespace,
+                run_id,
+                limit,
+                after,
+            } => workflows::wf_history(&self.core, &namespace, &run_id, limit, after),
             Op::WorkflowSignal {
                 namespace,
                 run_id,

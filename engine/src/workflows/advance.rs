@@ -19,9 +19,9 @@ use crate::core::io::{Done, RunKey};
 use crate::kv::validate_namespace;
 use crate::record::{Record, StepNext, StepRef, StepWait};
 use flo_protocol::{
-    ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX,
-    RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply, RunStatus, ValidationIssue, WorkflowInfo,
-    WorkflowRunStatus, WorkflowStartSpec,
+    ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, IDEMPOTENCY_KEY_BYTES_MAX,
+    RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply,
+    RunStatus, ValidationIssue, WorkflowInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
 use serde_json::{Value, json};
 
@@ -348,13 +348,50 @@ pub fn wf_status(core: &Core, namespace: &str, run_id: &str) -> Done {
     }
 }
 
-pub fn wf_history(core: &Core, namespace: &str, run_id: &str) -> Done {
-    match wf_run(core, namespace, run_id) {
-        Ok(run) => Done {
+/// A run's history, oldest first: all of it, or (with `limit` or `after`) the page of at
+/// most `limit` events after event `after`, with the cursor of the next page.
+pub fn wf_history(
+    core: &Core,
+    namespace: &str,
+    run_id: &str,
+    limit: Option<u32>,
+    after: Option<u64>,
+) -> Done {
+    let run = match wf_run(core, namespace, run_id) {
+        Ok(run) => run,
+        Err(e) => return Done::now(Err(e)),
+    };
+    let numbered = |(i, e): (usize, &HistoryEvent)| HistoryEvent {
+        seq: i as u64 + 1,
+        ..e.clone()
+    };
+    if limit.is_none() && after.is_none() {
+        let events = run.history.iter().enumerate().map(numbered).collect();
+        return Done {
             wait_lsn: run.lsn,
-            result: Ok(Reply::WorkflowHistory(run.history.clone())),
-        },
-        Err(e) => Done::now(Err(e)),
+            result: Ok(Reply::WorkflowHistory(events)),
+        };
+    }
+    let limit = limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
+    if limit == 0 || limit > HISTORY_LIMIT_MAX {
+        return Done::now(Err(ErrorValue::bad_request(format!(
+            "limit must be 1 to {HISTORY_LIMIT_MAX}, got {limit}"
+        ))));
+    }
+    let skip = usize::try_from(after.unwrap_or(0)).unwrap_or(usize::MAX);
+    let events: Vec<HistoryEvent> = run
+        .history
+        .iter()
+        .enumerate()
+        .skip(skip)
+        .take(limit as usize)
+        .map(numbered)
+        .collect();
+    let last = events.last().map_or(skip as u64, |e| e.seq);
+    let next_after = (last < run.history.len() as u64).then_some(last);
+    Done {
+        wait_lsn: run.lsn,
+        result: Ok(Reply::WorkflowHistoryPage { events, next_after }),
     }
 }
 

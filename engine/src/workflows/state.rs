@@ -89,6 +89,8 @@ impl WfRun {
             step: step.map(str::to_string),
             detail,
             at_ms,
+            // Numbered by position where a reply is built (`wf_history`).
+            seq: 0,
         });
     }
 }
