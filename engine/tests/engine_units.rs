@@ -968,6 +968,77 @@ fn a_definition_repeated_after_a_crash_is_answered_only_once_every_shard_has_it(
     );
 }
 
+// ---- concurrent awaits of one worker ----
+
+/// Two awaits of one worker open at once each receive a task of their own (the second does
+/// not answer the first), and neither gets a task the other got.
+#[test]
+fn two_open_awaits_of_one_worker_each_receive_their_own_task() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let one = |b| Op::TaskAwait {
+        namespace: NS.into(),
+        worker_id: w.clone(),
+        actions: vec!["review".into()],
+        max_tasks: 1,
+        block_ms: b,
+    };
+    // One on the home, one forwarded from the other shard.
+    let first = t.send_on(0, 11, one(30_000));
+    let second = t.send_on(1, 12, one(30_000));
+    t.settle();
+    assert!(
+        t.reply_on(11, first).is_none(),
+        "the second await answered the first"
+    );
+    assert!(t.reply_on(12, second).is_none());
+    assert_eq!(t.c.engine(0).in_flight().awaits, 2);
+
+    let a = t.invoke(0, invoke_spec("review", json!({"n": 1})));
+    let b = t.invoke(1, invoke_spec("review", json!({"n": 2})));
+    t.settle();
+    let got_first = tasks(t.reply_on(11, first));
+    let got_second = tasks(t.reply_on(12, second));
+    assert_eq!((got_first.len(), got_second.len()), (1, 1));
+    let mut ids = vec![got_first[0].task_id.clone(), got_second[0].task_id.clone()];
+    ids.sort();
+    let mut want = vec![a, b];
+    want.sort();
+    assert_eq!(ids, want, "each task went to exactly one await");
+}
+
+/// A worker keeps at most `AWAITS_PER_WORKER_MAX` awaits open: one more answers the oldest
+/// with no task at once; the others stay open.
+#[test]
+fn a_worker_over_its_bound_of_open_awaits_gets_its_oldest_answered_empty() {
+    let max = flo_engine::workers::AWAITS_PER_WORKER_MAX;
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let requests: Vec<u64> = (0..max)
+        .map(|_| t.send_on(0, 5, await_op(&w, "review", 30_000)))
+        .collect();
+    t.settle();
+    assert!(requests.iter().all(|r| t.reply_on(5, *r).is_none()));
+    assert_eq!(t.c.engine(0).in_flight().awaits, max);
+    let newest = t.send_on(0, 5, await_op(&w, "review", 30_000));
+    t.settle();
+    assert!(
+        tasks(t.reply_on(5, requests[0])).is_empty(),
+        "the oldest made room"
+    );
+    assert!(t.reply_on(5, requests[1]).is_none());
+    assert!(t.reply_on(5, newest).is_none());
+    assert_eq!(t.c.engine(0).in_flight().awaits, max);
+    // Closing the connection drops them all.
+    t.c.step(0, Input::ConnClosed { conn: 5 });
+    t.settle();
+    assert_eq!(t.c.engine(0).in_flight().awaits, 0);
+}
+
 // ---- blocking KV reads ----
 
 fn get_wait(key: &str, wait_ms: u64, after_version: Option<u64>) -> Op {

@@ -574,11 +574,9 @@ impl Engine {
                 definitions::apply_sync(core, to, actions, workflows)
             }
             PeerRequest::Want(msg) => workers::on_want(core, &mut self.awaits, from, msg, to),
-            PeerRequest::WantCancel {
-                namespace,
-                worker_id,
-                want_id,
-            } => workers::cancel_want(&mut self.awaits, &namespace, &worker_id, want_id),
+            PeerRequest::WantCancel { want_id, .. } => {
+                workers::cancel_want(&mut self.awaits, from, want_id)
+            }
             PeerRequest::TasksDelivered {
                 namespace,
                 worker_id,

@@ -9,6 +9,11 @@
 //! at the deadline with none; then it cancels the wants still parked. Tasks that reach the
 //! home after the await was answered (or whose worker's connection closed) are released:
 //! pending again, same attempt.
+//!
+//! A worker may have several awaits open at once (one per slot, or per thread): each is
+//! its own want (numbered by the home), served on its own, so a task goes to exactly one of
+//! them. At most `AWAITS_PER_WORKER_MAX` are open per worker; one more answers the oldest
+//! at once with no task (as if its time was up), releasing what it held.
 
 use super::registry::WorkerRegistry;
 use super::tasks::{WantSpec, lease_tasks, release_tasks};
@@ -23,14 +28,16 @@ use flo_protocol::{
     WORKER_PROCESSES_MAX,
 };
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Payload bytes one await's reply may carry (at least one task): under the frame limit.
 const AWAIT_REPLY_BYTES_MAX: usize = 3 << 20;
+/// Awaits one worker may have open at once; one more answers the oldest with no task.
+pub const AWAITS_PER_WORKER_MAX: usize = 64;
 
-/// An await being answered, on the worker's home shard.
+/// An await being answered, on the worker's home shard (keyed there by its want id).
 struct OpenAwait {
-    want_id: u64,
+    worker: WorkerKey,
     room: usize,
     tasks: Vec<TaskAssignment>,
     /// LSN of the home's own lease record (the others were durable before they came).
@@ -43,29 +50,35 @@ struct OpenAwait {
     deadline_ms: u64,
 }
 
-/// A worker's want parked on a shard that had no matching task when asked.
+/// A worker's want parked on a shard that had no matching task when asked (keyed there by
+/// its origin shard and want id).
 struct Want {
-    origin: u32,
-    want_id: u64,
+    worker: WorkerKey,
     actions: Vec<String>,
     labels: Option<Map<String, Value>>,
     room: usize,
     deadline_ms: u64,
 }
 
+/// A want on the shard holding it: (origin shard, want id).
+type WantKey = (u32, u64);
+
 #[derive(Default)]
 pub struct Awaits {
-    awaits: HashMap<WorkerKey, OpenAwait>,
-    /// Await deadlines: (deadline, want id) → worker (stale entries skipped).
-    deadlines: BTreeMap<(u64, u64), WorkerKey>,
-    wants: HashMap<WorkerKey, Want>,
-    /// Parked wants by action, served round-robin (may hold ids of wants since gone).
-    wants_by_action: HashMap<ActionKey, VecDeque<String>>,
+    /// Open awaits of workers homed here, by want id.
+    awaits: HashMap<u64, OpenAwait>,
+    /// A worker's open awaits, oldest first.
+    by_worker: HashMap<WorkerKey, Vec<u64>>,
+    /// Await deadlines: (deadline, want id).
+    deadlines: BTreeSet<(u64, u64)>,
+    wants: HashMap<WantKey, Want>,
+    /// Parked wants by action, served round-robin (may hold keys of wants since gone).
+    wants_by_action: HashMap<ActionKey, VecDeque<WantKey>>,
     next_want_id: u64,
     /// Rotates which shards get the remainder when an await is split.
     rotate: u32,
     /// Open awaits of this shard's clients, by connection (to drop them when it closes).
-    by_conn: HashMap<ConnId, Vec<WorkerKey>>,
+    by_conn: HashMap<ConnId, Vec<u64>>,
     /// Awaits of this shard's clients forwarded to the worker's home: connection →
     /// (home, call tag, worker).
     forwarded: HashMap<ConnId, Vec<(u32, u64, WorkerKey)>>,
@@ -76,7 +89,7 @@ pub struct Awaits {
 impl Awaits {
     /// The earliest await deadline (wall clock).
     pub fn next_deadline(&self) -> Option<u64> {
-        self.deadlines.keys().next().map(|(d, _)| *d)
+        self.deadlines.first().map(|(d, _)| *d)
     }
 
     pub fn open_awaits(&self) -> usize {
@@ -146,14 +159,8 @@ pub fn on_await_relayed(
 
 /// A client connection closed: its awaits are dropped and their tasks handed back.
 pub fn conn_closed(core: &mut Core, aw: &mut Awaits, conn: ConnId) {
-    for key in aw.by_conn.remove(&conn).unwrap_or_default() {
-        let belongs = aw
-            .awaits
-            .get(&key)
-            .is_some_and(|a| matches!(a.to, ReplyTo::Client(c) if c.conn == conn));
-        if belongs {
-            abandon_await(core, aw, &key, true);
-        }
+    for id in aw.by_conn.remove(&conn).unwrap_or_default() {
+        abandon_await(core, aw, id, true);
     }
     for (home, tag, worker) in aw.forwarded.remove(&conn).unwrap_or_default() {
         aw.orphaned.insert(tag);
@@ -171,14 +178,16 @@ pub fn conn_closed(core: &mut Core, aw: &mut Awaits, conn: ConnId) {
 
 /// The shard a forwarded await came from says its client is gone.
 pub fn abandon_forwarded(core: &mut Core, aw: &mut Awaits, from: u32, worker: WorkerKey, tag: u64) {
-    let belongs = aw
-        .awaits
-        .get(&worker)
-        .is_some_and(|a| a.to == ReplyTo::Peer { shard: from, tag });
-    if belongs {
+    let to = ReplyTo::Peer { shard: from, tag };
+    let id = aw.by_worker.get(&worker).and_then(|ids| {
+        ids.iter()
+            .copied()
+            .find(|id| aw.awaits.get(id).is_some_and(|a| a.to == to))
+    });
+    if let Some(id) = id {
         // Answered all the same (with nothing): the shard that forwarded it waits for an
         // answer to forget the call.
-        abandon_await(core, aw, &worker, false);
+        abandon_await(core, aw, id, false);
     }
 }
 
@@ -208,7 +217,7 @@ pub fn await_tasks(
         }
     };
     let key = (namespace.clone(), worker_id.clone());
-    abandon_await(core, aw, &key, false);
+    make_room(core, aw, &key);
     aw.next_want_id += 1;
     let want_id = aw.next_want_id;
     let block_ms = block_ms.min(TASK_AWAIT_MS_MAX);
@@ -234,11 +243,9 @@ pub fn await_tasks(
     if tasks.is_empty() && block_ms > 0 {
         park_want(
             aw,
-            &namespace,
-            &worker_id,
+            (me, want_id),
             Want {
-                origin: me,
-                want_id,
+                worker: key.clone(),
                 actions: actions.clone(),
                 labels: labels.clone(),
                 room: shares[me as usize] as usize,
@@ -265,13 +272,14 @@ pub fn await_tasks(
         core.call(s, 0, PeerRequest::Want(msg), waiting);
     }
     if let ReplyTo::Client(c) = to {
-        aw.by_conn.entry(c.conn).or_default().push(key.clone());
+        aw.by_conn.entry(c.conn).or_default().push(want_id);
     }
-    aw.deadlines.insert((deadline_ms, want_id), key.clone());
+    aw.deadlines.insert((deadline_ms, want_id));
+    aw.by_worker.entry(key.clone()).or_default().push(want_id);
     aw.awaits.insert(
-        key.clone(),
+        want_id,
         OpenAwait {
-            want_id,
+            worker: key,
             room: max_tasks as usize,
             tasks,
             lsn,
@@ -281,7 +289,18 @@ pub fn await_tasks(
             deadline_ms,
         },
     );
-    maybe_answer(core, aw, &key);
+    maybe_answer(core, aw, want_id);
+}
+
+/// A worker at its bound of open awaits: the oldest is answered now, with no task.
+fn make_room(core: &mut Core, aw: &mut Awaits, worker: &WorkerKey) {
+    let open = aw.by_worker.get(worker).map_or(0, Vec::len);
+    if open < AWAITS_PER_WORKER_MAX {
+        return;
+    }
+    if let Some(&oldest) = aw.by_worker.get(worker).and_then(|ids| ids.first()) {
+        abandon_await(core, aw, oldest, false);
+    }
 }
 
 /// Validates an await; `Ok(None)` when the worker is draining, else its labels.
@@ -368,7 +387,7 @@ pub fn on_delivery(
     tasks: Vec<TaskAssignment>,
     immediate: bool,
 ) {
-    let extra = match aw.awaits.get_mut(key).filter(|a| a.want_id == want_id) {
+    let extra = match aw.awaits.get_mut(&want_id).filter(|a| a.worker == *key) {
         None => tasks,
         Some(open) => {
             if immediate {
@@ -399,29 +418,30 @@ pub fn on_delivery(
         let ids = extra.into_iter().map(|t| t.task_id).collect();
         release(core, from, &key.0, &key.1, ids);
     }
-    maybe_answer(core, aw, key);
+    maybe_answer(core, aw, want_id);
 }
 
-fn maybe_answer(core: &mut Core, aw: &mut Awaits, key: &WorkerKey) {
+fn maybe_answer(core: &mut Core, aw: &mut Awaits, want_id: u64) {
     let now = core.wall_ms();
     let ready = aw
         .awaits
-        .get(key)
+        .get(&want_id)
         .is_some_and(|a| a.immediate_pending == 0 && (!a.tasks.is_empty() || a.deadline_ms <= now));
     if ready {
-        finish_await(core, aw, key, true);
+        finish_await(core, aw, want_id, true);
     }
 }
 
-/// Drops the worker's open await without handing it its tasks (its connection closed, or
-/// the worker asked again): they are released; it gets an empty answer if it still listens.
-fn abandon_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, gone: bool) {
-    let tasks = match aw.awaits.get_mut(key) {
-        Some(open) => std::mem::take(&mut open.tasks),
-        None => return,
+/// Drops an open await without handing it its tasks (its connection closed, or it made
+/// room for a newer one): they are released; it gets an empty answer if it still listens.
+fn abandon_await(core: &mut Core, aw: &mut Awaits, want_id: u64, gone: bool) {
+    let Some(open) = aw.awaits.get_mut(&want_id) else {
+        return;
     };
-    release_assignments(core, &key.0, &key.1, tasks);
-    finish_await(core, aw, key, !gone);
+    let tasks = std::mem::take(&mut open.tasks);
+    let worker = open.worker.clone();
+    release_assignments(core, &worker.0, &worker.1, tasks);
+    finish_await(core, aw, want_id, !gone);
 }
 
 /// Hands back tasks leased to a worker that will not receive them (each to its owner).
@@ -441,16 +461,23 @@ pub fn release_assignments(
     }
 }
 
-/// Answers the worker's open await with what it has (`answer`) and cancels its parked wants.
-fn finish_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, answer: bool) {
-    let Some(open) = aw.awaits.remove(key) else {
+/// Answers an open await with what it has (`answer`) and cancels its parked wants.
+fn finish_await(core: &mut Core, aw: &mut Awaits, want_id: u64, answer: bool) {
+    let Some(open) = aw.awaits.remove(&want_id) else {
         return;
     };
-    aw.deadlines.remove(&(open.deadline_ms, open.want_id));
+    let key = &open.worker;
+    aw.deadlines.remove(&(open.deadline_ms, want_id));
+    if let Some(ids) = aw.by_worker.get_mut(key) {
+        ids.retain(|id| *id != want_id);
+        if ids.is_empty() {
+            aw.by_worker.remove(key);
+        }
+    }
     if let ReplyTo::Client(c) = open.to
         && let Some(list) = aw.by_conn.get_mut(&c.conn)
     {
-        list.retain(|k| k != key);
+        list.retain(|id| *id != want_id);
         if list.is_empty() {
             aw.by_conn.remove(&c.conn);
         }
@@ -462,14 +489,15 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, answer: bool)
     if open.immediate_pending > 0 {
         cancel = (0..core.partitioning.shards).collect();
     }
+    let me = core.shard;
     for s in cancel {
-        if s == core.shard {
-            cancel_want(aw, &key.0, &key.1, open.want_id);
+        if s == me {
+            cancel_want(aw, me, want_id);
         } else {
             let req = PeerRequest::WantCancel {
                 namespace: key.0.clone(),
                 worker_id: key.1.clone(),
-                want_id: open.want_id,
+                want_id,
             };
             core.tell(s, 0, req);
         }
@@ -487,35 +515,30 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, key: &WorkerKey, answer: bool)
 pub fn expire_awaits(core: &mut Core, aw: &mut Awaits) {
     let now = core.wall_ms();
     let mut due = Vec::new();
-    while let Some(entry) = aw.deadlines.first_entry() {
-        if entry.key().0 > now {
-            break;
-        }
-        let ((_, want_id), key) = entry.remove_entry();
+    while aw.deadlines.first().is_some_and(|(d, _)| *d <= now) {
+        let (_, want_id) = aw.deadlines.pop_first().expect("checked");
         // An await still missing a shard's first answer is answered when that comes (every
         // shard answers at once, and `maybe_answer` sees the deadline passed), so tasks
         // leased for it are not lost.
         if aw
             .awaits
-            .get(&key)
-            .is_some_and(|a| a.want_id == want_id && a.immediate_pending == 0)
+            .get(&want_id)
+            .is_some_and(|a| a.immediate_pending == 0)
         {
-            due.push(key);
+            due.push(want_id);
         }
     }
-    for key in due {
-        finish_await(core, aw, &key, true);
+    for want_id in due {
+        finish_await(core, aw, want_id, true);
     }
 }
 
-/// The worker drained or left: answer its await now, nothing more comes to it.
+/// The worker drained or left: answer its awaits now, nothing more comes to it.
 pub fn worker_gone(core: &mut Core, aw: &mut Awaits, namespace: &str, worker_id: &str) {
-    finish_await(
-        core,
-        aw,
-        &(namespace.to_string(), worker_id.to_string()),
-        true,
-    );
+    let key = (namespace.to_string(), worker_id.to_string());
+    for want_id in aw.by_worker.get(&key).cloned().unwrap_or_default() {
+        finish_await(core, aw, want_id, true);
+    }
 }
 
 // ---- on the shard owning the tasks ----
@@ -537,11 +560,9 @@ pub fn on_want(core: &mut Core, aw: &mut Awaits, origin: u32, msg: WantMsg, to: 
     if tasks.is_empty() && msg.deadline_ms > core.wall_ms() {
         park_want(
             aw,
-            &msg.namespace,
-            &msg.worker_id,
+            (origin, msg.want_id),
             Want {
-                origin,
-                want_id: msg.want_id,
+                worker: (msg.namespace, msg.worker_id),
                 actions: msg.actions,
                 labels: msg.labels,
                 room: msg.room as usize,
@@ -553,22 +574,19 @@ pub fn on_want(core: &mut Core, aw: &mut Awaits, origin: u32, msg: WantMsg, to: 
     core.reply(to, lsn, Ok(Reply::Tasks(tasks)));
 }
 
-fn park_want(aw: &mut Awaits, namespace: &str, worker_id: &str, want: Want) {
+fn park_want(aw: &mut Awaits, key: WantKey, want: Want) {
     for action in &want.actions {
         aw.wants_by_action
-            .entry((namespace.to_string(), action.clone()))
+            .entry((want.worker.0.clone(), action.clone()))
             .or_default()
-            .push_back(worker_id.to_string());
+            .push_back(key);
     }
-    aw.wants
-        .insert((namespace.to_string(), worker_id.to_string()), want);
+    aw.wants.insert(key, want);
 }
 
-pub fn cancel_want(aw: &mut Awaits, namespace: &str, worker_id: &str, want_id: u64) {
-    let key = (namespace.to_string(), worker_id.to_string());
-    if aw.wants.get(&key).is_some_and(|w| w.want_id == want_id) {
-        aw.wants.remove(&key);
-    }
+/// Drops want `want_id` of shard `origin` parked here (its await was answered).
+pub fn cancel_want(aw: &mut Awaits, origin: u32, want_id: u64) {
+    aw.wants.remove(&(origin, want_id));
 }
 
 /// Serves parked wants from tasks that became ready since the last call (once per batch
@@ -598,10 +616,9 @@ fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
         if candidates == 0 || misses >= candidates {
             return;
         }
-        let Some(worker_id) = pop_candidate(aw, action) else {
+        let Some(key) = pop_candidate(aw, action) else {
             return;
         };
-        let key = (action.0.clone(), worker_id);
         let live = aw
             .wants
             .get(&key)
@@ -621,8 +638,8 @@ fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
         let (tasks, lsn) = lease_tasks(
             core,
             &WantSpec {
-                namespace: &key.0,
-                worker_id: &key.1,
+                namespace: &want.worker.0,
+                worker_id: &want.worker.1,
                 actions: &want.actions,
                 labels: want.labels.as_ref(),
                 max: want.room,
@@ -632,18 +649,19 @@ fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
         if tasks.is_empty() {
             // Labels keep this worker from the queued tasks: try the next want.
             misses += 1;
-            push_candidate(aw, action, key.1);
+            push_candidate(aw, action, key);
             continue;
         }
         misses = 0;
         let Some(want) = aw.wants.remove(&key) else {
             continue;
         };
-        deliver(core, want.origin, key, want.want_id, tasks, lsn);
+        let (origin, want_id) = key;
+        deliver(core, origin, want.worker, want_id, tasks, lsn);
     }
 }
 
-fn pop_candidate(aw: &mut Awaits, action: &ActionKey) -> Option<String> {
+fn pop_candidate(aw: &mut Awaits, action: &ActionKey) -> Option<WantKey> {
     let queue = aw.wants_by_action.get_mut(action)?;
     let id = queue.pop_front();
     if queue.is_empty() {
@@ -652,11 +670,11 @@ fn pop_candidate(aw: &mut Awaits, action: &ActionKey) -> Option<String> {
     id
 }
 
-fn push_candidate(aw: &mut Awaits, action: &ActionKey, worker_id: String) {
+fn push_candidate(aw: &mut Awaits, action: &ActionKey, key: WantKey) {
     aw.wants_by_action
         .entry(action.clone())
         .or_default()
-        .push_back(worker_id);
+        .push_back(key);
 }
 
 /// Sends leased tasks to the worker's home once their lease is durable.
@@ -710,10 +728,10 @@ pub fn sweep_wants(core: &Core, aw: &mut Awaits) {
     let now = core.wall_ms();
     aw.wants.retain(|_, w| w.deadline_ms > now);
     let wants = &aw.wants;
-    aw.wants_by_action.retain(|(ns, _), ids| {
+    aw.wants_by_action.retain(|_, keys| {
         let mut seen = HashSet::default();
-        ids.retain(|id| wants.contains_key(&(ns.clone(), id.clone())) && seen.insert(id.clone()));
-        !ids.is_empty()
+        keys.retain(|key| wants.contains_key(key) && seen.insert(*key));
+        !keys.is_empty()
     });
 }
 
