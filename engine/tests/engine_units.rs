@@ -1039,6 +1039,28 @@ fn a_worker_over_its_bound_of_open_awaits_gets_its_oldest_answered_empty() {
     assert_eq!(t.c.engine(0).in_flight().awaits, 0);
 }
 
+/// A worker may await an action nobody registered yet (it registered for it): nothing
+/// comes, the await answers empty at its deadline, not with an error.
+#[test]
+fn an_await_for_an_action_not_registered_yet_answers_no_task_at_its_deadline() {
+    let mut t = T::new(2);
+    let w = worker_homed_on(&t, 1);
+    t.worker(&w, &["later"], None);
+    let request = t.send(1, await_op(&w, "later", 5_000));
+    t.settle();
+    assert!(
+        t.reply_on(t.conn, request).is_none(),
+        "answered before its deadline"
+    );
+    t.set_clock(START_MS + 5_000);
+    assert!(tasks(t.reply_on(t.conn, request)).is_empty());
+    // An action the worker is not registered for is still refused.
+    match t.call(1, await_op(&w, "other", 0)) {
+        Err(e) => assert_eq!(e.code, flo_protocol::ErrorCode::NotFound, "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 // ---- blocking KV reads ----
 
 fn get_wait(key: &str, wait_ms: u64, after_version: Option<u64>) -> Op {

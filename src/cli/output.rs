@@ -45,8 +45,15 @@ pub fn entry_json(e: &KvEntry) -> Value {
     doc
 }
 
-/// Milliseconds since the epoch as an RFC 3339 UTC time.
+/// Latest time shown as a date (the end of year 9999); later ones are "never".
+const TIME_TEXT_MS_MAX: u64 = 253_402_300_799_999;
+
+/// Milliseconds since the epoch as an RFC 3339 UTC time; "never" past year 9999 (a delay
+/// beyond the timer horizon).
 pub fn time_text(ms: u64) -> String {
+    if ms > TIME_TEXT_MS_MAX {
+        return "never".to_string();
+    }
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(t).to_string()
 }

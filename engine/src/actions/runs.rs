@@ -1,5 +1,6 @@
 //! Runs of actions on this shard: created, attempted, completed, failed, cancelled.
 
+use crate::clock::{DELAY_MS_ACCEPTED_MAX, deadline_after};
 use crate::record::{ActionDefRecord, Record};
 use crate::tables::HashMap;
 use flo_protocol::{
@@ -8,7 +9,9 @@ use flo_protocol::{
 };
 
 pub const PRIORITY_DEFAULT: u8 = 10;
-pub const DELAY_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
+/// Longest invocation delay; one beyond the timer horizon never ends (the run stays
+/// pending until cancelled).
+pub const DELAY_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
 pub const LABELS_BYTES_MAX: usize = 4096;
 
 #[derive(Debug, Clone)]
@@ -190,7 +193,8 @@ impl Runs {
             labels: spec.labels,
             idempotency_key: spec.idempotency_key,
             created_at_ms: now_ms,
-            available_at_ms: now_ms + delay,
+            // Beyond the horizon: never available.
+            available_at_ms: deadline_after(now_ms, delay).unwrap_or(u64::MAX),
             step: None,
         })
     }

@@ -326,7 +326,17 @@ fn check_await(
     }
     let worker = registry.require(namespace, worker_id)?;
     for action in actions {
-        let def = core.state.registry.require(namespace, action)?;
+        // An action not registered (yet) has no tasks: the await waits for them like for
+        // any other (its tasks come once it is registered and invoked).
+        let Some(def) = core.state.registry.get(namespace, action) else {
+            if worker.processes_action(action) {
+                continue;
+            }
+            return Err(ErrorValue::not_found(format!(
+                "action {action:?} is not registered in namespace {namespace:?}, and worker \
+                 {worker_id:?} is not registered for it"
+            )));
+        };
         if def.kind != ActionKind::User {
             return Err(ErrorValue::bad_request(format!(
                 "action {action:?} is a wasm action: the server runs it, workers cannot await it"

@@ -14,6 +14,7 @@
 use super::def::{Idempotency, Next, StepAction, Target, WorkflowDef};
 use super::state::{WfRun, json_value, run_info};
 use super::validate::SIGNAL_TYPE_BYTES_MAX;
+use crate::clock::deadline_after;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, RunKey};
 use crate::kv::validate_namespace;
@@ -639,8 +640,9 @@ pub fn wf_advance(core: &mut Core, namespace: &str, run_id: &str) {
                         Some(seq),
                     ),
                     None => {
-                        // The record's observe sets the deadline's timer.
-                        let deadline_ms = wait.timeout_ms.map(|t| now.saturating_add(t));
+                        // The record's observe sets the deadline's timer (none beyond the
+                        // timer horizon: such a wait never times out).
+                        let deadline_ms = wait.timeout_ms.and_then(|t| deadline_after(now, t));
                         core.commit(Record::WfStepStarted {
                             namespace: namespace.to_string(),
                             run_id: run_id.to_string(),
@@ -1101,10 +1103,14 @@ fn wf_signal_timeout(core: &mut Core, namespace: &str, run_id: &str) {
         return;
     };
     let step = run.current_step.clone().unwrap_or_default();
-    let on_timeout = match def.step(&step).map(|s| &s.action) {
-        Some(StepAction::WaitForSignal(w)) => w.on_timeout.clone(),
-        _ => None,
-    };
+    // `onTimeout`, else a `timeout` transition, else the run times out.
+    let on_timeout = def.step(&step).and_then(|s| match &s.action {
+        StepAction::WaitForSignal(w) => w
+            .on_timeout
+            .clone()
+            .or_else(|| s.transitions.get("timeout").cloned()),
+        StepAction::Run(_) => None,
+    });
     let next = match on_timeout.as_deref().and_then(|t| def.resolve(t)) {
         Some(Next::Step(s)) => StepNext::Step(s.to_string()),
         Some(Next::Terminal { name, status }) => StepNext::End {

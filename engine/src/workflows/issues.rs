@@ -34,6 +34,7 @@ pub enum IssueCode {
     W101,
     W102,
     W103,
+    W104,
 }
 
 impl fmt::Display for IssueCode {

@@ -1040,12 +1040,12 @@ steps:
             "start.retry.backoff",
         );
         refused(
-            &with_retry("initial_delay_ms: 86400001"),
+            &with_retry("initial_delay_ms: 9223372036854775808"),
             "E501",
             "start.retry.initial_delay_ms",
         );
         refused(
-            &with_retry("max_delay_ms: 86400001"),
+            &with_retry("max_delay_ms: 9223372036854775808"),
             "E501",
             "start.retry.max_delay_ms",
         );
@@ -1055,6 +1055,19 @@ steps:
             "start.retry.max_delay_ms",
         );
         refused(&with_retry("within_ms: 0"), "E501", "start.retry.within_ms");
+        refused(
+            &with_retry("within_ms: 9223372036854775808"),
+            "E501",
+            "start.retry.within_ms",
+        );
+        // Up to i64::MAX ms is accepted (beyond the timer horizon: never).
+        let far = ok(&with_retry(
+            "initial_delay_ms: 9223372036854775807, max_delay_ms: 9223372036854775807, within_ms: 9223372036854775807",
+        ));
+        assert_eq!(
+            far.def.start.retry.unwrap().initial_delay_ms,
+            i64::MAX as u64
+        );
         let v = ok(&with_retry(
             "max_attempts: 100, backoff: exponential_jitter, within_ms: 5000",
         ));
@@ -1079,12 +1092,12 @@ steps:
         );
         refused(&with_poll("backoff: slow"), "E502", "start.poll.backoff");
         refused(
-            &with_poll("baseDelayMs: 86400001"),
+            &with_poll("baseDelayMs: 9223372036854775808"),
             "E502",
             "start.poll.baseDelayMs",
         );
         refused(
-            &with_poll("initialDelayMs: 86400001"),
+            &with_poll("initialDelayMs: 9223372036854775808"),
             "E502",
             "start.poll.initialDelayMs",
         );
@@ -1115,6 +1128,13 @@ steps:
             "E503",
             "start.waitForSignal.timeoutMs",
         );
+        refused(
+            &wait("type: t, timeoutMs: 9223372036854775808"),
+            "E503",
+            "start.waitForSignal.timeoutMs",
+        );
+        let v = ok(&wait("type: t, timeoutMs: 9223372036854775807"));
+        assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
     }
 
     #[test]
@@ -1168,6 +1188,24 @@ steps:
                 on_timeout: None,
             })
         );
+    }
+
+    #[test]
+    fn w104_timeout_transition_on_a_wait_without_timeout_warns() {
+        let v = ok(&wf(
+            "start:\n  waitForSignal: {type: t}\n  transitions: {success: flo.Completed, timeout: flo.Failed}\n",
+        ));
+        assert_eq!(
+            codes(&v.warnings),
+            [
+                ("W102", "start.waitForSignal"),
+                ("W104", "start.transitions.timeout")
+            ]
+        );
+        let v = ok(&wf(
+            "start:\n  waitForSignal: {type: t, timeoutMs: 5}\n  transitions: {success: flo.Completed, timeout: flo.Failed}\n",
+        ));
+        assert!(v.warnings.is_empty(), "{:#?}", v.warnings);
     }
 
     #[test]

@@ -27,13 +27,17 @@
 //! | E401 | a duplicate key (steps, terminals, transitions, fields) |
 //! | E402 | a custom terminal named like a step or a built-in terminal |
 //! | E403 | a custom terminal `status` missing or not `completed`, `failed`, `cancelled`, `timed_out` |
-//! | E501 | invalid `retry` (attempts not 1..=100, unknown backoff, delay over a day, `max_delay_ms` below `initial_delay_ms`, `within_ms` 0 or over a week) |
+//! | E501 | invalid `retry` (attempts not 1..=100, unknown backoff, a delay over 2^63-1 ms, `max_delay_ms` below `initial_delay_ms`, `within_ms` 0 or over 2^63-1) |
 //! | E502 | invalid `poll` (the same checks; `maxDelayMs` below `baseDelayMs`) |
-//! | E503 | invalid `waitForSignal` (`type` missing or empty, `timeoutMs` 0 or over a year) |
+//! | E503 | invalid `waitForSignal` (`type` missing or empty, `timeoutMs` 0 or over 2^63-1) |
 //! | E504 | `retry`, `poll` or `inputMapping` on a `waitForSignal` step |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
+//! | W104 | (warning) a `timeout` transition on a `waitForSignal` step without `timeoutMs` (it can never fire) |
+//!
+//! Delays and timeouts may be anything up to 2^63-1 ms (`i64::MAX`); one beyond the timer
+//! horizon (about 100 years, `clock::TIMER_HORIZON_MS`) never fires.
 
 use super::def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, PollPolicy, RetryPolicy, START_STEP, SignalWait, Step,
@@ -43,6 +47,7 @@ use super::issues::{IssueCode, issue};
 use super::mapping::{is_mapping_path, mapping_paths};
 use super::parse::{Entries, RawPoll, RawRetry, RawSignalWait, RawStep, RawWorkflow};
 use crate::actions::validate_action_name;
+use crate::clock::DELAY_MS_ACCEPTED_MAX;
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
 use serde_json_path::JsonPath;
@@ -55,10 +60,10 @@ pub const STEP_NAME_BYTES_MAX: usize = 256;
 pub const SIGNAL_TYPE_BYTES_MAX: usize = 256;
 /// `max_attempts` / `maxAttempts` of retries and polls.
 pub const ATTEMPTS_MAX: u64 = 100;
-/// Any retry or poll delay.
-pub const DELAY_MS_MAX: u64 = 24 * 3600 * 1000;
-pub const RETRY_WITHIN_MS_MAX: u64 = 7 * DELAY_MS_MAX;
-pub const SIGNAL_TIMEOUT_MS_MAX: u64 = 365 * DELAY_MS_MAX;
+/// Any retry or poll delay (beyond the timer horizon: never).
+pub const DELAY_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
+pub const RETRY_WITHIN_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
+pub const SIGNAL_TIMEOUT_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
 pub const RETRY_ATTEMPTS_DEFAULT: u32 = 3;
 pub const RETRY_INITIAL_DELAY_MS_DEFAULT: u64 = 1000;
 pub const POLL_ATTEMPTS_DEFAULT: u32 = 10;
@@ -420,6 +425,16 @@ impl Checker {
         let input_mapping = input_mapping
             .and_then(|m| self.input_mapping(&format!("{path}.inputMapping"), m, scope));
         let transitions = self.transitions(path, entries(transitions), scope, kind, has_poll);
+        if let Some(StepAction::WaitForSignal(wait)) = &action
+            && wait.timeout_ms.is_none()
+            && transitions.contains_key("timeout")
+        {
+            self.warn(
+                IssueCode::W104,
+                format!("{path}.transitions.timeout"),
+                "the step has no `waitForSignal.timeoutMs`, so its `timeout` transition can never fire (the step waits forever); add `timeoutMs` or remove the transition",
+            );
+        }
         Some(Step {
             action: action?,
             input_mapping,
@@ -474,7 +489,7 @@ impl Checker {
             Some(ms) if ms > SIGNAL_TIMEOUT_MS_MAX => self.error(
                 IssueCode::E503,
                 format!("{path}.timeoutMs"),
-                format!("`timeoutMs` is {ms}; at most {SIGNAL_TIMEOUT_MS_MAX} (a year) is allowed"),
+                format!("`timeoutMs` is {ms}; at most {SIGNAL_TIMEOUT_MS_MAX} is allowed (a timeout beyond about 100 years never fires)"),
             ),
             Some(_) => {}
             None => {
@@ -483,6 +498,7 @@ impl Checker {
                 } else {
                     ""
                 };
+                // A `timeout` transition that can never fire has its own warning (W104).
                 self.warn(
                     IssueCode::W102,
                     path,
@@ -533,7 +549,7 @@ impl Checker {
             Some(ms) if ms == 0 || ms > RETRY_WITHIN_MS_MAX => self.error(
                 code,
                 format!("{path}.within_ms"),
-                format!("`within_ms` is {ms}; use 1 to {RETRY_WITHIN_MS_MAX} (a week), or leave it out for no time budget"),
+                format!("`within_ms` is {ms}; use 1 to {RETRY_WITHIN_MS_MAX}, or leave it out for no time budget"),
             ),
             _ => {}
         }
@@ -621,7 +637,7 @@ impl Checker {
             self.error(
                 code,
                 format!("{path}.{field}"),
-                format!("`{field}` is {ms} ms; at most {DELAY_MS_MAX} (a day) is allowed"),
+                format!("`{field}` is {ms} ms; at most {DELAY_MS_MAX} is allowed"),
             );
         }
     }
