@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{TestServer, cli_fails, cli_json, cli_ok, temp_dir};
+use common::{TestServer, cli_fails, cli_json, cli_ok, cli_usage_fails, temp_dir};
 use serde_json::{Value, json};
 
 /// How long an await that should receive a task may wait.
@@ -810,7 +810,7 @@ fn list_and_info_show_each_workers_load_and_counts() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn worker_mistakes_fail_with_exit_code_1_and_a_clear_message() {
+fn worker_mistakes_fail_with_a_clear_message_and_exit_code_1_or_2_for_usage() {
     let (_dir, server, addr) = start();
     register_action(&addr, "process-order", &[]);
 
@@ -883,8 +883,8 @@ fn worker_mistakes_fail_with_exit_code_1_and_a_clear_message() {
     let stderr = cli_fails(&addr, &["worker", "info", "nobody"]);
     assert!(stderr.contains("nobody"), "{stderr}");
 
-    // JSON arguments are checked by the CLI before anything is sent.
-    let stderr = cli_fails(
+    // JSON arguments are checked by the CLI before anything is sent: usage errors.
+    let stderr = cli_usage_fails(
         &addr,
         &[
             "worker",
@@ -902,7 +902,7 @@ fn worker_mistakes_fail_with_exit_code_1_and_a_clear_message() {
         stderr.contains("--result") && stderr.contains("JSON"),
         "{stderr}"
     );
-    let stderr = cli_fails(
+    let stderr = cli_usage_fails(
         &addr,
         &[
             "worker",
@@ -914,7 +914,7 @@ fn worker_mistakes_fail_with_exit_code_1_and_a_clear_message() {
         ],
     );
     assert!(stderr.contains("--labels"), "{stderr}");
-    let stderr = cli_fails(
+    let stderr = cli_usage_fails(
         &addr,
         &[
             "worker",

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{FLO_BIN, TestServer, cli_fails, cli_json, cli_ok, temp_dir, wait_until};
+use common::{
+    FLO_BIN, TestServer, cli_fails, cli_json, cli_ok, cli_usage_fails, temp_dir, wait_until,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -204,7 +206,11 @@ fn validate_reports_errors_and_warnings_without_a_server() {
         &PROCESS_ORDER.replace("success: ship", "success: shipp"),
     );
     let (code, stdout, stderr) = validate(&["validate", "workflow", "-f", bad.to_str().unwrap()]);
-    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert_eq!(
+        code,
+        Some(2),
+        "a refused definition is a usage error: {stdout}{stderr}"
+    );
     assert!(stdout.is_empty(), "{stdout}");
     assert!(
         stderr.starts_with("error: ") && stderr.contains("not a valid workflow definition"),
@@ -221,7 +227,7 @@ fn validate_reports_errors_and_warnings_without_a_server() {
         "-f",
         bad.to_str().unwrap(),
     ]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2));
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(doc["valid"], false);
     let err = &doc["errors"][0];
@@ -229,7 +235,7 @@ fn validate_reports_errors_and_warnings_without_a_server() {
     assert_eq!(err["path"], "steps.charge.transitions.success");
 
     let (code, _, stderr) = validate(&["validate", "workflow", "-f", "/nonexistent/wf.yaml"]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2), "an unreadable file is a usage error");
     assert!(
         stderr.contains("cannot read workflow definition /nonexistent/wf.yaml"),
         "{stderr}"
@@ -511,10 +517,10 @@ fn mistakes_get_clear_errors() {
     let addr = server.addr_string();
     let files = temp_dir();
 
-    // Judged before connecting: bad JSON, bad status.
-    let err = cli_fails("127.0.0.1:1", &["workflow", "start", "w", "{not json"]);
+    // Judged before connecting: bad JSON, bad status (usage errors, exit 2).
+    let err = cli_usage_fails("127.0.0.1:1", &["workflow", "start", "w", "{not json"]);
     assert!(err.contains("the input is not valid JSON"), "{err}");
-    let err = cli_fails(
+    let err = cli_usage_fails(
         "127.0.0.1:1",
         &["workflow", "signal", "wfrun-1", "--type", "t", "nope"],
     );
@@ -522,29 +528,29 @@ fn mistakes_get_clear_errors() {
         err.contains("the signal payload is not valid JSON"),
         "{err}"
     );
-    let err = cli_fails(
+    let err = cli_usage_fails(
         "127.0.0.1:1",
         &["workflow", "list-runs", "w", "--status", "done"],
     );
     assert!(err.contains("unknown status \"done\""), "{err}");
 
-    // Refused by the server with the validator's codes; nothing created.
+    // Refused by the server with the validator's codes (exit 2); nothing created.
     let bad = write(
         files.path(),
         "bad.yaml",
         "kind: Workflow\nname: broken\nversion: \"1\"\nstart:\n  run: \"@actions/a\"\n  transitions:\n    success: nowhere\n",
     );
-    let err = cli_fails(&addr, &["workflow", "create", "-f", bad.to_str().unwrap()]);
+    let err = cli_usage_fails(&addr, &["workflow", "create", "-f", bad.to_str().unwrap()]);
     assert!(err.contains("start.transitions.success"), "{err}");
     assert!(err.contains("nowhere"), "{err}");
     assert_eq!(
         cli_json(&addr, &["workflow", "list"])["workflows"],
         json!([])
     );
-    let err = cli_fails(&addr, &["workflow", "create", "-f", "/nonexistent.yaml"]);
+    let err = cli_usage_fails(&addr, &["workflow", "create", "-f", "/nonexistent.yaml"]);
     assert!(err.contains("cannot read workflow definition"), "{err}");
 
-    // Unknown names.
+    // Unknown names (exit 1).
     let err = cli_fails(&addr, &["workflow", "start", "ghost"]);
     assert!(err.contains("ghost"), "{err}");
     let err = cli_fails(&addr, &["workflow", "status", "wfrun-999"]);

@@ -84,7 +84,7 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
                 ),
             });
             if info.status != RunStatus::Completed {
-                return Err(CliError::Usage(format!(
+                return Err(CliError::Failed(format!(
                     "run {} ended {}",
                     info.run_id,
                     info.status.as_str()

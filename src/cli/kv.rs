@@ -32,7 +32,7 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
         } => {
             let wait_ms = wait_ms.unwrap_or(0);
             let Some(entry) = client.kv_get_wait(key, wait_ms, *after_version)? else {
-                return Err(CliError::Usage(not_found(
+                return Err(CliError::Failed(not_found(
                     key,
                     client.namespace(),
                     wait_ms,

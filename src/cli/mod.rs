@@ -1,6 +1,8 @@
 //! Command-line interface. Conventions for every command: `--addr`/`FLO_ADDR`,
 //! `--namespace`/`FLO_NAMESPACE`, human output by default, `--json` for exactly one JSON
-//! document on stdout; errors go to stderr with a non-zero exit.
+//! document on stdout; errors go to stderr with a non-zero exit: 1 the server refused or
+//! found nothing, 2 a usage error or a definition refused by validation, 3 the server
+//! cannot be reached.
 
 mod action;
 mod args;
@@ -13,8 +15,18 @@ mod workflow;
 
 pub use args::{Cli, Command};
 use clap::Parser;
+use flo::protocol::ErrorCode;
 use flo::{Client, Error};
 use output::Output;
+
+/// Exit codes (documented in the README).
+pub const EXIT_OK: i32 = 0;
+/// The server refused the request, or what it names does not exist.
+pub const EXIT_REFUSED: i32 = 1;
+/// A usage error (what clap reports too), or a definition refused by validation.
+pub const EXIT_USAGE: i32 = 2;
+/// The server cannot be reached (or the connection was lost).
+pub const EXIT_UNREACHABLE: i32 = 3;
 
 /// Parses the command line, runs the command, returns the process exit code.
 pub fn run() -> i32 {
@@ -34,10 +46,10 @@ pub fn run() -> i32 {
         Command::Validate(cmd) => workflow::validate(cmd, &out),
     };
     match result {
-        Ok(()) => 0,
+        Ok(()) => EXIT_OK,
         Err(e) => {
-            eprintln!("error: {e}");
-            1
+            output::error_line(&format!("error: {e}"));
+            e.exit_code()
         }
     }
 }
@@ -58,8 +70,38 @@ pub enum CliError {
     Connect { addr: String, source: Error },
     #[error(transparent)]
     Client(#[from] Error),
+    /// A mistake in the command line or its arguments.
     #[error("{0}")]
     Usage(String),
+    /// A workflow definition with errors (E-codes), refused by the validator.
+    #[error("{0}")]
+    Invalid(String),
+    /// Nothing found, or the outcome asked for did not happen (a run that failed).
+    #[error("{0}")]
+    Failed(String),
     #[error(transparent)]
     Server(#[from] flo_runtime::ServerError),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Connect { .. } | CliError::Client(Error::Io(_)) => EXIT_UNREACHABLE,
+            CliError::Usage(_) | CliError::Invalid(_) => EXIT_USAGE,
+            CliError::Client(_) | CliError::Failed(_) | CliError::Server(_) => EXIT_REFUSED,
+        }
+    }
+
+    /// A server's refusal of a workflow definition (its validation errors) is a usage error.
+    pub fn definition(e: Error) -> CliError {
+        match e {
+            Error::Server(v)
+                if v.code == ErrorCode::BadRequest
+                    && v.message.starts_with("invalid workflow definition") =>
+            {
+                CliError::Invalid(v.message)
+            }
+            e => CliError::Client(e),
+        }
+    }
 }

@@ -1,5 +1,6 @@
 use flo::protocol::KvEntry;
 use serde_json::{Value, json};
+use std::io::{ErrorKind, Write};
 
 pub struct Output {
     pub json: bool,
@@ -9,14 +10,31 @@ impl Output {
     /// Prints `doc` in JSON mode, otherwise the human text.
     pub fn print(&self, doc: Value, human: impl FnOnce() -> String) {
         if self.json {
-            println!("{doc}");
+            line(&doc.to_string());
         } else {
             let text = human();
             if !text.is_empty() {
-                println!("{text}");
+                line(&text);
             }
         }
     }
+}
+
+/// Writes `text` and a newline on stdout. A reader that went away (`flo ... | head -1`)
+/// ends the process quietly: what it did not read, nobody wanted.
+pub fn line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let written = writeln!(out, "{text}").and_then(|()| out.flush());
+    if let Err(e) = written
+        && e.kind() == ErrorKind::BrokenPipe
+    {
+        std::process::exit(super::EXIT_OK);
+    }
+}
+
+/// Writes `text` and a newline on stderr; a closed stderr is not worth a panic.
+pub fn error_line(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// A value as text: UTF-8 as is, other bytes as hex.

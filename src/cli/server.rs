@@ -31,7 +31,10 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         test_clock: args.test_clock,
     };
     run_server(config, stop, |ready| {
-        println!(
+        // Nobody reading the ready line (a closed pipe) is no reason to stop serving.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
             "flo {} listening on {} ({} shards, durability {}, data {})",
             env!("CARGO_PKG_VERSION"),
             ready.addr,
@@ -39,7 +42,7 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
             durability.as_str(),
             args.data_dir.display()
         );
-        let _ = std::io::stdout().flush();
+        let _ = out.flush();
     })?;
     eprintln!("flo stopped");
     Ok(())

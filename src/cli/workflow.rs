@@ -2,7 +2,7 @@
 
 use super::CliError;
 use super::args::{ValidateCommand, WorkflowCommand};
-use super::output::{Output, bytes_json, time_text};
+use super::output::{Output, bytes_json, line, time_text};
 use flo::protocol::{
     HistoryEvent, ValidationIssue, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
 };
@@ -69,7 +69,9 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
     match cmd {
         WorkflowCommand::Create { file } => {
             let yaml = read_definition(file)?;
-            let (name, version, created, warnings) = client.create_workflow(&yaml)?;
+            let (name, version, created, warnings) = client
+                .create_workflow(&yaml)
+                .map_err(CliError::definition)?;
             let doc = json!({
                 "name": name,
                 "version": version,
@@ -114,7 +116,7 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             }
             out.print(run_json(&run), || run_text(&run));
             if run.status != WorkflowRunStatus::Completed {
-                return Err(CliError::Usage(format!(
+                return Err(CliError::Failed(format!(
                     "run {} ended {}",
                     run.run_id,
                     run.status.as_str()
@@ -289,7 +291,7 @@ pub fn validate(cmd: &ValidateCommand, out: &Output) -> Result<(), CliError> {
                     "errors": errors.iter().map(issue_json).collect::<Vec<_>>(),
                     "warnings": [],
                 });
-                println!("{doc}");
+                line(&doc.to_string());
             }
             let mut text = format!(
                 "{} is not a valid workflow definition ({} error{}):",
@@ -301,7 +303,7 @@ pub fn validate(cmd: &ValidateCommand, out: &Output) -> Result<(), CliError> {
                 text.push_str("\n  ");
                 text.push_str(&issue_text("", e));
             }
-            Err(CliError::Usage(text))
+            Err(CliError::Invalid(text))
         }
     }
 }

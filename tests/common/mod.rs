@@ -486,14 +486,25 @@ pub fn user_action(
         .unwrap_or_else(|e| panic!("register action {name}: {e}"));
 }
 
-/// Runs the CLI expecting a failure: exit code 1, nothing on stdout, `error: ...` on
-/// stderr. Returns stderr.
+/// Runs the CLI expecting a failure the server reported (refused, not found): exit code 1,
+/// nothing on stdout, `error: ...` on stderr. Returns stderr.
 pub fn cli_fails(addr: &str, args: &[&str]) -> String {
+    cli_fails_with(addr, args, 1)
+}
+
+/// Runs the CLI expecting a usage error (bad arguments, a definition refused by
+/// validation): exit code 2, nothing on stdout, `error: ...` on stderr. Returns stderr.
+pub fn cli_usage_fails(addr: &str, args: &[&str]) -> String {
+    cli_fails_with(addr, args, 2)
+}
+
+/// Runs the CLI expecting exit code `code`, nothing on stdout, `error: ...` on stderr.
+pub fn cli_fails_with(addr: &str, args: &[&str], code: i32) -> String {
     let (status, stdout, stderr) = run_cli(addr, args);
     assert_eq!(
         status.code(),
-        Some(1),
-        "flo {args:?} should exit 1; stdout:\n{stdout}\nstderr:\n{stderr}"
+        Some(code),
+        "flo {args:?} should exit {code}; stdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
         stdout.is_empty(),
