@@ -112,3 +112,81 @@ proptest! {
         let _ = decode_frame::<Request>(&buf);
     }
 }
+
+/// Requests of clients that predate the optional fields (blocking reads, put conditions,
+/// run ids, history pages) still decode, with the fields at their defaults.
+#[test]
+fn requests_without_the_newer_optional_fields_still_decode() {
+    use serde::Serialize;
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "snake_case")]
+    enum OldOp {
+        KvGet {
+            namespace: String,
+            key: String,
+        },
+        KvPut {
+            namespace: String,
+            key: String,
+            #[serde(with = "serde_bytes")]
+            value: Vec<u8>,
+            ttl_ms: Option<u64>,
+            if_version: Option<u64>,
+        },
+        WorkflowHistory {
+            namespace: String,
+            run_id: String,
+        },
+    }
+    #[derive(Serialize)]
+    struct OldRequest {
+        id: u64,
+        op: OldOp,
+    }
+    let old = [
+        OldOp::KvGet {
+            namespace: "ns".into(),
+            key: "k".into(),
+        },
+        OldOp::KvPut {
+            namespace: "ns".into(),
+            key: "k".into(),
+            value: b"v".to_vec(),
+            ttl_ms: None,
+            if_version: Some(0),
+        },
+        OldOp::WorkflowHistory {
+            namespace: "ns".into(),
+            run_id: "wfrun-1".into(),
+        },
+    ];
+    let expected = [
+        Op::KvGet {
+            namespace: "ns".into(),
+            key: "k".into(),
+            wait_ms: None,
+            after_version: None,
+        },
+        Op::KvPut {
+            namespace: "ns".into(),
+            key: "k".into(),
+            value: b"v".to_vec(),
+            ttl_ms: None,
+            if_version: Some(0),
+            if_exists: false,
+        },
+        Op::WorkflowHistory {
+            namespace: "ns".into(),
+            run_id: "wfrun-1".into(),
+            limit: None,
+            after: None,
+        },
+    ];
+    for (id, (op, want)) in old.into_iter().zip(expected).enumerate() {
+        let mut buf = Vec::new();
+        encode_frame(&OldRequest { id: id as u64, op }, &mut buf).unwrap();
+        let (got, _) = decode_frame::<Request>(&buf).unwrap().unwrap();
+        assert_eq!(got.op, want);
+    }
+}
