@@ -4,6 +4,7 @@
 //! runtime crate performs the effects, the simulation drives it without one.
 
 pub mod actions;
+pub mod archive;
 pub mod clock;
 pub mod core;
 pub mod definitions;

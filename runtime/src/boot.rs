@@ -4,6 +4,7 @@
 use crate::config::ServerConfig;
 use crate::inbox::Inbox;
 use crate::listener::{Conns, accept_loop};
+use crate::log_reader::LogMap;
 use crate::log_writer::{LogSlot, SegmentWriter, writer_loop};
 use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
 use crate::shard_loop::ShardLoop;
@@ -379,7 +380,9 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
 
     let inbox = Rc::new(Inbox::default());
     let slot = Rc::new(LogSlot::default());
-    glommio::spawn_local(writer_loop(slot.clone(), writer, inbox.clone(), id)).detach();
+    let log_map = Rc::new(LogMap::from_recovered(&log));
+    let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);
+    glommio::spawn_local(writer_task).detach();
     let alarm = Rc::new(Alarm::default());
     glommio::spawn_local(alarm_loop(alarm.clone(), inbox.clone())).detach();
     let peers: Vec<Option<Rc<PeerOut>>> = (0..boot.partitioning.shards)
@@ -424,6 +427,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         conns,
         peers,
         log: slot,
+        log_map,
         wasm,
         alarm,
     };

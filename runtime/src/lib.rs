@@ -7,6 +7,7 @@ mod boot;
 mod config;
 mod inbox;
 mod listener;
+mod log_reader;
 mod log_writer;
 mod mesh;
 mod shard_loop;

@@ -22,6 +22,7 @@ pub(crate) struct ShardLoop {
     /// Indexed by shard id; `None` for this shard.
     pub peers: Vec<Option<Rc<PeerOut>>>,
     pub log: Rc<LogSlot>,
+    pub log_map: Rc<crate::log_reader::LogMap>,
     pub wasm: Rc<WasmPool>,
     pub alarm: Rc<Alarm>,
 }
@@ -109,6 +110,9 @@ impl ShardLoop {
                 Effect::WakeAt { wall_ms } => self.alarm.set(wall_ms),
                 Effect::Continue => self.inbox.push(Input::Continue),
                 Effect::Log(line) => eprintln!("{line}"),
+                Effect::ReadLog { token, lsn } => {
+                    crate::log_reader::read(self.log_map.clone(), self.inbox.clone(), token, lsn)
+                }
             }
         }
     }

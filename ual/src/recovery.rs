@@ -12,6 +12,7 @@ use crate::format::{
     BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, Parsed, align_up, parse_record,
     parse_segment_file_name,
 };
+use crate::read::MARK_SPACING_BYTES;
 use std::fs;
 use std::io;
 use std::ops::Range;
@@ -26,6 +27,9 @@ const INCOMPLETE_GROUP: &str = "incomplete group";
 pub struct SegmentInfo {
     pub first_lsn: u64,
     pub path: PathBuf,
+    /// Where records start: one (LSN, offset) mark per `MARK_SPACING_BYTES` of the
+    /// segment at most, so a record is found by reading forward from the mark before it.
+    pub marks: Vec<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -92,6 +96,7 @@ fn list_segments(dir: &Path) -> Result<Vec<SegmentInfo>, RecoveryError> {
             segments.push(SegmentInfo {
                 first_lsn,
                 path: entry.path(),
+                marks: Vec::new(),
             });
         }
     }
@@ -135,8 +140,12 @@ pub fn recover(
             });
         }
         let buf = fs::read(&seg.path).map_err(io_err(dir))?;
-        let (good_end, stop) = scan_segment(&buf, &seg.path, &mut last_lsn, &mut apply)?;
+        let mut marks = Vec::new();
+        let (good_end, stop) =
+            scan_segment(&buf, &seg.path, &mut last_lsn, &mut marks, &mut apply)?;
         tail_end = good_end as u64;
+        marks.retain(|&(_, offset)| offset < tail_end);
+        segments[index].marks = marks;
 
         // Damage or an open group: acceptable only as a torn tail, i.e. no batch was
         // written after it.
@@ -218,6 +227,7 @@ fn scan_segment(
     buf: &[u8],
     file: &Path,
     last_lsn: &mut u64,
+    marks: &mut Vec<(u64, u64)>,
     apply: &mut impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
 ) -> Result<(usize, Stop), RecoveryError> {
     let mut group: Vec<Held> = Vec::new();
@@ -261,6 +271,12 @@ fn scan_segment(
                 group_start,
             };
             return Ok((good_end, stop));
+        }
+        if marks
+            .last()
+            .is_none_or(|&(_, at)| pos as u64 >= at + MARK_SPACING_BYTES)
+        {
+            marks.push((lsn, pos as u64));
         }
         group.push(Held {
             offset: pos,

@@ -267,6 +267,11 @@ impl Runs {
             .insert(run_id, Box::new(run));
     }
 
+    /// Drops a run (archived).
+    pub fn remove(&mut self, namespace: &str, run_id: &str) -> Option<Box<Run>> {
+        self.spaces.get_mut(namespace)?.remove(run_id)
+    }
+
     pub fn next_seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq

@@ -35,6 +35,14 @@ pub enum ReplyTo {
     },
 }
 
+/// Where an answer computed later goes: a client or another shard, or this shard's own
+/// part of fan-out `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    Reply(ReplyTo),
+    FanOut(u64),
+}
+
 /// Everything that happens to a shard.
 #[derive(Debug)]
 pub enum Input {
@@ -65,6 +73,12 @@ pub enum Input {
     GuestRead { exec: u64, read: u64, key: String },
     /// A client connection closed.
     ConnClosed { conn: ConnId },
+    /// The answer to `Effect::ReadLog`: the payload of the record at its LSN, or why it
+    /// could not be read.
+    LogRead {
+        token: u64,
+        result: Result<Vec<u8>, String>,
+    },
     /// Graceful stop: refuse new operations from here on.
     Stop,
 }
@@ -119,6 +133,11 @@ pub enum Effect {
     },
     /// Feed `Input::Continue` soon (after other inputs waiting).
     Continue,
+    /// Read the (durable) record at `lsn` from the log; answer with `Input::LogRead`.
+    ReadLog {
+        token: u64,
+        lsn: u64,
+    },
     /// A line for the server's log (stderr).
     Log(String),
 }

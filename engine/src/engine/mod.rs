@@ -47,6 +47,7 @@ pub struct Engine {
     fanouts: FanOuts,
     executions: Executions,
     forwarder: Forwarder,
+    reads: crate::archive::Reads,
     stopping: bool,
     next_housekeeping_ms: u64,
     /// The wake-up last asked of the runtime (wall clock).
@@ -67,6 +68,7 @@ impl Engine {
             fanouts: FanOuts::default(),
             executions: Executions::default(),
             forwarder: Forwarder::default(),
+            reads: Default::default(),
             stopping: false,
             next_housekeeping_ms: 0,
             wake_asked: None,

@@ -14,6 +14,7 @@
 use super::def::{Idempotency, Next, StepAction, Target, WorkflowDef};
 use super::state::{WfRun, json_value, run_info};
 use super::validate::SIGNAL_TYPE_BYTES_MAX;
+use crate::archive::{self, RunKind};
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, RunKey};
 use crate::kv::validate_namespace;
@@ -177,7 +178,12 @@ pub fn wf_start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
                 .state
                 .workflows
                 .run(&spec.namespace, &existing)
-                .map_or(0, |r| r.lsn);
+                .map(|r| r.lsn)
+                .or_else(|| {
+                    archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, &existing)
+                        .map(|e| e.lsn)
+                })
+                .unwrap_or(0);
             return Done {
                 result: Ok(Reply::WorkflowStarted {
                     run_id: existing,
@@ -264,7 +270,8 @@ fn wf_plan_start(
         (_, Some(key)) => Some(idempotent_workflow_run_id(&spec.name, key)),
     };
     if let Some(id) = keyed {
-        if core.state.workflows.run(&spec.namespace, &id).is_some() {
+        let archived = archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, &id);
+        if core.state.workflows.run(&spec.namespace, &id).is_some() || archived.is_some() {
             return Ok(Err(id));
         }
         return Ok(Ok((id, version.version.clone())));
@@ -282,6 +289,12 @@ fn wf_run<'a>(core: &'a Core, namespace: &str, run_id: &str) -> Result<&'a WfRun
             "workflow run {run_id:?} not found in namespace {namespace:?}"
         ))
     })
+}
+
+/// The status of an archived (so final) run, for the conflicts that answer changes to it.
+fn archived_status(core: &Core, namespace: &str, run_id: &str) -> Option<WorkflowRunStatus> {
+    archive::lookup(&core.state, RunKind::Workflow, namespace, run_id)
+        .map(|e| archive::workflow_status(e.status))
 }
 
 pub fn wf_status(core: &Core, namespace: &str, run_id: &str) -> Done {
@@ -342,11 +355,14 @@ pub fn wf_signal(
 ) -> Done {
     let now = core.now_ms();
     let check = || -> Result<(), ErrorValue> {
-        let run = wf_run(core, namespace, run_id)?;
-        if run.status.is_final() {
+        let status = match archived_status(core, namespace, run_id) {
+            Some(status) => status,
+            None => wf_run(core, namespace, run_id)?.status,
+        };
+        if status.is_final() {
             return Err(ErrorValue::conflict(format!(
                 "workflow run {run_id:?} is already {}; it takes no more signals",
-                run.status.as_str()
+                status.as_str()
             )));
         }
         if signal_type.is_empty() || signal_type.len() > SIGNAL_TYPE_BYTES_MAX {
@@ -412,16 +428,19 @@ fn wf_try_signal(core: &mut Core, namespace: &str, run_id: &str) {
 
 /// Cancels a run, its current action run and its child runs.
 pub fn wf_cancel(core: &mut Core, namespace: &str, run_id: &str, reason: Option<String>) -> Done {
-    match wf_run(core, namespace, run_id) {
-        Err(e) => return Done::now(Err(e)),
-        Ok(run) if run.status.is_final() => {
-            return Done::now(Err(ErrorValue::conflict(format!(
-                "workflow run {run_id:?} is already {}; only running or waiting runs can \
-                 be cancelled",
-                run.status.as_str()
-            ))));
-        }
-        Ok(_) => {}
+    let status = match archived_status(core, namespace, run_id) {
+        Some(status) => status,
+        None => match wf_run(core, namespace, run_id) {
+            Err(e) => return Done::now(Err(e)),
+            Ok(run) => run.status,
+        },
+    };
+    if status.is_final() {
+        return Done::now(Err(ErrorValue::conflict(format!(
+            "workflow run {run_id:?} is already {}; only running or waiting runs can be \
+             cancelled",
+            status.as_str()
+        ))));
     }
     // One atomic group: after a crash the whole tree is cancelled, or none of it.
     core.begin_group();

@@ -198,6 +198,11 @@ impl Workflows {
         })
     }
 
+    /// Drops a run (archived).
+    pub fn remove(&mut self, namespace: &str, run_id: &str) -> Option<Box<WfRun>> {
+        self.runs.get_mut(namespace)?.remove(run_id)
+    }
+
     fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
         self.runs
             .get_mut(namespace)?

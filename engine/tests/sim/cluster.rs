@@ -204,6 +204,8 @@ pub struct Cluster {
     pub compiles: Vec<(u32, u64)>,
     pub guest_values: Vec<(u32, u64, u64, Option<Vec<u8>>)>,
     pub logs: Vec<String>,
+    /// Reads of the log asked for: (shard, token, LSN).
+    pub log_reads: Vec<(u32, u64, u64)>,
     /// `settle` writes every batch at once (unit tests); the simulation writes by hand.
     pub auto_write: bool,
     /// Number of inputs fed so far.
@@ -226,6 +228,7 @@ impl Cluster {
             compiles: Vec::new(),
             guest_values: Vec::new(),
             logs: Vec::new(),
+            log_reads: Vec::new(),
             auto_write: true,
             steps: 0,
         };
@@ -288,9 +291,25 @@ impl Cluster {
                 }
                 Effect::Continue => self.nodes[shard as usize].continues += 1,
                 Effect::Log(line) => self.logs.push(format!("shard {shard}: {line}")),
+                Effect::ReadLog { token, lsn } => self.log_reads.push((shard, token, lsn)),
             }
         }
         self.take_batch(shard);
+    }
+
+    /// Answers the `i`th read of the log asked for, from the shard's disk: only durable
+    /// records may be read, so the record must be there.
+    pub fn answer_read(&mut self, i: usize) {
+        let (shard, token, lsn) = self.log_reads.remove(i);
+        let node = &self.nodes[shard as usize];
+        let result = match flo_ual::find_record(&node.disk, 0, lsn, true) {
+            flo_ual::Found::Record { payload, .. } => Ok(payload.to_vec()),
+            other => panic!(
+                "shard {shard}: read of record {lsn} (durable up to {}): {other:?}",
+                node.engine.durable_lsn()
+            ),
+        };
+        self.step(shard, Input::LogRead { token, result });
     }
 
     /// Hands the shard's appended records to its writer if the writer is idle.
@@ -419,6 +438,10 @@ impl Cluster {
                 moved = true;
             }
         }
+        while !self.log_reads.is_empty() {
+            self.answer_read(0);
+            moved = true;
+        }
         for s in 0..self.shards() {
             if self.nodes[s as usize].continues > 0 {
                 self.nodes[s as usize].continues -= 1;
@@ -470,6 +493,7 @@ impl Cluster {
         for (i, &s) in shards.iter().enumerate() {
             self.links.retain(|(a, b), _| *a != s && *b != s);
             self.executions.retain(|(x, _)| *x != s);
+            self.log_reads.retain(|(x, _, _)| *x != s);
             self.compiles.retain(|(x, _)| *x != s);
             self.guest_values.retain(|(x, _, _, _)| *x != s);
             self.replies.retain(|(x, _, _)| *x != s);

@@ -451,6 +451,10 @@ impl Sim {
         if !self.c.compiles.is_empty() && self.rng.one_in(4) {
             self.answer_compile();
         }
+        if !self.c.log_reads.is_empty() && self.rng.one_in(3) {
+            let i = self.rng.below(self.c.log_reads.len() as u64) as usize;
+            self.c.answer_read(i);
+        }
         self.fire_wakes();
     }
 
@@ -1111,12 +1115,12 @@ impl Sim {
         }
         for run_id in &self.model.runs {
             assert!(
-                state(run_id).runs.get(NS, run_id).is_some(),
+                run_status(state(run_id), run_id).is_some(),
                 "{when}: acknowledged run {run_id} is gone"
             );
         }
         for run_id in &self.model.completed {
-            let status = state(run_id).runs.get(NS, run_id).map(|r| r.status);
+            let status = run_status(state(run_id), run_id);
             assert_eq!(
                 status,
                 Some(RunStatus::Completed),
@@ -1125,12 +1129,12 @@ impl Sim {
         }
         for run_id in &self.model.wf_runs {
             assert!(
-                state(run_id).workflows.run(NS, run_id).is_some(),
+                wf_status(state(run_id), run_id).is_some(),
                 "{when}: acknowledged workflow run {run_id} is gone"
             );
         }
         for run_id in &self.model.wf_cancelled {
-            let status = state(run_id).workflows.run(NS, run_id).map(|r| r.status);
+            let status = wf_status(state(run_id), run_id);
             assert_eq!(
                 status,
                 Some(WorkflowRunStatus::Cancelled),
@@ -1249,6 +1253,7 @@ impl Sim {
                 *wf.entry(format!("{:?}", r.status)).or_insert(0) += 1;
             }
             records.push(n.engine.last_lsn());
+            *runs.entry("archived".to_string()).or_insert(0) += st.archive.len();
         }
         format!(
             "{} shards, {} inputs, {} crashes, {} workflows acked, records {records:?}, runs {runs:?}, workflow runs {wf:?}, \
@@ -1296,6 +1301,10 @@ impl Sim {
             }
             while !self.c.compiles.is_empty() {
                 self.answer_compile();
+                moved = true;
+            }
+            while !self.c.log_reads.is_empty() {
+                self.c.answer_read(0);
                 moved = true;
             }
             self.c.guest_values.clear();
@@ -1390,8 +1399,14 @@ impl Sim {
                     );
                 }
             }
-            // 5: timers and leases fired, runs ran.
+            // 5: timers and leases fired, runs ran, and finished runs left memory (at rest
+            // nothing waits on a finished run).
             for (ns, id, run) in state.runs.iter() {
+                assert!(
+                    !run.status.is_final(),
+                    "shard {s}: run {ns}/{id} is {:?} at rest and not archived",
+                    run.status
+                );
                 assert!(
                     run.status.is_final(),
                     "shard {s}: run {ns}/{id} still {:?} at rest (available at {}, now {now}, \
@@ -1402,9 +1417,11 @@ impl Sim {
                 );
             }
             for (ns, id, run) in state.workflows.all_runs() {
-                if run.status.is_final() {
-                    continue;
-                }
+                assert!(
+                    !run.status.is_final(),
+                    "shard {s}: workflow run {ns}/{id} is {:?} at rest and not archived",
+                    run.status
+                );
                 assert!(
                     run.timer_ms.is_none_or(|t| t > now),
                     "shard {s}: workflow run {ns}/{id} timer at {:?} never fired (now {now})",
@@ -1422,6 +1439,26 @@ impl Sim {
             check_replay(&self.c, s);
         }
         self.check_model("at rest");
+    }
+}
+
+/// An action run's status, live or archived.
+fn run_status(state: &flo_engine::state::ShardState, run_id: &str) -> Option<RunStatus> {
+    use flo_engine::archive::{self, RunKind};
+    match state.runs.get(NS, run_id) {
+        Some(run) => Some(run.status),
+        None => archive::lookup(state, RunKind::Action, NS, run_id)
+            .map(|e| archive::action_status(e.status)),
+    }
+}
+
+/// A workflow run's status, live or archived.
+fn wf_status(state: &flo_engine::state::ShardState, run_id: &str) -> Option<WorkflowRunStatus> {
+    use flo_engine::archive::{self, RunKind};
+    match state.workflows.run(NS, run_id) {
+        Some(run) => Some(run.status),
+        None => archive::lookup(state, RunKind::Workflow, NS, run_id)
+            .map(|e| archive::workflow_status(e.status)),
     }
 }
 

@@ -1,0 +1,178 @@
+//! The run index: for every archived run on this shard, the LSN of its archive record and
+//! a tag (status, dead-lettered, a hash of its action or workflow name) that answers
+//! conflicts and filters lists without a read. 16 bytes in a hash table plus 8 in the
+//! archive order, whatever the run's size.
+
+use crate::tables::HashMap;
+use std::collections::VecDeque;
+
+/// Action runs and workflow runs have separate id spaces (an action named `wfrun` has
+/// runs `wfrun-1`...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    Action = 1,
+    Workflow = 2,
+}
+
+/// The index key of a run: xxh3-64 of kind ‖ namespace ‖ 0xff ‖ id. A read checks the
+/// namespace and id in the record it finds (two runs may share a key, once in 2^64).
+pub fn run_key(kind: RunKind, namespace: &str, run_id: &str) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&[kind as u8]);
+    h.update(namespace.as_bytes());
+    h.update(&[0xff]);
+    h.update(run_id.as_bytes());
+    h.digest()
+}
+
+/// 11 bits of the hash of (namespace, action or workflow name): a list of one action's
+/// runs reads only the archived runs whose tag matches (and checks the name it reads).
+pub fn name_tag(namespace: &str, name: &str) -> u16 {
+    (crate::hash::stable_hash(namespace, name) & NAME_TAG_MASK) as u16
+}
+
+const NAME_TAG_MASK: u64 = 0x7ff;
+const LSN_BITS: u32 = 48;
+const LSN_MAX: u64 = (1 << LSN_BITS) - 1;
+
+/// What the index keeps of an archived run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// LSN of the archive record.
+    pub lsn: u64,
+    /// `RunStatus` or `WorkflowRunStatus` as its index in `plan::status_code`.
+    pub status: u8,
+    pub dead_lettered: bool,
+    pub name_tag: u16,
+}
+
+impl Entry {
+    fn pack(self) -> u64 {
+        debug_assert!(self.lsn <= LSN_MAX);
+        (self.lsn & LSN_MAX) << 16
+            | (self.status as u64 & 0xf) << 12
+            | (self.dead_lettered as u64) << 11
+            | (self.name_tag as u64 & NAME_TAG_MASK)
+    }
+
+    fn unpack(v: u64) -> Entry {
+        Entry {
+            lsn: v >> 16,
+            status: ((v >> 12) & 0xf) as u8,
+            dead_lettered: (v >> 11) & 1 == 1,
+            name_tag: (v & NAME_TAG_MASK) as u16,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct RunIndex {
+    entries: HashMap<u64, u64>,
+    /// Keys in archive order (oldest first). A key whose entry is gone or was archived
+    /// again later is skipped by readers.
+    order: VecDeque<u64>,
+}
+
+impl RunIndex {
+    pub fn insert(&mut self, key: u64, entry: Entry) {
+        self.entries.insert(key, entry.pack());
+        self.order.push_back(key);
+    }
+
+    pub fn get(&self, key: u64) -> Option<Entry> {
+        self.entries.get(&key).map(|&v| Entry::unpack(v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes the index holds (tables at their capacity).
+    pub fn memory_bytes(&self) -> u64 {
+        // hashbrown: one bucket of (u64, u64) and one control byte per slot.
+        let buckets = (self.entries.capacity() as u64 * 8)
+            .div_ceil(7)
+            .next_power_of_two();
+        buckets * 17 + self.order.capacity() as u64 * 8
+    }
+
+    /// Entries from the newest archived. A key archived twice (a run id used again after
+    /// its first run was forgotten) is listed twice with its latest entry: readers skip
+    /// keys they saw.
+    pub fn newest(&self) -> impl Iterator<Item = (u64, Entry)> + '_ {
+        self.order.iter().rev().filter_map(move |&key| {
+            let entry = self.get(key)?;
+            Some((key, entry))
+        })
+    }
+
+    /// Every entry, for digests.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Entry)> + '_ {
+        self.entries.iter().map(|(&k, &v)| (k, Entry::unpack(v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_pack_losslessly() {
+        for e in [
+            Entry {
+                lsn: 1,
+                status: 0,
+                dead_lettered: false,
+                name_tag: 0,
+            },
+            Entry {
+                lsn: LSN_MAX,
+                status: 15,
+                dead_lettered: true,
+                name_tag: 0x7ff,
+            },
+            Entry {
+                lsn: 123_456_789,
+                status: 5,
+                dead_lettered: true,
+                name_tag: 42,
+            },
+        ] {
+            assert_eq!(Entry::unpack(e.pack()), e);
+        }
+    }
+
+    #[test]
+    fn run_kinds_do_not_share_keys() {
+        assert_ne!(
+            run_key(RunKind::Action, "ns", "wfrun-1"),
+            run_key(RunKind::Workflow, "ns", "wfrun-1")
+        );
+        assert_ne!(
+            run_key(RunKind::Action, "a", "bc"),
+            run_key(RunKind::Action, "ab", "c")
+        );
+    }
+
+    #[test]
+    fn a_key_archived_again_resolves_to_its_latest_entry() {
+        let mut index = RunIndex::default();
+        let e = |lsn| Entry {
+            lsn,
+            status: 2,
+            dead_lettered: false,
+            name_tag: 1,
+        };
+        index.insert(7, e(1));
+        index.insert(8, e(2));
+        index.insert(7, e(3));
+        let seen: Vec<(u64, u64)> = index.newest().map(|(k, e)| (k, e.lsn)).collect();
+        // Key 7 is twice in the order (readers skip keys they saw); both give its latest.
+        assert_eq!(seen, vec![(7, 3), (8, 2), (7, 3)]);
+        assert_eq!(index.len(), 2);
+    }
+}
