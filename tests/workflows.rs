@@ -1024,3 +1024,112 @@ fn a_parent_looping_through_a_failing_child_fails_and_the_server_stays_up() {
     c.kv_put("after-restart", b"yes", Default::default())
         .unwrap();
 }
+
+/// Finished runs leave memory: their final documents are archived in the log and status,
+/// history, lists, idempotency and conflicts are answered from there, also after a restart.
+#[test]
+fn finished_runs_are_archived_and_read_back_from_the_log_after_a_restart() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    wasm_action(&mut c, "validate-order", &fixed_guest(r#"{"valid":true}"#));
+    wasm_action(&mut c, "charge-payment", &echo_guest());
+    wasm_action(
+        &mut c,
+        "create-shipment",
+        &fixed_guest(r#"{"shipment":"S-1"}"#),
+    );
+    create(&mut c, PROCESS_ORDER);
+    const RUNS: usize = 12;
+    let mut ids = Vec::new();
+    for i in 0..RUNS {
+        let opts = StartOptions {
+            idempotency_key: (i == 0).then(|| "order-0".to_string()),
+            ..StartOptions::default()
+        };
+        let input = json!({"order_id": format!("ORD-{i}"), "amount": i});
+        let id = c
+            .start_workflow("process-order", input.to_string().as_bytes(), opts)
+            .unwrap();
+        ids.push(id);
+    }
+    for id in &ids {
+        assert_eq!(wait_final(&mut c, id).status, WorkflowRunStatus::Completed);
+    }
+    let (actions, _) = c
+        .list_runs("charge-payment", None, false, Some(100))
+        .unwrap();
+    assert_eq!(actions.len(), RUNS);
+    let action_run = actions[0].run_id.clone();
+
+    let check = |c: &mut Client, when: &str| {
+        // Nothing finished is left in memory: everything is in the run index.
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                let status = c.status().unwrap();
+                let live: u64 = status.shards.iter().map(|s| s.runs + s.workflow_runs).sum();
+                let archived: u64 = status.shards.iter().map(|s| s.archived_runs).sum();
+                live == 0 && archived == (RUNS * 4) as u64
+            }),
+            "{when}: {:?}",
+            c.status().unwrap()
+        );
+        for (i, id) in ids.iter().enumerate() {
+            let run = c.workflow_run(id).unwrap();
+            assert_eq!(run.status, WorkflowRunStatus::Completed, "{when}: {run:?}");
+            assert_eq!(
+                step_output(&run, "charge"),
+                json!({"amount": i, "valid": true, "run": id}),
+                "{when}"
+            );
+            let history = events(c, id);
+            assert_eq!(
+                history.first().map(String::as_str),
+                Some("workflow_started")
+            );
+            assert_eq!(
+                history.last().map(String::as_str),
+                Some("workflow_completed"),
+                "{when}"
+            );
+            // A wait on a finished run answers at once.
+            assert_eq!(
+                c.wait_workflow(id, 5_000).unwrap().status,
+                WorkflowRunStatus::Completed
+            );
+        }
+        let (runs, truncated) = c
+            .list_workflow_runs("process-order", Some(WorkflowRunStatus::Completed), Some(5))
+            .unwrap();
+        assert_eq!((runs.len(), truncated), (5, true), "{when}");
+        let (runs, truncated) = c
+            .list_workflow_runs("process-order", None, Some(100))
+            .unwrap();
+        assert_eq!((runs.len(), truncated), (RUNS, false), "{when}");
+        let (runs, _) = c
+            .list_workflow_runs("process-order", Some(WorkflowRunStatus::Failed), None)
+            .unwrap();
+        assert!(runs.is_empty(), "{when}: {runs:?}");
+        let run = c.run(&action_run).unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{when}");
+        // Changes to a finished run conflict; an idempotent repeat finds it.
+        let e = c.cancel_workflow(&ids[1], None).unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "{when}");
+        let e = c.signal_workflow(&ids[1], "go", b"{}").unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "{when}");
+        let e = c.cancel_run(&action_run).unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "{when}");
+        let opts = StartOptions {
+            idempotency_key: Some("order-0".into()),
+            ..StartOptions::default()
+        };
+        let again = c.start_workflow("process-order", b"{}", opts).unwrap();
+        assert_eq!(again, ids[0], "{when}");
+    };
+    check(&mut c, "live");
+    drop(c);
+    server.stop();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    check(&mut c, "after a restart");
+}

@@ -752,7 +752,17 @@ pub struct ShardInfo {
     pub durable_lsn: u64,
     pub segments: u32,
     pub kv_keys: u64,
+    /// Action runs in memory (not finished, or finished and still referenced).
     pub runs: u64,
+    /// Workflow runs in memory.
+    #[serde(default)]
+    pub workflow_runs: u64,
+    /// Finished runs retained in the log, found through the run index.
+    #[serde(default)]
+    pub archived_runs: u64,
+    /// Memory the run index takes.
+    #[serde(default)]
+    pub run_index_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -294,6 +294,9 @@ impl Engine {
                 segments: self.segments,
                 kv_keys: core.state.kv.key_count(),
                 runs: core.state.runs.len() as u64,
+                workflow_runs: core.state.workflows.run_count() as u64,
+                archived_runs: core.state.archive.len() as u64,
+                run_index_bytes: core.state.archive.memory_bytes(),
             }))),
             Op::KvList {
                 namespace,

@@ -198,6 +198,11 @@ impl Workflows {
         })
     }
 
+    /// Runs in memory.
+    pub fn run_count(&self) -> usize {
+        self.runs.values().map(|r| r.len()).sum()
+    }
+
     /// Drops a run (archived).
     pub fn remove(&mut self, namespace: &str, run_id: &str) -> Option<Box<WfRun>> {
         self.runs.get_mut(namespace)?.remove(run_id)
