@@ -1133,3 +1133,73 @@ fn finished_runs_are_archived_and_read_back_from_the_log_after_a_restart() {
     let mut c = server.client();
     check(&mut c, "after a restart");
 }
+
+/// `--retention`: finished runs older than the window are forgotten (status says they
+/// expired, their idempotency keys are free again); runs still in flight are kept however
+/// old; a restart forgets nothing more and brings nothing back.
+#[test]
+fn retention_forgets_finished_runs_and_keeps_runs_in_flight() {
+    let dir = temp_dir();
+    let args = ["--test-clock", "--retention", "60s"];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    wasm_action(&mut c, "echo", &echo_guest());
+    user_action(&mut c, "manual", 3_600_000, 0, 1000);
+    let opts = flo::InvokeOptions {
+        idempotency_key: Some("k1".into()),
+        ..Default::default()
+    };
+    let done = c.invoke("echo", b"{\"n\":1}", opts.clone()).unwrap();
+    assert_eq!(
+        c.wait_run(&done, 5_000).unwrap().status,
+        RunStatus::Completed
+    );
+    let plain = c.invoke("echo", b"{\"n\":2}", Default::default()).unwrap();
+    assert_eq!(
+        c.wait_run(&plain, 5_000).unwrap().status,
+        RunStatus::Completed
+    );
+    let waiting = c.invoke("manual", b"{}", Default::default()).unwrap();
+    let archived = |c: &mut Client| -> u64 {
+        c.status()
+            .unwrap()
+            .shards
+            .iter()
+            .map(|s| s.archived_runs)
+            .sum()
+    };
+    assert!(wait_until(Duration::from_secs(5), || archived(&mut c) == 2));
+
+    // Inside the window: still there.
+    c.advance_clock(30_000).unwrap();
+    assert_eq!(c.run(&plain).unwrap().status, RunStatus::Completed);
+    // Past it: forgotten.
+    c.advance_clock(32_000).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || archived(&mut c) == 0),
+        "{:?}",
+        c.status()
+    );
+    let e = c.run(&plain).unwrap_err();
+    assert!(e.to_string().contains("retention window"), "{e}");
+    assert_eq!(code(e), ErrorCode::NotFound);
+    // The run in flight is as old, and kept.
+    assert_eq!(c.run(&waiting).unwrap().status, RunStatus::Pending);
+    // The idempotency key expired with its run: the same key starts a new run.
+    let again = c.invoke("echo", b"{\"n\":3}", opts.clone()).unwrap();
+    assert_eq!(again, done);
+    let run = c.wait_run(&again, 5_000).unwrap();
+    assert_eq!(
+        run.input,
+        b"{\"n\":3}".to_vec(),
+        "a new run, not the forgotten one"
+    );
+
+    drop(c);
+    server.stop();
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    assert_eq!(code(c.run(&plain).unwrap_err()), ErrorCode::NotFound);
+    assert_eq!(c.run(&waiting).unwrap().status, RunStatus::Pending);
+    assert_eq!(c.run(&again).unwrap().input, b"{\"n\":3}".to_vec());
+}

@@ -264,6 +264,11 @@ pub enum Record {
         run_id: String,
         run: crate::archive::ArchivedRun,
     },
+    /// Retention: the runs archived before `before_lsn` are forgotten (their records may
+    /// go with the segments that hold them).
+    RunsForgotten {
+        before_lsn: u64,
+    },
     /// Guest KV writes of completions up to `up_to_lsn` reached their owner shards.
     KvForwarded {
         up_to_lsn: u64,
@@ -305,6 +310,7 @@ impl Record {
             Record::KvForwarded { .. } => 30,
             Record::KvRemoteWrites { .. } => 31,
             Record::RunArchived { .. } => 50,
+            Record::RunsForgotten { .. } => 51,
         }
     }
 

@@ -407,8 +407,9 @@ impl ShardState {
                     impossible(lsn, format_args!("archived run {run_id:?} does not exist"));
                 }
                 let (key, entry) = run.entry(lsn);
-                self.archive.insert(key, entry);
+                self.archive.insert(key, entry, run.finished_at_ms());
             }
+            Record::RunsForgotten { before_lsn } => self.archive.forget(before_lsn),
             Record::KvForwarded { up_to_lsn } => {
                 while self.forwards.front().is_some_and(|f| f.lsn <= up_to_lsn) {
                     self.forwards.pop_front();

@@ -355,6 +355,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         shard: id,
         partitioning: boot.partitioning,
         durability: boot.config.durability,
+        retention_ms: boot.config.retention_ms,
     };
     let clock: Box<dyn Clock> = match boot.config.test_clock {
         true => Box::new(boot.clock.clone()),

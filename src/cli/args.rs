@@ -76,6 +76,10 @@ pub struct ServerArgs {
     /// Size at which log segments roll.
     #[arg(long, default_value_t = 64 << 20)]
     pub segment_bytes: u64,
+    /// How long finished runs are kept (status, history, lists, idempotency keys): `30s`,
+    /// `12h`, `7d`; a bare number is milliseconds.
+    #[arg(long, default_value = "7d", value_parser = parse_retention)]
+    pub retention: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
@@ -398,4 +402,54 @@ pub enum ValidateCommand {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
     },
+}
+
+/// `--retention`: a duration (`500ms`, `30s`, `5m`, `12h`, `7d`) or milliseconds, at least
+/// one second.
+fn parse_retention(text: &str) -> Result<u64, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 12h or 7d"))?;
+    let scale = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?}: use ms, s, m, h or d"
+            ));
+        }
+    };
+    let ms = n
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too long"))?;
+    if ms < 1000 {
+        return Err(format!(
+            "{text:?} is shorter than the shortest retention, 1s"
+        ));
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::parse_retention;
+
+    #[test]
+    fn retention_takes_units_and_refuses_nonsense() {
+        assert_eq!(parse_retention("7d"), Ok(7 * 86_400_000));
+        assert_eq!(parse_retention("12h"), Ok(12 * 3_600_000));
+        assert_eq!(parse_retention("30s"), Ok(30_000));
+        assert_eq!(parse_retention("90000"), Ok(90_000));
+        assert!(parse_retention("10ms").is_err());
+        assert!(parse_retention("7 days").is_err());
+        assert!(parse_retention("").is_err());
+        assert!(parse_retention("99999999999999999999d").is_err());
+    }
 }

@@ -27,6 +27,7 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         shards: args.shards,
         durability,
         segment_bytes: args.segment_bytes,
+        retention_ms: args.retention,
         io_memory_bytes: args.io_memory_mb.max(1) << 20,
         test_clock: args.test_clock,
     };

@@ -267,6 +267,19 @@ impl Runs {
             .insert(run_id, Box::new(run));
     }
 
+    /// Whether `run_id` is an `ACTION-N` id this shard handed out (a run that existed).
+    pub fn was_issued(&self, namespace: &str, run_id: &str) -> bool {
+        let Some((action, n)) = run_id.rsplit_once('-') else {
+            return false;
+        };
+        let Ok(n) = n.parse::<u64>() else {
+            return false;
+        };
+        self.counters
+            .get(&(namespace.to_string(), action.to_string()))
+            .is_some_and(|&last| n <= last)
+    }
+
     /// Drops a run (archived).
     pub fn remove(&mut self, namespace: &str, run_id: &str) -> Option<Box<Run>> {
         self.spaces.get_mut(namespace)?.remove(run_id)

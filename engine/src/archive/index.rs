@@ -65,18 +65,89 @@ impl Entry {
     }
 }
 
+/// At most one time mark per this many ms of archive time.
+const TIME_MARK_MS: u64 = 1000;
+
 #[derive(Default)]
 pub struct RunIndex {
     entries: HashMap<u64, u64>,
     /// Keys in archive order (oldest first). A key whose entry is gone or was archived
     /// again later is skipped by readers.
     order: VecDeque<u64>,
+    /// (LSN, finish time) of an archived run, one per second of finish times at most and
+    /// in LSN order: retention forgets runs before the LSN of the last mark older than
+    /// its window.
+    times: VecDeque<(u64, u64)>,
 }
 
 impl RunIndex {
-    pub fn insert(&mut self, key: u64, entry: Entry) {
+    /// Indexes the run archived at `entry.lsn`, which finished at `at_ms`.
+    pub fn insert(&mut self, key: u64, entry: Entry, at_ms: u64) {
         self.entries.insert(key, entry.pack());
         self.order.push_back(key);
+        if self
+            .times
+            .back()
+            .is_none_or(|&(_, t)| at_ms >= t + TIME_MARK_MS)
+        {
+            self.times.push_back((entry.lsn, at_ms));
+        }
+    }
+
+    /// The LSN before which every archived run finished at or before `cutoff_ms` (so may
+    /// be forgotten), if any run is that old.
+    pub fn forget_before(&self, cutoff_ms: u64) -> Option<u64> {
+        // The first mark after the cutoff: runs archived before it finished before it
+        // (finish times follow LSNs up to clock steps).
+        // A mark's runs finished within TIME_MARK_MS after it: a run is forgotten up to
+        // that much after its window ended, never before.
+        let i = self
+            .times
+            .partition_point(|&(_, t)| t.saturating_add(TIME_MARK_MS) <= cutoff_ms);
+        let before = match self.times.get(i) {
+            Some(&(lsn, _)) if i > 0 => lsn,
+            // Every mark is older: everything indexed may go.
+            None if i > 0 => self.newest_lsn()? + 1,
+            _ => return None,
+        };
+        (self.oldest_lsn()? < before).then_some(before)
+    }
+
+    /// Forgets the runs archived before `lsn` (a `RunsForgotten` record).
+    pub fn forget(&mut self, lsn: u64) {
+        while let Some(&key) = self.order.front() {
+            match self.get(key) {
+                Some(e) if e.lsn >= lsn => break,
+                Some(_) => {
+                    self.entries.remove(&key);
+                }
+                // Forgotten before (a key indexed twice).
+                None => {}
+            }
+            self.order.pop_front();
+        }
+        while self.times.front().is_some_and(|&(l, _)| l < lsn) {
+            self.times.pop_front();
+        }
+        if self.order.len() < self.order.capacity() / 4 {
+            self.order.shrink_to(self.order.len() * 2);
+        }
+        if self.entries.len() < self.entries.capacity() / 4 {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+    }
+
+    /// LSN of the oldest archived run still indexed.
+    pub fn oldest_lsn(&self) -> Option<u64> {
+        self.order.iter().find_map(|&k| self.get(k)).map(|e| e.lsn)
+    }
+
+    fn newest_lsn(&self) -> Option<u64> {
+        self.order
+            .iter()
+            .rev()
+            .find_map(|&k| self.get(k))
+            .map(|e| e.lsn)
     }
 
     pub fn get(&self, key: u64) -> Option<Entry> {
@@ -97,7 +168,7 @@ impl RunIndex {
         let buckets = (self.entries.capacity() as u64 * 8)
             .div_ceil(7)
             .next_power_of_two();
-        buckets * 17 + self.order.capacity() as u64 * 8
+        buckets * 17 + self.order.capacity() as u64 * 8 + self.times.capacity() as u64 * 16
     }
 
     /// Entries from the newest archived. A key archived twice (a run id used again after
@@ -119,6 +190,37 @@ impl RunIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retention_forgets_runs_finished_before_the_cutoff_and_keeps_the_rest() {
+        let mut index = RunIndex::default();
+        let e = |lsn| Entry {
+            lsn,
+            status: 2,
+            dead_lettered: false,
+            name_tag: 1,
+        };
+        // Runs archived at LSNs 10, 20, ... finishing one per 500 ms.
+        for i in 1..=20u64 {
+            index.insert(100 + i, e(i * 10), i * 500);
+        }
+        assert_eq!(index.forget_before(0), None, "nothing is that old");
+        // Marks every second: (10, 500), (30, 1500), (50, 2500)...
+        // Runs of the marks at 500 and 1500 ms (LSNs 10 to 40, finished by 2000 ms) go;
+        // the run finished at 2500 ms stays.
+        let before = index.forget_before(2600).unwrap();
+        assert_eq!(before, 50);
+        index.forget(before);
+        assert_eq!(index.len(), 16);
+        assert_eq!(index.oldest_lsn(), Some(50));
+        assert!(index.get(101).is_none() && index.get(104).is_none());
+        assert!(index.get(105).is_some());
+        // A cutoff past every run forgets them all.
+        let before = index.forget_before(1_000_000).unwrap();
+        index.forget(before);
+        assert!(index.is_empty());
+        assert_eq!(index.forget_before(2_000_000), None);
+    }
 
     #[test]
     fn entries_pack_losslessly() {
@@ -167,9 +269,9 @@ mod tests {
             dead_lettered: false,
             name_tag: 1,
         };
-        index.insert(7, e(1));
-        index.insert(8, e(2));
-        index.insert(7, e(3));
+        index.insert(7, e(1), 10);
+        index.insert(8, e(2), 20);
+        index.insert(7, e(3), 30);
         let seen: Vec<(u64, u64)> = index.newest().map(|(k, e)| (k, e.lsn)).collect();
         // Key 7 is twice in the order (readers skip keys they saw); both give its latest.
         assert_eq!(seen, vec![(7, 3), (8, 2), (7, 3)]);

@@ -76,6 +76,14 @@ impl ArchivedRun {
         }
     }
 
+    /// When the run finished.
+    pub fn finished_at_ms(&self) -> u64 {
+        match self {
+            ArchivedRun::Action(r) => r.updated_at_ms,
+            ArchivedRun::Workflow(w) => w.info.updated_at_ms,
+        }
+    }
+
     /// (namespace, run id) the document is about.
     pub fn id(&self) -> (&str, &str) {
         match self {
@@ -290,6 +298,14 @@ mod tests {
 pub fn archive_if_done(core: &mut Core, kind: RunKind, namespace: &str, run_id: &str) {
     if let Some(record) = plan_archive(&core.state, kind, namespace, run_id) {
         core.commit(record);
+    }
+}
+
+/// Forgets the archived runs that finished more than `retention_ms` ago (one record).
+pub fn forget_expired(core: &mut Core, retention_ms: u64) {
+    let cutoff = core.now_ms().saturating_sub(retention_ms);
+    if let Some(before_lsn) = core.state.archive.forget_before(cutoff) {
+        core.commit(Record::RunsForgotten { before_lsn });
     }
 }
 

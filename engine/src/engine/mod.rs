@@ -35,6 +35,8 @@ pub struct EngineConfig {
     pub shard: u32,
     pub partitioning: Partitioning,
     pub durability: Durability,
+    /// Finished runs are forgotten this long after they finished.
+    pub retention_ms: u64,
 }
 
 pub struct Engine {
@@ -48,6 +50,7 @@ pub struct Engine {
     executions: Executions,
     forwarder: Forwarder,
     reads: crate::archive::Reads,
+    retention_ms: u64,
     stopping: bool,
     next_housekeeping_ms: u64,
     /// The wake-up last asked of the runtime (wall clock).
@@ -69,6 +72,7 @@ impl Engine {
             executions: Executions::default(),
             forwarder: Forwarder::default(),
             reads: Default::default(),
+            retention_ms: config.retention_ms,
             stopping: false,
             next_housekeeping_ms: 0,
             wake_asked: None,

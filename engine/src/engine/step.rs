@@ -153,6 +153,7 @@ impl Engine {
         if now >= self.next_housekeeping_ms {
             self.next_housekeeping_ms = now + HOUSEKEEPING_MS;
             kv::sweep_expired(&mut self.core, EXPIRY_SWEEP_KEYS_MAX);
+            archive::forget_expired(&mut self.core, self.retention_ms);
             self.workers.check_health(now);
             workers::sweep_wants(&self.core, &mut self.awaits);
         }
@@ -437,7 +438,8 @@ impl Engine {
                 if self.read_archived(RunKind::Action, Want::RunStatus, &namespace, &run_id, to) {
                     return;
                 }
-                actions::run_status(&self.core, &self.executions, &namespace, &run_id)
+                let done = actions::run_status(&self.core, &self.executions, &namespace, &run_id);
+                self.explain_forgotten(RunKind::Action, &namespace, &run_id, done)
             }
             Op::RunWait {
                 namespace,
@@ -543,7 +545,8 @@ impl Engine {
                 if self.read_archived(wf, Want::WfStatus, &namespace, &run_id, to) {
                     return;
                 }
-                workflows::wf_status(&self.core, &namespace, &run_id)
+                let done = workflows::wf_status(&self.core, &namespace, &run_id);
+                self.explain_forgotten(wf, &namespace, &run_id, done)
             }
             Op::WorkflowWait {
                 namespace,
@@ -555,7 +558,8 @@ impl Engine {
                 if self.read_archived(wf, Want::WfHistory, &namespace, &run_id, to) {
                     return;
                 }
-                workflows::wf_history(&self.core, &namespace, &run_id)
+                let done = workflows::wf_history(&self.core, &namespace, &run_id);
+                self.explain_forgotten(wf, &namespace, &run_id, done)
             }
             Op::WorkflowSignal {
                 namespace,
@@ -582,6 +586,29 @@ impl Engine {
             ))),
         };
         self.core.reply_op(to, done.wait_lsn, done.result);
+    }
+
+    /// A run that is not found but whose id this shard handed out finished and was
+    /// forgotten after the retention window: say so.
+    fn explain_forgotten(&self, kind: RunKind, namespace: &str, run_id: &str, done: Done) -> Done {
+        let state = &self.core.state;
+        let issued = match kind {
+            RunKind::Action => state.runs.was_issued(namespace, run_id),
+            RunKind::Workflow => state.workflows.was_issued(namespace, run_id),
+        };
+        match done.result {
+            Err(e) if e.code == ErrorCode::NotFound && issued => {
+                Done::now(Err(ErrorValue::not_found(format!(
+                    "{} — it finished and expired after the retention window ({} s)",
+                    e.message,
+                    self.retention_ms / 1000
+                ))))
+            }
+            result => Done {
+                result,
+                wait_lsn: done.wait_lsn,
+            },
+        }
     }
 
     // ---- waits on runs ----

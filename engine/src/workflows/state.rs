@@ -198,6 +198,14 @@ impl Workflows {
         })
     }
 
+    /// Whether `run_id` is a `wfrun-N` id this shard handed out (a run that existed).
+    pub fn was_issued(&self, namespace: &str, run_id: &str) -> bool {
+        run_id
+            .strip_prefix("wfrun-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| self.counters.get(namespace).is_some_and(|&last| n <= last))
+    }
+
     /// Runs in memory.
     pub fn run_count(&self) -> usize {
         self.runs.values().map(|r| r.len()).sum()

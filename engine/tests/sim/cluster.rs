@@ -169,6 +169,7 @@ pub fn new_engine(shard: u32, part: Partitioning, clock: &ManualClock) -> Engine
             shard,
             partitioning: part,
             durability: Durability::Sync,
+            retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
         },
         Box::new(clock.clone()),
         Box::new(clock.clone()),
