@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -35,9 +35,12 @@ const META_FORMAT: u32 = 1;
 /// Longest shard count accepted.
 pub const SHARDS_MAX: u32 = 128;
 const STOP_POLL_MS: u64 = 20;
-/// Start-up that has not finished after this long is reported (with each shard's phase)
-/// and abandoned, instead of hanging silently.
+/// Start-up that made no progress at all for this long (no shard moved to another phase or
+/// replayed a record) is reported, with each shard's phase, and abandoned instead of hanging
+/// silently. A large log that is being replayed never trips it.
 const STARTUP_STALL_SECS: u64 = 20;
+/// While shards recover, progress is reported this often.
+const STARTUP_REPORT_SECS: u64 = 2;
 const PHASES: [&str; 6] = [
     "starting its executor",
     "recovering its log",
@@ -47,24 +50,65 @@ const PHASES: [&str; 6] = [
     "ready",
 ];
 
-/// Each shard's start-up phase (an index into `PHASES`).
-type Phases = Arc<Vec<std::sync::atomic::AtomicUsize>>;
+/// Each shard's start-up phase (an index into `PHASES`) and recovery progress.
+#[derive(Default)]
+struct ShardProgress {
+    phase: std::sync::atomic::AtomicUsize,
+    /// Last LSN replayed, and bytes of records replayed.
+    lsn: AtomicU64,
+    bytes: AtomicU64,
+}
+
+type Phases = Arc<Vec<ShardProgress>>;
+
+fn phase_name(p: &ShardProgress) -> &'static str {
+    PHASES[p.phase.load(Ordering::SeqCst).min(PHASES.len() - 1)]
+}
 
 fn startup_stall_report(phases: &Phases) -> String {
     let states: Vec<String> = phases
         .iter()
         .enumerate()
-        .map(|(s, p)| {
-            format!(
-                "shard {s}: {}",
-                PHASES[p.load(Ordering::SeqCst).min(PHASES.len() - 1)]
-            )
-        })
+        .map(|(s, p)| format!("shard {s}: {}", phase_name(p)))
         .collect();
     format!(
-        "start-up stalled after {STARTUP_STALL_SECS} s ({}); please report this",
+        "start-up made no progress for {STARTUP_STALL_SECS} s ({}); please report this",
         states.join(", ")
     )
+}
+
+/// What every shard has done so far: changes whenever any shard makes progress.
+fn progress_mark(phases: &Phases) -> Vec<(usize, u64)> {
+    phases
+        .iter()
+        .map(|p| {
+            (
+                p.phase.load(Ordering::SeqCst),
+                p.lsn.load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
+/// `starting: shard 0 recovering its log at LSN 1234 (512 MB, 230 MB/s); shard 1 ready`.
+fn progress_report(phases: &Phases, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64().max(0.001);
+    let states: Vec<String> = phases
+        .iter()
+        .enumerate()
+        .map(|(s, p)| {
+            let mb = p.bytes.load(Ordering::Relaxed) as f64 / 1e6;
+            match p.phase.load(Ordering::SeqCst) {
+                1 => format!(
+                    "shard {s} recovering its log at LSN {} ({mb:.0} MB, {:.0} MB/s)",
+                    p.lsn.load(Ordering::Relaxed),
+                    mb / secs
+                ),
+                _ => format!("shard {s} {}", phase_name(p)),
+            }
+        })
+        .collect();
+    format!("starting: {}", states.join("; "))
 }
 /// Longest a shard runs tasks before it looks at I/O again.
 const PREEMPT_MS: u64 = 1;
@@ -246,11 +290,7 @@ pub fn run_server(
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
     let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
-    let phases: Phases = Arc::new(
-        (0..meta.shards)
-            .map(|_| std::sync::atomic::AtomicUsize::new(0))
-            .collect(),
-    );
+    let phases: Phases = Arc::new((0..meta.shards).map(|_| ShardProgress::default()).collect());
     let mut handles = Vec::new();
     for s in 0..meta.shards {
         let boot = ShardBoot {
@@ -283,17 +323,32 @@ pub fn run_server(
         handles.push(handle);
     }
     drop(ready_tx);
-    for _ in 0..meta.shards {
-        let received = match ready_rx.recv_timeout(Duration::from_secs(STARTUP_STALL_SECS)) {
+    let started = std::time::Instant::now();
+    let (mut mark, mut moved_at) = (progress_mark(&phases), started);
+    let mut reported_at = started;
+    let mut ready = 0;
+    while ready < meta.shards {
+        let received = match ready_rx.recv_timeout(Duration::from_millis(250)) {
             Ok(r) => Ok(r),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                return Err(ServerError::Shard {
-                    shard: 0,
-                    message: startup_stall_report(&phases),
-                });
+                let now = progress_mark(&phases);
+                if now != mark {
+                    (mark, moved_at) = (now, std::time::Instant::now());
+                } else if moved_at.elapsed() >= Duration::from_secs(STARTUP_STALL_SECS) {
+                    return Err(ServerError::Shard {
+                        shard: 0,
+                        message: startup_stall_report(&phases),
+                    });
+                }
+                if reported_at.elapsed() >= Duration::from_secs(STARTUP_REPORT_SECS) {
+                    reported_at = std::time::Instant::now();
+                    eprintln!("{}", progress_report(&phases, started.elapsed()));
+                }
+                continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(mpsc::RecvError),
         };
+        ready += 1;
         match received {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e),
@@ -350,7 +405,8 @@ async fn shard_main(boot: ShardBoot) {
 async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
     let shard_err = |message: String| ServerError::Shard { shard: id, message };
-    let phase = |p: usize| boot.phases[id as usize].store(p, Ordering::SeqCst);
+    let progress = &boot.phases[id as usize];
+    let phase = |p: usize| progress.phase.store(p, Ordering::SeqCst);
     let config = EngineConfig {
         shard: id,
         partitioning: boot.partitioning,
@@ -364,6 +420,11 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let mut engine = Engine::new(config, clock, Box::new(SystemClock));
     phase(1);
     let log = recover(&boot.dir, |lsn, _rtype, payload| {
+        progress.lsn.store(lsn, Ordering::Relaxed);
+        progress.bytes.fetch_add(
+            (payload.len() + flo_ual::RECORD_HEADER_BYTES) as u64,
+            Ordering::Relaxed,
+        );
         engine.replay(lsn, payload)
     })
     .map_err(|source| ServerError::Recovery { shard: id, source })?;

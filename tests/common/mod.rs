@@ -74,7 +74,7 @@ impl TestServer {
         match Self::try_start_exact(dir, &args) {
             // A start-up that stalls is reported by the server (a rare, not yet understood
             // hang, seen under heavy load); note it and try once more.
-            Err(r) if r.stderr.contains("start-up stalled") => {
+            Err(r) if r.stderr.contains("start-up made no progress") => {
                 eprintln!(
                     "warning: server start-up stalled, retrying once:\n{}",
                     r.stderr
