@@ -13,6 +13,7 @@ pub mod hash;
 pub mod index;
 pub mod kv;
 pub mod record;
+pub mod snapshot;
 pub mod state;
 pub mod tables;
 pub mod workers;

@@ -10,7 +10,7 @@ use flo_protocol::RunStatus;
 use std::collections::VecDeque;
 
 /// Guest KV writes of a completion that belong to other shards, not yet delivered.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PendingForward {
     pub lsn: u64,
     pub namespace: String,

@@ -11,7 +11,7 @@ pub const PRIORITY_DEFAULT: u8 = 10;
 pub const DELAY_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
 pub const LABELS_BYTES_MAX: usize = 4096;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Run {
     pub action: String,
     pub action_version: u32,
@@ -39,7 +39,7 @@ pub struct Run {
     pub step: Option<crate::record::StepRef>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Lease {
     pub worker_id: String,
     pub expires_at_ms: u64,
@@ -71,7 +71,7 @@ pub fn retry_at(
 /// A page of runs, newest first, and whether more matched.
 pub type RunPage<'a> = (Vec<(&'a str, &'a Run)>, bool);
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Runs {
     /// Runs boxed: a table of millions resizes by moving pointers, not whole runs.
     spaces: HashMap<String, HashMap<String, Box<Run>>>,

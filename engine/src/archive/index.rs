@@ -187,6 +187,65 @@ impl RunIndex {
     }
 }
 
+/// The index as a snapshot carries it: raw little-endian words, not one MessagePack value
+/// per entry (millions of them).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Image {
+    /// (key, packed entry) pairs.
+    #[serde(with = "serde_bytes")]
+    entries: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    order: Vec<u8>,
+    times: Vec<(u64, u64)>,
+}
+
+fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+}
+
+impl serde::Serialize for RunIndex {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut entries = Vec::with_capacity(self.entries.len() * 16);
+        for (k, v) in &self.entries {
+            entries.extend_from_slice(&k.to_le_bytes());
+            entries.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut order = Vec::with_capacity(self.order.len() * 8);
+        for k in &self.order {
+            order.extend_from_slice(&k.to_le_bytes());
+        }
+        let times = self.times.iter().copied().collect();
+        Image {
+            entries,
+            order,
+            times,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RunIndex {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let image = Image::deserialize(d)?;
+        if image.entries.len() % 16 != 0 || image.order.len() % 8 != 0 {
+            return Err(serde::de::Error::custom("run index image of a bad length"));
+        }
+        let mut entries = HashMap::default();
+        entries.reserve(image.entries.len() / 16);
+        let mut w = words(&image.entries);
+        while let (Some(k), Some(v)) = (w.next(), w.next()) {
+            entries.insert(k, v);
+        }
+        Ok(RunIndex {
+            entries,
+            order: words(&image.order).collect(),
+            times: image.times.into(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

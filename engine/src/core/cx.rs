@@ -235,6 +235,12 @@ impl Core {
         self.index.observe(&touch, &self.state);
     }
 
+    /// Replaces the (empty) fold with one loaded from a snapshot; its index is rebuilt.
+    pub fn restore(&mut self, state: ShardState) {
+        self.index = Index::rebuild(&state);
+        self.state = state;
+    }
+
     /// After replay: appends continue after `last_lsn`, which is durable.
     pub fn recovered(&mut self, last_lsn: u64) {
         self.log = LogBuffer::new(last_lsn + 1);

@@ -87,6 +87,24 @@ impl Engine {
         Ok(())
     }
 
+    /// Before replay: starts from a snapshot (`snapshot::encode`'s bytes) instead of an
+    /// empty fold; the log is then replayed from the LSN it returns + 1.
+    pub fn restore(&mut self, image: &[u8]) -> Result<u64, String> {
+        let state = crate::snapshot::decode(image, self.core.shard, self.core.partitioning)?;
+        let lsn = state.applied_lsn;
+        self.core.restore(state);
+        Ok(lsn)
+    }
+
+    /// The fold as a snapshot image, and the LSN it stands at (the last record appended,
+    /// which may not be durable yet: write the image only once it is).
+    pub fn snapshot(&self) -> (u64, Vec<u8>) {
+        (
+            self.core.last_lsn(),
+            crate::snapshot::encode(&self.core.state),
+        )
+    }
+
     /// Recovery is done: `last_lsn` is the last durable record, in `segments` files.
     pub fn recovered(&mut self, last_lsn: u64, segments: u32) {
         self.core.recovered(last_lsn);

@@ -125,6 +125,11 @@ pub struct Node {
     pub wake: Option<u64>,
     /// `Effect::Continue`s not yet fed back.
     pub continues: u32,
+    /// The installed snapshot (LSN, image): recovery starts from it.
+    pub snap: Option<(u64, Vec<u8>)>,
+    /// A snapshot being written: a crash may find it installed (renamed, directory not
+    /// synced yet) or not (the recovery then uses `snap`).
+    pub snap_pending: Option<(u64, Vec<u8>)>,
 }
 
 impl Node {
@@ -140,6 +145,8 @@ impl Node {
             facts: HashMap::new(),
             wake: None,
             continues: 0,
+            snap: None,
+            snap_pending: None,
         }
     }
 
@@ -490,6 +497,17 @@ impl Cluster {
     /// bytes of the batch being written, if any) with the real recovery, and is told
     /// `Started` only by `start`. Returns (shard, durable LSN before, recovered LSN).
     pub fn crash(&mut self, shards: &[u32], torn: &[usize]) -> Vec<(u32, u64, u64)> {
+        self.crash_with(shards, torn, &vec![false; shards.len()])
+    }
+
+    /// `crash`, where `pending_installed[i]` says whether shard `i`'s snapshot being written
+    /// (if any) made it (renamed before the crash) or not.
+    pub fn crash_with(
+        &mut self,
+        shards: &[u32],
+        torn: &[usize],
+        pending_installed: &[bool],
+    ) -> Vec<(u32, u64, u64)> {
         let mut out = Vec::new();
         for (i, &s) in shards.iter().enumerate() {
             self.links.retain(|(a, b), _| *a != s && *b != s);
@@ -509,10 +527,33 @@ impl Cluster {
             let path = dir.path().join(segment_file_name(1));
             std::fs::write(&path, &image).expect("write segment");
             let mut engine = new_engine(s, self.part, &self.clock);
+            let pending = node.snap_pending.take();
+            let snap = match pending {
+                Some(p) if pending_installed.get(i).copied().unwrap_or(false) => Some(p),
+                _ => node.snap.take(),
+            };
+            let from = match &snap {
+                Some((lsn, image)) => {
+                    let at = engine
+                        .restore(image)
+                        .unwrap_or_else(|e| panic!("shard {s}: snapshot at {lsn}: {e}"));
+                    assert_eq!(at, *lsn, "shard {s}: snapshot LSN");
+                    at
+                }
+                None => 0,
+            };
             let log = flo_ual::recover(dir.path(), |lsn, _rtype, payload| {
+                if lsn <= from {
+                    return Ok(());
+                }
                 engine.replay(lsn, payload)
             })
             .unwrap_or_else(|e| panic!("shard {s}: recovery failed: {e}"));
+            assert!(
+                log.last_lsn >= from,
+                "shard {s}: the log ends at {} before its snapshot {from}",
+                log.last_lsn
+            );
             engine.recovered(log.last_lsn, 1);
             assert!(
                 log.last_lsn >= before,
@@ -532,6 +573,8 @@ impl Cluster {
                 facts: HashMap::new(),
                 wake: None,
                 continues: 0,
+                snap,
+                snap_pending: None,
             };
             let parsed = parse_log(&node.disk);
             assert_eq!(

@@ -1,7 +1,7 @@
 //! The simulated world around the engines: clients, workers, the WASM pool, the clock and
 //! crashes, all driven by one seeded RNG, and the invariants checked against it.
 
-use crate::cluster::{Cluster, replayed};
+use crate::cluster::{Cluster, new_engine, replayed};
 use flo_engine::record::{Record, StepWait};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
@@ -1041,8 +1041,11 @@ impl Sim {
                 }
             })
             .collect();
-        trace(format!("CRASH of every shard, torn {torn:?}"));
-        let recovered = self.c.crash(&all, &torn);
+        let installed: Vec<bool> = all.iter().map(|_| self.rng.one_in(2)).collect();
+        trace(format!(
+            "CRASH of every shard, torn {torn:?}, pending snapshots installed {installed:?}"
+        ));
+        let recovered = self.c.crash_with(&all, &torn, &installed);
         trace(format!(
             "recovered (shard, durable before, last after): {recovered:?}"
         ));
@@ -1096,6 +1099,18 @@ impl Sim {
             }
             if at_rest {
                 check_replay(&self.c, s);
+                // A snapshot stands at a durable LSN: start writing one, or finish the one
+                // being written.
+                let node = &mut self.c.nodes[s as usize];
+                match self.rng.below(4) {
+                    0 => node.snap_pending = Some(node.engine.snapshot()),
+                    1 => {
+                        if let Some(p) = node.snap_pending.take() {
+                            node.snap = Some(p);
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
     }
@@ -1576,4 +1591,34 @@ fn check_replay(c: &Cluster, shard: u32) {
         );
     }
     check_index(shard, &fresh, 0, "after replay");
+    // Snapshot + the log after it equals the full replay: from the installed snapshot, and
+    // from one taken now.
+    let now = node.engine.snapshot();
+    for (lsn, image) in node
+        .snap
+        .iter()
+        .chain(node.snap_pending.iter())
+        .chain([&now])
+    {
+        let mut engine = new_engine(shard, c.part, &c.clock);
+        let at = engine
+            .restore(image)
+            .unwrap_or_else(|e| panic!("shard {shard}: snapshot at {lsn}: {e}"));
+        for (l, payload) in node.payloads.iter().filter(|(l, _)| *l > at) {
+            engine
+                .replay(*l, payload)
+                .unwrap_or_else(|e| panic!("replay of record {l}: {e}"));
+        }
+        engine.recovered(node.payloads.last().map_or(0, |p| p.0), 1);
+        let restored = engine.state().digest();
+        if live != restored {
+            let only_live: Vec<&String> = live.iter().filter(|l| !restored.contains(l)).collect();
+            let only_snap: Vec<&String> = restored.iter().filter(|l| !live.contains(l)).collect();
+            panic!(
+                "shard {shard}: snapshot at {lsn} + tail differs from live\nlive only: \
+                 {only_live:#?}\nsnapshot only: {only_snap:#?}"
+            );
+        }
+        check_index(shard, &engine, 0, "after a snapshot");
+    }
 }
