@@ -22,5 +22,6 @@ pub mod workflows;
 pub use crate::core::cx::Durability;
 pub use crate::core::io::{
     ClientRef, ConnId, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg, ReplyResult,
+    StorageInfo,
 };
 pub use crate::engine::{Engine, EngineConfig};

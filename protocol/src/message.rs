@@ -763,6 +763,19 @@ pub struct ShardInfo {
     /// Memory the run index takes.
     #[serde(default)]
     pub run_index_bytes: u64,
+    /// LSN of the newest snapshot (0: none yet) and its age.
+    #[serde(default)]
+    pub snapshot_lsn: u64,
+    #[serde(default)]
+    pub snapshot_age_ms: Option<u64>,
+    /// How long taking the newest snapshot's image paused the shard, and writing it took.
+    #[serde(default)]
+    pub snapshot_pause_ms: u64,
+    #[serde(default)]
+    pub snapshot_write_ms: u64,
+    /// Bytes of log segments and snapshots on disk.
+    #[serde(default)]
+    pub disk_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

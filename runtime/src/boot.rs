@@ -8,13 +8,14 @@ use crate::log_reader::LogMap;
 use crate::log_writer::{LogSlot, SegmentWriter, writer_loop};
 use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
 use crate::shard_loop::ShardLoop;
+use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
 use crate::wasm_pool::{SharedModules, WasmPool};
 use flo_engine::actions::WASM_SLOTS;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
 use flo_engine::{Engine, EngineConfig, Input};
-use flo_ual::{RecoveryError, recover};
+use flo_ual::{RecoveryError, recover_from};
 use flo_wasm::{WasmConfig, WasmEngine};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -375,6 +376,30 @@ pub fn run_server(
     Ok(())
 }
 
+/// Loads the newest snapshot that is valid into `engine` (a damaged one is reported and
+/// the one before is tried); None: there is none, the whole log is replayed.
+fn load_snapshot(
+    dir: &Path,
+    shard: u32,
+    engine: &mut Engine,
+) -> Result<Option<snapshots::Loaded>, String> {
+    snapshots::clean_temporaries(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let found = snapshots::list(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    for (lsn, path) in found {
+        let loaded = fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| snapshots::decode(&bytes));
+        match loaded.and_then(|l| engine.restore(&l.image).map(|_| l)) {
+            Ok(loaded) => return Ok(Some(loaded)),
+            Err(e) => eprintln!(
+                "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}); trying the one before",
+                path.display()
+            ),
+        }
+    }
+    Ok(None)
+}
+
 fn shard_dir(data: &Path, shard: u32) -> PathBuf {
     data.join(format!("shard-{shard:03}"))
 }
@@ -419,7 +444,9 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     };
     let mut engine = Engine::new(config, clock, Box::new(SystemClock));
     phase(1);
-    let log = recover(&boot.dir, |lsn, _rtype, payload| {
+    let loaded = load_snapshot(&boot.dir, id, &mut engine).map_err(shard_err)?;
+    let from = loaded.as_ref().map_or(0, |l| l.lsn);
+    let log = recover_from(&boot.dir, from, |lsn, _rtype, payload| {
         progress.lsn.store(lsn, Ordering::Relaxed);
         progress.bytes.fetch_add(
             (payload.len() + flo_ual::RECORD_HEADER_BYTES) as u64,
@@ -434,6 +461,20 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
             file.display()
         );
     }
+    if let Some(retained) = engine.retained_from_lsn()
+        && log.segments.first().is_some_and(|s| s.first_lsn > retained)
+    {
+        let first = log.segments[0].first_lsn;
+        return Err(ServerError::Recovery {
+            shard: id,
+            source: RecoveryError::Missing {
+                dir: boot.dir.clone(),
+                from: retained,
+                to: first - 1,
+                what: "finished runs retained from there on are read back from them".into(),
+            },
+        });
+    }
     phase(2);
     let writer = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
         .await
@@ -442,7 +483,26 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
 
     let inbox = Rc::new(Inbox::default());
     let slot = Rc::new(LogSlot::default());
+    slot.set_written(log.last_lsn);
     let log_map = Rc::new(LogMap::from_recovered(&log));
+    let kept: Vec<u64> = snapshots::list(&boot.dir)
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.0)
+        .collect();
+    let snapshotter = Rc::new(Snapshotter::new(
+        boot.dir.clone(),
+        id,
+        boot.config.snapshot_bytes,
+        kept,
+    ));
+    if let Some(loaded) = loaded {
+        snapshotter.loaded(loaded.lsn);
+        log_map.fill_marks(loaded.marks);
+    } else {
+        log_map.fill_marks(Vec::new());
+    }
+    inbox.push(snapshotter.storage(log.segments.len().max(1) as u32));
     let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);
     glommio::spawn_local(writer_task).detach();
     let alarm = Rc::new(Alarm::default());
@@ -490,6 +550,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         peers,
         log: slot,
         log_map,
+        snapshots: snapshotter,
         wasm,
         alarm,
     };

@@ -53,6 +53,54 @@ impl LogMap {
         }
     }
 
+    /// Marks of the segments wholly before `lsn` + 1 (what a snapshot at `lsn` carries: its
+    /// recovery will not read them).
+    pub fn marks_before(&self, lsn: u64) -> Vec<(u64, Vec<(u64, u64)>)> {
+        let segments = self.segments.borrow();
+        segments
+            .windows(2)
+            .filter(|w| w[1].first_lsn <= lsn + 1)
+            .map(|w| (w[0].first_lsn, w[0].marks.clone()))
+            .collect()
+    }
+
+    /// Gives the segments recovery did not read the marks a snapshot carried; the others
+    /// (a snapshot that has none for them) are scanned now.
+    pub fn fill_marks(&self, from_snapshot: Vec<(u64, Vec<(u64, u64)>)>) {
+        let mut segments = self.segments.borrow_mut();
+        let mut given: std::collections::HashMap<u64, Vec<(u64, u64)>> =
+            from_snapshot.into_iter().collect();
+        for seg in segments.iter_mut().filter(|s| s.marks.is_empty()) {
+            seg.marks = match given.remove(&seg.first_lsn) {
+                Some(marks) => marks,
+                None => std::fs::read(&seg.path)
+                    .map(|bytes| flo_ual::segment_marks(&bytes))
+                    .unwrap_or_default(),
+            };
+        }
+    }
+
+    /// Segment files on disk.
+    pub fn count(&self) -> u32 {
+        self.segments.borrow().len() as u32
+    }
+
+    /// (first LSN, path) of every segment, oldest first.
+    pub fn segments(&self) -> Vec<(u64, PathBuf)> {
+        self.segments
+            .borrow()
+            .iter()
+            .map(|s| (s.first_lsn, s.path.clone()))
+            .collect()
+    }
+
+    /// Forgets the segments starting before `first_lsn` (deleted).
+    pub fn drop_before(&self, first_lsn: u64) {
+        self.segments
+            .borrow_mut()
+            .retain(|s| s.first_lsn >= first_lsn);
+    }
+
     /// `batch` was written at `offset` of the segment starting at `first_lsn` (`path`).
     pub fn note_batch(&self, first_lsn: u64, path: &std::path::Path, offset: u64, batch: &Batch) {
         let mut segments = self.segments.borrow_mut();

@@ -137,6 +137,8 @@ pub(crate) struct LogSlot {
     signal: Signal,
     /// The last batch written: (its last LSN, segments), until the loop takes it.
     durable: Cell<Option<(u64, u32)>>,
+    /// Every record up to this LSN is written and synced.
+    written: Cell<u64>,
 }
 
 impl LogSlot {
@@ -149,6 +151,16 @@ impl LogSlot {
     pub fn take_durable(&self) -> Option<Input> {
         let (lsn, segments) = self.durable.take()?;
         Some(Input::Durable { lsn, segments })
+    }
+
+    /// Every record up to this LSN is on disk.
+    pub fn written_lsn(&self) -> u64 {
+        self.written.get()
+    }
+
+    /// At start-up: the recovered log is on disk up to `lsn`.
+    pub fn set_written(&self, lsn: u64) {
+        self.written.set(lsn);
     }
 
     pub fn take_spare(&self) -> Vec<u8> {
@@ -187,7 +199,8 @@ pub(crate) async fn writer_loop(
         slot.busy.set(false);
         // Not queued behind the inputs waiting: the loop looks at it before each input, so
         // replies go out and the next batch is handed over without delay.
-        slot.durable.set(Some((batch.last_lsn, writer.segments())));
+        slot.durable.set(Some((batch.last_lsn, map.count())));
+        slot.written.set(batch.last_lsn);
         inbox.poke();
     }
 }

@@ -76,6 +76,10 @@ pub struct ServerArgs {
     /// Size at which log segments roll.
     #[arg(long, default_value_t = 64 << 20)]
     pub segment_bytes: u64,
+    /// Take a snapshot of each shard's state after this many bytes of log (and at a graceful
+    /// stop): recovery replays only the log after it, and older segments can be deleted.
+    #[arg(long, default_value_t = flo_runtime::SNAPSHOT_BYTES_DEFAULT)]
+    pub snapshot_bytes: u64,
     /// How long finished runs are kept (status, history, lists, idempotency keys): `30s`,
     /// `12h`, `7d`; a bare number is milliseconds.
     #[arg(long, default_value = "7d", value_parser = parse_retention)]

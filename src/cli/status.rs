@@ -14,6 +14,9 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 "segments": s.segments, "kv_keys": s.kv_keys, "runs": s.runs,
                 "workflow_runs": s.workflow_runs, "archived_runs": s.archived_runs,
                 "run_index_bytes": s.run_index_bytes,
+                "snapshot_lsn": s.snapshot_lsn, "snapshot_age_ms": s.snapshot_age_ms,
+                "snapshot_pause_ms": s.snapshot_pause_ms,
+                "snapshot_write_ms": s.snapshot_write_ms, "disk_bytes": s.disk_bytes,
             })
         })
         .collect();
@@ -33,7 +36,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             info.partitions
         );
         text.push_str(&format!(
-            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
             "SHARD",
             "LSN",
             "DURABLE",
@@ -42,11 +45,17 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             "RUNS",
             "WF RUNS",
             "ARCHIVED",
-            "INDEX"
+            "INDEX",
+            "SNAPSHOT",
+            "AGE",
+            "DISK"
         ));
         for s in &info.shards {
+            let age = s
+                .snapshot_age_ms
+                .map_or("-".to_string(), |ms| format!("{}s", ms / 1000));
             text.push_str(&format!(
-                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
                 s.shard,
                 s.lsn,
                 s.durable_lsn,
@@ -55,7 +64,10 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 s.runs,
                 s.workflow_runs,
                 s.archived_runs,
-                human_bytes(s.run_index_bytes)
+                human_bytes(s.run_index_bytes),
+                s.snapshot_lsn,
+                age,
+                human_bytes(s.disk_bytes)
             ));
         }
         text

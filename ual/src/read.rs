@@ -49,6 +49,28 @@ pub fn find_record(buf: &[u8], start: usize, lsn: u64, complete: bool) -> Found<
     }
 }
 
+/// The marks of a segment's bytes (what recovery's scan notes), for a segment recovery
+/// did not read: parsing stops at the first byte that is not a valid record.
+pub fn segment_marks(buf: &[u8]) -> Vec<(u64, u64)> {
+    let mut marks: Vec<(u64, u64)> = Vec::new();
+    let mut pos = 0usize;
+    loop {
+        match parse_record(buf, pos) {
+            Parsed::Record { lsn, end, .. } => {
+                if marks
+                    .last()
+                    .is_none_or(|&(_, at)| pos as u64 >= at + MARK_SPACING_BYTES)
+                {
+                    marks.push((lsn, pos as u64));
+                }
+                pos = end;
+            }
+            Parsed::Padding => pos = align_up(pos as u64 + 1) as usize,
+            Parsed::End | Parsed::Damaged(_) => return marks,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

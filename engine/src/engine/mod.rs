@@ -51,6 +51,7 @@ pub struct Engine {
     forwarder: Forwarder,
     reads: crate::archive::Reads,
     retention_ms: u64,
+    storage: crate::core::io::StorageInfo,
     stopping: bool,
     next_housekeeping_ms: u64,
     /// The wake-up last asked of the runtime (wall clock).
@@ -73,6 +74,7 @@ impl Engine {
             forwarder: Forwarder::default(),
             reads: Default::default(),
             retention_ms: config.retention_ms,
+            storage: Default::default(),
             stopping: false,
             next_housekeeping_ms: 0,
             wake_asked: None,
@@ -94,6 +96,12 @@ impl Engine {
         let lsn = state.applied_lsn;
         self.core.restore(state);
         Ok(lsn)
+    }
+
+    /// The first LSN the log must keep for the runs this shard retains (their archive
+    /// records are read back from it); None when it retains none.
+    pub fn retained_from_lsn(&self) -> Option<u64> {
+        self.core.state.archive.oldest_lsn()
     }
 
     /// The fold as a snapshot image, and the LSN it stands at (the last record appended,

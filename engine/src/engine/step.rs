@@ -56,6 +56,10 @@ impl Engine {
             Input::ConnClosed { conn } => {
                 workers::conn_closed(&mut self.core, &mut self.awaits, conn)
             }
+            Input::Storage(info) => {
+                self.segments = info.segments;
+                self.storage = *info;
+            }
             Input::LogRead { token, result } => {
                 if let Some((dest, done)) = archive::on_read(&mut self.reads, token, result) {
                     self.deliver(dest, done);
@@ -298,6 +302,12 @@ impl Engine {
                 workflow_runs: core.state.workflows.run_count() as u64,
                 archived_runs: core.state.archive.len() as u64,
                 run_index_bytes: core.state.archive.memory_bytes(),
+                snapshot_lsn: self.storage.snapshot_lsn,
+                snapshot_age_ms: (self.storage.snapshot_lsn > 0)
+                    .then(|| core.wall_ms().saturating_sub(self.storage.snapshot_at_ms)),
+                snapshot_pause_ms: self.storage.snapshot_pause_ms,
+                snapshot_write_ms: self.storage.snapshot_write_ms,
+                disk_bytes: self.storage.disk_bytes,
             }))),
             Op::KvList {
                 namespace,
