@@ -37,6 +37,7 @@ fn write_keys(dir: &Path) -> PathBuf {
     }
     drop(c);
     server.stop();
+    common::remove_snapshots(dir);
     let files = segment_files(dir, 0);
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(files[0].file_name().unwrap(), "00000000000000000001.ual");
@@ -473,6 +474,7 @@ fn write_keys_over_segments(dir: &Path, n: usize) -> Vec<PathBuf> {
     }
     drop(c);
     server.stop();
+    common::remove_snapshots(dir);
     segment_files(dir, 0)
 }
 

@@ -1025,3 +1025,182 @@ fn a_parent_looping_through_a_failing_child_fails_and_the_server_stays_up() {
     c.kv_put("after-restart", b"yes", Default::default())
         .unwrap();
 }
+
+/// Finished runs leave memory: their final documents are archived in the log and status,
+/// history, lists, idempotency and conflicts are answered from there, also after a restart.
+#[test]
+fn finished_runs_are_archived_and_read_back_from_the_log_after_a_restart() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    wasm_action(&mut c, "validate-order", &fixed_guest(r#"{"valid":true}"#));
+    wasm_action(&mut c, "charge-payment", &echo_guest());
+    wasm_action(
+        &mut c,
+        "create-shipment",
+        &fixed_guest(r#"{"shipment":"S-1"}"#),
+    );
+    create(&mut c, PROCESS_ORDER);
+    const RUNS: usize = 12;
+    let mut ids = Vec::new();
+    for i in 0..RUNS {
+        let opts = StartOptions {
+            idempotency_key: (i == 0).then(|| "order-0".to_string()),
+            ..StartOptions::default()
+        };
+        let input = json!({"order_id": format!("ORD-{i}"), "amount": i});
+        let id = c
+            .start_workflow("process-order", input.to_string().as_bytes(), opts)
+            .unwrap();
+        ids.push(id);
+    }
+    for id in &ids {
+        assert_eq!(wait_final(&mut c, id).status, WorkflowRunStatus::Completed);
+    }
+    let (actions, _) = c
+        .list_runs("charge-payment", None, false, Some(100))
+        .unwrap();
+    assert_eq!(actions.len(), RUNS);
+    let action_run = actions[0].run_id.clone();
+
+    let check = |c: &mut Client, when: &str| {
+        // Nothing finished is left in memory: everything is in the run index.
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                let status = c.status().unwrap();
+                let live: u64 = status.shards.iter().map(|s| s.runs + s.workflow_runs).sum();
+                let archived: u64 = status.shards.iter().map(|s| s.archived_runs).sum();
+                live == 0 && archived == (RUNS * 4) as u64
+            }),
+            "{when}: {:?}",
+            c.status().unwrap()
+        );
+        for (i, id) in ids.iter().enumerate() {
+            let run = c.workflow_run(id).unwrap();
+            assert_eq!(run.status, WorkflowRunStatus::Completed, "{when}: {run:?}");
+            assert_eq!(
+                step_output(&run, "charge"),
+                json!({"amount": i, "valid": true, "run": id}),
+                "{when}"
+            );
+            let history = events(c, id);
+            assert_eq!(
+                history.first().map(String::as_str),
+                Some("workflow_started")
+            );
+            assert_eq!(
+                history.last().map(String::as_str),
+                Some("workflow_completed"),
+                "{when}"
+            );
+            // A wait on a finished run answers at once.
+            assert_eq!(
+                c.wait_workflow(id, 5_000).unwrap().status,
+                WorkflowRunStatus::Completed
+            );
+        }
+        let (runs, truncated) = c
+            .list_workflow_runs("process-order", Some(WorkflowRunStatus::Completed), Some(5))
+            .unwrap();
+        assert_eq!((runs.len(), truncated), (5, true), "{when}");
+        let (runs, truncated) = c
+            .list_workflow_runs("process-order", None, Some(100))
+            .unwrap();
+        assert_eq!((runs.len(), truncated), (RUNS, false), "{when}");
+        let (runs, _) = c
+            .list_workflow_runs("process-order", Some(WorkflowRunStatus::Failed), None)
+            .unwrap();
+        assert!(runs.is_empty(), "{when}: {runs:?}");
+        let run = c.run(&action_run).unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{when}");
+        // Changes to a finished run conflict; an idempotent repeat finds it.
+        let e = c.cancel_workflow(&ids[1], None).unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "{when}");
+        let e = c.signal_workflow(&ids[1], "go", b"{}").unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "{when}");
+        let e = c.cancel_run(&action_run).unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "{when}");
+        let opts = StartOptions {
+            idempotency_key: Some("order-0".into()),
+            ..StartOptions::default()
+        };
+        let again = c.start_workflow("process-order", b"{}", opts).unwrap();
+        assert_eq!(again, ids[0], "{when}");
+    };
+    check(&mut c, "live");
+    drop(c);
+    server.stop();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    check(&mut c, "after a restart");
+}
+
+/// `--retention`: finished runs older than the window are forgotten (status says they
+/// expired, their idempotency keys are free again); runs still in flight are kept however
+/// old; a restart forgets nothing more and brings nothing back.
+#[test]
+fn retention_forgets_finished_runs_and_keeps_runs_in_flight() {
+    let dir = temp_dir();
+    let args = ["--test-clock", "--retention", "60s"];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    wasm_action(&mut c, "echo", &echo_guest());
+    user_action(&mut c, "manual", 3_600_000, 0, 1000);
+    let opts = flo::InvokeOptions {
+        idempotency_key: Some("k1".into()),
+        ..Default::default()
+    };
+    let done = c.invoke("echo", b"{\"n\":1}", opts.clone()).unwrap();
+    assert_eq!(
+        c.wait_run(&done, 5_000).unwrap().status,
+        RunStatus::Completed
+    );
+    let plain = c.invoke("echo", b"{\"n\":2}", Default::default()).unwrap();
+    assert_eq!(
+        c.wait_run(&plain, 5_000).unwrap().status,
+        RunStatus::Completed
+    );
+    let waiting = c.invoke("manual", b"{}", Default::default()).unwrap();
+    let archived = |c: &mut Client| -> u64 {
+        c.status()
+            .unwrap()
+            .shards
+            .iter()
+            .map(|s| s.archived_runs)
+            .sum()
+    };
+    assert!(wait_until(Duration::from_secs(5), || archived(&mut c) == 2));
+
+    // Inside the window: still there.
+    c.advance_clock(30_000).unwrap();
+    assert_eq!(c.run(&plain).unwrap().status, RunStatus::Completed);
+    // Past it: forgotten.
+    c.advance_clock(32_000).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || archived(&mut c) == 0),
+        "{:?}",
+        c.status()
+    );
+    let e = c.run(&plain).unwrap_err();
+    assert!(e.to_string().contains("retention window"), "{e}");
+    assert_eq!(code(e), ErrorCode::NotFound);
+    // The run in flight is as old, and kept.
+    assert_eq!(c.run(&waiting).unwrap().status, RunStatus::Pending);
+    // The idempotency key expired with its run: the same key starts a new run.
+    let again = c.invoke("echo", b"{\"n\":3}", opts.clone()).unwrap();
+    assert_eq!(again, done);
+    let run = c.wait_run(&again, 5_000).unwrap();
+    assert_eq!(
+        run.input,
+        b"{\"n\":3}".to_vec(),
+        "a new run, not the forgotten one"
+    );
+
+    drop(c);
+    server.stop();
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    assert_eq!(code(c.run(&plain).unwrap_err()), ErrorCode::NotFound);
+    assert_eq!(c.run(&waiting).unwrap().status, RunStatus::Pending);
+    assert_eq!(c.run(&again).unwrap().input, b"{\"n\":3}".to_vec());
+}

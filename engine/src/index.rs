@@ -183,6 +183,18 @@ impl Index {
         }
     }
 
+    /// The index of a fold loaded from a snapshot: every live run observed.
+    pub fn rebuild(state: &ShardState) -> Index {
+        let mut index = Index::default();
+        for (ns, id, _) in state.runs.iter() {
+            index.observe_run(&(ns.to_string(), id.to_string()), state);
+        }
+        for (ns, id, _) in state.workflows.all_runs() {
+            index.observe_wf_run(&(ns.to_string(), id.to_string()), state);
+        }
+        index
+    }
+
     /// Drops entries the fold no longer backs (after a replay, most runs are final).
     pub fn compact(&mut self, state: &ShardState) {
         self.runs.retain(|(ns, id)| {

@@ -4,6 +4,7 @@
 //! runtime crate performs the effects, the simulation drives it without one.
 
 pub mod actions;
+pub mod archive;
 pub mod clock;
 pub mod core;
 pub mod definitions;
@@ -12,6 +13,7 @@ pub mod hash;
 pub mod index;
 pub mod kv;
 pub mod record;
+pub mod snapshot;
 pub mod state;
 pub mod tables;
 pub mod workers;
@@ -20,5 +22,6 @@ pub mod workflows;
 pub use crate::core::cx::Durability;
 pub use crate::core::io::{
     ClientRef, ConnId, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg, ReplyResult,
+    StorageInfo,
 };
 pub use crate::engine::{Engine, EngineConfig};

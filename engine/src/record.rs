@@ -257,6 +257,18 @@ pub enum Record {
         reason: Option<String>,
         at_ms: u64,
     },
+    /// A final run that nothing waits on any more: its final document. Applying it drops
+    /// the run from memory and indexes where this record is (`archive::RunIndex`).
+    RunArchived {
+        namespace: String,
+        run_id: String,
+        run: crate::archive::ArchivedRun,
+    },
+    /// Retention: the runs archived before `before_lsn` are forgotten (their records may
+    /// go with the segments that hold them).
+    RunsForgotten {
+        before_lsn: u64,
+    },
     /// Guest KV writes of completions up to `up_to_lsn` reached their owner shards.
     KvForwarded {
         up_to_lsn: u64,
@@ -297,6 +309,8 @@ impl Record {
             Record::WfRunCancelled { .. } => 46,
             Record::KvForwarded { .. } => 30,
             Record::KvRemoteWrites { .. } => 31,
+            Record::RunArchived { .. } => 50,
+            Record::RunsForgotten { .. } => 51,
         }
     }
 

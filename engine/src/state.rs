@@ -10,7 +10,7 @@ use flo_protocol::RunStatus;
 use std::collections::VecDeque;
 
 /// Guest KV writes of a completion that belong to other shards, not yet delivered.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PendingForward {
     pub lsn: u64,
     pub namespace: String,
@@ -28,6 +28,8 @@ pub struct ShardState {
     /// Highest origin LSN applied from each other shard's forwarded writes.
     pub remote_applied: HashMap<u32, u64>,
     pub workflows: crate::workflows::Workflows,
+    /// Finished runs: where their archive records are.
+    pub archive: crate::archive::RunIndex,
     /// LSN of the last record applied.
     pub applied_lsn: u64,
 }
@@ -55,6 +57,7 @@ impl ShardState {
             forwards: VecDeque::new(),
             remote_applied: HashMap::default(),
             workflows: Default::default(),
+            archive: Default::default(),
             applied_lsn: 0,
         }
     }
@@ -387,6 +390,26 @@ impl ShardState {
             } => self
                 .workflows
                 .apply_cancelled(&namespace, &run_id, reason, at_ms, lsn),
+            Record::RunArchived {
+                namespace,
+                run_id,
+                run,
+            } => {
+                let gone = match run.kind() {
+                    crate::archive::RunKind::Action => {
+                        self.runs.remove(&namespace, &run_id).is_some()
+                    }
+                    crate::archive::RunKind::Workflow => {
+                        self.workflows.remove(&namespace, &run_id).is_some()
+                    }
+                };
+                if !gone {
+                    impossible(lsn, format_args!("archived run {run_id:?} does not exist"));
+                }
+                let (key, entry) = run.entry(lsn);
+                self.archive.insert(key, entry, run.finished_at_ms());
+            }
+            Record::RunsForgotten { before_lsn } => self.archive.forget(before_lsn),
             Record::KvForwarded { up_to_lsn } => {
                 while self.forwards.front().is_some_and(|f| f.lsn <= up_to_lsn) {
                     self.forwards.pop_front();
@@ -466,6 +489,12 @@ impl ShardState {
                 r.error,
                 r.signals.len(),
                 r.history.len(),
+            ));
+        }
+        for (key, e) in self.archive.iter() {
+            lines.push(format!(
+                "archived {key:016x} lsn {} status {} dlq {} tag {}",
+                e.lsn, e.status, e.dead_lettered, e.name_tag
             ));
         }
         for f in &self.forwards {

@@ -27,6 +27,7 @@ impl Cluster {
                     shard,
                     partitioning,
                     durability: Durability::Sync,
+                    retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
                 };
                 let mut e = Engine::new(config, Box::new(clock.clone()), Box::new(clock.clone()));
                 e.recovered(0, 1);

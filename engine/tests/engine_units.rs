@@ -6,6 +6,7 @@
 mod cluster;
 
 use cluster::{Cluster, new_engine};
+use flo_engine::archive::{self, RunKind};
 use flo_engine::{ExecFailure, ExecResult, Execution, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunInfo, RunStatus, TaskAssignment, WorkerSpec,
@@ -556,13 +557,26 @@ fn cancel_cascades_to_the_child_and_its_group_applies_whole_on_replay() {
     );
     let disk = t.c.nodes[0].disk.clone();
     let batch = t.c.nodes[0].writing.as_ref().unwrap().bytes.clone();
+    // Live or archived (the cancelled runs are archived in the same batch).
     let statuses = |e: &flo_engine::Engine| {
         let s = e.state();
-        (
-            s.workflows.run(NS, &outer).unwrap().status,
-            s.workflows.run(NS, &inner).unwrap().status,
-            s.runs.get(NS, &action).unwrap().status,
-        )
+        let wf = |id: &str| match s.workflows.run(NS, id) {
+            Some(run) => run.status,
+            None => archive::workflow_status(
+                archive::lookup(s, RunKind::Workflow, NS, id)
+                    .unwrap()
+                    .status,
+            ),
+        };
+        let action = match s.runs.get(NS, &action) {
+            Some(run) => run.status,
+            None => archive::action_status(
+                archive::lookup(s, RunKind::Action, NS, &action)
+                    .unwrap()
+                    .status,
+            ),
+        };
+        (wf(&outer), wf(&inner), action)
     };
     let before = (
         WorkflowRunStatus::Waiting,

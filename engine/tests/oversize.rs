@@ -93,12 +93,21 @@ fn a_step_output_too_large_for_its_record_fails_the_step_and_the_shard_goes_on()
         },
     );
     c.settle();
-    let run = c.nodes[0]
-        .engine
-        .state()
-        .workflows
-        .run(NS, "wfrun-1")
-        .expect("the run exists");
+    // The failed run is archived: its status is read back from the log.
+    c.client(
+        0,
+        1,
+        5,
+        Op::WorkflowStatus {
+            namespace: NS.into(),
+            run_id: "wfrun-1".into(),
+        },
+    );
+    c.settle();
+    let run = match c.take_reply(1, 5) {
+        Some(Ok(flo_protocol::Reply::WorkflowRun(run))) => run,
+        other => panic!("{other:?}"),
+    };
     assert_eq!(run.status, flo_protocol::WorkflowRunStatus::Failed);
     let error = run.error.clone().unwrap_or_default();
     assert!(error.contains("exceeds the maximum"), "{error}");

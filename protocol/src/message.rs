@@ -793,7 +793,30 @@ pub struct ShardInfo {
     pub durable_lsn: u64,
     pub segments: u32,
     pub kv_keys: u64,
+    /// Action runs in memory (not finished, or finished and still referenced).
     pub runs: u64,
+    /// Workflow runs in memory.
+    #[serde(default)]
+    pub workflow_runs: u64,
+    /// Finished runs retained in the log, found through the run index.
+    #[serde(default)]
+    pub archived_runs: u64,
+    /// Memory the run index takes.
+    #[serde(default)]
+    pub run_index_bytes: u64,
+    /// LSN of the newest snapshot (0: none yet) and its age.
+    #[serde(default)]
+    pub snapshot_lsn: u64,
+    #[serde(default)]
+    pub snapshot_age_ms: Option<u64>,
+    /// How long taking the newest snapshot's image paused the shard, and writing it took.
+    #[serde(default)]
+    pub snapshot_pause_ms: u64,
+    #[serde(default)]
+    pub snapshot_write_ms: u64,
+    /// Bytes of log segments and snapshots on disk.
+    #[serde(default)]
+    pub disk_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

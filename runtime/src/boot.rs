@@ -4,16 +4,18 @@
 use crate::config::ServerConfig;
 use crate::inbox::Inbox;
 use crate::listener::{Conns, accept_loop};
+use crate::log_reader::LogMap;
 use crate::log_writer::{LogSlot, SegmentWriter, writer_loop};
 use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
 use crate::shard_loop::ShardLoop;
+use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
 use crate::wasm_pool::{SharedModules, WasmPool};
 use flo_engine::actions::WASM_SLOTS;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
 use flo_engine::{Engine, EngineConfig, Input};
-use flo_ual::{RecoveryError, recover};
+use flo_ual::{RecoveryError, recover_from};
 use flo_wasm::{WasmConfig, WasmEngine};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -24,7 +26,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -34,9 +36,12 @@ const META_FORMAT: u32 = 1;
 /// Longest shard count accepted.
 pub const SHARDS_MAX: u32 = 128;
 const STOP_POLL_MS: u64 = 20;
-/// Start-up that has not finished after this long is reported (with each shard's phase)
-/// and abandoned, instead of hanging silently.
+/// Start-up that made no progress at all for this long (no shard moved to another phase or
+/// replayed a record) is reported, with each shard's phase, and abandoned instead of hanging
+/// silently. A large log that is being replayed never trips it.
 const STARTUP_STALL_SECS: u64 = 20;
+/// While shards recover, progress is reported this often.
+const STARTUP_REPORT_SECS: u64 = 2;
 const PHASES: [&str; 6] = [
     "starting its executor",
     "recovering its log",
@@ -46,24 +51,65 @@ const PHASES: [&str; 6] = [
     "ready",
 ];
 
-/// Each shard's start-up phase (an index into `PHASES`).
-type Phases = Arc<Vec<std::sync::atomic::AtomicUsize>>;
+/// Each shard's start-up phase (an index into `PHASES`) and recovery progress.
+#[derive(Default)]
+struct ShardProgress {
+    phase: std::sync::atomic::AtomicUsize,
+    /// Last LSN replayed, and bytes of records replayed.
+    lsn: AtomicU64,
+    bytes: AtomicU64,
+}
+
+type Phases = Arc<Vec<ShardProgress>>;
+
+fn phase_name(p: &ShardProgress) -> &'static str {
+    PHASES[p.phase.load(Ordering::SeqCst).min(PHASES.len() - 1)]
+}
 
 fn startup_stall_report(phases: &Phases) -> String {
     let states: Vec<String> = phases
         .iter()
         .enumerate()
-        .map(|(s, p)| {
-            format!(
-                "shard {s}: {}",
-                PHASES[p.load(Ordering::SeqCst).min(PHASES.len() - 1)]
-            )
-        })
+        .map(|(s, p)| format!("shard {s}: {}", phase_name(p)))
         .collect();
     format!(
-        "start-up stalled after {STARTUP_STALL_SECS} s ({}); please report this",
+        "start-up made no progress for {STARTUP_STALL_SECS} s ({}); please report this",
         states.join(", ")
     )
+}
+
+/// What every shard has done so far: changes whenever any shard makes progress.
+fn progress_mark(phases: &Phases) -> Vec<(usize, u64)> {
+    phases
+        .iter()
+        .map(|p| {
+            (
+                p.phase.load(Ordering::SeqCst),
+                p.lsn.load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
+/// `starting: shard 0 recovering its log at LSN 1234 (512 MB, 230 MB/s); shard 1 ready`.
+fn progress_report(phases: &Phases, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64().max(0.001);
+    let states: Vec<String> = phases
+        .iter()
+        .enumerate()
+        .map(|(s, p)| {
+            let mb = p.bytes.load(Ordering::Relaxed) as f64 / 1e6;
+            match p.phase.load(Ordering::SeqCst) {
+                1 => format!(
+                    "shard {s} recovering its log at LSN {} ({mb:.0} MB, {:.0} MB/s)",
+                    p.lsn.load(Ordering::Relaxed),
+                    mb / secs
+                ),
+                _ => format!("shard {s} {}", phase_name(p)),
+            }
+        })
+        .collect();
+    format!("starting: {}", states.join("; "))
 }
 /// Longest a shard runs tasks before it looks at I/O again.
 const PREEMPT_MS: u64 = 1;
@@ -245,11 +291,7 @@ pub fn run_server(
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
     let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
-    let phases: Phases = Arc::new(
-        (0..meta.shards)
-            .map(|_| std::sync::atomic::AtomicUsize::new(0))
-            .collect(),
-    );
+    let phases: Phases = Arc::new((0..meta.shards).map(|_| ShardProgress::default()).collect());
     let mut handles = Vec::new();
     for s in 0..meta.shards {
         let boot = ShardBoot {
@@ -282,17 +324,32 @@ pub fn run_server(
         handles.push(handle);
     }
     drop(ready_tx);
-    for _ in 0..meta.shards {
-        let received = match ready_rx.recv_timeout(Duration::from_secs(STARTUP_STALL_SECS)) {
+    let started = std::time::Instant::now();
+    let (mut mark, mut moved_at) = (progress_mark(&phases), started);
+    let mut reported_at = started;
+    let mut ready = 0;
+    while ready < meta.shards {
+        let received = match ready_rx.recv_timeout(Duration::from_millis(250)) {
             Ok(r) => Ok(r),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                return Err(ServerError::Shard {
-                    shard: 0,
-                    message: startup_stall_report(&phases),
-                });
+                let now = progress_mark(&phases);
+                if now != mark {
+                    (mark, moved_at) = (now, std::time::Instant::now());
+                } else if moved_at.elapsed() >= Duration::from_secs(STARTUP_STALL_SECS) {
+                    return Err(ServerError::Shard {
+                        shard: 0,
+                        message: startup_stall_report(&phases),
+                    });
+                }
+                if reported_at.elapsed() >= Duration::from_secs(STARTUP_REPORT_SECS) {
+                    reported_at = std::time::Instant::now();
+                    eprintln!("{}", progress_report(&phases, started.elapsed()));
+                }
+                continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(mpsc::RecvError),
         };
+        ready += 1;
         match received {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e),
@@ -317,6 +374,30 @@ pub fn run_server(
         return Err(e);
     }
     Ok(())
+}
+
+/// Loads the newest snapshot that is valid into `engine` (a damaged one is reported and
+/// the one before is tried); None: there is none, the whole log is replayed.
+fn load_snapshot(
+    dir: &Path,
+    shard: u32,
+    engine: &mut Engine,
+) -> Result<Option<snapshots::Loaded>, String> {
+    snapshots::clean_temporaries(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let found = snapshots::list(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    for (lsn, path) in found {
+        let loaded = fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| snapshots::decode(&bytes));
+        match loaded.and_then(|l| engine.restore(&l.image).map(|_| l)) {
+            Ok(loaded) => return Ok(Some(loaded)),
+            Err(e) => eprintln!(
+                "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}); trying the one before",
+                path.display()
+            ),
+        }
+    }
+    Ok(None)
 }
 
 fn shard_dir(data: &Path, shard: u32) -> PathBuf {
@@ -349,11 +430,13 @@ async fn shard_main(boot: ShardBoot) {
 async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
     let shard_err = |message: String| ServerError::Shard { shard: id, message };
-    let phase = |p: usize| boot.phases[id as usize].store(p, Ordering::SeqCst);
+    let progress = &boot.phases[id as usize];
+    let phase = |p: usize| progress.phase.store(p, Ordering::SeqCst);
     let config = EngineConfig {
         shard: id,
         partitioning: boot.partitioning,
         durability: boot.config.durability,
+        retention_ms: boot.config.retention_ms,
     };
     let clock: Box<dyn Clock> = match boot.config.test_clock {
         true => Box::new(boot.clock.clone()),
@@ -361,7 +444,14 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     };
     let mut engine = Engine::new(config, clock, Box::new(SystemClock));
     phase(1);
-    let log = recover(&boot.dir, |lsn, _rtype, payload| {
+    let loaded = load_snapshot(&boot.dir, id, &mut engine).map_err(shard_err)?;
+    let from = loaded.as_ref().map_or(0, |l| l.lsn);
+    let log = recover_from(&boot.dir, from, |lsn, _rtype, payload| {
+        progress.lsn.store(lsn, Ordering::Relaxed);
+        progress.bytes.fetch_add(
+            (payload.len() + flo_ual::RECORD_HEADER_BYTES) as u64,
+            Ordering::Relaxed,
+        );
         engine.replay(lsn, payload)
     })
     .map_err(|source| ServerError::Recovery { shard: id, source })?;
@@ -371,6 +461,20 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
             file.display()
         );
     }
+    if let Some(retained) = engine.retained_from_lsn()
+        && log.segments.first().is_some_and(|s| s.first_lsn > retained)
+    {
+        let first = log.segments[0].first_lsn;
+        return Err(ServerError::Recovery {
+            shard: id,
+            source: RecoveryError::Missing {
+                dir: boot.dir.clone(),
+                from: retained,
+                to: first - 1,
+                what: "finished runs retained from there on are read back from them".into(),
+            },
+        });
+    }
     phase(2);
     let writer = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
         .await
@@ -379,7 +483,28 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
 
     let inbox = Rc::new(Inbox::default());
     let slot = Rc::new(LogSlot::default());
-    glommio::spawn_local(writer_loop(slot.clone(), writer, inbox.clone(), id)).detach();
+    slot.set_written(log.last_lsn);
+    let log_map = Rc::new(LogMap::from_recovered(&log));
+    let kept: Vec<u64> = snapshots::list(&boot.dir)
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.0)
+        .collect();
+    let snapshotter = Rc::new(Snapshotter::new(
+        boot.dir.clone(),
+        id,
+        boot.config.snapshot_bytes,
+        kept,
+    ));
+    if let Some(loaded) = loaded {
+        snapshotter.loaded(loaded.lsn);
+        log_map.fill_marks(loaded.marks);
+    } else {
+        log_map.fill_marks(Vec::new());
+    }
+    inbox.push(snapshotter.storage(log.segments.len().max(1) as u32));
+    let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);
+    glommio::spawn_local(writer_task).detach();
     let alarm = Rc::new(Alarm::default());
     glommio::spawn_local(alarm_loop(alarm.clone(), inbox.clone())).detach();
     let peers: Vec<Option<Rc<PeerOut>>> = (0..boot.partitioning.shards)
@@ -424,6 +549,8 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         conns,
         peers,
         log: slot,
+        log_map,
+        snapshots: snapshotter,
         wasm,
         alarm,
     };

@@ -10,6 +10,10 @@ pub struct ServerConfig {
     pub shards: Option<u32>,
     pub durability: Durability,
     pub segment_bytes: u64,
+    /// A snapshot is taken after this many bytes of log (and at a graceful stop).
+    pub snapshot_bytes: u64,
+    /// Finished runs are forgotten this long after they finished.
+    pub retention_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
     /// Let clients move the clock forward (tests of timers, retries, delays).

@@ -7,9 +7,11 @@ mod boot;
 mod config;
 mod inbox;
 mod listener;
+mod log_reader;
 mod log_writer;
 mod mesh;
 mod shard_loop;
+mod snapshots;
 mod timers;
 mod wasm_pool;
 
@@ -17,3 +19,4 @@ pub use boot::{Ready, SHARDS_MAX, ServerError, run_server};
 pub use config::ServerConfig;
 pub use flo_engine::Durability;
 pub use flo_ual::SEGMENT_BYTES_MIN;
+pub use snapshots::SNAPSHOT_BYTES_DEFAULT;

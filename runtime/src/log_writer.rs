@@ -4,6 +4,7 @@
 //! being written (group commit); the writer answers with `Input::Durable`.
 
 use crate::inbox::{Inbox, Signal};
+use crate::log_reader::LogMap;
 use flo_engine::Input;
 use flo_ual::{Batch, RecoveredLog, align_up, segment_file_name};
 use glommio::io::{Directory, DmaFile, OpenOptions};
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 pub(crate) struct SegmentWriter {
     dir: PathBuf,
+    /// The segment being written: its first LSN (its name) and its file.
+    first_lsn: u64,
     file: DmaFile,
     offset: u64,
     segment_bytes: u64,
@@ -64,19 +67,21 @@ async fn sync_dir(dir: &Path) -> io::Result<()> {
 impl SegmentWriter {
     /// Continues the recovered log: appends go after its last valid record.
     pub async fn open(dir: &Path, log: &RecoveredLog, segment_bytes: u64) -> io::Result<Self> {
-        let (name, offset, segments) = match log.segments.last() {
+        let (first_lsn, offset, segments) = match log.segments.last() {
             Some(seg) => (
-                seg.path.file_name().unwrap().to_string_lossy().into_owned(),
+                seg.first_lsn,
                 align_up(log.tail_end),
                 log.segments.len() as u32,
             ),
-            None => (segment_file_name(log.last_lsn + 1), 0, 1),
+            None => (log.last_lsn + 1, 0, 1),
         };
+        let name = segment_file_name(first_lsn);
         let file = poked(open_segment(dir, &name, segment_bytes)).await?;
         poked(file.fdatasync()).await.map_err(to_io)?;
         poked(sync_dir(dir)).await?;
         Ok(SegmentWriter {
             dir: dir.to_path_buf(),
+            first_lsn,
             file,
             offset,
             segment_bytes,
@@ -88,8 +93,8 @@ impl SegmentWriter {
         self.segments
     }
 
-    /// Writes and syncs one batch.
-    pub async fn write(&mut self, batch: &Batch) -> io::Result<()> {
+    /// Writes and syncs one batch; `map` learns where its records are.
+    pub async fn write(&mut self, batch: &Batch, map: &LogMap) -> io::Result<()> {
         let padded = align_up(batch.bytes.len() as u64);
         let rolled = self.offset > 0 && self.offset + padded > self.segment_bytes;
         if rolled {
@@ -98,6 +103,7 @@ impl SegmentWriter {
             poked(sync_dir(&self.dir)).await?;
             let old = std::mem::replace(&mut self.file, file);
             poked(old.close()).await.map_err(to_io)?;
+            self.first_lsn = batch.first_lsn;
             self.offset = 0;
             self.segments += 1;
         }
@@ -114,6 +120,8 @@ impl SegmentWriter {
             )));
         }
         poked(self.file.fdatasync()).await.map_err(to_io)?;
+        let path = self.dir.join(segment_file_name(self.first_lsn));
+        map.note_batch(self.first_lsn, &path, self.offset, batch);
         self.offset += padded;
         Ok(())
     }
@@ -129,6 +137,8 @@ pub(crate) struct LogSlot {
     signal: Signal,
     /// The last batch written: (its last LSN, segments), until the loop takes it.
     durable: Cell<Option<(u64, u32)>>,
+    /// Every record up to this LSN is written and synced.
+    written: Cell<u64>,
 }
 
 impl LogSlot {
@@ -141,6 +151,16 @@ impl LogSlot {
     pub fn take_durable(&self) -> Option<Input> {
         let (lsn, segments) = self.durable.take()?;
         Some(Input::Durable { lsn, segments })
+    }
+
+    /// Every record up to this LSN is on disk.
+    pub fn written_lsn(&self) -> u64 {
+        self.written.get()
+    }
+
+    /// At start-up: the recovered log is on disk up to `lsn`.
+    pub fn set_written(&self, lsn: u64) {
+        self.written.set(lsn);
     }
 
     pub fn take_spare(&self) -> Vec<u8> {
@@ -160,6 +180,7 @@ impl LogSlot {
 pub(crate) async fn writer_loop(
     slot: std::rc::Rc<LogSlot>,
     mut writer: SegmentWriter,
+    map: std::rc::Rc<LogMap>,
     inbox: std::rc::Rc<Inbox>,
     shard: u32,
 ) {
@@ -168,7 +189,7 @@ pub(crate) async fn writer_loop(
             slot.signal.wait().await;
             continue;
         };
-        if let Err(e) = writer.write(&batch).await {
+        if let Err(e) = writer.write(&batch, &map).await {
             // Nothing written after a failed write can be trusted to be durable, and
             // nothing unsynced may be acknowledged: stop; recovery restores a clean log.
             eprintln!("fatal: shard {shard} cannot write its log: {e}; exiting");
@@ -178,7 +199,8 @@ pub(crate) async fn writer_loop(
         slot.busy.set(false);
         // Not queued behind the inputs waiting: the loop looks at it before each input, so
         // replies go out and the next batch is handed over without delay.
-        slot.durable.set(Some((batch.last_lsn, writer.segments())));
+        slot.durable.set(Some((batch.last_lsn, map.count())));
+        slot.written.set(batch.last_lsn);
         inbox.poke();
     }
 }

@@ -22,6 +22,8 @@ pub(crate) struct ShardLoop {
     /// Indexed by shard id; `None` for this shard.
     pub peers: Vec<Option<Rc<PeerOut>>>,
     pub log: Rc<LogSlot>,
+    pub log_map: Rc<crate::log_reader::LogMap>,
+    pub snapshots: Rc<crate::snapshots::Snapshotter>,
     pub wasm: Rc<WasmPool>,
     pub alarm: Rc<Alarm>,
 }
@@ -61,6 +63,9 @@ impl ShardLoop {
             self.engine.step(Input::Idle, &mut effects);
             self.perform(&mut effects);
             self.flush_log();
+            if self.snapshots.due() {
+                self.snapshot().detach();
+            }
             if !stopping && stop() {
                 stopping = true;
                 self.engine.step(Input::Stop, &mut effects);
@@ -72,6 +77,13 @@ impl ShardLoop {
                 && self.engine.pending_log_bytes() == 0
                 && self.engine.durable_lsn() >= self.engine.last_lsn()
             {
+                // A snapshot of the final state: the next start replays nothing.
+                while self.snapshots.busy() {
+                    glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                if self.snapshots.last_lsn() < self.engine.last_lsn() {
+                    self.snapshot().await;
+                }
                 return;
             }
         }
@@ -83,8 +95,30 @@ impl ShardLoop {
             return;
         }
         if let Some(batch) = self.engine.take_batch(self.log.take_spare()) {
+            self.snapshots
+                .logged(flo_ual::align_up(batch.bytes.len() as u64) as usize);
             self.log.hand_over(batch);
         }
+    }
+
+    /// Takes the engine's image now (the shard pauses for it) and writes it in the
+    /// background.
+    fn snapshot(&mut self) -> glommio::Task<()> {
+        let started = std::time::Instant::now();
+        let (lsn, image) = self.engine.snapshot();
+        let pause_ms = started.elapsed().as_millis() as u64;
+        let marks = self.log_map.marks_before(lsn);
+        let retained_from = self.engine.retained_from_lsn();
+        self.snapshots.start(
+            lsn,
+            image,
+            marks,
+            pause_ms,
+            retained_from,
+            self.log.clone(),
+            self.log_map.clone(),
+            self.inbox.clone(),
+        )
     }
 
     fn perform(&mut self, effects: &mut Vec<Effect>) {
@@ -109,6 +143,9 @@ impl ShardLoop {
                 Effect::WakeAt { wall_ms } => self.alarm.set(wall_ms),
                 Effect::Continue => self.inbox.push(Input::Continue),
                 Effect::Log(line) => eprintln!("{line}"),
+                Effect::ReadLog { token, lsn } => {
+                    crate::log_reader::read(self.log_map.clone(), self.inbox.clone(), token, lsn)
+                }
             }
         }
     }

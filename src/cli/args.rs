@@ -79,6 +79,14 @@ pub struct ServerArgs {
     /// Size at which log segments roll.
     #[arg(long, default_value_t = 64 << 20)]
     pub segment_bytes: u64,
+    /// Take a snapshot of each shard's state after this many bytes of log (and at a graceful
+    /// stop): recovery replays only the log after it, and older segments can be deleted.
+    #[arg(long, default_value_t = flo_runtime::SNAPSHOT_BYTES_DEFAULT)]
+    pub snapshot_bytes: u64,
+    /// How long finished runs are kept (status, history, lists, idempotency keys): `30s`,
+    /// `12h`, `7d`; a bare number is milliseconds.
+    #[arg(long, default_value = "7d", value_parser = parse_retention)]
+    pub retention: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
@@ -486,5 +494,34 @@ mod tests {
         assert!(parse_ttl("soon").is_err());
         assert!(parse_ttl("-5").is_err());
         assert!(parse_ttl("99999999999999999999").is_err());
+    }
+}
+
+/// `--retention`: a duration like `--ttl`'s (`30s`, `12h`, `7d`) or milliseconds, at least
+/// one second.
+fn parse_retention(text: &str) -> Result<u64, String> {
+    let ms = parse_ttl(text)?;
+    if ms < 1000 {
+        return Err(format!(
+            "{text:?} is shorter than the shortest retention, 1s"
+        ));
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::parse_retention;
+
+    #[test]
+    fn retention_takes_units_and_refuses_nonsense() {
+        assert_eq!(parse_retention("7d"), Ok(7 * 86_400_000));
+        assert_eq!(parse_retention("12h"), Ok(12 * 3_600_000));
+        assert_eq!(parse_retention("30s"), Ok(30_000));
+        assert_eq!(parse_retention("90000"), Ok(90_000));
+        assert!(parse_retention("10ms").is_err());
+        assert!(parse_retention("soon").is_err());
+        assert!(parse_retention("").is_err());
+        assert!(parse_retention("99999999999999999999d").is_err());
     }
 }

@@ -12,6 +12,11 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             json!({
                 "shard": s.shard, "lsn": s.lsn, "durable_lsn": s.durable_lsn,
                 "segments": s.segments, "kv_keys": s.kv_keys, "runs": s.runs,
+                "workflow_runs": s.workflow_runs, "archived_runs": s.archived_runs,
+                "run_index_bytes": s.run_index_bytes,
+                "snapshot_lsn": s.snapshot_lsn, "snapshot_age_ms": s.snapshot_age_ms,
+                "snapshot_pause_ms": s.snapshot_pause_ms,
+                "snapshot_write_ms": s.snapshot_write_ms, "disk_bytes": s.disk_bytes,
             })
         })
         .collect();
@@ -31,16 +36,56 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             info.partitions
         );
         text.push_str(&format!(
-            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10}",
-            "SHARD", "LSN", "DURABLE", "SEGMENTS", "KV KEYS", "RUNS"
+            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
+            "SHARD",
+            "LSN",
+            "DURABLE",
+            "SEGMENTS",
+            "KV KEYS",
+            "RUNS",
+            "WF RUNS",
+            "ARCHIVED",
+            "INDEX",
+            "SNAPSHOT",
+            "AGE",
+            "DISK"
         ));
         for s in &info.shards {
+            let age = s
+                .snapshot_age_ms
+                .map_or("-".to_string(), |ms| format!("{}s", ms / 1000));
             text.push_str(&format!(
-                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10}",
-                s.shard, s.lsn, s.durable_lsn, s.segments, s.kv_keys, s.runs
+                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
+                s.shard,
+                s.lsn,
+                s.durable_lsn,
+                s.segments,
+                s.kv_keys,
+                s.runs,
+                s.workflow_runs,
+                s.archived_runs,
+                human_bytes(s.run_index_bytes),
+                s.snapshot_lsn,
+                age,
+                human_bytes(s.disk_bytes)
             ));
         }
         text
     });
     Ok(())
+}
+
+/// `1.5 MiB`, `640 B`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }

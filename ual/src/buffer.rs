@@ -6,9 +6,13 @@ use crate::format::{
     AppendError, FLAG_BATCH_START, FLAG_GROUP_CONT, header_padding, record_flags, set_record_flags,
     write_record,
 };
+use crate::read::MARK_SPACING_BYTES;
 
 pub struct LogBuffer {
     pending: Vec<u8>,
+    /// Record starts in `pending`, one per `MARK_SPACING_BYTES` at most (the batch start
+    /// is implied).
+    marks: Vec<(u64, u32)>,
     first_lsn: u64,
     next_lsn: u64,
     group: Option<OpenGroup>,
@@ -27,12 +31,16 @@ pub struct Batch {
     pub bytes: Vec<u8>,
     pub first_lsn: u64,
     pub last_lsn: u64,
+    /// (LSN, offset in `bytes`) of records inside the batch, at least `MARK_SPACING_BYTES`
+    /// apart and from the batch start: where a reader can start parsing.
+    pub marks: Vec<(u64, u32)>,
 }
 
 impl LogBuffer {
     pub fn new(next_lsn: u64) -> Self {
         LogBuffer {
             pending: Vec::with_capacity(64 << 10),
+            marks: Vec::new(),
             first_lsn: next_lsn,
             next_lsn,
             group: None,
@@ -71,6 +79,10 @@ impl LogBuffer {
         if let Some(group) = &mut self.group {
             group.last_record = Some(start);
         }
+        let since = self.marks.last().map_or(0, |&(_, at)| at as usize);
+        if start >= since + MARK_SPACING_BYTES as usize {
+            self.marks.push((lsn, start as u32));
+        }
         self.next_lsn += 1;
         Ok(lsn)
     }
@@ -108,6 +120,7 @@ impl LogBuffer {
             return;
         };
         self.pending.truncate(group.start);
+        self.marks.retain(|&(_, at)| (at as usize) < group.start);
         self.first_lsn = group.first_lsn;
         self.next_lsn = group.next_lsn;
     }
@@ -136,6 +149,7 @@ impl LogBuffer {
             bytes,
             first_lsn: self.first_lsn,
             last_lsn: self.next_lsn - 1,
+            marks: std::mem::take(&mut self.marks),
         })
     }
 }

@@ -5,6 +5,7 @@
 
 mod buffer;
 mod format;
+mod read;
 mod recovery;
 
 pub use buffer::{Batch, LogBuffer};
@@ -13,4 +14,5 @@ pub use format::{
     RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MIN, align_up,
     parse_segment_file_name, segment_file_name,
 };
-pub use recovery::{RecoveredLog, RecoveryError, SegmentInfo, recover};
+pub use read::{Found, MARK_SPACING_BYTES, find_record, segment_marks};
+pub use recovery::{RecoveredLog, RecoveryError, SegmentInfo, recover, recover_from};

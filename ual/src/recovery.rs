@@ -12,6 +12,7 @@ use crate::format::{
     BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, Parsed, align_up, parse_record,
     parse_segment_file_name,
 };
+use crate::read::MARK_SPACING_BYTES;
 use std::fs;
 use std::io;
 use std::ops::Range;
@@ -26,6 +27,9 @@ const INCOMPLETE_GROUP: &str = "incomplete group";
 pub struct SegmentInfo {
     pub first_lsn: u64,
     pub path: PathBuf,
+    /// Where records start: one (LSN, offset) mark per `MARK_SPACING_BYTES` of the
+    /// segment at most, so a record is found by reading forward from the mark before it.
+    pub marks: Vec<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -66,6 +70,28 @@ pub enum RecoveryError {
         found: u64,
     },
     #[error(
+        "log records {from} to {to} are missing from {dir}: {what}, but the first segment \
+         starts at {to_plus_one}; a segment file was deleted or lost (restore it, or move \
+         this shard's data away knowingly)",
+        to_plus_one = to + 1
+    )]
+    Missing {
+        dir: PathBuf,
+        from: u64,
+        to: u64,
+        /// What says the records should be there.
+        what: String,
+    },
+    #[error(
+        "the log in {dir} ends at LSN {last}, before its snapshot at LSN {snapshot}; a \
+         segment was cut or lost"
+    )]
+    Behind {
+        dir: PathBuf,
+        last: u64,
+        snapshot: u64,
+    },
+    #[error(
         "record {lsn} in {file} at offset {offset} does not decode ({reason}); it was written by a newer or broken flo"
     )]
     Undecodable {
@@ -92,6 +118,7 @@ fn list_segments(dir: &Path) -> Result<Vec<SegmentInfo>, RecoveryError> {
             segments.push(SegmentInfo {
                 first_lsn,
                 path: entry.path(),
+                marks: Vec::new(),
             });
         }
     }
@@ -118,14 +145,49 @@ fn find_batch_start(buf: &[u8], from: usize) -> Option<usize> {
 /// `apply` stops recovery with `RecoveryError::Undecodable`.
 pub fn recover(
     dir: &Path,
+    apply: impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
+) -> Result<RecoveredLog, RecoveryError> {
+    recover_from(dir, 0, apply)
+}
+
+/// `recover` for a state that already holds every record up to `after_lsn` (a snapshot's):
+/// segments wholly before it are listed but not read (their `marks` are empty), the records
+/// after it are applied. The log must hold LSN `after_lsn + 1` on (LSN 1 on without a
+/// snapshot): a first segment that starts later is refused, naming the missing records.
+pub fn recover_from(
+    dir: &Path,
+    after_lsn: u64,
     mut apply: impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
 ) -> Result<RecoveredLog, RecoveryError> {
     let mut segments = list_segments(dir)?;
-    let mut last_lsn = segments.first().map(|s| s.first_lsn - 1).unwrap_or(0);
+    if let Some(first) = segments.first()
+        && first.first_lsn > after_lsn + 1
+    {
+        return Err(RecoveryError::Missing {
+            dir: dir.to_path_buf(),
+            from: after_lsn + 1,
+            to: first.first_lsn - 1,
+            what: match after_lsn {
+                0 => "a log without a snapshot starts at LSN 1".to_string(),
+                lsn => format!("the snapshot stands at LSN {lsn}"),
+            },
+        });
+    }
+    // The first segment that may hold a record after `after_lsn`.
+    let start = segments
+        .partition_point(|s| s.first_lsn <= after_lsn + 1)
+        .saturating_sub(1);
+    let mut last_lsn = segments.get(start).map_or(after_lsn, |s| s.first_lsn - 1);
     let mut tail_end = 0u64;
     let mut truncated = None;
+    let mut apply = |lsn: u64, rtype: u16, payload: &[u8]| {
+        if lsn <= after_lsn {
+            return Ok(());
+        }
+        apply(lsn, rtype, payload)
+    };
 
-    for index in 0..segments.len() {
+    for index in start..segments.len() {
         let seg = segments[index].clone();
         if seg.first_lsn != last_lsn + 1 {
             return Err(RecoveryError::Gap {
@@ -135,8 +197,12 @@ pub fn recover(
             });
         }
         let buf = fs::read(&seg.path).map_err(io_err(dir))?;
-        let (good_end, stop) = scan_segment(&buf, &seg.path, &mut last_lsn, &mut apply)?;
+        let mut marks = Vec::new();
+        let (good_end, stop) =
+            scan_segment(&buf, &seg.path, &mut last_lsn, &mut marks, &mut apply)?;
         tail_end = good_end as u64;
+        marks.retain(|&(_, offset)| offset < tail_end);
+        segments[index].marks = marks;
 
         // Damage or an open group: acceptable only as a torn tail, i.e. no batch was
         // written after it.
@@ -176,6 +242,13 @@ pub fn recover(
             None => (seg.path.clone(), offset as u64, reason),
         });
         break;
+    }
+    if last_lsn < after_lsn {
+        return Err(RecoveryError::Behind {
+            dir: dir.to_path_buf(),
+            last: last_lsn,
+            snapshot: after_lsn,
+        });
     }
     Ok(RecoveredLog {
         segments,
@@ -218,6 +291,7 @@ fn scan_segment(
     buf: &[u8],
     file: &Path,
     last_lsn: &mut u64,
+    marks: &mut Vec<(u64, u64)>,
     apply: &mut impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
 ) -> Result<(usize, Stop), RecoveryError> {
     let mut group: Vec<Held> = Vec::new();
@@ -261,6 +335,12 @@ fn scan_segment(
                 group_start,
             };
             return Ok((good_end, stop));
+        }
+        if marks
+            .last()
+            .is_none_or(|&(_, at)| pos as u64 >= at + MARK_SPACING_BYTES)
+        {
+            marks.push((lsn, pos as u64));
         }
         group.push(Held {
             offset: pos,
@@ -814,6 +894,93 @@ mod tests {
         assert_eq!(
             (file, *offset, *lsn, reason.as_str()),
             (&w.path, w.record(3).start, 3, "unknown type")
+        );
+    }
+
+    fn replay_from(dir: &Path, after: u64) -> Result<(RecoveredLog, Applied), RecoveryError> {
+        let mut applied = Vec::new();
+        let rec = recover_from(dir, after, |lsn, rtype, payload| {
+            applied.push((lsn, rtype, payload.to_vec()));
+            Ok(())
+        })?;
+        Ok((rec, applied))
+    }
+
+    #[test]
+    fn from_a_snapshot_only_the_segments_after_it_are_read_and_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = SegmentWriter::new(dir.path(), 1);
+        first.batch(&groups(10, 1, 300));
+        let mut second = SegmentWriter::new(dir.path(), 11);
+        second.batch(&groups(10, 1, 300));
+        let mut third = SegmentWriter::new(dir.path(), 21);
+        third.batch(&groups(5, 1, 300));
+        // The first segment is not even read: damage there goes unnoticed.
+        zero(&first.path, 0..64);
+        let (rec, applied) = replay_from(dir.path(), 15).unwrap();
+        assert_applied(&applied, 16..26, &[&second, &third]);
+        assert_eq!(rec.last_lsn, 25);
+        assert_eq!(rec.segments.len(), 3);
+        assert!(
+            rec.segments[0].marks.is_empty(),
+            "an unread segment has no marks"
+        );
+        assert_eq!(rec.segments[1].marks.first(), Some(&(11, 0)));
+        // A snapshot at the end of a segment starts with the next one.
+        let (_, applied) = replay_from(dir.path(), 20).unwrap();
+        assert_applied(&applied, 21..26, &[&third]);
+    }
+
+    #[test]
+    fn a_log_that_does_not_reach_back_to_its_snapshot_or_to_lsn_1_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut second = SegmentWriter::new(dir.path(), 11);
+        second.batch(&groups(10, 1, 300));
+        let err = replay(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RecoveryError::Missing {
+                    from: 1,
+                    to: 10,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("records 1 to 10 are missing"), "{text}");
+        let err = replay_from(dir.path(), 5).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RecoveryError::Missing {
+                    from: 6,
+                    to: 10,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("snapshot stands at LSN 5"),
+            "{err}"
+        );
+        // From a snapshot inside it, the segment is read.
+        let (_, applied) = replay_from(dir.path(), 10).unwrap();
+        assert_applied(&applied, 11..21, &[&second]);
+        // A snapshot past the end of the log: the log lost records it had.
+        let err = replay_from(dir.path(), 30).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RecoveryError::Behind {
+                    last: 20,
+                    snapshot: 30,
+                    ..
+                }
+            ),
+            "{err}"
         );
     }
 }

@@ -4,6 +4,7 @@ use super::attempts::Executions;
 use super::{
     action_info, idempotent_run_id, run_info, validate_action_name, validate_idempotency_key,
 };
+use crate::archive::{self, RunKind};
 use crate::core::cx::{Core, Task};
 use crate::core::io::Done;
 use crate::kv::validate_namespace;
@@ -77,9 +78,15 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
         Ok(v) => v,
         Err(e) => return Done::now(Err(e)),
     };
-    if idempotent && let Some(run) = core.state.runs.get(&spec.namespace, &run_id) {
+    let existing = match core.state.runs.get(&spec.namespace, &run_id) {
+        Some(run) => Some(run.lsn),
+        None => {
+            archive::lookup(&core.state, RunKind::Action, &spec.namespace, &run_id).map(|e| e.lsn)
+        }
+    };
+    if idempotent && let Some(lsn) = existing {
         return Done {
-            wait_lsn: run.lsn,
+            wait_lsn: lsn,
             result: Ok(Reply::Invoked {
                 run_id,
                 created: false,
@@ -136,6 +143,15 @@ pub fn run_list(
 /// Cancels a pending or running run; the workflow step it executes (if any) moves on.
 pub fn cancel(core: &mut Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {
     let now = core.now_ms();
+    if let Some(e) = archive::lookup(&core.state, RunKind::Action, namespace, run_id) {
+        return Done {
+            result: Err(ErrorValue::conflict(format!(
+                "run {run_id:?} is already {}; only pending or running runs can be cancelled",
+                archive::action_status(e.status).as_str()
+            ))),
+            wait_lsn: e.lsn,
+        };
+    }
     match core.state.runs.plan_cancel(namespace, run_id, now) {
         Ok(record) => {
             core.commit(record);

@@ -17,16 +17,18 @@ pub const MEMORY_LIMIT_MB_DEFAULT: u32 = 16;
 pub const MEMORY_LIMIT_MB_MAX: u32 = 256;
 pub const DESCRIPTION_BYTES_MAX: usize = 4096;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ActionDef {
     pub def: ActionDefRecord,
     /// Deleted: kept so a re-registration continues the version sequence.
     pub removed: bool,
-    /// The module's bytes, shared with the executions that run it.
+    /// The module's bytes, shared with the executions that run it (`def.wasm`, set again
+    /// by `relink` after a snapshot is loaded).
+    #[serde(skip)]
     pub module: Option<Arc<[u8]>>,
 }
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Registry {
     spaces: HashMap<String, BTreeMap<String, ActionDef>>,
 }
@@ -274,6 +276,13 @@ impl Registry {
             }
         }
         records
+    }
+
+    /// Rebuilds what a snapshot does not carry (the shared module bytes).
+    pub fn relink(&mut self) {
+        for def in self.spaces.values_mut().flat_map(|s| s.values_mut()) {
+            def.module = def.def.wasm.as_deref().map(Arc::from);
+        }
     }
 
     pub fn apply_defined(&mut self, namespace: String, name: String, def: ActionDefRecord) {

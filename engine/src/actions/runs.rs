@@ -14,7 +14,7 @@ pub const PRIORITY_DEFAULT: u8 = 10;
 pub const DELAY_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
 pub const LABELS_BYTES_MAX: usize = 4096;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Run {
     pub action: String,
     pub action_version: u32,
@@ -42,7 +42,7 @@ pub struct Run {
     pub step: Option<crate::record::StepRef>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Lease {
     pub worker_id: String,
     pub expires_at_ms: u64,
@@ -74,7 +74,7 @@ pub fn retry_at(
 /// A page of runs, newest first, and whether more matched.
 pub type RunPage<'a> = (Vec<(&'a str, &'a Run)>, bool);
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Runs {
     /// Runs boxed: a table of millions resizes by moving pointers, not whole runs.
     spaces: HashMap<String, HashMap<String, Box<Run>>>,
@@ -269,6 +269,24 @@ impl Runs {
             .entry(namespace)
             .or_default()
             .insert(run_id, Box::new(run));
+    }
+
+    /// Whether `run_id` is an `ACTION-N` id this shard handed out (a run that existed).
+    pub fn was_issued(&self, namespace: &str, run_id: &str) -> bool {
+        let Some((action, n)) = run_id.rsplit_once('-') else {
+            return false;
+        };
+        let Ok(n) = n.parse::<u64>() else {
+            return false;
+        };
+        self.counters
+            .get(&(namespace.to_string(), action.to_string()))
+            .is_some_and(|&last| n <= last)
+    }
+
+    /// Drops a run (archived).
+    pub fn remove(&mut self, namespace: &str, run_id: &str) -> Option<Box<Run>> {
+        self.spaces.get_mut(namespace)?.remove(run_id)
     }
 
     pub fn next_seq(&mut self) -> u64 {

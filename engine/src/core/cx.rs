@@ -43,6 +43,8 @@ pub enum Task {
     WfFinal(RunKey),
     /// After recovery: an in-flight workflow run continues where it was.
     WfResume(RunKey),
+    /// A run may be final and unreferenced: archive it (`archive::plan_archive`).
+    Archive(crate::archive::RunKind, RunKey),
     /// Tasks leased here (now durable) for an await of a worker homed here.
     Delivered {
         worker: WorkerKey,
@@ -242,6 +244,12 @@ impl Core {
         self.index.observe(&touch, &self.state);
     }
 
+    /// Replaces the (empty) fold with one loaded from a snapshot; its index is rebuilt.
+    pub fn restore(&mut self, state: ShardState) {
+        self.index = Index::rebuild(&state);
+        self.state = state;
+    }
+
     /// After replay: appends continue after `last_lsn`, which is durable.
     pub fn recovered(&mut self, last_lsn: u64) {
         self.log = LogBuffer::new(last_lsn + 1);
@@ -340,6 +348,12 @@ impl Core {
             },
         };
         self.hold(lsn, Held::Effect(effect));
+    }
+
+    /// Reads the record at `lsn` back from the log once it is durable (`Input::LogRead`
+    /// answers with `token`).
+    pub fn read_log(&mut self, lsn: u64, token: u64) {
+        self.hold(lsn, Held::Effect(Effect::ReadLog { token, lsn }));
     }
 
     /// Asks shard `shard` once `lsn` is durable; its answer continues `waiting`.

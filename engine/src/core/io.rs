@@ -35,6 +35,14 @@ pub enum ReplyTo {
     },
 }
 
+/// Where an answer computed later goes: a client or another shard, or this shard's own
+/// part of fan-out `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    Reply(ReplyTo),
+    FanOut(u64),
+}
+
 /// Everything that happens to a shard.
 #[derive(Debug)]
 pub enum Input {
@@ -65,8 +73,31 @@ pub enum Input {
     GuestRead { exec: u64, read: u64, key: String },
     /// A client connection closed.
     ConnClosed { conn: ConnId },
+    /// What the shard's files look like (after start-up, each snapshot and each segment
+    /// deletion), for status.
+    Storage(Box<StorageInfo>),
+    /// The answer to `Effect::ReadLog`: the payload of the record at its LSN, or why it
+    /// could not be read.
+    LogRead {
+        token: u64,
+        result: Result<Vec<u8>, String>,
+    },
     /// Graceful stop: refuse new operations from here on.
     Stop,
+}
+
+/// The shard's files, as the runtime last saw them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageInfo {
+    /// LSN of the newest snapshot (0: none) and when it was written (wall clock).
+    pub snapshot_lsn: u64,
+    pub snapshot_at_ms: u64,
+    /// How long taking its image stopped the shard, and writing it took (ms).
+    pub snapshot_pause_ms: u64,
+    pub snapshot_write_ms: u64,
+    /// Segment files and bytes of log and snapshot files on disk.
+    pub segments: u32,
+    pub disk_bytes: u64,
 }
 
 /// What a WebAssembly execution produced.
@@ -119,6 +150,11 @@ pub enum Effect {
     },
     /// Feed `Input::Continue` soon (after other inputs waiting).
     Continue,
+    /// Read the (durable) record at `lsn` from the log; answer with `Input::LogRead`.
+    ReadLog {
+        token: u64,
+        lsn: u64,
+    },
     /// A line for the server's log (stderr).
     Log(String),
 }

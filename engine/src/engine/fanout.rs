@@ -27,37 +27,35 @@ pub struct FanOuts {
     next_id: u64,
 }
 
-/// Starts `op` everywhere: `local` is this shard's part, `req` what the others are asked.
-pub fn start(
-    core: &mut Core,
-    fo: &mut FanOuts,
-    to: ReplyTo,
-    op: Op,
-    req: PeerRequest,
-    local: Done,
-) {
+/// Starts `op` everywhere: `req` is what the others are asked; this shard's part comes
+/// with `on_local_part` (now, or once it has read what it needs).
+pub fn open(core: &mut Core, fo: &mut FanOuts, to: ReplyTo, op: Op, req: PeerRequest) -> u64 {
     fo.next_id += 1;
     let id = fo.next_id;
     let others: Vec<u32> = (0..core.partitioning.shards)
         .filter(|&s| s != core.shard)
         .collect();
-    let mut fan = FanOut {
+    let fan = FanOut {
         to,
         op,
         parts: Vec::with_capacity(others.len() + 1),
-        remaining: others.len() as u32,
+        remaining: others.len() as u32 + 1,
         error: None,
-        lsn: local.wait_lsn,
+        lsn: 0,
     };
-    match local.result {
-        Ok(part) => fan.parts.push(part),
-        Err(e) => fan.error = Some(e),
-    }
     for s in others {
         core.call(s, 0, req.clone(), Waiting::FanOut(id));
     }
     fo.open.insert(id, fan);
-    finish_if_done(core, fo, id);
+    id
+}
+
+/// This shard's part arrived.
+pub fn on_local_part(core: &mut Core, fo: &mut FanOuts, id: u64, local: Done) {
+    if let Some(fan) = fo.open.get_mut(&id) {
+        fan.lsn = fan.lsn.max(local.wait_lsn);
+    }
+    on_part(core, fo, id, local.result);
 }
 
 /// Another shard's part arrived.

@@ -35,6 +35,8 @@ pub struct EngineConfig {
     pub shard: u32,
     pub partitioning: Partitioning,
     pub durability: Durability,
+    /// Finished runs are forgotten this long after they finished.
+    pub retention_ms: u64,
 }
 
 pub struct Engine {
@@ -49,6 +51,9 @@ pub struct Engine {
     forwarder: Forwarder,
     /// Blocking reads parked on keys this shard owns.
     kv_waits: KvWaits,
+    reads: crate::archive::Reads,
+    retention_ms: u64,
+    storage: crate::core::io::StorageInfo,
     stopping: bool,
     next_housekeeping_ms: u64,
     /// The wake-up last asked of the runtime (wall clock).
@@ -70,6 +75,9 @@ impl Engine {
             executions: Executions::default(),
             forwarder: Forwarder::default(),
             kv_waits: KvWaits::default(),
+            reads: Default::default(),
+            retention_ms: config.retention_ms,
+            storage: Default::default(),
             stopping: false,
             next_housekeeping_ms: 0,
             wake_asked: None,
@@ -82,6 +90,30 @@ impl Engine {
         let record = Record::decode(payload)?;
         self.core.replay(lsn, record);
         Ok(())
+    }
+
+    /// Before replay: starts from a snapshot (`snapshot::encode`'s bytes) instead of an
+    /// empty fold; the log is then replayed from the LSN it returns + 1.
+    pub fn restore(&mut self, image: &[u8]) -> Result<u64, String> {
+        let state = crate::snapshot::decode(image, self.core.shard, self.core.partitioning)?;
+        let lsn = state.applied_lsn;
+        self.core.restore(state);
+        Ok(lsn)
+    }
+
+    /// The first LSN the log must keep for the runs this shard retains (their archive
+    /// records are read back from it); None when it retains none.
+    pub fn retained_from_lsn(&self) -> Option<u64> {
+        self.core.state.archive.oldest_lsn()
+    }
+
+    /// The fold as a snapshot image, and the LSN it stands at (the last record appended,
+    /// which may not be durable yet: write the image only once it is).
+    pub fn snapshot(&self) -> (u64, Vec<u8>) {
+        (
+            self.core.last_lsn(),
+            crate::snapshot::encode(&self.core.state),
+        )
     }
 
     /// Recovery is done: `last_lsn` is the last durable record, in `segments` files.

@@ -7,15 +7,17 @@ use super::routing::{Target, target};
 use super::watches::Watched;
 use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS};
 use crate::actions::{self, on_executed, start_executions};
+use crate::archive::{self, ListQuery, Live, RunKind, Want};
 use crate::core::cx::{STEPS_PER_INPUT_MAX, Task, Waiting};
-use crate::core::io::{Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
+use crate::core::io::{Dest, Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
 use crate::definitions;
 use crate::hash::HASH_NAME;
 use crate::kv;
 use crate::workers;
 use crate::workflows;
 use flo_protocol::{
-    ErrorCode, ErrorValue, Op, PROTOCOL_VERSION, RUN_WAIT_MS_MAX, Reply, ShardInfo, ShardMap,
+    ErrorCode, ErrorValue, Op, PROTOCOL_VERSION, RUN_LIST_LIMIT_DEFAULT, RUN_WAIT_MS_MAX, Reply,
+    ShardInfo, ShardMap,
 };
 
 impl Engine {
@@ -55,6 +57,15 @@ impl Engine {
                 workers::conn_closed(&mut self.core, &mut self.awaits, conn);
                 kv::conn_closed(&mut self.core, &mut self.kv_waits, conn);
             }
+            Input::Storage(info) => {
+                self.segments = info.segments;
+                self.storage = *info;
+            }
+            Input::LogRead { token, result } => {
+                if let Some((dest, done)) = archive::on_read(&mut self.reads, token, result) {
+                    self.deliver(dest, done);
+                }
+            }
             Input::Stop => self.stopping = true,
         }
         self.drain_agenda();
@@ -89,6 +100,7 @@ impl Engine {
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;
                 workflows::wf_on_action_final(&mut self.core, &namespace, &run_id);
+                archive::archive_if_done(&mut self.core, RunKind::Action, &namespace, &run_id);
             }
             Task::WfAdvance((namespace, run_id)) => {
                 workflows::wf_advance(core, &namespace, &run_id)
@@ -98,6 +110,10 @@ impl Engine {
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;
                 workflows::wf_notify_parent(&mut self.core, &namespace, &run_id);
+                archive::archive_if_done(&mut self.core, RunKind::Workflow, &namespace, &run_id);
+            }
+            Task::Archive(kind, (namespace, run_id)) => {
+                archive::archive_if_done(core, kind, &namespace, &run_id)
             }
             Task::WfResume((namespace, run_id)) => workflows::wf_resume(core, &namespace, &run_id),
             Task::Delivered {
@@ -115,6 +131,10 @@ impl Engine {
         definitions::sync_all(&mut self.core);
         for key in workflows::open_runs(&self.core) {
             self.core.schedule(Task::WfResume(key));
+        }
+        // After the resumed runs took the steps they waited on.
+        for task in archive::final_runs(&self.core.state) {
+            self.core.schedule(task);
         }
         self.tick();
     }
@@ -140,6 +160,7 @@ impl Engine {
         if now >= self.next_housekeeping_ms {
             self.next_housekeeping_ms = now + HOUSEKEEPING_MS;
             kv::sweep_expired(&mut self.core, EXPIRY_SWEEP_KEYS_MAX);
+            archive::forget_expired(&mut self.core, self.retention_ms);
             self.workers.check_health(now);
             workers::sweep_wants(&self.core, &mut self.awaits);
         }
@@ -255,17 +276,29 @@ impl Engine {
             }
             op => PeerRequest::Client(op.clone()),
         };
+        let id = fanout::open(&mut self.core, &mut self.fanouts, to, op.clone(), req);
         let local = match &op {
-            Op::TestAdvanceClock { .. } => Done::now(Ok(Reply::Done)),
-            op => self.part(op.clone()),
+            Op::TestAdvanceClock { .. } => Some(Done::now(Ok(Reply::Done))),
+            op => self.part(op.clone(), Dest::FanOut(id)),
         };
-        fanout::start(&mut self.core, &mut self.fanouts, to, op, req, local);
+        if let Some(done) = local {
+            fanout::on_local_part(&mut self.core, &mut self.fanouts, id, done);
+        }
     }
 
-    /// This shard's part of a fan-out.
-    fn part(&mut self, op: Op) -> Done {
+    /// Where an answer computed later (a read of the log) goes.
+    fn deliver(&mut self, dest: Dest, done: Done) {
+        match dest {
+            Dest::Reply(to) => self.core.reply_op(to, done.wait_lsn, done.result),
+            Dest::FanOut(id) => fanout::on_local_part(&mut self.core, &mut self.fanouts, id, done),
+        }
+    }
+
+    /// This shard's part of a fan-out; None when it goes to `dest` later (archived runs
+    /// are read from the log).
+    fn part(&mut self, op: Op, dest: Dest) -> Option<Done> {
         let core = &self.core;
-        match op {
+        Some(match op {
             Op::Status => Done::now(Ok(Reply::ShardStatus(ShardInfo {
                 shard: core.shard,
                 lsn: core.last_lsn(),
@@ -273,6 +306,15 @@ impl Engine {
                 segments: self.segments,
                 kv_keys: core.state.kv.key_count(),
                 runs: core.state.runs.len() as u64,
+                workflow_runs: core.state.workflows.run_count() as u64,
+                archived_runs: core.state.archive.len() as u64,
+                run_index_bytes: core.state.archive.memory_bytes(),
+                snapshot_lsn: self.storage.snapshot_lsn,
+                snapshot_age_ms: (self.storage.snapshot_lsn > 0)
+                    .then(|| core.wall_ms().saturating_sub(self.storage.snapshot_at_ms)),
+                snapshot_pause_ms: self.storage.snapshot_pause_ms,
+                snapshot_write_ms: self.storage.snapshot_write_ms,
+                disk_bytes: self.storage.disk_bytes,
             }))),
             Op::KvList {
                 namespace,
@@ -285,15 +327,26 @@ impl Engine {
                 status,
                 dead_letter,
                 limit,
-            } => actions::run_list(
-                core,
-                &self.executions,
-                &namespace,
-                &action,
-                status,
-                dead_letter,
-                limit,
-            ),
+            } => {
+                let live = actions::run_list(
+                    core,
+                    &self.executions,
+                    &namespace,
+                    &action,
+                    status,
+                    dead_letter,
+                    limit,
+                );
+                let query = ListQuery {
+                    kind: RunKind::Action,
+                    namespace,
+                    name: action,
+                    status: status.map(archive::action_status_code),
+                    dead_letter,
+                    limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
+                };
+                return self.with_archived(query, live, dest);
+            }
             Op::WorkerList { namespace } => {
                 Done::now(Ok(Reply::Workers(self.workers.list(&namespace))))
             }
@@ -302,9 +355,62 @@ impl Engine {
                 name,
                 status,
                 limit,
-            } => workflows::wf_list_runs(core, &namespace, &name, status, limit),
+            } => {
+                let live = workflows::wf_list_runs(core, &namespace, &name, status, limit);
+                let query = ListQuery {
+                    kind: RunKind::Workflow,
+                    namespace,
+                    name,
+                    status: status.map(archive::workflow_status_code),
+                    dead_letter: false,
+                    limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
+                };
+                return self.with_archived(query, live, dest);
+            }
             _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
-        }
+        })
+    }
+
+    /// A list of live runs, completed with the archived runs that match `query`.
+    fn with_archived(&mut self, query: ListQuery, live: Done, dest: Dest) -> Option<Done> {
+        let (runs, truncated) = match live.result {
+            Ok(Reply::Runs { runs, truncated }) => (Live::Runs(runs), truncated),
+            Ok(Reply::WorkflowRuns { runs, truncated }) => (Live::WfRuns(runs), truncated),
+            result => {
+                return Some(Done {
+                    result,
+                    wait_lsn: live.wait_lsn,
+                });
+            }
+        };
+        let (core, reads) = (&mut self.core, &mut self.reads);
+        archive::read_list(core, reads, query, runs, live.wait_lsn, truncated, dest)
+    }
+
+    /// Starts the read of an archived run for `to`: false when it is not archived.
+    fn read_archived(
+        &mut self,
+        kind: RunKind,
+        want: Want,
+        ns: &str,
+        id: &str,
+        to: ReplyTo,
+    ) -> bool {
+        let Some(entry) = archive::lookup(&self.core.state, kind, ns, id) else {
+            return false;
+        };
+        let dest = Dest::Reply(to);
+        archive::read_one(
+            &mut self.core,
+            &mut self.reads,
+            entry,
+            kind,
+            want,
+            ns,
+            id,
+            dest,
+        );
+        true
     }
 
     /// Executes an operation this shard owns (a client's, or one routed here).
@@ -368,7 +474,11 @@ impl Engine {
                 }
             }
             Op::RunStatus { namespace, run_id } => {
-                actions::run_status(&self.core, &self.executions, &namespace, &run_id)
+                if self.read_archived(RunKind::Action, Want::RunStatus, &namespace, &run_id, to) {
+                    return;
+                }
+                let done = actions::run_status(&self.core, &self.executions, &namespace, &run_id);
+                self.explain_forgotten(RunKind::Action, &namespace, &run_id, done)
             }
             Op::RunWait {
                 namespace,
@@ -470,7 +580,12 @@ impl Engine {
                 }
             }
             Op::WorkflowStatus { namespace, run_id } => {
-                workflows::wf_status(&self.core, &namespace, &run_id)
+                let wf = RunKind::Workflow;
+                if self.read_archived(wf, Want::WfStatus, &namespace, &run_id, to) {
+                    return;
+                }
+                let done = workflows::wf_status(&self.core, &namespace, &run_id);
+                self.explain_forgotten(wf, &namespace, &run_id, done)
             }
             Op::WorkflowWait {
                 namespace,
@@ -482,7 +597,15 @@ impl Engine {
                 run_id,
                 limit,
                 after,
-            } => workflows::wf_history(&self.core, &namespace, &run_id, limit, after),
+            } => {
+                let wf = RunKind::Workflow;
+                let want = Want::WfHistory { limit, after };
+                if self.read_archived(wf, want, &namespace, &run_id, to) {
+                    return;
+                }
+                let done = workflows::wf_history(&self.core, &namespace, &run_id, limit, after);
+                self.explain_forgotten(wf, &namespace, &run_id, done)
+            }
             Op::WorkflowSignal {
                 namespace,
                 run_id,
@@ -498,13 +621,39 @@ impl Engine {
             | Op::KvList { .. }
             | Op::RunList { .. }
             | Op::WorkerList { .. }
-            | Op::WorkflowListRuns { .. }) => self.part(op),
+            | Op::WorkflowListRuns { .. }) => match self.part(op, Dest::Reply(to)) {
+                Some(done) => done,
+                None => return,
+            },
             op @ (Op::Hello { .. } | Op::ShardMap) => Done::now(self.connection_op(op)),
             Op::TestAdvanceClock { .. } => Done::now(Err(ErrorValue::internal(
                 "a clock move reached a shard directly",
             ))),
         };
         self.core.reply_op(to, done.wait_lsn, done.result);
+    }
+
+    /// A run that is not found but whose id this shard handed out finished and was
+    /// forgotten after the retention window: say so.
+    fn explain_forgotten(&self, kind: RunKind, namespace: &str, run_id: &str, done: Done) -> Done {
+        let state = &self.core.state;
+        let issued = match kind {
+            RunKind::Action => state.runs.was_issued(namespace, run_id),
+            RunKind::Workflow => state.workflows.was_issued(namespace, run_id),
+        };
+        match done.result {
+            Err(e) if e.code == ErrorCode::NotFound && issued => {
+                Done::now(Err(ErrorValue::not_found(format!(
+                    "{} — it finished and expired after the retention window ({} s)",
+                    e.message,
+                    self.retention_ms / 1000
+                ))))
+            }
+            result => Done {
+                result,
+                wait_lsn: done.wait_lsn,
+            },
+        }
     }
 
     // ---- waits on runs ----
@@ -520,6 +669,14 @@ impl Engine {
 
     /// Answers with the run once it is final, or after `timeout_ms` with its status.
     fn wait_for(&mut self, run: (String, String), workflow: bool, timeout_ms: u64, to: ReplyTo) {
+        let (kind, want) = match workflow {
+            true => (RunKind::Workflow, Want::WfStatus),
+            false => (RunKind::Action, Want::RunStatus),
+        };
+        // Archived: final.
+        if self.read_archived(kind, want, &run.0, &run.1, to) {
+            return;
+        }
         let run = (run, workflow);
         let status = self.status_of(&run);
         let is_final = match &status.result {
@@ -537,6 +694,14 @@ impl Engine {
     }
 
     fn answer_watch(&mut self, run: &Watched, to: ReplyTo) {
+        let ((namespace, run_id), workflow) = run;
+        let (kind, want) = match workflow {
+            true => (RunKind::Workflow, Want::WfStatus),
+            false => (RunKind::Action, Want::RunStatus),
+        };
+        if self.read_archived(kind, want, namespace, run_id, to) {
+            return;
+        }
         let status = self.status_of(run);
         self.core.reply_op(to, status.wait_lsn, status.result);
     }

@@ -22,7 +22,7 @@ pub struct PutCondition {
     pub if_exists: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub value: Vec<u8>,
     pub version: u64,
@@ -50,11 +50,13 @@ impl Entry {
 /// of the expired entries it passed over (their absence is only as durable as they are).
 pub type KvPage<'a> = (Vec<(&'a str, &'a Entry)>, bool, u64);
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct KvStore {
     spaces: HashMap<String, BTreeMap<String, Entry>>,
     keys: u64,
-    /// (expires_at_ms, namespace, key) of every entry with a TTL, soonest first.
+    /// (expires_at_ms, namespace, key) of every entry with a TTL, soonest first (derived:
+    /// rebuilt by `relink` after a snapshot is loaded).
+    #[serde(skip)]
     expiries: BTreeSet<(u64, String, String)>,
 }
 
@@ -108,6 +110,19 @@ impl KvStore {
         self.spaces
             .iter()
             .flat_map(|(ns, space)| space.iter().map(move |(k, e)| (ns.as_str(), k.as_str(), e)))
+    }
+
+    /// Rebuilds what a snapshot does not carry (the expiry order).
+    pub fn relink(&mut self) {
+        self.expiries = self
+            .spaces
+            .iter()
+            .flat_map(|(ns, keys)| {
+                keys.iter().filter_map(move |(key, e)| {
+                    e.expires_at_ms.map(|at| (at, ns.clone(), key.clone()))
+                })
+            })
+            .collect();
     }
 
     pub fn key_count(&self) -> u64 {

@@ -14,6 +14,7 @@
 use super::def::{Idempotency, Next, StepAction, Target, WorkflowDef};
 use super::state::{WfRun, json_value, run_info};
 use super::validate::SIGNAL_TYPE_BYTES_MAX;
+use crate::archive::{self, RunKind};
 use crate::clock::deadline_after;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, RunKey};
@@ -206,7 +207,12 @@ pub fn wf_start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
                 .state
                 .workflows
                 .run(&spec.namespace, &existing)
-                .map_or(0, |r| r.lsn);
+                .map(|r| r.lsn)
+                .or_else(|| {
+                    archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, &existing)
+                        .map(|e| e.lsn)
+                })
+                .unwrap_or(0);
             return Done {
                 result: Ok(Reply::WorkflowStarted {
                     run_id: existing,
@@ -304,6 +310,18 @@ fn wf_plan_start(
     // The caller's id: refused when taken, unless the key says this start is a repeat.
     if let Some(id) = &spec.run_id {
         check_run_id(id)?;
+        if let Some(e) = archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, id) {
+            // Finished and archived: its key is in the log, not in memory. A start that
+            // carries a key is taken as its repeat; one without is refused.
+            if key.is_some() {
+                return Ok(Err(id.clone()));
+            }
+            return Err(ErrorValue::conflict(format!(
+                "workflow run {id:?} exists already ({}); choose another run id, or start \
+                 with its idempotency key to get that run back",
+                archive::workflow_status(e.status).as_str()
+            )));
+        }
         let Some(existing) = core.state.workflows.run(&spec.namespace, id) else {
             return Ok(Ok(planned(id.clone(), key)));
         };
@@ -319,7 +337,8 @@ fn wf_plan_start(
     }
     if let Some(key) = key {
         let id = idempotent_workflow_run_id(&spec.name, &key);
-        if core.state.workflows.run(&spec.namespace, &id).is_some() {
+        let archived = archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, &id);
+        if core.state.workflows.run(&spec.namespace, &id).is_some() || archived.is_some() {
             return Ok(Err(id));
         }
         return Ok(Ok(planned(id, Some(key))));
@@ -337,6 +356,12 @@ fn wf_run<'a>(core: &'a Core, namespace: &str, run_id: &str) -> Result<&'a WfRun
             "workflow run {run_id:?} not found in namespace {namespace:?}"
         ))
     })
+}
+
+/// The status of an archived (so final) run, for the conflicts that answer changes to it.
+fn archived_status(core: &Core, namespace: &str, run_id: &str) -> Option<WorkflowRunStatus> {
+    archive::lookup(&core.state, RunKind::Workflow, namespace, run_id)
+        .map(|e| archive::workflow_status(e.status))
 }
 
 pub fn wf_status(core: &Core, namespace: &str, run_id: &str) -> Done {
@@ -358,30 +383,38 @@ pub fn wf_history(
     limit: Option<u32>,
     after: Option<u64>,
 ) -> Done {
-    let run = match wf_run(core, namespace, run_id) {
-        Ok(run) => run,
-        Err(e) => return Done::now(Err(e)),
-    };
+    match wf_run(core, namespace, run_id) {
+        Ok(run) => Done {
+            wait_lsn: run.lsn,
+            result: history_page(&run.history, limit, after),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// A run's history as the reply shows it (live or archived): events numbered from 1; with
+/// `limit` or `after`, one page of it and the cursor of the next.
+pub fn history_page(
+    history: &[HistoryEvent],
+    limit: Option<u32>,
+    after: Option<u64>,
+) -> Result<Reply, ErrorValue> {
     let numbered = |(i, e): (usize, &HistoryEvent)| HistoryEvent {
         seq: i as u64 + 1,
         ..e.clone()
     };
     if limit.is_none() && after.is_none() {
-        let events = run.history.iter().enumerate().map(numbered).collect();
-        return Done {
-            wait_lsn: run.lsn,
-            result: Ok(Reply::WorkflowHistory(events)),
-        };
+        let events = history.iter().enumerate().map(numbered).collect();
+        return Ok(Reply::WorkflowHistory(events));
     }
     let limit = limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
     if limit == 0 || limit > HISTORY_LIMIT_MAX {
-        return Done::now(Err(ErrorValue::bad_request(format!(
+        return Err(ErrorValue::bad_request(format!(
             "limit must be 1 to {HISTORY_LIMIT_MAX}, got {limit}"
-        ))));
+        )));
     }
     let skip = usize::try_from(after.unwrap_or(0)).unwrap_or(usize::MAX);
-    let events: Vec<HistoryEvent> = run
-        .history
+    let events: Vec<HistoryEvent> = history
         .iter()
         .enumerate()
         .skip(skip)
@@ -389,11 +422,8 @@ pub fn wf_history(
         .map(numbered)
         .collect();
     let last = events.last().map_or(skip as u64, |e| e.seq);
-    let next_after = (last < run.history.len() as u64).then_some(last);
-    Done {
-        wait_lsn: run.lsn,
-        result: Ok(Reply::WorkflowHistoryPage { events, next_after }),
-    }
+    let next_after = (last < history.len() as u64).then_some(last);
+    Ok(Reply::WorkflowHistoryPage { events, next_after })
 }
 
 pub fn wf_list_runs(
@@ -434,11 +464,14 @@ pub fn wf_signal(
 ) -> Done {
     let now = core.now_ms();
     let check = || -> Result<(), ErrorValue> {
-        let run = wf_run(core, namespace, run_id)?;
-        if run.status.is_final() {
+        let status = match archived_status(core, namespace, run_id) {
+            Some(status) => status,
+            None => wf_run(core, namespace, run_id)?.status,
+        };
+        if status.is_final() {
             return Err(ErrorValue::conflict(format!(
                 "workflow run {run_id:?} is already {}; it takes no more signals",
-                run.status.as_str()
+                status.as_str()
             )));
         }
         if signal_type.is_empty() || signal_type.len() > SIGNAL_TYPE_BYTES_MAX {
@@ -504,16 +537,19 @@ fn wf_try_signal(core: &mut Core, namespace: &str, run_id: &str) {
 
 /// Cancels a run, its current action run and its child runs.
 pub fn wf_cancel(core: &mut Core, namespace: &str, run_id: &str, reason: Option<String>) -> Done {
-    match wf_run(core, namespace, run_id) {
-        Err(e) => return Done::now(Err(e)),
-        Ok(run) if run.status.is_final() => {
-            return Done::now(Err(ErrorValue::conflict(format!(
-                "workflow run {run_id:?} is already {}; only running or waiting runs can \
-                 be cancelled",
-                run.status.as_str()
-            ))));
-        }
-        Ok(_) => {}
+    let status = match archived_status(core, namespace, run_id) {
+        Some(status) => status,
+        None => match wf_run(core, namespace, run_id) {
+            Err(e) => return Done::now(Err(e)),
+            Ok(run) => run.status,
+        },
+    };
+    if status.is_final() {
+        return Done::now(Err(ErrorValue::conflict(format!(
+            "workflow run {run_id:?} is already {}; only running or waiting runs can be \
+             cancelled",
+            status.as_str()
+        ))));
     }
     // One atomic group: after a crash the whole tree is cancelled, or none of it.
     core.begin_group();

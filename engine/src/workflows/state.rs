@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// One version of a workflow.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct WfVersion {
     pub version: String,
     pub yaml: String,
@@ -19,6 +20,7 @@ pub struct WfVersion {
     pub created_at_ms: u64,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct WfEntry {
     /// Oldest first; the last is the latest.
     pub versions: Vec<WfVersion>,
@@ -35,6 +37,7 @@ impl WfEntry {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct StepState {
     pub name: String,
     pub outcome: Option<String>,
@@ -42,11 +45,16 @@ pub struct StepState {
     pub executions: u32,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct WfRun {
     pub workflow: String,
     pub version: String,
+    /// Its version's definition (shared; set again by `relink` after a snapshot is loaded).
+    #[serde(skip, default = "unlinked")]
     pub def: Result<Arc<WorkflowDef>, String>,
     pub status: WorkflowRunStatus,
+    /// `input_bytes` parsed (set again by `relink`).
+    #[serde(skip)]
     pub input: Value,
     pub input_bytes: Vec<u8>,
     pub idempotency_key: Option<String>,
@@ -101,7 +109,11 @@ pub fn json_value(bytes: &[u8]) -> Value {
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
 }
 
-#[derive(Default)]
+fn unlinked() -> Result<Arc<WorkflowDef>, String> {
+    Err("the run's definition was not linked after a snapshot".to_string())
+}
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Workflows {
     pub defs: HashMap<(String, String), WfEntry>,
     /// Namespace → run id → run (boxed: resizing a large table moves pointers only).
@@ -198,6 +210,45 @@ impl Workflows {
             runs.iter()
                 .map(move |(id, r)| (ns.as_str(), id.as_str(), &**r))
         })
+    }
+
+    /// Rebuilds what a snapshot does not carry: each run's definition and parsed input.
+    pub fn relink(&mut self) {
+        let defs = &self.defs;
+        for (ns, runs) in self.runs.iter_mut() {
+            for run in runs.values_mut() {
+                // As `apply_started` found it.
+                run.def = defs
+                    .get(&(ns.clone(), run.workflow.clone()))
+                    .and_then(|e| e.get(Some(&run.version)))
+                    .map(|v| v.def.clone())
+                    .unwrap_or_else(|| {
+                        Err(format!(
+                            "workflow {:?} version {:?} is gone",
+                            run.workflow, run.version
+                        ))
+                    });
+                run.input = json_value(&run.input_bytes);
+            }
+        }
+    }
+
+    /// Whether `run_id` is a `wfrun-N` id this shard handed out (a run that existed).
+    pub fn was_issued(&self, namespace: &str, run_id: &str) -> bool {
+        run_id
+            .strip_prefix("wfrun-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| self.counters.get(namespace).is_some_and(|&last| n <= last))
+    }
+
+    /// Runs in memory.
+    pub fn run_count(&self) -> usize {
+        self.runs.values().map(|r| r.len()).sum()
+    }
+
+    /// Drops a run (archived).
+    pub fn remove(&mut self, namespace: &str, run_id: &str) -> Option<Box<WfRun>> {
+        self.runs.get_mut(namespace)?.remove(run_id)
     }
 
     fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {

@@ -125,6 +125,11 @@ pub struct Node {
     pub wake: Option<u64>,
     /// `Effect::Continue`s not yet fed back.
     pub continues: u32,
+    /// The installed snapshot (LSN, image): recovery starts from it.
+    pub snap: Option<(u64, Vec<u8>)>,
+    /// A snapshot being written: a crash may find it installed (renamed, directory not
+    /// synced yet) or not (the recovery then uses `snap`).
+    pub snap_pending: Option<(u64, Vec<u8>)>,
 }
 
 impl Node {
@@ -140,6 +145,8 @@ impl Node {
             facts: HashMap::new(),
             wake: None,
             continues: 0,
+            snap: None,
+            snap_pending: None,
         }
     }
 
@@ -169,6 +176,7 @@ pub fn new_engine(shard: u32, part: Partitioning, clock: &ManualClock) -> Engine
             shard,
             partitioning: part,
             durability: Durability::Sync,
+            retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
         },
         Box::new(clock.clone()),
         Box::new(clock.clone()),
@@ -204,6 +212,8 @@ pub struct Cluster {
     pub compiles: Vec<(u32, u64)>,
     pub guest_values: Vec<(u32, u64, u64, Option<Vec<u8>>)>,
     pub logs: Vec<String>,
+    /// Reads of the log asked for: (shard, token, LSN).
+    pub log_reads: Vec<(u32, u64, u64)>,
     /// `settle` writes every batch at once (unit tests); the simulation writes by hand.
     pub auto_write: bool,
     /// Number of inputs fed so far.
@@ -226,6 +236,7 @@ impl Cluster {
             compiles: Vec::new(),
             guest_values: Vec::new(),
             logs: Vec::new(),
+            log_reads: Vec::new(),
             auto_write: true,
             steps: 0,
         };
@@ -288,9 +299,25 @@ impl Cluster {
                 }
                 Effect::Continue => self.nodes[shard as usize].continues += 1,
                 Effect::Log(line) => self.logs.push(format!("shard {shard}: {line}")),
+                Effect::ReadLog { token, lsn } => self.log_reads.push((shard, token, lsn)),
             }
         }
         self.take_batch(shard);
+    }
+
+    /// Answers the `i`th read of the log asked for, from the shard's disk: only durable
+    /// records may be read, so the record must be there.
+    pub fn answer_read(&mut self, i: usize) {
+        let (shard, token, lsn) = self.log_reads.remove(i);
+        let node = &self.nodes[shard as usize];
+        let result = match flo_ual::find_record(&node.disk, 0, lsn, true) {
+            flo_ual::Found::Record { payload, .. } => Ok(payload.to_vec()),
+            other => panic!(
+                "shard {shard}: read of record {lsn} (durable up to {}): {other:?}",
+                node.engine.durable_lsn()
+            ),
+        };
+        self.step(shard, Input::LogRead { token, result });
     }
 
     /// Hands the shard's appended records to its writer if the writer is idle.
@@ -419,6 +446,10 @@ impl Cluster {
                 moved = true;
             }
         }
+        while !self.log_reads.is_empty() {
+            self.answer_read(0);
+            moved = true;
+        }
         for s in 0..self.shards() {
             if self.nodes[s as usize].continues > 0 {
                 self.nodes[s as usize].continues -= 1;
@@ -466,10 +497,22 @@ impl Cluster {
     /// bytes of the batch being written, if any) with the real recovery, and is told
     /// `Started` only by `start`. Returns (shard, durable LSN before, recovered LSN).
     pub fn crash(&mut self, shards: &[u32], torn: &[usize]) -> Vec<(u32, u64, u64)> {
+        self.crash_with(shards, torn, &vec![false; shards.len()])
+    }
+
+    /// `crash`, where `pending_installed[i]` says whether shard `i`'s snapshot being written
+    /// (if any) made it (renamed before the crash) or not.
+    pub fn crash_with(
+        &mut self,
+        shards: &[u32],
+        torn: &[usize],
+        pending_installed: &[bool],
+    ) -> Vec<(u32, u64, u64)> {
         let mut out = Vec::new();
         for (i, &s) in shards.iter().enumerate() {
             self.links.retain(|(a, b), _| *a != s && *b != s);
             self.executions.retain(|(x, _)| *x != s);
+            self.log_reads.retain(|(x, _, _)| *x != s);
             self.compiles.retain(|(x, _)| *x != s);
             self.guest_values.retain(|(x, _, _, _)| *x != s);
             self.replies.retain(|(x, _, _)| *x != s);
@@ -484,10 +527,33 @@ impl Cluster {
             let path = dir.path().join(segment_file_name(1));
             std::fs::write(&path, &image).expect("write segment");
             let mut engine = new_engine(s, self.part, &self.clock);
+            let pending = node.snap_pending.take();
+            let snap = match pending {
+                Some(p) if pending_installed.get(i).copied().unwrap_or(false) => Some(p),
+                _ => node.snap.take(),
+            };
+            let from = match &snap {
+                Some((lsn, image)) => {
+                    let at = engine
+                        .restore(image)
+                        .unwrap_or_else(|e| panic!("shard {s}: snapshot at {lsn}: {e}"));
+                    assert_eq!(at, *lsn, "shard {s}: snapshot LSN");
+                    at
+                }
+                None => 0,
+            };
             let log = flo_ual::recover(dir.path(), |lsn, _rtype, payload| {
+                if lsn <= from {
+                    return Ok(());
+                }
                 engine.replay(lsn, payload)
             })
             .unwrap_or_else(|e| panic!("shard {s}: recovery failed: {e}"));
+            assert!(
+                log.last_lsn >= from,
+                "shard {s}: the log ends at {} before its snapshot {from}",
+                log.last_lsn
+            );
             engine.recovered(log.last_lsn, 1);
             assert!(
                 log.last_lsn >= before,
@@ -507,6 +573,8 @@ impl Cluster {
                 facts: HashMap::new(),
                 wake: None,
                 continues: 0,
+                snap,
+                snap_pending: None,
             };
             let parsed = parse_log(&node.disk);
             assert_eq!(

@@ -1,7 +1,7 @@
 //! The simulated world around the engines: clients, workers, the WASM pool, the clock and
 //! crashes, all driven by one seeded RNG, and the invariants checked against it.
 
-use crate::cluster::{Cluster, replayed};
+use crate::cluster::{Cluster, new_engine, replayed};
 use flo_engine::record::{Record, StepWait};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
@@ -450,6 +450,10 @@ impl Sim {
         }
         if !self.c.compiles.is_empty() && self.rng.one_in(4) {
             self.answer_compile();
+        }
+        if !self.c.log_reads.is_empty() && self.rng.one_in(3) {
+            let i = self.rng.below(self.c.log_reads.len() as u64) as usize;
+            self.c.answer_read(i);
         }
         self.fire_wakes();
     }
@@ -1041,8 +1045,11 @@ impl Sim {
                 }
             })
             .collect();
-        trace(format!("CRASH of every shard, torn {torn:?}"));
-        let recovered = self.c.crash(&all, &torn);
+        let installed: Vec<bool> = all.iter().map(|_| self.rng.one_in(2)).collect();
+        trace(format!(
+            "CRASH of every shard, torn {torn:?}, pending snapshots installed {installed:?}"
+        ));
+        let recovered = self.c.crash_with(&all, &torn, &installed);
         trace(format!(
             "recovered (shard, durable before, last after): {recovered:?}"
         ));
@@ -1096,6 +1103,18 @@ impl Sim {
             }
             if at_rest {
                 check_replay(&self.c, s);
+                // A snapshot stands at a durable LSN: start writing one, or finish the one
+                // being written.
+                let node = &mut self.c.nodes[s as usize];
+                match self.rng.below(4) {
+                    0 => node.snap_pending = Some(node.engine.snapshot()),
+                    1 => {
+                        if let Some(p) = node.snap_pending.take() {
+                            node.snap = Some(p);
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
     }
@@ -1115,12 +1134,12 @@ impl Sim {
         }
         for run_id in &self.model.runs {
             assert!(
-                state(run_id).runs.get(NS, run_id).is_some(),
+                run_status(state(run_id), run_id).is_some(),
                 "{when}: acknowledged run {run_id} is gone"
             );
         }
         for run_id in &self.model.completed {
-            let status = state(run_id).runs.get(NS, run_id).map(|r| r.status);
+            let status = run_status(state(run_id), run_id);
             assert_eq!(
                 status,
                 Some(RunStatus::Completed),
@@ -1129,12 +1148,12 @@ impl Sim {
         }
         for run_id in &self.model.wf_runs {
             assert!(
-                state(run_id).workflows.run(NS, run_id).is_some(),
+                wf_status(state(run_id), run_id).is_some(),
                 "{when}: acknowledged workflow run {run_id} is gone"
             );
         }
         for run_id in &self.model.wf_cancelled {
-            let status = state(run_id).workflows.run(NS, run_id).map(|r| r.status);
+            let status = wf_status(state(run_id), run_id);
             assert_eq!(
                 status,
                 Some(WorkflowRunStatus::Cancelled),
@@ -1253,6 +1272,7 @@ impl Sim {
                 *wf.entry(format!("{:?}", r.status)).or_insert(0) += 1;
             }
             records.push(n.engine.last_lsn());
+            *runs.entry("archived".to_string()).or_insert(0) += st.archive.len();
         }
         format!(
             "{} shards, {} inputs, {} crashes, {} workflows acked, records {records:?}, runs {runs:?}, workflow runs {wf:?}, \
@@ -1300,6 +1320,10 @@ impl Sim {
             }
             while !self.c.compiles.is_empty() {
                 self.answer_compile();
+                moved = true;
+            }
+            while !self.c.log_reads.is_empty() {
+                self.c.answer_read(0);
                 moved = true;
             }
             self.c.guest_values.clear();
@@ -1394,8 +1418,14 @@ impl Sim {
                     );
                 }
             }
-            // 5: timers and leases fired, runs ran.
+            // 5: timers and leases fired, runs ran, and finished runs left memory (at rest
+            // nothing waits on a finished run).
             for (ns, id, run) in state.runs.iter() {
+                assert!(
+                    !run.status.is_final(),
+                    "shard {s}: run {ns}/{id} is {:?} at rest and not archived",
+                    run.status
+                );
                 assert!(
                     run.status.is_final(),
                     "shard {s}: run {ns}/{id} still {:?} at rest (available at {}, now {now}, \
@@ -1406,9 +1436,11 @@ impl Sim {
                 );
             }
             for (ns, id, run) in state.workflows.all_runs() {
-                if run.status.is_final() {
-                    continue;
-                }
+                assert!(
+                    !run.status.is_final(),
+                    "shard {s}: workflow run {ns}/{id} is {:?} at rest and not archived",
+                    run.status
+                );
                 assert!(
                     run.timer_ms.is_none_or(|t| t > now),
                     "shard {s}: workflow run {ns}/{id} timer at {:?} never fired (now {now})",
@@ -1426,6 +1458,26 @@ impl Sim {
             check_replay(&self.c, s);
         }
         self.check_model("at rest");
+    }
+}
+
+/// An action run's status, live or archived.
+fn run_status(state: &flo_engine::state::ShardState, run_id: &str) -> Option<RunStatus> {
+    use flo_engine::archive::{self, RunKind};
+    match state.runs.get(NS, run_id) {
+        Some(run) => Some(run.status),
+        None => archive::lookup(state, RunKind::Action, NS, run_id)
+            .map(|e| archive::action_status(e.status)),
+    }
+}
+
+/// A workflow run's status, live or archived.
+fn wf_status(state: &flo_engine::state::ShardState, run_id: &str) -> Option<WorkflowRunStatus> {
+    use flo_engine::archive::{self, RunKind};
+    match state.workflows.run(NS, run_id) {
+        Some(run) => Some(run.status),
+        None => archive::lookup(state, RunKind::Workflow, NS, run_id)
+            .map(|e| archive::workflow_status(e.status)),
     }
 }
 
@@ -1543,4 +1595,34 @@ fn check_replay(c: &Cluster, shard: u32) {
         );
     }
     check_index(shard, &fresh, 0, "after replay");
+    // Snapshot + the log after it equals the full replay: from the installed snapshot, and
+    // from one taken now.
+    let now = node.engine.snapshot();
+    for (lsn, image) in node
+        .snap
+        .iter()
+        .chain(node.snap_pending.iter())
+        .chain([&now])
+    {
+        let mut engine = new_engine(shard, c.part, &c.clock);
+        let at = engine
+            .restore(image)
+            .unwrap_or_else(|e| panic!("shard {shard}: snapshot at {lsn}: {e}"));
+        for (l, payload) in node.payloads.iter().filter(|(l, _)| *l > at) {
+            engine
+                .replay(*l, payload)
+                .unwrap_or_else(|e| panic!("replay of record {l}: {e}"));
+        }
+        engine.recovered(node.payloads.last().map_or(0, |p| p.0), 1);
+        let restored = engine.state().digest();
+        if live != restored {
+            let only_live: Vec<&String> = live.iter().filter(|l| !restored.contains(l)).collect();
+            let only_snap: Vec<&String> = restored.iter().filter(|l| !live.contains(l)).collect();
+            panic!(
+                "shard {shard}: snapshot at {lsn} + tail differs from live\nlive only: \
+                 {only_live:#?}\nsnapshot only: {only_snap:#?}"
+            );
+        }
+        check_index(shard, &engine, 0, "after a snapshot");
+    }
 }

@@ -1,0 +1,330 @@
+//! When a run is archived and what its archive record holds.
+
+use super::index::{Entry, RunKind, name_tag, run_key};
+use crate::core::cx::{Core, Task};
+use crate::core::io::RunKey;
+use crate::record::{Record, StepWait};
+use crate::state::ShardState;
+use flo_protocol::{HistoryEvent, RunInfo, RunStatus, WorkflowRunInfo, WorkflowRunStatus};
+use serde::{Deserialize, Serialize};
+
+/// The final document of a run, as status, history and lists show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArchivedRun {
+    Action(Box<RunInfo>),
+    Workflow(Box<WfArchived>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WfArchived {
+    pub info: WorkflowRunInfo,
+    pub history: Vec<HistoryEvent>,
+}
+
+pub fn action_status_code(s: RunStatus) -> u8 {
+    match s {
+        RunStatus::Pending => 0,
+        RunStatus::Running => 1,
+        RunStatus::Completed => 2,
+        RunStatus::Failed => 3,
+        RunStatus::Cancelled => 4,
+        RunStatus::TimedOut => 5,
+    }
+}
+
+pub fn action_status(code: u8) -> RunStatus {
+    match code {
+        0 => RunStatus::Pending,
+        1 => RunStatus::Running,
+        2 => RunStatus::Completed,
+        3 => RunStatus::Failed,
+        4 => RunStatus::Cancelled,
+        _ => RunStatus::TimedOut,
+    }
+}
+
+pub fn workflow_status_code(s: WorkflowRunStatus) -> u8 {
+    match s {
+        WorkflowRunStatus::Pending => 0,
+        WorkflowRunStatus::Running => 1,
+        WorkflowRunStatus::Waiting => 2,
+        WorkflowRunStatus::Completed => 3,
+        WorkflowRunStatus::Failed => 4,
+        WorkflowRunStatus::Cancelled => 5,
+        WorkflowRunStatus::TimedOut => 6,
+    }
+}
+
+pub fn workflow_status(code: u8) -> WorkflowRunStatus {
+    match code {
+        0 => WorkflowRunStatus::Pending,
+        1 => WorkflowRunStatus::Running,
+        2 => WorkflowRunStatus::Waiting,
+        3 => WorkflowRunStatus::Completed,
+        4 => WorkflowRunStatus::Failed,
+        5 => WorkflowRunStatus::Cancelled,
+        _ => WorkflowRunStatus::TimedOut,
+    }
+}
+
+impl ArchivedRun {
+    pub fn kind(&self) -> RunKind {
+        match self {
+            ArchivedRun::Action(_) => RunKind::Action,
+            ArchivedRun::Workflow(_) => RunKind::Workflow,
+        }
+    }
+
+    /// When the run finished.
+    pub fn finished_at_ms(&self) -> u64 {
+        match self {
+            ArchivedRun::Action(r) => r.updated_at_ms,
+            ArchivedRun::Workflow(w) => w.info.updated_at_ms,
+        }
+    }
+
+    /// (namespace, run id) the document is about.
+    pub fn id(&self) -> (&str, &str) {
+        match self {
+            ArchivedRun::Action(r) => (&r.namespace, &r.run_id),
+            ArchivedRun::Workflow(w) => (&w.info.namespace, &w.info.run_id),
+        }
+    }
+
+    /// The index entry of this document archived at `lsn`.
+    pub fn entry(&self, lsn: u64) -> (u64, Entry) {
+        let (namespace, run_id) = self.id();
+        let (status, dead_lettered, name) = match self {
+            ArchivedRun::Action(r) => (action_status_code(r.status), r.dead_lettered, &r.action),
+            ArchivedRun::Workflow(w) => {
+                (workflow_status_code(w.info.status), false, &w.info.workflow)
+            }
+        };
+        let entry = Entry {
+            lsn,
+            status,
+            dead_lettered,
+            name_tag: name_tag(namespace, name),
+        };
+        (run_key(self.kind(), namespace, run_id), entry)
+    }
+}
+
+/// The archive record of a run that is final and that nothing waits on (the workflow
+/// step an action run executes, or the parent step of a child run, moved on), if so.
+pub fn plan_archive(
+    state: &ShardState,
+    kind: RunKind,
+    namespace: &str,
+    run_id: &str,
+) -> Option<Record> {
+    let run = match kind {
+        RunKind::Action => {
+            let run = state.runs.get(namespace, run_id)?;
+            if !run.status.is_final() {
+                return None;
+            }
+            if let Some(step) = &run.step
+                && let Some(wf) = state.workflows.run(namespace, &step.run_id)
+                && !wf.status.is_final()
+                && matches!(&wf.wait, Some(StepWait::ActionRun { run_id: r, .. }) if r == run_id)
+            {
+                return None;
+            }
+            let info = crate::actions::run_info(namespace, run_id, run, false);
+            ArchivedRun::Action(Box::new(info))
+        }
+        RunKind::Workflow => {
+            let run = state.workflows.run(namespace, run_id)?;
+            if !run.status.is_final() {
+                return None;
+            }
+            if let Some(parent) = &run.parent
+                && let Some(p) = state.workflows.run(namespace, &parent.run_id)
+                && !p.status.is_final()
+                && matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id)
+            {
+                return None;
+            }
+            let mut doc = WfArchived {
+                info: crate::workflows::run_info(namespace, run_id, run),
+                history: run.history.clone(),
+            };
+            fit(&mut doc);
+            ArchivedRun::Workflow(Box::new(doc))
+        }
+    };
+    Some(Record::RunArchived {
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        run,
+    })
+}
+
+/// An archive record stays this far under the log's record limit.
+const ARCHIVE_BYTES_MAX: usize = flo_ual::RECORD_PAYLOAD_BYTES_MAX - (1 << 20);
+/// History details are cut to this many bytes when a document must shrink.
+const DETAIL_BYTES_CUT: usize = 1024;
+
+/// An upper bound of the encoded size of `doc` (MessagePack adds a few bytes per field).
+fn size_bound(doc: &WfArchived) -> usize {
+    let info = &doc.info;
+    let steps: usize = info
+        .steps
+        .iter()
+        .map(|s| 64 + s.name.len() + s.output.as_ref().map_or(0, Vec::len))
+        .sum();
+    let history: usize = doc
+        .history
+        .iter()
+        .map(|e| 64 + e.event_type.len() + e.step.as_ref().map_or(0, String::len) + e.detail.len())
+        .sum();
+    let texts = [
+        &info.error,
+        &info.terminal,
+        &info.waiting_for,
+        &info.current_step,
+    ];
+    1024 + info.input.len()
+        + info.output.as_ref().map_or(0, Vec::len)
+        + texts
+            .iter()
+            .map(|t| t.as_ref().map_or(0, String::len))
+            .sum::<usize>()
+        + steps
+        + history
+}
+
+/// Shrinks a workflow run's document that would not fit in one record (many large step
+/// outputs): step outputs go first (largest first), then long history details are cut.
+/// The run's own input, output and error stay.
+fn fit(doc: &mut WfArchived) {
+    if size_bound(doc) <= ARCHIVE_BYTES_MAX {
+        return;
+    }
+    let mut by_size: Vec<usize> = (0..doc.info.steps.len()).collect();
+    by_size
+        .sort_by_key(|&i| std::cmp::Reverse(doc.info.steps[i].output.as_ref().map_or(0, Vec::len)));
+    for i in by_size {
+        if size_bound(doc) <= ARCHIVE_BYTES_MAX {
+            return;
+        }
+        doc.info.steps[i].output = None;
+    }
+    for e in &mut doc.history {
+        if e.detail.len() > DETAIL_BYTES_CUT {
+            let mut cut = DETAIL_BYTES_CUT;
+            while !e.detail.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            e.detail.truncate(cut);
+            e.detail.push_str("… (cut when archived)");
+        }
+    }
+    // Tens of thousands of events: keep the first and the last ones.
+    while size_bound(doc) > ARCHIVE_BYTES_MAX && doc.history.len() > 2 {
+        let keep = doc.history.len() / 2;
+        let tail = doc.history.split_off(doc.history.len() - keep / 2);
+        doc.history.truncate(keep - keep / 2);
+        doc.history.extend(tail);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flo_protocol::WorkflowStepInfo;
+
+    #[test]
+    fn a_document_of_many_large_step_outputs_shrinks_under_the_record_limit() {
+        let step = |i: usize| WorkflowStepInfo {
+            name: format!("s{i}"),
+            outcome: Some("success".into()),
+            output: Some(vec![b'x'; (3 << 20) + i]),
+            executions: 1,
+        };
+        let mut doc = WfArchived {
+            info: WorkflowRunInfo {
+                run_id: "wfrun-1".into(),
+                namespace: "ns".into(),
+                workflow: "w".into(),
+                version: "1".into(),
+                status: WorkflowRunStatus::Completed,
+                current_step: None,
+                waiting_for: None,
+                input: vec![b'i'; 1 << 20],
+                output: Some(vec![b'o'; 3 << 20]),
+                steps: (0..5).map(step).collect(),
+                terminal: Some("flo.Completed".into()),
+                error: None,
+                idempotency_key: None,
+                parent_run_id: None,
+                created_at_ms: 1,
+                updated_at_ms: 2,
+            },
+            history: (0..100_000)
+                .map(|i| HistoryEvent {
+                    event_type: "step_finished".into(),
+                    step: Some("s".into()),
+                    detail: "d".repeat(if i % 100 == 0 { 5000 } else { 10 }),
+                    at_ms: i,
+                })
+                .collect(),
+        };
+        fit(&mut doc);
+        let record = Record::RunArchived {
+            namespace: "ns".into(),
+            run_id: "wfrun-1".into(),
+            run: ArchivedRun::Workflow(Box::new(doc.clone())),
+        };
+        let mut bytes = Vec::new();
+        record.encode(&mut bytes);
+        assert!(
+            bytes.len() <= flo_ual::RECORD_PAYLOAD_BYTES_MAX,
+            "{}",
+            bytes.len()
+        );
+        assert_eq!(doc.info.output.as_ref().map(Vec::len), Some(3 << 20));
+        assert_eq!(doc.info.input.len(), 1 << 20);
+        assert_eq!(doc.history.first().map(|e| e.at_ms), Some(0));
+        assert_eq!(doc.history.last().map(|e| e.at_ms), Some(99_999));
+        // Every step is still listed (only outputs went).
+        assert_eq!(doc.info.steps.len(), 5);
+    }
+}
+
+/// Archives the run if it is done (see `plan_archive`).
+pub fn archive_if_done(core: &mut Core, kind: RunKind, namespace: &str, run_id: &str) {
+    if let Some(record) = plan_archive(&core.state, kind, namespace, run_id) {
+        core.commit(record);
+    }
+}
+
+/// Forgets the archived runs that finished more than `retention_ms` ago (one record).
+pub fn forget_expired(core: &mut Core, retention_ms: u64) {
+    let cutoff = core.now_ms().saturating_sub(retention_ms);
+    if let Some(before_lsn) = core.state.archive.forget_before(cutoff) {
+        core.commit(Record::RunsForgotten { before_lsn });
+    }
+}
+
+/// Final runs still in memory (after recovery: a crash came between a run's final record
+/// and its archive record), as the tasks that archive them.
+pub fn final_runs(state: &ShardState) -> Vec<Task> {
+    let key = |ns: &str, id: &str| -> RunKey { (ns.to_string(), id.to_string()) };
+    let mut tasks: Vec<Task> = state
+        .runs
+        .iter()
+        .filter(|(_, _, r)| r.status.is_final())
+        .map(|(ns, id, _)| Task::Archive(RunKind::Action, key(ns, id)))
+        .collect();
+    tasks.extend(
+        state
+            .workflows
+            .all_runs()
+            .filter(|(_, _, r)| r.status.is_final())
+            .map(|(ns, id, _)| Task::Archive(RunKind::Workflow, key(ns, id))),
+    );
+    tasks
+}

@@ -1,0 +1,348 @@
+//! Reads of archived runs: the record is read back from the log (`Effect::ReadLog`, held
+//! until it is durable, answered by `Input::LogRead`), checked against the run asked for,
+//! and turned into the reply a live run would get.
+
+use super::index::{Entry, RunKind, name_tag, run_key};
+use super::plan::{ArchivedRun, action_status_code, workflow_status_code};
+use crate::core::cx::Core;
+use crate::core::io::{Dest, Done};
+use crate::record::Record;
+use crate::state::ShardState;
+use crate::tables::{HashMap, HashSet};
+use flo_protocol::{ErrorValue, Reply, RunInfo, WorkflowRunInfo};
+
+/// Archived entries a list looks at, at most, per shard and call (newest first): a list
+/// over millions of finished runs answers in bounded time, marked truncated.
+pub const LIST_SCAN_MAX: usize = 100_000;
+
+/// What a read of one archived run answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    RunStatus,
+    WfStatus,
+    /// The whole history, or a page of it.
+    WfHistory {
+        limit: Option<u32>,
+        after: Option<u64>,
+    },
+}
+
+/// A list of runs on this shard: the live part is done, archived candidates are read.
+#[derive(Debug, Clone)]
+pub struct ListQuery {
+    pub kind: RunKind,
+    pub namespace: String,
+    /// The action or workflow.
+    pub name: String,
+    /// Status code (`plan::*_status_code`).
+    pub status: Option<u8>,
+    pub dead_letter: bool,
+    pub limit: u32,
+}
+
+/// The live runs a list found, and the LSN its reply waits for.
+#[derive(Debug)]
+pub enum Live {
+    Runs(Vec<RunInfo>),
+    WfRuns(Vec<WorkflowRunInfo>),
+}
+
+struct Single {
+    dest: Dest,
+    want: Want,
+    kind: RunKind,
+    namespace: String,
+    run_id: String,
+}
+
+struct List {
+    dest: Dest,
+    query: ListQuery,
+    live: Live,
+    live_lsn: u64,
+    truncated: bool,
+    remaining: usize,
+    found: Vec<ArchivedRun>,
+}
+
+enum Slot {
+    Single(Single),
+    List(u64),
+}
+
+#[derive(Default)]
+pub struct Reads {
+    next: u64,
+    slots: HashMap<u64, Slot>,
+    lists: HashMap<u64, List>,
+}
+
+impl Reads {
+    fn token(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// Reads waiting for the log (for status and tests).
+    pub fn in_flight(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+/// The index entry of a run that is archived (not in memory).
+pub fn lookup(state: &ShardState, kind: RunKind, namespace: &str, run_id: &str) -> Option<Entry> {
+    let live = match kind {
+        RunKind::Action => state.runs.get(namespace, run_id).is_some(),
+        RunKind::Workflow => state.workflows.run(namespace, run_id).is_some(),
+    };
+    if live {
+        return None;
+    }
+    state.archive.get(run_key(kind, namespace, run_id))
+}
+
+/// Reads one archived run; `dest` gets the answer `want` asks for.
+#[allow(clippy::too_many_arguments)]
+pub fn read_one(
+    core: &mut Core,
+    reads: &mut Reads,
+    entry: Entry,
+    kind: RunKind,
+    want: Want,
+    namespace: &str,
+    run_id: &str,
+    dest: Dest,
+) {
+    let token = reads.token();
+    reads.slots.insert(
+        token,
+        Slot::Single(Single {
+            dest,
+            want,
+            kind,
+            namespace: namespace.to_string(),
+            run_id: run_id.to_string(),
+        }),
+    );
+    core.read_log(entry.lsn, token);
+}
+
+/// Completes a list with the archived runs that match `query`: answers at once (`Some`)
+/// when none may match, else reads them and answers `dest` when all are read.
+pub fn read_list(
+    core: &mut Core,
+    reads: &mut Reads,
+    query: ListQuery,
+    live: Live,
+    live_lsn: u64,
+    truncated: bool,
+    dest: Dest,
+) -> Option<Done> {
+    let tag = name_tag(&query.namespace, &query.name);
+    let mut seen = HashSet::default();
+    let mut candidates = Vec::new();
+    let mut cut = false;
+    for (scanned, (key, entry)) in core.state.archive.newest().enumerate() {
+        if scanned >= LIST_SCAN_MAX {
+            cut = true;
+            break;
+        }
+        if entry.name_tag != tag
+            || query.status.is_some_and(|s| s != entry.status)
+            || (query.dead_letter && !entry.dead_lettered)
+            || !seen.insert(key)
+        {
+            continue;
+        }
+        // One more than the limit tells whether the list is truncated.
+        if candidates.len() > query.limit as usize {
+            break;
+        }
+        candidates.push(entry.lsn);
+    }
+    let truncated = truncated || cut;
+    if candidates.is_empty() {
+        return Some(finish(query, live, live_lsn, truncated, Vec::new()));
+    }
+    let id = reads.token();
+    for lsn in &candidates {
+        let token = reads.token();
+        reads.slots.insert(token, Slot::List(id));
+        core.read_log(*lsn, token);
+    }
+    reads.lists.insert(
+        id,
+        List {
+            dest,
+            query,
+            live,
+            live_lsn,
+            truncated,
+            remaining: candidates.len(),
+            found: Vec::new(),
+        },
+    );
+    None
+}
+
+/// A read of the log ended: returns the answer and where it goes, once one is complete.
+pub fn on_read(
+    reads: &mut Reads,
+    token: u64,
+    result: Result<Vec<u8>, String>,
+) -> Option<(Dest, Done)> {
+    let slot = reads.slots.remove(&token)?;
+    let doc = result.and_then(|payload| match Record::decode(&payload)? {
+        Record::RunArchived { run, .. } => Ok(run),
+        other => Err(format!(
+            "expected an archive record, found type {}",
+            other.type_code()
+        )),
+    });
+    match slot {
+        Slot::Single(s) => {
+            let result = doc
+                .map_err(|e| {
+                    ErrorValue::internal(format!(
+                        "cannot read run {:?} from the log: {e}",
+                        s.run_id
+                    ))
+                })
+                .and_then(|doc| answer(&s, doc));
+            Some((
+                s.dest,
+                Done {
+                    result,
+                    wait_lsn: 0,
+                },
+            ))
+        }
+        Slot::List(id) => {
+            let list = reads.lists.get_mut(&id)?;
+            list.remaining -= 1;
+            // A record that cannot be read is left out of a list (a status read names it).
+            if let Ok(doc) = doc {
+                list.found.push(doc);
+            }
+            if list.remaining > 0 {
+                return None;
+            }
+            let list = reads.lists.remove(&id)?;
+            let dest = list.dest;
+            let done = finish(
+                list.query,
+                list.live,
+                list.live_lsn,
+                list.truncated,
+                list.found,
+            );
+            Some((dest, done))
+        }
+    }
+}
+
+fn not_found(s: &Single) -> ErrorValue {
+    let what = match s.kind {
+        RunKind::Action => "run",
+        RunKind::Workflow => "workflow run",
+    };
+    ErrorValue::not_found(format!(
+        "{what} {:?} not found in namespace {:?}",
+        s.run_id, s.namespace
+    ))
+}
+
+fn answer(s: &Single, doc: ArchivedRun) -> Result<Reply, ErrorValue> {
+    // Another run whose key collides: the one asked for is not archived here.
+    if doc.kind() != s.kind || doc.id() != (s.namespace.as_str(), s.run_id.as_str()) {
+        return Err(not_found(s));
+    }
+    match (s.want, doc) {
+        (Want::RunStatus, ArchivedRun::Action(info)) => Ok(Reply::Run(*info)),
+        (Want::WfStatus, ArchivedRun::Workflow(w)) => Ok(Reply::WorkflowRun(w.info)),
+        (Want::WfHistory { limit, after }, ArchivedRun::Workflow(w)) => {
+            crate::workflows::history_page(&w.history, limit, after)
+        }
+        _ => Err(not_found(s)),
+    }
+}
+
+/// The fan-out's order: newest first; ties in a millisecond by id, `a-10` after `a-9`.
+fn newest_first<T: Listed>(a: &T, b: &T) -> std::cmp::Ordering {
+    let ((ta, ia), (tb, ib)) = (a.created_and_id(), b.created_and_id());
+    (ta, ia.len(), ia).cmp(&(tb, ib.len(), ib))
+}
+
+trait Listed {
+    fn created_and_id(&self) -> (u64, &str);
+}
+
+impl Listed for RunInfo {
+    fn created_and_id(&self) -> (u64, &str) {
+        (self.created_at_ms, &self.run_id)
+    }
+}
+
+impl Listed for WorkflowRunInfo {
+    fn created_and_id(&self) -> (u64, &str) {
+        (self.created_at_ms, &self.run_id)
+    }
+}
+
+fn finish(
+    query: ListQuery,
+    live: Live,
+    live_lsn: u64,
+    truncated: bool,
+    found: Vec<ArchivedRun>,
+) -> Done {
+    let limit = query.limit as usize;
+    let mut truncated = truncated;
+    let result = match live {
+        Live::Runs(mut runs) => {
+            runs.extend(found.into_iter().filter_map(|doc| {
+                match doc {
+                    ArchivedRun::Action(r)
+                        if r.namespace == query.namespace
+                            && r.action == query.name
+                            && query
+                                .status
+                                .is_none_or(|s| s == action_status_code(r.status))
+                            && (!query.dead_letter || r.dead_lettered) =>
+                    {
+                        Some(*r)
+                    }
+                    _ => None,
+                }
+            }));
+            runs.sort_by(|a, b| newest_first(b, a));
+            truncated |= runs.len() > limit;
+            runs.truncate(limit);
+            Reply::Runs { runs, truncated }
+        }
+        Live::WfRuns(mut runs) => {
+            runs.extend(found.into_iter().filter_map(|doc| {
+                match doc {
+                    ArchivedRun::Workflow(w)
+                        if w.info.namespace == query.namespace
+                            && w.info.workflow == query.name
+                            && query
+                                .status
+                                .is_none_or(|s| s == workflow_status_code(w.info.status)) =>
+                    {
+                        Some(w.info)
+                    }
+                    _ => None,
+                }
+            }));
+            runs.sort_by(|a, b| newest_first(b, a));
+            truncated |= runs.len() > limit;
+            runs.truncate(limit);
+            Reply::WorkflowRuns { runs, truncated }
+        }
+    };
+    Done {
+        result: Ok(result),
+        wait_lsn: live_lsn,
+    }
+}

@@ -1,0 +1,95 @@
+//! A shard's fold at an LSN as bytes (a snapshot) and back. Recovery loads the newest valid
+//! snapshot and replays only the log after it. What is derived is not written: the index
+//! (`Index::rebuild`), the KV expiry order, module bytes and workflow definitions shared by
+//! runs (`relink`).
+
+use crate::actions::{Registry, Runs};
+use crate::archive::RunIndex;
+use crate::hash::Partitioning;
+use crate::kv::KvStore;
+use crate::state::{PendingForward, ShardState};
+use crate::tables::HashMap;
+use crate::workflows::Workflows;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// Bumped when the image changes incompatibly: an older image is then refused (recovery
+/// falls back to replaying the log).
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+#[derive(Serialize)]
+struct ImageRef<'a> {
+    format: u32,
+    shard: u32,
+    lsn: u64,
+    kv: &'a KvStore,
+    registry: &'a Registry,
+    runs: &'a Runs,
+    forwards: &'a VecDeque<PendingForward>,
+    remote_applied: &'a HashMap<u32, u64>,
+    workflows: &'a Workflows,
+    archive: &'a RunIndex,
+}
+
+#[derive(Deserialize)]
+struct Image {
+    format: u32,
+    shard: u32,
+    lsn: u64,
+    kv: KvStore,
+    registry: Registry,
+    runs: Runs,
+    forwards: VecDeque<PendingForward>,
+    remote_applied: HashMap<u32, u64>,
+    workflows: Workflows,
+    archive: RunIndex,
+}
+
+/// The fold as bytes (at `state.applied_lsn`).
+pub fn encode(state: &ShardState) -> Vec<u8> {
+    let image = ImageRef {
+        format: SNAPSHOT_FORMAT,
+        shard: state.shard,
+        lsn: state.applied_lsn,
+        kv: &state.kv,
+        registry: &state.registry,
+        runs: &state.runs,
+        forwards: &state.forwards,
+        remote_applied: &state.remote_applied,
+        workflows: &state.workflows,
+        archive: &state.archive,
+    };
+    let mut out = Vec::new();
+    // Plain owned data into a Vec: cannot fail.
+    image
+        .serialize(&mut rmp_serde::Serializer::new(&mut out))
+        .expect("snapshot encodes");
+    out
+}
+
+/// The fold `encode` wrote, for shard `shard`.
+pub fn decode(bytes: &[u8], shard: u32, partitioning: Partitioning) -> Result<ShardState, String> {
+    let image: Image = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+    if image.format != SNAPSHOT_FORMAT {
+        return Err(format!(
+            "snapshot format {} is not {SNAPSHOT_FORMAT}",
+            image.format
+        ));
+    }
+    if image.shard != shard {
+        return Err(format!("a snapshot of shard {}, not {shard}", image.shard));
+    }
+    let mut state = ShardState::new(shard, partitioning);
+    state.kv = image.kv;
+    state.kv.relink();
+    state.registry = image.registry;
+    state.registry.relink();
+    state.runs = image.runs;
+    state.forwards = image.forwards;
+    state.remote_applied = image.remote_applied;
+    state.workflows = image.workflows;
+    state.workflows.relink();
+    state.archive = image.archive;
+    state.applied_lsn = image.lsn;
+    Ok(state)
+}

@@ -1,0 +1,353 @@
+//! Snapshot files of a shard: `snapshot-<LSN>.snap` in the shard's directory, holding the
+//! engine's image of its fold at that LSN and the log marks of the segments before it.
+//! Written in the background (a blocking-pool thread: temporary name, CRC, fdatasync,
+//! rename, directory sync) once the log is durable up to the LSN; the newest two are kept,
+//! so a damaged newest one falls back to the one before. Recovery loads the newest valid
+//! one and replays only the log after it; old segments that no snapshot and no retained
+//! run needs are then deleted.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"FLOSNAP1";
+const PREFIX: &str = "snapshot-";
+const SUFFIX: &str = ".snap";
+/// Snapshots kept on disk: the newest, and the one before in case it is damaged.
+pub const SNAPSHOTS_KEPT: usize = 2;
+/// Log bytes between two snapshots, by default.
+pub const SNAPSHOT_BYTES_DEFAULT: u64 = 256 << 20;
+
+/// Segment marks a snapshot carries: (segment first LSN, its (LSN, offset) marks).
+pub type SegmentMarks = Vec<(u64, Vec<(u64, u64)>)>;
+
+pub fn file_name(lsn: u64) -> String {
+    format!("{PREFIX}{lsn:020}{SUFFIX}")
+}
+
+fn parse_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// The snapshots in `dir`, newest first: (LSN, path).
+pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if let Some(lsn) = entry.file_name().to_str().and_then(parse_name) {
+            found.push((lsn, entry.path()));
+        }
+    }
+    found.sort_by_key(|s| std::cmp::Reverse(s.0));
+    Ok(found)
+}
+
+/// The bytes of a snapshot file.
+pub fn encode(lsn: u64, image: &[u8], marks: &SegmentMarks) -> Vec<u8> {
+    let marks = rmp_serde::to_vec(marks).unwrap_or_default();
+    let mut out = Vec::with_capacity(image.len() + marks.len() + 40);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&lsn.to_le_bytes());
+    out.extend_from_slice(&(image.len() as u64).to_le_bytes());
+    out.extend_from_slice(image);
+    out.extend_from_slice(&(marks.len() as u64).to_le_bytes());
+    out.extend_from_slice(&marks);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A snapshot read back: its LSN, the engine's image, the marks.
+pub struct Loaded {
+    pub lsn: u64,
+    pub image: Vec<u8>,
+    pub marks: SegmentMarks,
+}
+
+/// Checks and splits a snapshot file's bytes.
+pub fn decode(bytes: &[u8]) -> Result<Loaded, String> {
+    if bytes.len() < 8 + 8 + 8 + 8 + 4 || &bytes[..8] != MAGIC {
+        return Err("not a flo snapshot (bad header)".into());
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let crc = u32::from_le_bytes(crc.try_into().map_err(|_| "short file")?);
+    if crc32fast::hash(body) != crc {
+        return Err("checksum mismatch (damaged or cut short)".into());
+    }
+    let word = |at: usize| -> Result<u64, String> {
+        body.get(at..at + 8)
+            .and_then(|w| w.try_into().ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| "cut short".to_string())
+    };
+    let lsn = word(8)?;
+    let image_len = word(16)? as usize;
+    let image = body.get(24..24 + image_len).ok_or("image cut short")?;
+    let marks_len = word(24 + image_len)? as usize;
+    let at = 32 + image_len;
+    let marks = body.get(at..at + marks_len).ok_or("marks cut short")?;
+    let marks: SegmentMarks = rmp_serde::from_slice(marks).map_err(|e| e.to_string())?;
+    Ok(Loaded {
+        lsn,
+        image: image.to_vec(),
+        marks,
+    })
+}
+
+/// Writes a snapshot durably (blocking: run it on the blocking pool): a temporary file,
+/// fdatasync, rename, directory sync. Then removes all but the newest `SNAPSHOTS_KEPT`.
+/// Returns the LSNs of the snapshots now on disk, newest first.
+pub fn write(dir: &Path, lsn: u64, bytes: &[u8]) -> io::Result<Vec<u64>> {
+    let name = file_name(lsn);
+    let tmp = dir.join(format!("{name}.tmp"));
+    {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+    }
+    fs::rename(&tmp, dir.join(&name))?;
+    fs::File::open(dir)?.sync_all()?;
+    let snapshots = list(dir)?;
+    for (_, path) in snapshots.iter().skip(SNAPSHOTS_KEPT) {
+        fs::remove_file(path)?;
+    }
+    Ok(snapshots
+        .iter()
+        .take(SNAPSHOTS_KEPT)
+        .map(|(lsn, _)| *lsn)
+        .collect())
+}
+
+/// Removes temporary files a crash left behind.
+pub fn clean_temporaries(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(PREFIX) && name.ends_with(".tmp") {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_file_round_trips_and_any_damage_is_detected() {
+        let marks = vec![(1, vec![(1, 0), (40, 70_000)])];
+        let bytes = encode(99, b"the image", &marks);
+        let loaded = decode(&bytes).unwrap();
+        assert_eq!(
+            (loaded.lsn, loaded.image.as_slice()),
+            (99, &b"the image"[..])
+        );
+        assert_eq!(loaded.marks, marks);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(decode(&bad).is_err(), "a flip at byte {i} went unnoticed");
+        }
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn writing_keeps_the_newest_two() {
+        let dir = tempfile::tempdir().unwrap();
+        for lsn in [10, 20, 30] {
+            let kept = write(dir.path(), lsn, &encode(lsn, b"x", &Vec::new())).unwrap();
+            assert!(kept.len() <= SNAPSHOTS_KEPT);
+        }
+        let on_disk: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(on_disk, vec![30, 20]);
+        assert_eq!(parse_name(&file_name(7)), Some(7));
+        assert_eq!(parse_name("snapshot-7.snap"), None);
+    }
+}
+
+/// The shard loop's side of snapshots: when to take one, the background write, and the
+/// segment deletion after it.
+pub(crate) struct Snapshotter {
+    pub dir: PathBuf,
+    pub shard: u32,
+    /// Take a snapshot after this many bytes of log.
+    pub every_bytes: u64,
+    logged: std::cell::Cell<u64>,
+    busy: std::cell::Cell<bool>,
+    info: std::cell::RefCell<flo_engine::StorageInfo>,
+    /// LSNs of the snapshots on disk, newest first.
+    kept: std::cell::RefCell<Vec<u64>>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Bytes of the shard's segment and snapshot files.
+fn disk_bytes(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+impl Snapshotter {
+    pub fn new(dir: PathBuf, shard: u32, every_bytes: u64, kept: Vec<u64>) -> Snapshotter {
+        Snapshotter {
+            dir,
+            shard,
+            every_bytes,
+            logged: Default::default(),
+            busy: Default::default(),
+            info: Default::default(),
+            kept: std::cell::RefCell::new(kept),
+        }
+    }
+
+    /// `bytes` more of log were handed to the writer.
+    pub fn logged(&self, bytes: usize) {
+        self.logged.set(self.logged.get() + bytes as u64);
+    }
+
+    /// Whether a snapshot is being written.
+    pub fn busy(&self) -> bool {
+        self.busy.get()
+    }
+
+    /// LSN of the newest snapshot on disk (0: none).
+    pub fn last_lsn(&self) -> u64 {
+        self.kept.borrow().first().copied().unwrap_or(0)
+    }
+
+    /// Whether enough log was written since the last snapshot to take another.
+    pub fn due(&self) -> bool {
+        !self.busy.get() && self.logged.get() >= self.every_bytes
+    }
+
+    /// What to tell the engine about the files (status).
+    pub fn storage(&self, segments: u32) -> flo_engine::Input {
+        let mut info = self.info.borrow().clone();
+        info.segments = segments;
+        info.disk_bytes = disk_bytes(&self.dir);
+        flo_engine::Input::Storage(Box::new(info))
+    }
+
+    /// At start-up: the snapshot recovery loaded.
+    pub fn loaded(&self, lsn: u64) {
+        if lsn > 0 {
+            let mut info = self.info.borrow_mut();
+            info.snapshot_lsn = lsn;
+            let path = self.dir.join(file_name(lsn));
+            info.snapshot_at_ms = fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as u64);
+        }
+    }
+
+    /// Starts a snapshot of the image taken at `lsn` (the shard paused `pause_ms` for it):
+    /// once the log is durable up to `lsn`, the file is written on the blocking pool, then
+    /// segments wholly before what is still needed are deleted. `retained_from`: the
+    /// first LSN retained runs need. Returns the task, which the caller may await (at stop)
+    /// or detach.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        self: &std::rc::Rc<Self>,
+        lsn: u64,
+        image: Vec<u8>,
+        marks: SegmentMarks,
+        pause_ms: u64,
+        retained_from: Option<u64>,
+        slot: std::rc::Rc<crate::log_writer::LogSlot>,
+        map: std::rc::Rc<crate::log_reader::LogMap>,
+        inbox: std::rc::Rc<crate::inbox::Inbox>,
+    ) -> glommio::Task<()> {
+        self.busy.set(true);
+        self.logged.set(0);
+        let me = self.clone();
+        glommio::spawn_local(async move {
+            // A snapshot never stands ahead of the log it continues.
+            while slot.written_lsn() < lsn {
+                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            let started = std::time::Instant::now();
+            let dir = me.dir.clone();
+            let written = crate::log_writer::poked(
+                glommio::executor()
+                    .spawn_blocking(move || write(&dir, lsn, &encode(lsn, &image, &marks))),
+            )
+            .await;
+            let kept = match written {
+                Ok(kept) => kept,
+                Err(e) => {
+                    eprintln!(
+                        "warning: shard {}: cannot write the snapshot at LSN {lsn}: {e}; the \
+                         log is kept whole and the next snapshot tries again",
+                        me.shard
+                    );
+                    me.busy.set(false);
+                    return;
+                }
+            };
+            {
+                let mut info = me.info.borrow_mut();
+                info.snapshot_lsn = lsn;
+                info.snapshot_at_ms = now_ms();
+                info.snapshot_pause_ms = pause_ms;
+                info.snapshot_write_ms = started.elapsed().as_millis() as u64;
+            }
+            *me.kept.borrow_mut() = kept.clone();
+            // Replay from the older of the two snapshots kept (the newest may prove
+            // damaged; with one only, from the start) and the archive records of retained
+            // runs need their records.
+            let replay_from = match kept.as_slice() {
+                [_, older, ..] => older + 1,
+                _ => 1,
+            };
+            let needed_from = retained_from.map_or(replay_from, |r| r.min(replay_from));
+            let segments = map.segments();
+            let doomed: Vec<PathBuf> = segments
+                .windows(2)
+                .filter(|w| w[1].0 <= needed_from)
+                .map(|w| w[0].1.clone())
+                .collect();
+            if let Some(keep_from) = segments.get(doomed.len()).map(|s| s.0)
+                && !doomed.is_empty()
+            {
+                map.drop_before(keep_from);
+                let dir = me.dir.clone();
+                let removed = crate::log_writer::poked(glommio::executor().spawn_blocking(
+                    move || -> io::Result<()> {
+                        for path in &doomed {
+                            fs::remove_file(path)?;
+                        }
+                        fs::File::open(&dir)?.sync_all()
+                    },
+                ))
+                .await;
+                if let Err(e) = removed {
+                    eprintln!(
+                        "warning: shard {}: cannot delete old log segments: {e}",
+                        me.shard
+                    );
+                }
+            }
+            me.busy.set(false);
+            inbox.push(me.storage(map.count()));
+        })
+    }
+}
