@@ -265,6 +265,7 @@ mod tests {
             },
             history: (0..100_000)
                 .map(|i| HistoryEvent {
+                    seq: 0,
                     event_type: "step_finished".into(),
                     step: Some("s".into()),
                     detail: "d".repeat(if i % 100 == 0 { 5000 } else { 10 }),
