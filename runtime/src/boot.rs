@@ -377,19 +377,24 @@ pub fn run_server(
 }
 
 /// Loads the newest snapshot that is valid into `engine` (a damaged one is reported and
-/// the one before is tried); None: there is none, the whole log is replayed.
+/// the one before is tried). Returns its LSN and the segment marks it carried; None: there
+/// is none, the whole log is replayed.
 fn load_snapshot(
     dir: &Path,
     shard: u32,
     engine: &mut Engine,
-) -> Result<Option<snapshots::Loaded>, String> {
+) -> Result<Option<(u64, snapshots::SegmentMarks)>, String> {
     snapshots::clean_temporaries(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     let found = snapshots::list(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     for (lsn, path) in found {
         let loaded = fs::read(&path)
             .map_err(|e| e.to_string())
-            .and_then(|bytes| snapshots::decode(&bytes));
-        match loaded.and_then(|l| engine.restore(&l.image).map(|_| l)) {
+            .and_then(|bytes| {
+                let loaded = snapshots::decode(&bytes)?;
+                engine.restore(loaded.image)?;
+                Ok((loaded.lsn, loaded.marks))
+            });
+        match loaded {
             Ok(loaded) => return Ok(Some(loaded)),
             Err(e) => eprintln!(
                 "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}); trying the one before",
@@ -445,7 +450,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let mut engine = Engine::new(config, clock, Box::new(SystemClock));
     phase(1);
     let loaded = load_snapshot(&boot.dir, id, &mut engine).map_err(shard_err)?;
-    let from = loaded.as_ref().map_or(0, |l| l.lsn);
+    let from = loaded.as_ref().map_or(0, |l| l.0);
     let log = recover_from(&boot.dir, from, |lsn, _rtype, payload| {
         progress.lsn.store(lsn, Ordering::Relaxed);
         progress.bytes.fetch_add(
@@ -480,6 +485,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
     engine.recovered(log.last_lsn, writer.segments());
+    (boot.config.release_memory)();
 
     let inbox = Rc::new(Inbox::default());
     let slot = Rc::new(LogSlot::default());
@@ -495,10 +501,11 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         id,
         boot.config.snapshot_bytes,
         kept,
+        boot.config.release_memory,
     ));
-    if let Some(loaded) = loaded {
-        snapshotter.loaded(loaded.lsn);
-        log_map.fill_marks(loaded.marks);
+    if let Some((lsn, marks)) = loaded {
+        snapshotter.loaded(lsn);
+        log_map.fill_marks(marks);
     } else {
         log_map.fill_marks(Vec::new());
     }

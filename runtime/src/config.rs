@@ -16,6 +16,9 @@ pub struct ServerConfig {
     pub retention_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
+    /// Gives the calling thread's freed memory back to the system (the allocator is the
+    /// binary's choice): called on each shard after start-up and after each snapshot.
+    pub release_memory: fn(),
     /// Let clients move the clock forward (tests of timers, retries, delays).
     pub test_clock: bool,
 }

@@ -106,6 +106,7 @@ impl ShardLoop {
     fn snapshot(&mut self) -> glommio::Task<()> {
         let started = std::time::Instant::now();
         let (lsn, image) = self.engine.snapshot();
+        // The image is written on another thread; its buffer is freed there.
         let pause_ms = started.elapsed().as_millis() as u64;
         let marks = self.log_map.marks_before(lsn);
         let retained_from = self.engine.retained_from_lsn();

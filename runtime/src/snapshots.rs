@@ -61,14 +61,14 @@ pub fn encode(lsn: u64, image: &[u8], marks: &SegmentMarks) -> Vec<u8> {
 }
 
 /// A snapshot read back: its LSN, the engine's image, the marks.
-pub struct Loaded {
+pub struct Loaded<'a> {
     pub lsn: u64,
-    pub image: Vec<u8>,
+    pub image: &'a [u8],
     pub marks: SegmentMarks,
 }
 
 /// Checks and splits a snapshot file's bytes.
-pub fn decode(bytes: &[u8]) -> Result<Loaded, String> {
+pub fn decode(bytes: &[u8]) -> Result<Loaded<'_>, String> {
     if bytes.len() < 8 + 8 + 8 + 8 + 4 || &bytes[..8] != MAGIC {
         return Err("not a flo snapshot (bad header)".into());
     }
@@ -90,11 +90,7 @@ pub fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     let at = 32 + image_len;
     let marks = body.get(at..at + marks_len).ok_or("marks cut short")?;
     let marks: SegmentMarks = rmp_serde::from_slice(marks).map_err(|e| e.to_string())?;
-    Ok(Loaded {
-        lsn,
-        image: image.to_vec(),
-        marks,
-    })
+    Ok(Loaded { lsn, image, marks })
 }
 
 /// Writes a snapshot durably (blocking: run it on the blocking pool): a temporary file,
@@ -143,10 +139,7 @@ mod tests {
         let marks = vec![(1, vec![(1, 0), (40, 70_000)])];
         let bytes = encode(99, b"the image", &marks);
         let loaded = decode(&bytes).unwrap();
-        assert_eq!(
-            (loaded.lsn, loaded.image.as_slice()),
-            (99, &b"the image"[..])
-        );
+        assert_eq!((loaded.lsn, loaded.image), (99, &b"the image"[..]));
         assert_eq!(loaded.marks, marks);
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
@@ -182,6 +175,7 @@ pub(crate) struct Snapshotter {
     info: std::cell::RefCell<flo_engine::StorageInfo>,
     /// LSNs of the snapshots on disk, newest first.
     kept: std::cell::RefCell<Vec<u64>>,
+    release_memory: fn(),
 }
 
 fn now_ms() -> u64 {
@@ -205,7 +199,13 @@ fn disk_bytes(dir: &Path) -> u64 {
 }
 
 impl Snapshotter {
-    pub fn new(dir: PathBuf, shard: u32, every_bytes: u64, kept: Vec<u64>) -> Snapshotter {
+    pub fn new(
+        dir: PathBuf,
+        shard: u32,
+        every_bytes: u64,
+        kept: Vec<u64>,
+        release_memory: fn(),
+    ) -> Snapshotter {
         Snapshotter {
             dir,
             shard,
@@ -214,6 +214,7 @@ impl Snapshotter {
             busy: Default::default(),
             info: Default::default(),
             kept: std::cell::RefCell::new(kept),
+            release_memory,
         }
     }
 
@@ -291,6 +292,7 @@ impl Snapshotter {
                     .spawn_blocking(move || write(&dir, lsn, &encode(lsn, &image, &marks))),
             )
             .await;
+            (me.release_memory)();
             let kept = match written {
                 Ok(kept) => kept,
                 Err(e) => {
