@@ -1,7 +1,8 @@
 //! A shard's fold at an LSN as bytes (a snapshot) and back. Recovery loads the newest valid
 //! snapshot and replays only the log after it. What is derived is not written: the index
 //! (`Index::rebuild`), the KV expiry order, module bytes and workflow definitions shared by
-//! runs (`relink`).
+//! runs (`relink`). Layout: one MessagePack value (everything but the run index), then the
+//! run index as raw words (`RunIndex::write_raw`).
 
 use crate::actions::{Registry, Runs};
 use crate::archive::RunIndex;
@@ -15,7 +16,7 @@ use std::collections::VecDeque;
 
 /// Bumped when the image changes incompatibly: an older image is then refused (recovery
 /// falls back to replaying the log).
-pub const SNAPSHOT_FORMAT: u32 = 1;
+pub const SNAPSHOT_FORMAT: u32 = 2;
 
 #[derive(Serialize)]
 struct ImageRef<'a> {
@@ -28,7 +29,6 @@ struct ImageRef<'a> {
     forwards: &'a VecDeque<PendingForward>,
     remote_applied: &'a HashMap<u32, u64>,
     workflows: &'a Workflows,
-    archive: &'a RunIndex,
 }
 
 #[derive(Deserialize)]
@@ -42,7 +42,6 @@ struct Image {
     forwards: VecDeque<PendingForward>,
     remote_applied: HashMap<u32, u64>,
     workflows: Workflows,
-    archive: RunIndex,
 }
 
 /// The fold as bytes (at `state.applied_lsn`).
@@ -57,19 +56,21 @@ pub fn encode(state: &ShardState) -> Vec<u8> {
         forwards: &state.forwards,
         remote_applied: &state.remote_applied,
         workflows: &state.workflows,
-        archive: &state.archive,
     };
     let mut out = Vec::new();
     // Plain owned data into a Vec: cannot fail.
     image
         .serialize(&mut rmp_serde::Serializer::new(&mut out))
         .expect("snapshot encodes");
+    // The run index follows as raw words (the bulk of a large image).
+    state.archive.write_raw(&mut out);
     out
 }
 
 /// The fold `encode` wrote, for shard `shard`.
 pub fn decode(bytes: &[u8], shard: u32, partitioning: Partitioning) -> Result<ShardState, String> {
-    let image: Image = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+    let mut rest = bytes;
+    let image: Image = rmp_serde::from_read(&mut rest).map_err(|e| e.to_string())?;
     if image.format != SNAPSHOT_FORMAT {
         return Err(format!(
             "snapshot format {} is not {SNAPSHOT_FORMAT}",
@@ -89,7 +90,7 @@ pub fn decode(bytes: &[u8], shard: u32, partitioning: Partitioning) -> Result<Sh
     state.remote_applied = image.remote_applied;
     state.workflows = image.workflows;
     state.workflows.relink();
-    state.archive = image.archive;
+    state.archive = RunIndex::read_raw(rest)?;
     state.applied_lsn = image.lsn;
     Ok(state)
 }

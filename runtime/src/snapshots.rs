@@ -45,19 +45,30 @@ pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// The bytes of a snapshot file.
-pub fn encode(lsn: u64, image: &[u8], marks: &SegmentMarks) -> Vec<u8> {
+/// A snapshot file as (what comes before the image, what comes after it): the image is
+/// written between them as it is, never copied.
+pub fn frame(lsn: u64, image: &[u8], marks: &SegmentMarks) -> (Vec<u8>, Vec<u8>) {
     let marks = rmp_serde::to_vec(marks).unwrap_or_default();
-    let mut out = Vec::with_capacity(image.len() + marks.len() + 40);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&lsn.to_le_bytes());
-    out.extend_from_slice(&(image.len() as u64).to_le_bytes());
-    out.extend_from_slice(image);
-    out.extend_from_slice(&(marks.len() as u64).to_le_bytes());
-    out.extend_from_slice(&marks);
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    let mut head = Vec::with_capacity(24);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&lsn.to_le_bytes());
+    head.extend_from_slice(&(image.len() as u64).to_le_bytes());
+    let mut tail = Vec::with_capacity(marks.len() + 12);
+    tail.extend_from_slice(&(marks.len() as u64).to_le_bytes());
+    tail.extend_from_slice(&marks);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head);
+    crc.update(image);
+    crc.update(&tail);
+    tail.extend_from_slice(&crc.finalize().to_le_bytes());
+    (head, tail)
+}
+
+/// The bytes of a snapshot file, in one piece (tests).
+#[cfg(test)]
+pub fn encode(lsn: u64, image: &[u8], marks: &SegmentMarks) -> Vec<u8> {
+    let (head, tail) = frame(lsn, image, marks);
+    [head.as_slice(), image, tail.as_slice()].concat()
 }
 
 /// A snapshot read back: its LSN, the engine's image, the marks.
@@ -96,13 +107,16 @@ pub fn decode(bytes: &[u8]) -> Result<Loaded<'_>, String> {
 /// Writes a snapshot durably (blocking: run it on the blocking pool): a temporary file,
 /// fdatasync, rename, directory sync. Then removes all but the newest `SNAPSHOTS_KEPT`.
 /// Returns the LSNs of the snapshots now on disk, newest first.
-pub fn write(dir: &Path, lsn: u64, bytes: &[u8]) -> io::Result<Vec<u64>> {
+pub fn write(dir: &Path, lsn: u64, image: &[u8], marks: &SegmentMarks) -> io::Result<Vec<u64>> {
     let name = file_name(lsn);
     let tmp = dir.join(format!("{name}.tmp"));
     {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_data()?;
+        let (head, tail) = frame(lsn, image, marks);
+        let mut file = io::BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?);
+        file.write_all(&head)?;
+        file.write_all(image)?;
+        file.write_all(&tail)?;
+        file.into_inner().map_err(|e| e.into_error())?.sync_data()?;
     }
     fs::rename(&tmp, dir.join(&name))?;
     fs::File::open(dir)?.sync_all()?;
@@ -153,7 +167,7 @@ mod tests {
     fn writing_keeps_the_newest_two() {
         let dir = tempfile::tempdir().unwrap();
         for lsn in [10, 20, 30] {
-            let kept = write(dir.path(), lsn, &encode(lsn, b"x", &Vec::new())).unwrap();
+            let kept = write(dir.path(), lsn, b"x", &Vec::new()).unwrap();
             assert!(kept.len() <= SNAPSHOTS_KEPT);
         }
         let on_disk: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
@@ -176,6 +190,9 @@ pub(crate) struct Snapshotter {
     /// LSNs of the snapshots on disk, newest first.
     kept: std::cell::RefCell<Vec<u64>>,
     release_memory: fn(),
+    /// The last image's size: the next snapshot waits for at least twice that much log,
+    /// so writing snapshots never costs more than half the log's own writes.
+    last_image_bytes: std::cell::Cell<u64>,
 }
 
 fn now_ms() -> u64 {
@@ -215,6 +232,7 @@ impl Snapshotter {
             info: Default::default(),
             kept: std::cell::RefCell::new(kept),
             release_memory,
+            last_image_bytes: Default::default(),
         }
     }
 
@@ -235,7 +253,8 @@ impl Snapshotter {
 
     /// Whether enough log was written since the last snapshot to take another.
     pub fn due(&self) -> bool {
-        !self.busy.get() && self.logged.get() >= self.every_bytes
+        let every = self.every_bytes.max(2 * self.last_image_bytes.get());
+        !self.busy.get() && self.logged.get() >= every
     }
 
     /// What to tell the engine about the files (status).
@@ -287,12 +306,14 @@ impl Snapshotter {
             }
             let started = std::time::Instant::now();
             let dir = me.dir.clone();
-            let written = crate::log_writer::poked(
-                glommio::executor()
-                    .spawn_blocking(move || write(&dir, lsn, &encode(lsn, &image, &marks))),
-            )
-            .await;
+            let (written, image_bytes) =
+                crate::log_writer::poked(glommio::executor().spawn_blocking(move || {
+                    let kept = write(&dir, lsn, &image, &marks);
+                    (kept, image.len() as u64)
+                }))
+                .await;
             (me.release_memory)();
+            me.last_image_bytes.set(image_bytes);
             let kept = match written {
                 Ok(kept) => kept,
                 Err(e) => {

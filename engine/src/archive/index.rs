@@ -187,61 +187,70 @@ impl RunIndex {
     }
 }
 
-/// The index as a snapshot carries it: raw little-endian words, not one MessagePack value
-/// per entry (millions of them).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Image {
-    /// (key, packed entry) pairs.
-    #[serde(with = "serde_bytes")]
-    entries: Vec<u8>,
-    #[serde(with = "serde_bytes")]
-    order: Vec<u8>,
-    times: Vec<(u64, u64)>,
-}
-
-fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
-    bytes
-        .chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
-}
-
-impl serde::Serialize for RunIndex {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut entries = Vec::with_capacity(self.entries.len() * 16);
+/// The index as a snapshot carries it: raw little-endian words appended after the rest of
+/// the image (millions of entries: no MessagePack value per entry, no intermediate copy).
+/// Layout: entries count, (key, packed) pairs; order count, keys; marks count, (LSN, ms).
+impl RunIndex {
+    pub fn write_raw(&self, out: &mut Vec<u8>) {
+        out.reserve(24 + self.entries.len() * 16 + self.order.len() * 8 + self.times.len() * 16);
+        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
         for (k, v) in &self.entries {
-            entries.extend_from_slice(&k.to_le_bytes());
-            entries.extend_from_slice(&v.to_le_bytes());
+            out.extend_from_slice(&k.to_le_bytes());
+            out.extend_from_slice(&v.to_le_bytes());
         }
-        let mut order = Vec::with_capacity(self.order.len() * 8);
+        out.extend_from_slice(&(self.order.len() as u64).to_le_bytes());
         for k in &self.order {
-            order.extend_from_slice(&k.to_le_bytes());
+            out.extend_from_slice(&k.to_le_bytes());
         }
-        let times = self.times.iter().copied().collect();
-        Image {
-            entries,
-            order,
-            times,
+        out.extend_from_slice(&(self.times.len() as u64).to_le_bytes());
+        for (lsn, at) in &self.times {
+            out.extend_from_slice(&lsn.to_le_bytes());
+            out.extend_from_slice(&at.to_le_bytes());
         }
-        .serialize(s)
     }
-}
 
-impl<'de> serde::Deserialize<'de> for RunIndex {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let image = Image::deserialize(d)?;
-        if image.entries.len() % 16 != 0 || image.order.len() % 8 != 0 {
-            return Err(serde::de::Error::custom("run index image of a bad length"));
+    /// The index `write_raw` wrote; the bytes must be exactly that.
+    pub fn read_raw(bytes: &[u8]) -> Result<RunIndex, String> {
+        let mut at = 0usize;
+        let mut word = |what: &str| -> Result<u64, String> {
+            let w = bytes
+                .get(at..at + 8)
+                .ok_or_else(|| format!("run index cut short in its {what}"))?;
+            at += 8;
+            Ok(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+        };
+        let bound = bytes.len() as u64 / 8;
+        let n = word("entries")?;
+        if n > bound {
+            return Err("run index entry count out of range".into());
         }
         let mut entries = HashMap::default();
-        entries.reserve(image.entries.len() / 16);
-        let mut w = words(&image.entries);
-        while let (Some(k), Some(v)) = (w.next(), w.next()) {
-            entries.insert(k, v);
+        entries.reserve(n as usize);
+        for _ in 0..n {
+            let k = word("entries")?;
+            entries.insert(k, word("entries")?);
+        }
+        let n = word("order")?;
+        if n > bound {
+            return Err("run index order count out of range".into());
+        }
+        let order = (0..n)
+            .map(|_| word("order"))
+            .collect::<Result<VecDeque<u64>, String>>()?;
+        let n = word("time marks")?;
+        if n > bound {
+            return Err("run index time mark count out of range".into());
+        }
+        let times = (0..n)
+            .map(|_| Ok((word("time marks")?, word("time marks")?)))
+            .collect::<Result<VecDeque<(u64, u64)>, String>>()?;
+        if at != bytes.len() {
+            return Err("run index followed by stray bytes".into());
         }
         Ok(RunIndex {
             entries,
-            order: words(&image.order).collect(),
-            times: image.times.into(),
+            order,
+            times,
         })
     }
 }
@@ -249,6 +258,36 @@ impl<'de> serde::Deserialize<'de> for RunIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_raw_image_round_trips_and_refuses_cut_or_stray_bytes() {
+        let mut index = RunIndex::default();
+        for i in 1..=1000u64 {
+            let e = Entry {
+                lsn: i * 3,
+                status: (i % 7) as u8,
+                dead_lettered: i % 2 == 0,
+                name_tag: (i % 2048) as u16,
+            };
+            index.insert(i * 0x9e37_79b9, e, i * 400);
+        }
+        let mut raw = Vec::new();
+        index.write_raw(&mut raw);
+        let back = RunIndex::read_raw(&raw).unwrap();
+        let sorted = |x: &RunIndex| {
+            let mut v: Vec<(u64, Entry)> = x.iter().collect();
+            v.sort_by_key(|p| p.0);
+            v
+        };
+        assert_eq!(sorted(&back), sorted(&index));
+        assert_eq!(back.order, index.order);
+        assert_eq!(back.times, index.times);
+        assert!(RunIndex::read_raw(&raw[..raw.len() - 8]).is_err());
+        let mut stray = raw.clone();
+        stray.extend_from_slice(&[0; 8]);
+        assert!(RunIndex::read_raw(&stray).is_err());
+        assert!(RunIndex::read_raw(&[0xff; 8]).is_err());
+    }
 
     #[test]
     fn retention_forgets_runs_finished_before_the_cutoff_and_keeps_the_rest() {
