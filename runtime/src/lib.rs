@@ -10,6 +10,7 @@ mod listener;
 mod log_reader;
 mod log_writer;
 mod mesh;
+mod poke;
 mod shard_loop;
 mod snapshots;
 mod timers;

@@ -176,7 +176,7 @@ async fn read_record(map: &LogMap, lsn: u64) -> Result<Vec<u8>, String> {
     let base = start - start % flo_ual::BLOCK_BYTES;
     let mut len = READ_BYTES_FIRST;
     loop {
-        let buf = crate::log_writer::poked(file.read_at(base, len))
+        let buf = crate::poke::poked(file.read_at(base, len))
             .await
             .map_err(|e| format!("cannot read the log: {e}"))?;
         let complete = buf.len() < len || len >= READ_BYTES_MAX;

@@ -307,7 +307,7 @@ impl Snapshotter {
             let started = std::time::Instant::now();
             let dir = me.dir.clone();
             let (written, image_bytes) =
-                crate::log_writer::poked(glommio::executor().spawn_blocking(move || {
+                crate::poke::poked(glommio::executor().spawn_blocking(move || {
                     let kept = write(&dir, lsn, &image, &marks);
                     (kept, image.len() as u64)
                 }))
@@ -353,7 +353,7 @@ impl Snapshotter {
             {
                 map.drop_before(keep_from);
                 let dir = me.dir.clone();
-                let removed = crate::log_writer::poked(glommio::executor().spawn_blocking(
+                let removed = crate::poke::poked(glommio::executor().spawn_blocking(
                     move || -> io::Result<()> {
                         for path in &doomed {
                             fs::remove_file(path)?;
