@@ -104,6 +104,12 @@ echo "slowest 10 s window: ${slowest:-?} workflow runs/s"
 runs=$(($(finished) / 4))
 disk=$(du -sb "$data" | cut -f1)
 echo "finished workflow runs: $runs; rss $(rss_mb) MB; disk $((disk / 1048576)) MB; $((disk / (runs > 0 ? runs : 1))) bytes per workflow run (3 action runs each)"
+"$bin/flo" --addr "$addr" status --json | python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["shards"]:
+    print("shard %d: snapshot at LSN %d, its image paused the shard %d ms, writing it took %d ms; run index %.0f MB for %d runs" % (
+        s["shard"], s.get("snapshot_lsn", 0), s.get("snapshot_pause_ms", 0), s.get("snapshot_write_ms", 0),
+        s.get("run_index_bytes", 0) / 1e6, s.get("archived_runs", 0)))'
 kill -TERM "$server_pid"
 wait "$server_pid" || true
 # Another port: the stopped server's connections linger in TIME_WAIT on this one.
