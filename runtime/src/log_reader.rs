@@ -9,9 +9,7 @@
 
 use crate::inbox::Inbox;
 use flo_engine::Input;
-use flo_ual::{
-    Batch, Found, MARK_SPACING_BYTES, RECORD_PAYLOAD_BYTES_MAX, RecoveredLog, find_record,
-};
+use flo_ual::{Batch, Found, MARK_SPACING_BYTES, RecoveredLog, find_record};
 use glommio::io::BufferedFile;
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -183,7 +181,7 @@ async fn read_record(map: &LogMap, lsn: u64) -> Result<Vec<u8>, String> {
         match find_record(&buf, (start - base) as usize, lsn, complete) {
             Found::Record { payload, .. } => return Ok(payload.to_vec()),
             Found::Missing(reason) => return Err(format!("record {lsn}: {reason}")),
-            Found::More => len = (len * 2).min(READ_BYTES_MAX.max(RECORD_PAYLOAD_BYTES_MAX)),
+            Found::More => len = (len * 2).min(READ_BYTES_MAX),
         }
     }
 }

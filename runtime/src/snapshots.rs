@@ -90,18 +90,23 @@ pub fn decode(bytes: &[u8]) -> Result<Loaded<'_>, String> {
     if crc32fast::hash(body) != crc {
         return Err("checksum mismatch (damaged or cut short)".into());
     }
-    let word = |at: usize| -> Result<u64, String> {
-        body.get(at..at + 8)
+    let word = |at: usize| -> Result<usize, String> {
+        body.get(at..at.saturating_add(8))
             .and_then(|w| w.try_into().ok())
             .map(u64::from_le_bytes)
+            .and_then(|w| usize::try_from(w).ok())
             .ok_or_else(|| "cut short".to_string())
     };
-    let lsn = word(8)?;
-    let image_len = word(16)? as usize;
-    let image = body.get(24..24 + image_len).ok_or("image cut short")?;
-    let marks_len = word(24 + image_len)? as usize;
-    let at = 32 + image_len;
-    let marks = body.get(at..at + marks_len).ok_or("marks cut short")?;
+    // Lengths come from the file: every range is checked, none may overflow.
+    let cut = |what: &str| format!("{what} cut short");
+    let lsn = word(8)? as u64;
+    let image_end = word(16)?.checked_add(24).ok_or_else(|| cut("image"))?;
+    let image = body.get(24..image_end).ok_or_else(|| cut("image"))?;
+    let marks_at = image_end.checked_add(8).ok_or_else(|| cut("marks"))?;
+    let marks_end = word(image_end)?
+        .checked_add(marks_at)
+        .ok_or_else(|| cut("marks"))?;
+    let marks = body.get(marks_at..marks_end).ok_or_else(|| cut("marks"))?;
     let marks: SegmentMarks = rmp_serde::from_slice(marks).map_err(|e| e.to_string())?;
     Ok(Loaded { lsn, image, marks })
 }
@@ -230,7 +235,7 @@ impl Snapshotter {
         kept: Vec<u64>,
         release_memory: fn(),
     ) -> Snapshotter {
-        Snapshotter {
+        let snapshotter = Snapshotter {
             dir,
             shard,
             every_bytes,
@@ -240,7 +245,10 @@ impl Snapshotter {
             kept: std::cell::RefCell::new(kept),
             release_memory,
             last_image_bytes: Default::default(),
-        }
+        };
+        // At start-up, before the shard serves: a blocking listing is fine here.
+        snapshotter.info.borrow_mut().disk_bytes = disk_bytes(&snapshotter.dir);
+        snapshotter
     }
 
     /// `bytes` more of log were handed to the writer.
@@ -268,7 +276,6 @@ impl Snapshotter {
     pub fn storage(&self, segments: u32) -> flo_engine::Input {
         let mut info = self.info.borrow().clone();
         info.segments = segments;
-        info.disk_bytes = disk_bytes(&self.dir);
         flo_engine::Input::Storage(Box::new(info))
     }
 
@@ -376,6 +383,12 @@ impl Snapshotter {
                     );
                 }
             }
+            // Measured off the shard thread (a directory listing).
+            let dir = me.dir.clone();
+            let bytes =
+                crate::poke::poked(glommio::executor().spawn_blocking(move || disk_bytes(&dir)))
+                    .await;
+            me.info.borrow_mut().disk_bytes = bytes;
             me.busy.set(false);
             inbox.push(me.storage(map.count()));
         })

@@ -16,6 +16,6 @@ pub use registry::{
 };
 pub use runs::{
     Lease, PRIORITY_DEFAULT, Run, Runs, idempotent_run_id, retry_at, retry_delay_ms, run_info,
-    validate_idempotency_key, validate_labels,
+    run_not_found, validate_idempotency_key, validate_labels,
 };
 pub use scheduler::{ActionKey, Queue, RunKey, Scheduler, TaskEntry};

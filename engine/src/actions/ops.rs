@@ -78,13 +78,15 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
         Ok(v) => v,
         Err(e) => return Done::now(Err(e)),
     };
-    let existing = match core.state.runs.get(&spec.namespace, &run_id) {
-        Some(run) => Some(run.lsn),
-        None => {
-            archive::lookup(&core.state, RunKind::Action, &spec.namespace, &run_id).map(|e| e.lsn)
-        }
-    };
-    if idempotent && let Some(lsn) = existing {
+    // A fresh id exists nowhere: only a key's id is looked up (live, then archived).
+    let existing = idempotent
+        .then(|| match core.state.runs.get(&spec.namespace, &run_id) {
+            Some(run) => Some(run.lsn),
+            None => archive::lookup(&core.state, RunKind::Action, &spec.namespace, &run_id)
+                .map(|e| e.lsn),
+        })
+        .flatten();
+    if let Some(lsn) = existing {
         return Done {
             wait_lsn: lsn,
             result: Ok(Reply::Invoked {

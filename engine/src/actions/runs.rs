@@ -89,6 +89,12 @@ pub fn idempotent_run_id(action: &str, key: &str) -> String {
     format!("{action}:{key}")
 }
 
+pub fn run_not_found(namespace: &str, run_id: &str) -> ErrorValue {
+    ErrorValue::not_found(format!(
+        "run {run_id:?} not found in namespace {namespace:?}"
+    ))
+}
+
 pub fn validate_labels(labels: &str) -> Result<(), ErrorValue> {
     if labels.len() > LABELS_BYTES_MAX {
         return Err(ErrorValue::bad_request(format!(
@@ -116,11 +122,8 @@ impl Runs {
     }
 
     pub fn require(&self, namespace: &str, run_id: &str) -> Result<&Run, ErrorValue> {
-        self.get(namespace, run_id).ok_or_else(|| {
-            ErrorValue::not_found(format!(
-                "run {run_id:?} not found in namespace {namespace:?}"
-            ))
-        })
+        self.get(namespace, run_id)
+            .ok_or_else(|| run_not_found(namespace, run_id))
     }
 
     pub fn len(&self) -> usize {

@@ -267,28 +267,8 @@ fn answer(s: &Single, doc: ArchivedRun) -> Result<Reply, ErrorValue> {
     }
 }
 
-/// The fan-out's order: newest first; ties in a millisecond by id, `a-10` after `a-9`.
-fn newest_first<T: Listed>(a: &T, b: &T) -> std::cmp::Ordering {
-    let ((ta, ia), (tb, ib)) = (a.created_and_id(), b.created_and_id());
-    (ta, ia.len(), ia).cmp(&(tb, ib.len(), ib))
-}
-
-trait Listed {
-    fn created_and_id(&self) -> (u64, &str);
-}
-
-impl Listed for RunInfo {
-    fn created_and_id(&self) -> (u64, &str) {
-        (self.created_at_ms, &self.run_id)
-    }
-}
-
-impl Listed for WorkflowRunInfo {
-    fn created_and_id(&self) -> (u64, &str) {
-        (self.created_at_ms, &self.run_id)
-    }
-}
-
+/// This shard's part of a list: the live runs and the archived ones that match. The
+/// fan-out's merge orders the parts and cuts them to the limit (`engine/fanout.rs`).
 fn finish(
     query: ListQuery,
     live: Live,
@@ -296,8 +276,6 @@ fn finish(
     truncated: bool,
     found: Vec<ArchivedRun>,
 ) -> Done {
-    let limit = query.limit as usize;
-    let mut truncated = truncated;
     let result = match live {
         Live::Runs(mut runs) => {
             runs.extend(found.into_iter().filter_map(|doc| {
@@ -315,9 +293,6 @@ fn finish(
                     _ => None,
                 }
             }));
-            runs.sort_by(|a, b| newest_first(b, a));
-            truncated |= runs.len() > limit;
-            runs.truncate(limit);
             Reply::Runs { runs, truncated }
         }
         Live::WfRuns(mut runs) => {
@@ -335,9 +310,6 @@ fn finish(
                     _ => None,
                 }
             }));
-            runs.sort_by(|a, b| newest_first(b, a));
-            truncated |= runs.len() > limit;
-            runs.truncate(limit);
             Reply::WorkflowRuns { runs, truncated }
         }
     };

@@ -669,15 +669,11 @@ impl Engine {
 
     /// Answers with the run once it is final, or after `timeout_ms` with its status.
     fn wait_for(&mut self, run: (String, String), workflow: bool, timeout_ms: u64, to: ReplyTo) {
-        let (kind, want) = match workflow {
-            true => (RunKind::Workflow, Want::WfStatus),
-            false => (RunKind::Action, Want::RunStatus),
-        };
+        let run = (run, workflow);
         // Archived: final.
-        if self.read_archived(kind, want, &run.0, &run.1, to) {
+        if self.read_archived_status(&run, to) {
             return;
         }
-        let run = (run, workflow);
         let status = self.status_of(&run);
         let is_final = match &status.result {
             Ok(Reply::Run(info)) => info.status.is_final(),
@@ -693,13 +689,18 @@ impl Engine {
         self.watches.watch(run, deadline, to);
     }
 
-    fn answer_watch(&mut self, run: &Watched, to: ReplyTo) {
+    /// Starts the read of a watched run's status when it is archived.
+    fn read_archived_status(&mut self, run: &Watched, to: ReplyTo) -> bool {
         let ((namespace, run_id), workflow) = run;
         let (kind, want) = match workflow {
             true => (RunKind::Workflow, Want::WfStatus),
             false => (RunKind::Action, Want::RunStatus),
         };
-        if self.read_archived(kind, want, namespace, run_id, to) {
+        self.read_archived(kind, want, namespace, run_id, to)
+    }
+
+    fn answer_watch(&mut self, run: &Watched, to: ReplyTo) {
+        if self.read_archived_status(run, to) {
             return;
         }
         let status = self.status_of(run);

@@ -150,13 +150,16 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
 /// The run a report is about, if `r.worker_id` holds its current lease.
 fn leased_run<'a>(core: &'a Core, r: &TaskReport, now_ms: u64) -> Result<&'a Run, ErrorValue> {
     let id = r.task_id;
-    if let Some(e) = archive::lookup(&core.state, RunKind::Action, r.namespace, id) {
-        return Err(ErrorValue::conflict(format!(
-            "task {id:?} is already {}; there is nothing to report",
-            archive::action_status(e.status).as_str()
-        )));
-    }
-    let run = core.state.runs.require(r.namespace, r.task_id)?;
+    let Some(run) = core.state.runs.get(r.namespace, id) else {
+        // Finished and archived: say how it ended.
+        if let Some(e) = archive::lookup(&core.state, RunKind::Action, r.namespace, id) {
+            return Err(ErrorValue::conflict(format!(
+                "task {id:?} is already {}; there is nothing to report",
+                archive::action_status(e.status).as_str()
+            )));
+        }
+        return Err(crate::actions::run_not_found(r.namespace, id));
+    };
     if run.action != r.action {
         return Err(ErrorValue::bad_request(format!(
             "task {id:?} is a task of action {:?}, not {:?}",

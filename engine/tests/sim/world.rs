@@ -1581,19 +1581,21 @@ fn check_index(shard: u32, e: &Engine, executing: usize, when: &str) {
 }
 
 /// 1: a fresh engine replaying the shard's durable log has the same fold as the live one.
+/// `engine`'s fold has the `live` digest; else the lines that differ.
+fn assert_same_fold(live: &[String], engine: &Engine, what: &str) {
+    let other = engine.state().digest();
+    if live != other.as_slice() {
+        let only_live: Vec<&String> = live.iter().filter(|l| !other.contains(l)).collect();
+        let only_other: Vec<&String> = other.iter().filter(|l| !live.contains(l)).collect();
+        panic!("{what} differs from live\nlive only: {only_live:#?}\n{what} only: {only_other:#?}");
+    }
+}
+
 fn check_replay(c: &Cluster, shard: u32) {
     let node = &c.nodes[shard as usize];
     let fresh = replayed(shard, c.part, &c.clock, &node.payloads);
     let live = node.engine.state().digest();
-    let replay = fresh.state().digest();
-    if live != replay {
-        let only_live: Vec<&String> = live.iter().filter(|l| !replay.contains(l)).collect();
-        let only_replay: Vec<&String> = replay.iter().filter(|l| !live.contains(l)).collect();
-        panic!(
-            "shard {shard}: replay differs from live\nlive only: {only_live:#?}\nreplay only: \
-             {only_replay:#?}"
-        );
-    }
+    assert_same_fold(&live, &fresh, &format!("shard {shard}: replay"));
     check_index(shard, &fresh, 0, "after replay");
     // Snapshot + the log after it equals the full replay: from the installed snapshot, and
     // from one taken now.
@@ -1614,15 +1616,8 @@ fn check_replay(c: &Cluster, shard: u32) {
                 .unwrap_or_else(|e| panic!("replay of record {l}: {e}"));
         }
         engine.recovered(node.payloads.last().map_or(0, |p| p.0), 1);
-        let restored = engine.state().digest();
-        if live != restored {
-            let only_live: Vec<&String> = live.iter().filter(|l| !restored.contains(l)).collect();
-            let only_snap: Vec<&String> = restored.iter().filter(|l| !live.contains(l)).collect();
-            panic!(
-                "shard {shard}: snapshot at {lsn} + tail differs from live\nlive only: \
-                 {only_live:#?}\nsnapshot only: {only_snap:#?}"
-            );
-        }
+        let what = format!("shard {shard}: snapshot at {lsn} + tail");
+        assert_same_fold(&live, &engine, &what);
         check_index(shard, &engine, 0, "after a snapshot");
     }
 }
