@@ -10,6 +10,7 @@ pub mod core;
 pub mod definitions;
 pub mod engine;
 pub mod hash;
+pub mod image;
 pub mod index;
 pub mod kv;
 pub mod record;

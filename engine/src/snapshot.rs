@@ -2,11 +2,12 @@
 //! snapshot and replays only the log after it. What is derived is not written: the index
 //! (`Index::rebuild`), the KV expiry order, module bytes and workflow definitions shared by
 //! runs (`relink`). Layout: one MessagePack value (everything but the run index), then the
-//! run index as raw words (`RunIndex::write_raw`).
+//! run index as raw words (`RunIndex::write_image`).
 
 use crate::actions::{Registry, Runs};
 use crate::archive::RunIndex;
 use crate::hash::Partitioning;
+use crate::image::Image;
 use crate::kv::KvStore;
 use crate::state::{PendingForward, ShardState};
 use crate::tables::HashMap;
@@ -16,7 +17,7 @@ use std::collections::VecDeque;
 
 /// Bumped when the image changes incompatibly: an older image is then refused (recovery
 /// falls back to replaying the log).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 #[derive(Serialize)]
 struct ImageRef<'a> {
@@ -32,7 +33,7 @@ struct ImageRef<'a> {
 }
 
 #[derive(Deserialize)]
-struct Image {
+struct Decoded {
     format: u32,
     shard: u32,
     lsn: u64,
@@ -44,8 +45,8 @@ struct Image {
     workflows: Workflows,
 }
 
-/// The fold as bytes (at `state.applied_lsn`).
-pub fn encode(state: &ShardState) -> Vec<u8> {
+/// The fold as an image (at `state.applied_lsn`).
+pub fn encode(state: &ShardState) -> Image {
     let image = ImageRef {
         format: SNAPSHOT_FORMAT,
         shard: state.shard,
@@ -62,15 +63,16 @@ pub fn encode(state: &ShardState) -> Vec<u8> {
     image
         .serialize(&mut rmp_serde::Serializer::new(&mut out))
         .expect("snapshot encodes");
-    // The run index follows as raw words (the bulk of a large image).
-    state.archive.write_raw(&mut out);
-    out
+    let mut image = Image::from(out);
+    // The run index follows as raw words (the bulk of a large image, shared).
+    state.archive.write_image(&mut image);
+    image
 }
 
 /// The fold `encode` wrote, for shard `shard`.
 pub fn decode(bytes: &[u8], shard: u32, partitioning: Partitioning) -> Result<ShardState, String> {
     let mut rest = bytes;
-    let image: Image = rmp_serde::from_read(&mut rest).map_err(|e| e.to_string())?;
+    let image: Decoded = rmp_serde::from_read(&mut rest).map_err(|e| e.to_string())?;
     if image.format != SNAPSHOT_FORMAT {
         return Err(format!(
             "snapshot format {} is not {SNAPSHOT_FORMAT}",
@@ -90,7 +92,7 @@ pub fn decode(bytes: &[u8], shard: u32, partitioning: Partitioning) -> Result<Sh
     state.remote_applied = image.remote_applied;
     state.workflows = image.workflows;
     state.workflows.relink();
-    state.archive = RunIndex::read_raw(rest)?;
+    state.archive = RunIndex::read_image(rest)?;
     state.applied_lsn = image.lsn;
     Ok(state)
 }

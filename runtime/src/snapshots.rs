@@ -6,6 +6,7 @@
 //! one and replays only the log after it; old segments that no snapshot and no retained
 //! run needs are then deleted.
 
+use flo_engine::image::Image;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -47,30 +48,62 @@ pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// A snapshot file as (what comes before the image, what comes after it): the image is
-/// written between them as it is, never copied.
-pub fn frame(lsn: u64, image: &[u8], marks: &SegmentMarks) -> (Vec<u8>, Vec<u8>) {
+/// Writes a snapshot file's bytes to `out`: header, the image as it is (never copied
+/// whole), marks, CRC of everything before it. `sync` is called after every
+/// `SYNC_SLICE_BYTES` written and at the end.
+fn write_framed<W: Write>(
+    out: &mut W,
+    lsn: u64,
+    image: &Image,
+    marks: &SegmentMarks,
+    sync: impl FnMut(&mut W) -> io::Result<()>,
+) -> io::Result<()> {
+    struct Framed<'a, W, S> {
+        out: &'a mut W,
+        crc: crc32fast::Hasher,
+        unsynced: usize,
+        sync: S,
+    }
+    impl<W: Write, S: FnMut(&mut W) -> io::Result<()>> Write for Framed<'_, W, S> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.out.write_all(buf)?;
+            self.crc.update(buf);
+            self.unsynced += buf.len();
+            if self.unsynced >= SYNC_SLICE_BYTES {
+                (self.sync)(self.out)?;
+                self.unsynced = 0;
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.out.flush()
+        }
+    }
     let marks = rmp_serde::to_vec(marks).unwrap_or_default();
-    let mut head = Vec::with_capacity(24);
-    head.extend_from_slice(MAGIC);
-    head.extend_from_slice(&lsn.to_le_bytes());
-    head.extend_from_slice(&(image.len() as u64).to_le_bytes());
-    let mut tail = Vec::with_capacity(marks.len() + 12);
-    tail.extend_from_slice(&(marks.len() as u64).to_le_bytes());
-    tail.extend_from_slice(&marks);
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&head);
-    crc.update(image);
-    crc.update(&tail);
-    tail.extend_from_slice(&crc.finalize().to_le_bytes());
-    (head, tail)
+    let mut framed = Framed {
+        out,
+        crc: crc32fast::Hasher::new(),
+        unsynced: 0,
+        sync,
+    };
+    framed.write_all(MAGIC)?;
+    framed.write_all(&lsn.to_le_bytes())?;
+    framed.write_all(&image.len().to_le_bytes())?;
+    image.write_to(&mut framed)?;
+    framed.write_all(&(marks.len() as u64).to_le_bytes())?;
+    framed.write_all(&marks)?;
+    let crc = framed.crc.clone().finalize();
+    framed.out.write_all(&crc.to_le_bytes())?;
+    (framed.sync)(framed.out)
 }
 
 /// The bytes of a snapshot file, in one piece (tests).
 #[cfg(test)]
 pub fn encode(lsn: u64, image: &[u8], marks: &SegmentMarks) -> Vec<u8> {
-    let (head, tail) = frame(lsn, image, marks);
-    [head.as_slice(), image, tail.as_slice()].concat()
+    let mut out = Vec::new();
+    let image = Image::from(image.to_vec());
+    write_framed(&mut out, lsn, &image, marks, |_| Ok(())).unwrap();
+    out
 }
 
 /// A snapshot read back: its LSN, the engine's image, the marks.
@@ -114,21 +147,17 @@ pub fn decode(bytes: &[u8]) -> Result<Loaded<'_>, String> {
 /// Writes a snapshot durably (blocking: run it on the blocking pool): a temporary file,
 /// fdatasync, rename, directory sync. Then removes all but the newest `SNAPSHOTS_KEPT`.
 /// Returns the LSNs of the snapshots now on disk, newest first.
-pub fn write(dir: &Path, lsn: u64, image: &[u8], marks: &SegmentMarks) -> io::Result<Vec<u64>> {
+pub fn write(dir: &Path, lsn: u64, image: &Image, marks: &SegmentMarks) -> io::Result<Vec<u64>> {
     let name = file_name(lsn);
     let tmp = dir.join(format!("{name}.tmp"));
     {
-        let (head, tail) = frame(lsn, image, marks);
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(&head)?;
-        // In slices, each synced: hundreds of MB of dirty pages flushed at once stall the
-        // log's own fdatasync on the same disk for seconds.
-        for slice in image.chunks(SYNC_SLICE_BYTES) {
-            file.write_all(slice)?;
-            file.sync_data()?;
-        }
-        file.write_all(&tail)?;
-        file.sync_data()?;
+        let mut file = io::BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?);
+        // Synced in slices: hundreds of MB of dirty pages flushed at once stall the log's
+        // own fdatasync on the same disk for seconds.
+        write_framed(&mut file, lsn, image, marks, |file| {
+            file.flush()?;
+            file.get_ref().sync_data()
+        })?;
     }
     fs::rename(&tmp, dir.join(&name))?;
     fs::File::open(dir)?.sync_all()?;
@@ -179,7 +208,7 @@ mod tests {
     fn writing_keeps_the_newest_two() {
         let dir = tempfile::tempdir().unwrap();
         for lsn in [10, 20, 30] {
-            let kept = write(dir.path(), lsn, b"x", &Vec::new()).unwrap();
+            let kept = write(dir.path(), lsn, &Image::from(b"x".to_vec()), &Vec::new()).unwrap();
             assert!(kept.len() <= SNAPSHOTS_KEPT);
         }
         let on_disk: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
@@ -302,7 +331,7 @@ impl Snapshotter {
     pub fn start(
         self: &std::rc::Rc<Self>,
         lsn: u64,
-        image: Vec<u8>,
+        image: Image,
         marks: SegmentMarks,
         pause_ms: u64,
         retained_from: Option<u64>,
@@ -323,7 +352,7 @@ impl Snapshotter {
             let (written, image_bytes) =
                 crate::poke::poked(glommio::executor().spawn_blocking(move || {
                     let kept = write(&dir, lsn, &image, &marks);
-                    (kept, image.len() as u64)
+                    (kept, image.len())
                 }))
                 .await;
             (me.release_memory)();

@@ -109,7 +109,7 @@ impl Engine {
 
     /// The fold as a snapshot image, and the LSN it stands at (the last record appended,
     /// which may not be durable yet: write the image only once it is).
-    pub fn snapshot(&self) -> (u64, Vec<u8>) {
+    pub fn snapshot(&self) -> (u64, crate::image::Image) {
         (
             self.core.last_lsn(),
             crate::snapshot::encode(&self.core.state),

@@ -1107,7 +1107,7 @@ impl Sim {
                 // being written.
                 let node = &mut self.c.nodes[s as usize];
                 match self.rng.below(4) {
-                    0 => node.snap_pending = Some(node.engine.snapshot()),
+                    0 => node.snap_pending = Some(snapshot_bytes(&node.engine)),
                     1 => {
                         if let Some(p) = node.snap_pending.take() {
                             node.snap = Some(p);
@@ -1599,7 +1599,7 @@ fn check_replay(c: &Cluster, shard: u32) {
     check_index(shard, &fresh, 0, "after replay");
     // Snapshot + the log after it equals the full replay: from the installed snapshot, and
     // from one taken now.
-    let now = node.engine.snapshot();
+    let now = snapshot_bytes(&node.engine);
     for (lsn, image) in node
         .snap
         .iter()
@@ -1620,4 +1620,10 @@ fn check_replay(c: &Cluster, shard: u32) {
         assert_same_fold(&live, &engine, &what);
         check_index(shard, &engine, 0, "after a snapshot");
     }
+}
+
+/// The engine's snapshot image in one piece.
+fn snapshot_bytes(engine: &Engine) -> (u64, Vec<u8>) {
+    let (lsn, image) = engine.snapshot();
+    (lsn, image.to_bytes())
 }
