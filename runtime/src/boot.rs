@@ -17,7 +17,6 @@ use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
 use flo_engine::{Engine, EngineConfig, Input};
 use flo_ual::{RecoveryError, recover_from};
 use flo_wasm::{WasmConfig, WasmEngine};
-use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -267,18 +266,11 @@ pub fn run_server(
     let meta = load_meta(&dir, config.shards)?;
     let partitioning = Partitioning::new(meta.partitions, meta.shards);
 
-    // Refuse a port another process serves (SO_REUSEPORT would let us share it silently),
-    // and learn the port when 0 was asked for.
-    let probe =
-        std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Listen {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = probe.local_addr().map_err(|source| ServerError::Listen {
+    // Refuse a port another process serves, and learn the port when 0 was asked for.
+    let addr = crate::listener::probe(config.listen).map_err(|source| ServerError::Listen {
         addr: config.listen,
         source,
     })?;
-    drop(probe);
 
     for s in 0..meta.shards {
         fs::create_dir_all(shard_dir(&dir, s)).map_err(dir_err(&dir))?;
@@ -540,7 +532,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let conns = Conns::default();
 
     phase(4);
-    let listener = TcpListener::bind(boot.addr)
+    let listener = crate::listener::listen(boot.addr)
         .map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
     phase(5);
     let _ = boot.ready.send(Ok(id));

@@ -58,6 +58,48 @@ impl Conn {
     }
 }
 
+/// A listening socket on `addr` for one shard: every shard listens on the same address
+/// (`SO_REUSEPORT`: the kernel spreads connections), and with `SO_REUSEADDR` so that a
+/// restart binds at once even while the connections a previous server closed sit in
+/// TIME_WAIT (they inherit the flag from this listener).
+pub(crate) fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = bound(addr, true)?;
+    socket.listen(LISTEN_BACKLOG)?;
+    let fd = std::os::fd::OwnedFd::from(socket);
+    // SAFETY: `fd` is a listening TCP socket this function just made and owns; ownership
+    // passes to the listener.
+    Ok(unsafe {
+        <TcpListener as std::os::fd::FromRawFd>::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(
+            fd,
+        ))
+    })
+}
+
+/// Whether another live listener holds `addr`: a bind with `SO_REUSEADDR` only (not
+/// `SO_REUSEPORT`, which would share a live server's port silently) fails on a listening
+/// socket and succeeds past TIME_WAIT ones. Returns the address bound (the port, when 0
+/// was asked for).
+pub(crate) fn probe(addr: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
+    let socket = bound(addr, false)?;
+    socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| std::io::Error::other("not an IP address"))
+}
+
+const LISTEN_BACKLOG: i32 = 1024;
+
+fn bound(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if shared {
+        socket.set_reuse_port(true)?;
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
 pub(crate) async fn accept_loop(shard: u32, listener: TcpListener, conns: Conns, inbox: Rc<Inbox>) {
     // Connection ids: unique per shard for its lifetime.
     let mut next_id: ConnId = 0;
