@@ -43,15 +43,36 @@ fn connect_clients(server: &TestServer) -> Connected {
     Connected { awaiting, idle }
 }
 
+/// Tests that restart on a port they were given serialise: another test's server asking
+/// for port 0 in between could be given that port.
+static SAME_PORT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn restart_on_the_same_port(dir: &std::path::Path, addr: &str) -> TestServer {
     match TestServer::try_start(dir, &["--listen", addr]) {
         Ok(server) => server,
-        Err(r) => panic!("restart on {addr} failed ({}):\n{}", r.status, r.stderr),
+        Err(r) => {
+            let port = addr.rsplit(':').next().unwrap_or_default();
+            let sockets = Command::new("ss").args(["-tanp"]).output().map_or_else(
+                |e| e.to_string(),
+                |o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .filter(|l| l.contains(port))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                },
+            );
+            panic!(
+                "restart on {addr} failed ({}):\n{}\nsockets on the port:\n{sockets}",
+                r.status, r.stderr
+            )
+        }
     }
 }
 
 #[test]
 fn a_restart_on_the_same_port_works_right_after_a_graceful_stop_or_a_kill_with_clients_connected() {
+    let _serial = SAME_PORT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &[]);
     let addr = server.addr_string();
@@ -79,5 +100,31 @@ fn a_restart_on_the_same_port_works_right_after_a_graceful_stop_or_a_kill_with_c
     let other = temp_dir();
     let refused = expect_refusal(other.path(), &["--listen", &addr]);
     assert!(refused.stderr.contains(&addr), "{}", refused.stderr);
+    server.stop();
+}
+
+#[test]
+fn a_panic_on_one_shard_stops_the_whole_server_naming_the_shard_and_a_restart_works() {
+    let _serial = SAME_PORT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = temp_dir();
+    let args: Vec<String> = ["--listen", "127.0.0.1:0", "--shards", "2"]
+        .map(String::from)
+        .to_vec();
+    let server =
+        TestServer::try_start_with_env(dir.path(), &args, &[("FLO_FAULT_PANIC_SHARD", "1")])
+            .expect("server starts");
+    let addr = server.addr_string();
+    let (status, stderr) = server.wait_exit(std::time::Duration::from_secs(20));
+    assert_eq!(status.code(), Some(101), "{stderr}");
+    assert!(
+        stderr.contains("fatal: shard 1 panicked: injected fault"),
+        "{stderr}"
+    );
+    // Without the fault, the same data directory and port serve again.
+    let server = restart_on_the_same_port(dir.path(), &addr);
+    server
+        .client()
+        .kv_put("after", b"1", Default::default())
+        .unwrap();
     server.stop();
 }

@@ -240,6 +240,56 @@ pub struct Ready {
 }
 
 /// Runs the server until `stop` is set. `on_ready` is called once every shard serves.
+/// Exit status of a server stopped by a panic.
+pub const PANIC_EXIT_CODE: i32 = 101;
+
+/// Fail-stop: a panic on any thread (a shard, the blocking pool) stops the whole process
+/// with a message naming the thread and the cause. A half-alive server, whose other
+/// shards wait forever on the dead one, is worse than a restart: recovery restores every
+/// acknowledged record.
+fn fail_stop_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let who = match thread
+            .name()
+            .and_then(|n| n.strip_prefix("flo-shard-"))
+            .and_then(|n| n.split('-').next())
+        {
+            Some(shard) => format!("shard {shard}"),
+            None => format!("thread {}", thread.name().unwrap_or("unnamed")),
+        };
+        let cause = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown cause".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("fatal: {who} panicked: {cause}{at}; stopping the server");
+        default(info);
+        std::process::exit(PANIC_EXIT_CODE);
+    }));
+}
+
+/// Test-only fault: `FLO_FAULT_PANIC_SHARD=N` makes shard N panic once it is ready.
+fn injected_panic(shard: u32) {
+    if std::env::var("FLO_FAULT_PANIC_SHARD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        == Some(shard)
+    {
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(Duration::from_millis(200)).await;
+            panic!("injected fault (FLO_FAULT_PANIC_SHARD={shard})");
+        })
+        .detach();
+    }
+}
+
 pub fn run_server(
     config: ServerConfig,
     stop: Arc<AtomicBool>,
@@ -253,6 +303,7 @@ pub fn run_server(
     unsafe {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
     }
+    fail_stop_on_panic();
     let dir = config.data_dir.clone();
     fs::create_dir_all(&dir).map_err(dir_err(&dir))?;
     // glommio opens directories (to sync them) by absolute path only.
@@ -536,6 +587,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         .map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
     phase(5);
     let _ = boot.ready.send(Ok(id));
+    injected_panic(id);
     glommio::spawn_local(accept_loop(id, listener, conns.clone(), inbox.clone())).detach();
     // Wakes the loop when a stop is asked.
     {

@@ -79,14 +79,33 @@ pub(crate) fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener>
 /// `SO_REUSEPORT`, which would share a live server's port silently) fails on a listening
 /// socket and succeeds past TIME_WAIT ones. Returns the address bound (the port, when 0
 /// was asked for).
+///
+/// A server that just exited (killed, or stopped by a panic) can hold its listening
+/// sockets a little longer: the kernel releases the files of its io_uring requests (an
+/// accept in flight) after the process is gone. So the address must stay taken for
+/// `PROBE_PATIENCE` before it is refused.
 pub(crate) fn probe(addr: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
-    let socket = bound(addr, false)?;
-    socket
-        .local_addr()?
-        .as_socket()
-        .ok_or_else(|| std::io::Error::other("not an IP address"))
+    let started = std::time::Instant::now();
+    loop {
+        match bound(addr, false) {
+            Ok(socket) => {
+                return socket
+                    .local_addr()?
+                    .as_socket()
+                    .ok_or_else(|| std::io::Error::other("not an IP address"));
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && started.elapsed() < PROBE_PATIENCE =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
+const PROBE_PATIENCE: Duration = Duration::from_secs(3);
 const LISTEN_BACKLOG: i32 = 1024;
 
 fn bound(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<socket2::Socket> {

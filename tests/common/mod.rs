@@ -87,11 +87,21 @@ impl TestServer {
 
     /// Starts `flo server --data-dir DIR ARGS...` with exactly these arguments.
     pub fn try_start_exact(dir: &Path, args: &[String]) -> Result<TestServer, Refused> {
+        Self::try_start_with_env(dir, args, &[])
+    }
+
+    /// Like `try_start_exact`, with these environment variables set for the server.
+    pub fn try_start_with_env(
+        dir: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Result<TestServer, Refused> {
         let mut child = Command::new(FLO_BIN)
             .arg("server")
             .arg("--data-dir")
             .arg(dir)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -217,6 +227,19 @@ impl TestServer {
             "graceful stop must exit 0, got {status}; stderr:\n{stderr}"
         );
         stderr
+    }
+
+    /// Waits for the server to exit by itself; its status and stderr. Panics after
+    /// `timeout`.
+    pub fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
+        let mut child = self.child.take().expect("server running");
+        let status = wait_timeout(&mut child, timeout).unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("server still running after {timeout:?}")
+        });
+        self.join_threads();
+        (status, self.stderr())
     }
 
     /// SIGKILL and reap. Returns the server's stderr.
