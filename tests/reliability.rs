@@ -128,3 +128,59 @@ fn a_panic_on_one_shard_stops_the_whole_server_naming_the_shard_and_a_restart_wo
         .unwrap();
     server.stop();
 }
+
+#[test]
+fn a_request_waiting_on_a_stuck_shard_answers_unavailable_after_the_peer_timeout() {
+    let dir = temp_dir();
+    let args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--shards",
+        "2",
+        "--peer-timeout",
+        "500ms",
+    ]
+    .map(String::from)
+    .to_vec();
+    let server =
+        TestServer::try_start_with_env(dir.path(), &args, &[("FLO_FAULT_STALL_SHARD", "1:6000")])
+            .expect("server starts");
+    // Shard 1 stalls 200 ms after it is ready, for 6 s.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Status asks every shard. Connections the kernel gives shard 0 get `unavailable`
+    // within the timeout (and the housekeeping second); those given shard 1 wait for it.
+    let askers: Vec<_> = (0..16)
+        .map(|_| {
+            let addr = server.addr;
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let result = flo::Client::connect(addr).and_then(|mut c| c.status());
+                let result = result.map(|_| ()).map_err(|e| match e {
+                    flo::Error::Server(e) => format!("{}: {}", e.code.as_str(), e.message),
+                    other => other.to_string(),
+                });
+                (result, started.elapsed())
+            })
+        })
+        .collect();
+    let results: Vec<_> = askers.into_iter().map(|t| t.join().unwrap()).collect();
+    let timed_out: Vec<_> = results.iter().filter(|(r, _)| r.is_err()).collect();
+    assert!(!timed_out.is_empty(), "no request timed out: {results:?}");
+    for (r, elapsed) in &timed_out {
+        let e = r.as_ref().unwrap_err();
+        assert!(
+            e.contains("unavailable") && e.contains("shard 1 did not answer within 500 ms"),
+            "{e}"
+        );
+        assert!(
+            *elapsed < std::time::Duration::from_millis(4000),
+            "{elapsed:?}"
+        );
+    }
+    // Once the shard is back, everything answers.
+    let mut c = server.client();
+    assert!(wait_until(std::time::Duration::from_secs(15), || c
+        .status()
+        .is_ok()));
+    server.stop();
+}

@@ -28,6 +28,7 @@ impl Cluster {
                     partitioning,
                     durability: Durability::Sync,
                     retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
+                    peer_timeout_ms: u64::MAX,
                 };
                 let mut e = Engine::new(config, Box::new(clock.clone()), Box::new(clock.clone()));
                 e.recovered(0, 1);

@@ -275,16 +275,27 @@ fn fail_stop_on_panic() {
     }));
 }
 
-/// Test-only fault: `FLO_FAULT_PANIC_SHARD=N` makes shard N panic once it is ready.
-fn injected_panic(shard: u32) {
-    if std::env::var("FLO_FAULT_PANIC_SHARD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        == Some(shard)
-    {
+/// Test-only faults, once the shard is ready: `FLO_FAULT_PANIC_SHARD=N` makes shard N
+/// panic; `FLO_FAULT_STALL_SHARD=N:MS` blocks shard N's thread for MS ms (a stuck shard).
+fn injected_faults(shard: u32) {
+    let var = |name: &str| std::env::var(name).ok();
+    if var("FLO_FAULT_PANIC_SHARD").and_then(|v| v.parse().ok()) == Some(shard) {
         glommio::spawn_local(async move {
             glommio::timer::sleep(Duration::from_millis(200)).await;
             panic!("injected fault (FLO_FAULT_PANIC_SHARD={shard})");
+        })
+        .detach();
+    }
+    let stall = var("FLO_FAULT_STALL_SHARD").and_then(|v| {
+        let (s, ms) = v.split_once(':')?;
+        Some((s.parse::<u32>().ok()?, ms.parse::<u64>().ok()?))
+    });
+    if let Some((s, ms)) = stall
+        && s == shard
+    {
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(Duration::from_millis(200)).await;
+            std::thread::sleep(Duration::from_millis(ms));
         })
         .detach();
     }
@@ -493,6 +504,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         partitioning: boot.partitioning,
         durability: boot.config.durability,
         retention_ms: boot.config.retention_ms,
+        peer_timeout_ms: boot.config.peer_timeout_ms,
     };
     let clock: Box<dyn Clock> = match boot.config.test_clock {
         true => Box::new(boot.clock.clone()),
@@ -587,7 +599,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         .map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
     phase(5);
     let _ = boot.ready.send(Ok(id));
-    injected_panic(id);
+    injected_faults(id);
     glommio::spawn_local(accept_loop(id, listener, conns.clone(), inbox.clone())).detach();
     // Wakes the loop when a stop is asked.
     {

@@ -14,6 +14,8 @@ pub struct ServerConfig {
     pub snapshot_bytes: u64,
     /// Finished runs are forgotten this long after they finished.
     pub retention_ms: u64,
+    /// A client's operation waiting this long on another shard answers `unavailable`.
+    pub peer_timeout_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
     /// Gives the calling thread's freed memory back to the system (the allocator is the

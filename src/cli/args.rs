@@ -87,6 +87,10 @@ pub struct ServerArgs {
     /// `12h`, `7d`; a bare number is milliseconds.
     #[arg(long, default_value = "7d", value_parser = parse_retention)]
     pub retention: u64,
+    /// A request waiting this long on another shard's answer fails with `unavailable`
+    /// (a stuck shard does not hang its clients): `500ms`, `30s`.
+    #[arg(long, default_value = "30s", value_parser = parse_peer_timeout)]
+    pub peer_timeout: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
@@ -504,6 +508,16 @@ fn parse_retention(text: &str) -> Result<u64, String> {
     if ms < 1000 {
         return Err(format!(
             "{text:?} is shorter than the shortest retention, 1s"
+        ));
+    }
+    Ok(ms)
+}
+
+fn parse_peer_timeout(text: &str) -> Result<u64, String> {
+    let ms = parse_ttl(text)?;
+    if ms < 100 {
+        return Err(format!(
+            "{text:?} is shorter than the shortest peer timeout, 100ms"
         ));
     }
     Ok(ms)

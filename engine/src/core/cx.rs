@@ -111,7 +111,9 @@ pub struct Core {
     pub steps_left: u32,
     /// Workflow steps taken per root run since the agenda was last empty.
     pub root_steps: HashMap<RunKey, u32>,
-    calls: HashMap<u64, Waiting>,
+    /// Calls to other shards waiting for an answer: the continuation, the shard asked,
+    /// and when (wall clock).
+    calls: HashMap<u64, (Waiting, u32, u64)>,
     next_tag: u64,
     clock: Box<dyn Clock>,
     wall: Box<dyn Clock>,
@@ -361,7 +363,7 @@ impl Core {
         debug_assert_ne!(shard, self.shard, "a shard does not call itself");
         let tag = self.next_tag;
         self.next_tag += 1;
-        self.calls.insert(tag, waiting);
+        self.calls.insert(tag, (waiting, shard, self.wall_ms));
         let msg = Box::new(PeerMsg::Request { tag, req });
         self.hold(lsn, Held::Effect(Effect::Send { shard, msg }));
         tag
@@ -376,7 +378,21 @@ impl Core {
 
     /// The continuation of call `tag` (once).
     pub fn take_call(&mut self, tag: u64) -> Option<Waiting> {
-        self.calls.remove(&tag)
+        self.calls.remove(&tag).map(|(waiting, _, _)| waiting)
+    }
+
+    /// Calls a client waits on (a relayed operation, a part of a fan-out) made at or
+    /// before `sent_by_ms` (wall clock) and still unanswered, as (tag, shard asked). Other
+    /// calls wait as long as they must: a blocking read or an await has its own time
+    /// limit, and internal deliveries must not be given up.
+    pub fn overdue_client_calls(&self, sent_by_ms: u64) -> Vec<(u64, u32)> {
+        self.calls
+            .iter()
+            .filter(|(_, (w, _, at))| {
+                *at <= sent_by_ms && matches!(w, Waiting::Relay(_) | Waiting::FanOut(_))
+            })
+            .map(|(&tag, &(_, shard, _))| (tag, shard))
+            .collect()
     }
 
     /// Calls waiting for an answer (for tests and status).

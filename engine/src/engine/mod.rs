@@ -37,7 +37,13 @@ pub struct EngineConfig {
     pub durability: Durability,
     /// Finished runs are forgotten this long after they finished.
     pub retention_ms: u64,
+    /// A client's operation waiting on another shard answers `unavailable` after this
+    /// long without its answer.
+    pub peer_timeout_ms: u64,
 }
+
+/// Default of `EngineConfig::peer_timeout_ms`.
+pub const PEER_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
 pub struct Engine {
     core: Core,
@@ -53,6 +59,7 @@ pub struct Engine {
     kv_waits: KvWaits,
     reads: crate::archive::Reads,
     retention_ms: u64,
+    peer_timeout_ms: u64,
     storage: crate::core::io::StorageInfo,
     stopping: bool,
     next_housekeeping_ms: u64,
@@ -77,6 +84,7 @@ impl Engine {
             kv_waits: KvWaits::default(),
             reads: Default::default(),
             retention_ms: config.retention_ms,
+            peer_timeout_ms: config.peer_timeout_ms,
             storage: Default::default(),
             stopping: false,
             next_housekeeping_ms: 0,

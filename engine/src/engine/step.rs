@@ -163,6 +163,24 @@ impl Engine {
             archive::forget_expired(&mut self.core, self.retention_ms);
             self.workers.check_health(now);
             workers::sweep_wants(&self.core, &mut self.awaits);
+            self.time_out_peer_calls();
+        }
+    }
+
+    /// A client's operation waiting on a shard that does not answer (stuck, or its
+    /// disk is) answers `unavailable` instead of waiting forever; a late answer finds
+    /// no call and is dropped.
+    fn time_out_peer_calls(&mut self) {
+        let wall = self.core.wall_ms();
+        let Some(sent_by) = wall.checked_sub(self.peer_timeout_ms) else {
+            return;
+        };
+        for (tag, shard) in self.core.overdue_client_calls(sent_by) {
+            let e = ErrorValue::unavailable(format!(
+                "shard {shard} did not answer within {} ms",
+                self.peer_timeout_ms
+            ));
+            self.peer_reply(tag, Err(e));
         }
     }
 

@@ -177,6 +177,8 @@ pub fn new_engine(shard: u32, part: Partitioning, clock: &ManualClock) -> Engine
             partitioning: part,
             durability: Durability::Sync,
             retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
+            // The simulated clock jumps while messages are in flight: no timeouts.
+            peer_timeout_ms: u64::MAX,
         },
         Box::new(clock.clone()),
         Box::new(clock.clone()),
