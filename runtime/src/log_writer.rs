@@ -459,7 +459,10 @@ mod tests {
                 }
             }
             assert_eq!(w.segments(), 2);
-            assert!(files(&dir, ".spare").is_empty(), "a failed spare is removed");
+            assert!(
+                files(&dir, ".spare").is_empty(),
+                "a failed spare is removed"
+            );
             for _ in 0..per_segment / 2 {
                 w.write(&batch(&mut buf), &map).await.unwrap();
             }
