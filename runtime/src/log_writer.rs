@@ -44,6 +44,14 @@ pub(crate) enum LogWriteError {
     Fatal(io::Error),
 }
 
+impl LogWriteError {
+    fn into_io(self) -> io::Error {
+        match self {
+            LogWriteError::NoSpace(e) | LogWriteError::Fatal(e) => e,
+        }
+    }
+}
+
 fn to_io(e: glommio::GlommioError<()>) -> io::Error {
     // Keeps the error's kind (StorageFull, QuotaExceeded): glommio's conversion does.
     io::Error::from(e)
@@ -119,10 +127,9 @@ impl SegmentWriter {
             None => (log.last_lsn + 1, 0, 1),
         };
         let name = segment_file_name(first_lsn);
-        let unwrap = |e: LogWriteError| match e {
-            LogWriteError::NoSpace(e) | LogWriteError::Fatal(e) => e,
-        };
-        let file = open_file(dir.join(&name)).await.map_err(unwrap)?;
+        let file = open_file(dir.join(&name))
+            .await
+            .map_err(LogWriteError::into_io)?;
         let writer = SegmentWriter {
             dir: dir.to_path_buf(),
             first_lsn,
@@ -133,7 +140,10 @@ impl SegmentWriter {
             spare: None,
             fault,
         };
-        writer.allocate(&writer.file).await.map_err(unwrap)?;
+        writer
+            .allocate(&writer.file)
+            .await
+            .map_err(LogWriteError::into_io)?;
         poked(writer.file.fdatasync()).await.map_err(to_io)?;
         poked(sync_dir(dir)).await?;
         Ok(writer)
@@ -325,14 +335,14 @@ pub(crate) async fn writer_loop(
                     }
                     outcome = Err(e);
                 }
-                Err(LogWriteError::Fatal(e)) => stop(shard, e),
+                Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
             }
         }
         if outcome.is_ok() && writer.wants_room() {
             outcome = match writer.make_room().await {
                 Ok(()) => Ok(()),
                 Err(LogWriteError::NoSpace(e)) => Err(e),
-                Err(LogWriteError::Fatal(e)) => stop(shard, e),
+                Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
             };
         }
         space = tell_space(space, &outcome, shard, &inbox);
@@ -387,7 +397,7 @@ fn tell_space(was: DiskSpace, outcome: &io::Result<()>, shard: u32, inbox: &Inbo
 
 /// Nothing written after a failed write or sync can be trusted to be durable, and nothing
 /// unsynced may be acknowledged: stop; recovery restores a clean log.
-fn stop(shard: u32, e: io::Error) -> ! {
+fn exit_fatal(shard: u32, e: io::Error) -> ! {
     eprintln!("fatal: shard {shard} cannot write its log: {e}; exiting");
     std::process::exit(70);
 }
