@@ -248,3 +248,350 @@ fn retention_lets_old_segments_go_while_runs_in_flight_survive_restarts() {
     drop(c);
     server.stop();
 }
+
+// ---- disk full ----
+
+fn put_one(c: &mut Client, i: usize) -> Result<(), flo::Error> {
+    let value = format!("value {i} {}", "x".repeat(200));
+    c.kv_put(&format!("k{i:05}"), value.as_bytes(), PutOptions::default())
+        .map(drop)
+}
+
+/// Puts keys from `from` on until one is refused (at most `max`); returns the count acknowledged
+/// and the refusal.
+fn put_until_refused(c: &mut Client, from: usize, max: usize) -> (usize, flo::Error) {
+    for i in from..from + max {
+        if let Err(e) = put_one(c, i) {
+            return (i - from, e);
+        }
+    }
+    panic!("{max} puts and none refused: the disk never filled");
+}
+
+fn assert_disk_full_refusal(e: &flo::Error) {
+    match e {
+        flo::Error::Server(v) => {
+            assert_eq!(v.code, flo::protocol::ErrorCode::Unavailable, "{v}");
+            assert!(v.message.starts_with("disk full on shard 0"), "{v}");
+        }
+        other => panic!("expected unavailable: disk full, got {other:?}"),
+    }
+}
+
+fn disk_full(c: &mut Client) -> bool {
+    c.status().unwrap().shards[0].disk_full
+}
+
+fn wasm_echo(c: &mut Client) {
+    use flo::protocol::{ActionKind, ActionSpec};
+    c.register_action(ActionSpec {
+        namespace: String::new(),
+        name: "echo".into(),
+        kind: ActionKind::Wasm,
+        wasm: Some(ECHO_WAT.as_bytes().to_vec()),
+        timeout_ms: None,
+        max_retries: None,
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+    })
+    .unwrap();
+}
+
+/// A disk with room for four segment files (the fault-injecting capacity file, no mount
+/// needed): once the next segment cannot be made ahead the shard turns read-only —
+/// mutations answer `unavailable: disk full on shard 0` (SDK and CLI), reads and status go
+/// on, the process stays up — and when space is freed it takes writes again by itself.
+/// Every acknowledged write survives a crash after.
+#[test]
+fn a_full_disk_makes_the_shard_read_only_until_space_is_freed() {
+    use flo::protocol::RunStatus;
+    let dir = temp_dir();
+    let outside = temp_dir();
+    let capacity = outside.path().join("capacity");
+    fs::write(&capacity, (4 * 65536).to_string()).unwrap();
+    let capacity_arg = capacity.to_string_lossy().to_string();
+    let args = [
+        "--shards",
+        "1",
+        "--segment-bytes",
+        "65536",
+        "--fault-disk-capacity-file",
+        capacity_arg.as_str(),
+    ];
+    let mut server = TestServer::start(dir.path(), &args);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    wasm_echo(&mut c);
+    let done = c
+        .invoke("echo", b"{\"before\":1}", Default::default())
+        .unwrap();
+    assert_eq!(
+        c.wait_run(&done, 5_000).unwrap().status,
+        RunStatus::Completed
+    );
+
+    // One put per 4 KiB batch: about 40 fill three segments and a half.
+    let (acked, refusal) = put_until_refused(&mut c, 0, 1000);
+    assert_disk_full_refusal(&refusal);
+    assert!(acked >= 20, "only {acked} puts before the disk was full");
+    assert!(disk_full(&mut c));
+    assert_disk_full_refusal(&c.invoke("echo", b"{}", Default::default()).unwrap_err());
+    let stderr = common::cli_fails(&addr, &["kv", "put", "late", "v"]);
+    assert!(stderr.contains("disk full on shard 0"), "{stderr}");
+    let stderr = common::cli_fails(&addr, &["action", "invoke", "echo"]);
+    assert!(stderr.contains("disk full on shard 0"), "{stderr}");
+
+    // Reads go on: every acknowledged write, the run, listings, status (text and JSON).
+    assert_all(&mut c, acked);
+    assert_eq!(c.run(&done).unwrap().status, RunStatus::Completed);
+    let got = common::cli_ok(&addr, &["kv", "get", "k00000"]);
+    assert!(got.starts_with("value 0 "), "{got}");
+    let status = common::cli_json(&addr, &["status"]);
+    assert_eq!(status["shards"][0]["disk_full"], true, "{status}");
+    let text = common::cli_ok(&addr, &["status"]);
+    assert!(text.contains("read-only: disk full"), "{text}");
+    assert!(server.is_running());
+    assert!(server.stderr().contains("disk full"), "{}", server.stderr());
+
+    // The operator frees space: within the writer's next look (1 s) the shard is writable.
+    fs::write(&capacity, (64u64 << 20).to_string()).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !disk_full(&mut c)),
+        "still read-only after space was freed: {:?}",
+        c.status()
+    );
+    put_many(&mut c, acked, 40);
+    let run = c
+        .invoke("echo", b"{\"after\":1}", Default::default())
+        .unwrap();
+    assert_eq!(
+        c.wait_run(&run, 5_000).unwrap().status,
+        RunStatus::Completed
+    );
+    let text = common::cli_ok(&addr, &["status"]);
+    assert!(!text.contains("disk full"), "{text}");
+    drop(c);
+
+    // A crash: every acknowledged write is in the log.
+    server.kill9();
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    assert!(!disk_full(&mut c));
+    assert_all(&mut c, acked + 40);
+    assert_eq!(c.run(&run).unwrap().status, RunStatus::Completed);
+    drop(c);
+    server.stop();
+}
+
+/// A tmpfs mounted for the test, unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// None when this machine does not let the test mount one (not root, a container).
+    fn mount(bytes: u64) -> Option<Tmpfs> {
+        let dir = temp_dir();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then_some(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Writes `path` until the file system is full.
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut f = fs::File::create(path).unwrap();
+    let chunk = vec![0xa5u8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+/// The same on a real file system that fills up (a small tmpfs; skipped where mounting is
+/// not allowed): the shard turns read-only, a graceful stop while full exits cleanly (its
+/// final snapshot fails for lack of space and leaves no temporary file), a restart while
+/// still full serves reads read-only, and deleting a file brings writes back.
+#[test]
+fn on_a_real_full_file_system_the_shard_is_read_only_until_a_file_is_deleted() {
+    let Some(fs_) = Tmpfs::mount(4 << 20) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root outside a container)");
+        return;
+    };
+    let data = fs_.path().join("data");
+    let filler = fs_.path().join("filler");
+    let args = ["--shards", "1", "--segment-bytes", "65536"];
+    let server = match TestServer::try_start(&data, &args) {
+        Ok(server) => server,
+        // O_DIRECT on tmpfs needs Linux 6.6.
+        Err(r) => {
+            eprintln!(
+                "skipped: the server cannot run on a tmpfs here:\n{}",
+                r.stderr
+            );
+            return;
+        }
+    };
+    let mut c = server.client();
+    put_many(&mut c, 0, 4);
+    fill(&filler);
+    let (acked, refusal) = put_until_refused(&mut c, 4, 1000);
+    let acked = acked + 4;
+    assert_disk_full_refusal(&refusal);
+    assert!(disk_full(&mut c));
+    assert_all(&mut c, acked);
+    drop(c);
+    let stderr = server.stop();
+    assert!(stderr.contains("cannot write the snapshot"), "{stderr}");
+    let shard = data.join("shard-000");
+    let left: Vec<String> = fs::read_dir(&shard)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+
+    let server = TestServer::start(&data, &args);
+    let mut c = server.client();
+    assert!(
+        wait_until(Duration::from_secs(5), || disk_full(&mut c)),
+        "a restart on a full disk is read-only"
+    );
+    assert_all(&mut c, acked);
+    assert_disk_full_refusal(&put_one(&mut c, acked).unwrap_err());
+    fs::remove_file(&filler).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !disk_full(&mut c)),
+        "still read-only after the file was deleted"
+    );
+    put_many(&mut c, acked, 40);
+    assert_all(&mut c, acked + 40);
+    drop(c);
+    server.stop();
+}
+
+/// A server whose disk holds its first segment and nothing more, with a put of 24 KiB
+/// acknowledged (the segment is not half full: nothing asked for room yet) and one of
+/// 40 KiB sent from another thread: it needs the next segment, which cannot be made, so
+/// its batch waits in the writer, unacknowledged, and the shard turns read-only.
+struct StuckPut {
+    server: TestServer,
+    capacity: PathBuf,
+    _outside: tempfile::TempDir,
+    big: std::thread::JoinHandle<Result<u64, flo::Error>>,
+}
+
+fn stuck_put(dir: &Path) -> StuckPut {
+    let outside = temp_dir();
+    let capacity = outside.path().join("capacity");
+    fs::write(&capacity, (65536 + 4096).to_string()).unwrap();
+    let capacity_arg = capacity.to_string_lossy().to_string();
+    let args = [
+        "--shards",
+        "1",
+        "--segment-bytes",
+        "65536",
+        "--fault-disk-capacity-file",
+        capacity_arg.as_str(),
+    ];
+    let server = TestServer::start(dir, &args);
+    let mut c = server.client();
+    c.kv_put("small", &[1u8; 24 << 10], PutOptions::default())
+        .unwrap();
+    assert!(!disk_full(&mut c));
+    let mut other = server.client();
+    let big =
+        std::thread::spawn(move || other.kv_put("big", &[2u8; 40 << 10], PutOptions::default()));
+    assert!(
+        wait_until(Duration::from_secs(5), || disk_full(&mut c)),
+        "the shard should turn read-only"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !big.is_finished(),
+        "a put that was never written was answered"
+    );
+    assert_disk_full_refusal(&put_one(&mut c, 0).unwrap_err());
+    assert_eq!(
+        c.kv_get("small").unwrap().unwrap().value,
+        vec![1u8; 24 << 10]
+    );
+    StuckPut {
+        server,
+        capacity,
+        _outside: outside,
+        big,
+    }
+}
+
+/// The batch that found no room is written, and its put answered, once there is room.
+#[test]
+fn a_batch_without_room_waits_unacknowledged_and_is_written_once_space_returns() {
+    let dir = temp_dir();
+    let stuck = stuck_put(dir.path());
+    fs::write(&stuck.capacity, (64u64 << 20).to_string()).unwrap();
+    stuck
+        .big
+        .join()
+        .unwrap()
+        .expect("the put is written once there is room");
+    let mut c = stuck.server.client();
+    assert!(wait_until(Duration::from_secs(5), || !disk_full(&mut c)));
+    assert_eq!(c.kv_get("big").unwrap().unwrap().value, vec![2u8; 40 << 10]);
+    put_many(&mut c, 0, 20);
+    drop(c);
+    stuck.server.stop();
+}
+
+/// A graceful stop does not wait for a batch that cannot be written: the server exits
+/// cleanly, saying which records it leaves; none was acknowledged, and a restart has
+/// everything that was.
+#[test]
+fn a_stop_while_a_batch_finds_no_room_exits_without_it() {
+    let dir = temp_dir();
+    let stuck = stuck_put(dir.path());
+    let stderr = stuck.server.stop();
+    assert!(
+        stderr.contains("unwritten for lack of disk space"),
+        "{stderr}"
+    );
+    assert!(stuck.big.join().unwrap().is_err(), "never acknowledged");
+    fs::write(&stuck.capacity, (64u64 << 20).to_string()).unwrap();
+    let capacity_arg = stuck.capacity.to_string_lossy().to_string();
+    let args = [
+        "--shards",
+        "1",
+        "--segment-bytes",
+        "65536",
+        "--fault-disk-capacity-file",
+        capacity_arg.as_str(),
+    ];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    assert_eq!(
+        c.kv_get("small").unwrap().unwrap().value,
+        vec![1u8; 24 << 10]
+    );
+    assert!(c.kv_get("big").unwrap().is_none());
+    put_many(&mut c, 0, 20);
+    assert_all(&mut c, 20);
+    drop(c);
+    server.stop();
+}

@@ -22,7 +22,7 @@ pub mod workflows;
 
 pub use crate::core::cx::Durability;
 pub use crate::core::io::{
-    ClientRef, ConnId, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg, ReplyResult,
-    StorageInfo,
+    ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg,
+    ReplyResult, StorageInfo,
 };
 pub use crate::engine::{Engine, EngineConfig};

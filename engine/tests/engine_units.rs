@@ -7,7 +7,7 @@ mod cluster;
 
 use cluster::{Cluster, new_engine};
 use flo_engine::archive::{self, RunKind};
-use flo_engine::{ExecFailure, ExecResult, Execution, Input, ReplyResult};
+use flo_engine::{DiskSpace, ExecFailure, ExecResult, Execution, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunInfo, RunStatus, TaskAssignment, WorkerSpec,
     WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
@@ -1264,4 +1264,118 @@ fn history_pages_slice_the_history_with_a_cursor() {
     assert_eq!([first, rest].concat(), full);
     let (none, next) = page(&mut t, None, Some(u64::MAX));
     assert!(none.is_empty() && next.is_none());
+}
+
+fn get_op(key: &str) -> Op {
+    Op::KvGet {
+        namespace: NS.into(),
+        key: key.into(),
+        wait_ms: None,
+        after_version: None,
+    }
+}
+
+fn unavailable_on(r: ReplyResult, shard: u32) {
+    match r {
+        Err(e) => {
+            assert_eq!(e.code, flo_protocol::ErrorCode::Unavailable, "{e}");
+            assert!(
+                e.message
+                    .starts_with(&format!("disk full on shard {shard}")),
+                "{e}"
+            );
+        }
+        Ok(reply) => panic!("a mutation on a full shard succeeded: {reply:?}"),
+    }
+}
+
+/// A shard whose disk is full refuses client mutations with `unavailable: disk full on
+/// shard N` whichever shard the client is connected to, serves reads, leaves the other
+/// shard writable, and takes writes again once space returns.
+#[test]
+fn a_full_disk_refuses_mutations_and_serves_reads_until_space_returns() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let key = key_on(&t, 1, "k");
+    t.ok(1, put_op(&key, "before"));
+    let run_id = t.invoke(1, invoke_spec("review", json!({"n": 1})));
+    assert_eq!(t.c.owner(NS, &run_id), 1);
+    t.c.step(1, Input::DiskSpace(DiskSpace::Full));
+
+    for client_shard in [0, 1] {
+        let r = t.call(client_shard, put_op(&key, "after"));
+        unavailable_on(r, 1);
+    }
+    let delete = Op::KvDelete {
+        namespace: NS.into(),
+        key: key.clone(),
+        if_version: None,
+    };
+    let cancel = Op::RunCancel {
+        namespace: NS.into(),
+        run_id: run_id.clone(),
+    };
+    let invoke = Op::ActionInvoke(invoke_spec("review", json!({"n": 2})));
+    for op in [delete, cancel, invoke] {
+        let r = t.call(1, op);
+        unavailable_on(r, 1);
+    }
+    let records = t.c.nodes[1].records.len();
+
+    // Reads: the value written before, the run, a listing, status.
+    match t.ok(0, get_op(&key)) {
+        Reply::KvValue(Some(e)) => assert_eq!(e.value, b"before".to_vec()),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(t.run(&run_id).status, RunStatus::Pending);
+    let list = Op::KvList {
+        namespace: NS.into(),
+        prefix: String::new(),
+        limit: None,
+    };
+    assert!(matches!(t.ok(0, list), Reply::KvList { .. }));
+    match t.ok(0, Op::Status) {
+        Reply::Status(info) => {
+            let full: Vec<bool> = info.shards.iter().map(|s| s.disk_full).collect();
+            assert_eq!(full, vec![false, true]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The other shard still takes writes.
+    let other_key = key_on(&t, 0, "k");
+    t.ok(1, put_op(&other_key, "elsewhere"));
+    assert_eq!(
+        t.c.nodes[1].records.len(),
+        records,
+        "the full shard logged nothing for refused mutations and reads"
+    );
+
+    t.c.step(1, Input::DiskSpace(DiskSpace::Available));
+    t.ok(0, put_op(&key, "after"));
+    match t.ok(1, get_op(&key)) {
+        Reply::KvValue(Some(e)) => assert_eq!((e.value, e.version), (b"after".to_vec(), 2)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A full shard leases no task (the worker could not report on it there): an await
+/// parks, and gets the task once space returns.
+#[test]
+fn a_full_shard_leases_no_task_and_a_parked_await_gets_it_once_space_returns() {
+    let mut t = T::new(1);
+    t.user_action("review", 60_000, 3, 1000);
+    t.worker("w", &["review"], None);
+    let run_id = t.invoke(0, invoke_spec("review", json!({"n": 1})));
+    t.c.step(0, Input::DiskSpace(DiskSpace::Full));
+    assert!(tasks(Some(t.call(0, await_op("w", "review", 0)))).is_empty());
+    let request = t.send(0, await_op("w", "review", 30_000));
+    t.settle();
+    assert!(t.reply_on(t.conn, request).is_none(), "parked");
+    assert_eq!(t.run(&run_id).status, RunStatus::Pending);
+
+    t.c.step(0, Input::DiskSpace(DiskSpace::Available));
+    t.settle();
+    let got = tasks(t.reply_on(t.conn, request));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].task_id, run_id);
 }

@@ -817,6 +817,10 @@ pub struct ShardInfo {
     /// Bytes of log segments and snapshots on disk.
     #[serde(default)]
     pub disk_bytes: u64,
+    /// No space for the log's next segment: the shard is read-only (mutations answer
+    /// `unavailable`) until space returns.
+    #[serde(default)]
+    pub disk_full: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 //! recovery, mesh, listeners; and the orderly stop.
 
 use crate::config::ServerConfig;
+use crate::fault_disk::FaultDisk;
 use crate::inbox::Inbox;
 use crate::listener::{Conns, accept_loop};
 use crate::log_reader::LogMap;
@@ -359,6 +360,7 @@ pub fn run_server(
         let boot = ShardBoot {
             id: s,
             dir: shard_dir(&dir, s),
+            data_dir: dir.clone(),
             addr,
             partitioning,
             config: config.clone(),
@@ -473,7 +475,9 @@ fn shard_dir(data: &Path, shard: u32) -> PathBuf {
 
 struct ShardBoot {
     id: u32,
+    /// The shard's directory, in the data directory.
     dir: PathBuf,
+    data_dir: PathBuf,
     addr: SocketAddr,
     partitioning: Partitioning,
     config: ServerConfig,
@@ -544,7 +548,15 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         });
     }
     phase(2);
-    let writer = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes)
+    let fault = boot
+        .config
+        .fault_disk_capacity_file
+        .clone()
+        .map(|file| FaultDisk {
+            capacity_file: file,
+            data_dir: boot.data_dir.clone(),
+        });
+    let writer = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes, fault)
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
     engine.recovered(log.last_lsn, writer.segments());

@@ -23,4 +23,7 @@ pub struct ServerConfig {
     pub release_memory: fn(),
     /// Let clients move the clock forward (tests of timers, retries, delays).
     pub test_clock: bool,
+    /// Tests: a file holding a capacity in bytes that the data directory's files may not
+    /// exceed, read again at each check (a full disk without a small file system).
+    pub fault_disk_capacity_file: Option<PathBuf>,
 }

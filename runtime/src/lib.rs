@@ -5,6 +5,7 @@
 
 mod boot;
 mod config;
+mod fault_disk;
 mod inbox;
 mod listener;
 mod log_reader;

@@ -2,16 +2,99 @@
 //! fdatasync per batch, each batch starting on a block boundary and padded to the next.
 //! The shard loop hands over whatever the engine appended while the previous batch was
 //! being written (group commit); the writer answers with `Input::Durable`.
+//!
+//! **Disk full.** The next segment's file is made ahead, under a name recovery never
+//! reads (`SPARE_FILE`), once the current segment is half full, and renamed at rollover.
+//! When there is no room for it, the shard hears `DiskSpace::Full` while half a segment of
+//! room is left for the work in flight, and becomes read-only; the writer tries again every
+//! `SPACE_RETRY_MS` and as soon as a snapshot deleted segments, and says `Available` once
+//! it succeeds. A batch write that finds no space is kept and written again later (nothing
+//! in it was acknowledged); a failed fdatasync, or any other error, stops the process: an
+//! fsync is never retried.
 
+use crate::fault_disk::FaultDisk;
 use crate::inbox::{Inbox, Signal};
 use crate::log_reader::LogMap;
 use crate::poke::poked;
-use flo_engine::Input;
+use flo_engine::{DiskSpace, Input};
 use flo_ual::{Batch, RecoveredLog, align_up, segment_file_name};
 use glommio::io::{Directory, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The next segment's file, allocated ahead; renamed to its segment name at rollover.
+/// Recovery lists `*.ual` files only, so one left by a crash is never read as a segment;
+/// the writer takes it up again.
+pub(crate) const SPARE_FILE: &str = "next-segment.spare";
+/// While the disk is full, room for the next segment is looked for this often.
+const SPACE_RETRY_MS: u64 = 1000;
+
+/// Why a write or the making of room failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LogWriteError {
+    /// ENOSPC or EDQUOT before anything was synced: nothing in the batch was
+    /// acknowledged, it may be written again once there is room.
+    #[error("no space for the log: {0}")]
+    NoSpace(io::Error),
+    /// Anything else, and every failed fdatasync (the kernel may have dropped the pages it
+    /// could not write; a retried fsync would report success over lost data).
+    #[error("{0}")]
+    Fatal(io::Error),
+}
+
+impl LogWriteError {
+    fn into_io(self) -> io::Error {
+        match self {
+            LogWriteError::NoSpace(e) | LogWriteError::Fatal(e) => e,
+        }
+    }
+}
+
+fn to_io(e: glommio::GlommioError<()>) -> io::Error {
+    // Keeps the error's kind (StorageFull, QuotaExceeded): glommio's conversion does.
+    io::Error::from(e)
+}
+
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// An error of an operation that may be tried again when it is for lack of space.
+fn retryable(e: glommio::GlommioError<()>) -> LogWriteError {
+    let e = to_io(e);
+    match is_no_space(&e) {
+        true => LogWriteError::NoSpace(e),
+        false => LogWriteError::Fatal(e),
+    }
+}
+
+/// An error of a sync: never tried again.
+fn fatal(e: glommio::GlommioError<()>) -> LogWriteError {
+    LogWriteError::Fatal(to_io(e))
+}
+
+async fn sync_dir(dir: &Path) -> io::Result<()> {
+    let d = Directory::open(dir).await.map_err(to_io)?;
+    d.sync().await.map_err(to_io)?;
+    d.close().await.map_err(to_io)
+}
+
+async fn open_file(path: PathBuf) -> Result<DmaFile, LogWriteError> {
+    poked(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .dma_open(path),
+    )
+    .await
+    .map_err(retryable)
+}
 
 pub(crate) struct SegmentWriter {
     dir: PathBuf,
@@ -21,37 +104,20 @@ pub(crate) struct SegmentWriter {
     offset: u64,
     segment_bytes: u64,
     segments: u32,
-}
-
-fn to_io(e: glommio::GlommioError<()>) -> io::Error {
-    io::Error::other(e.to_string())
-}
-
-async fn open_segment(dir: &Path, name: &str, segment_bytes: u64) -> io::Result<DmaFile> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .dma_open(dir.join(name))
-        .await
-        .map_err(to_io)?;
-    if file.file_size().await.map_err(to_io)? < segment_bytes {
-        file.pre_allocate(segment_bytes, false)
-            .await
-            .map_err(to_io)?;
-    }
-    Ok(file)
-}
-
-async fn sync_dir(dir: &Path) -> io::Result<()> {
-    let d = Directory::open(dir).await.map_err(to_io)?;
-    d.sync().await.map_err(to_io)?;
-    d.close().await.map_err(to_io)
+    /// The next segment's file, allocated (`SPARE_FILE`).
+    spare: Option<DmaFile>,
+    /// Tests: a disk of a set capacity.
+    fault: Option<FaultDisk>,
 }
 
 impl SegmentWriter {
     /// Continues the recovered log: appends go after its last valid record.
-    pub async fn open(dir: &Path, log: &RecoveredLog, segment_bytes: u64) -> io::Result<Self> {
+    pub async fn open(
+        dir: &Path,
+        log: &RecoveredLog,
+        segment_bytes: u64,
+        fault: Option<FaultDisk>,
+    ) -> io::Result<Self> {
         let (first_lsn, offset, segments) = match log.segments.last() {
             Some(seg) => (
                 seg.first_lsn,
@@ -61,36 +127,103 @@ impl SegmentWriter {
             None => (log.last_lsn + 1, 0, 1),
         };
         let name = segment_file_name(first_lsn);
-        let file = poked(open_segment(dir, &name, segment_bytes)).await?;
-        poked(file.fdatasync()).await.map_err(to_io)?;
-        poked(sync_dir(dir)).await?;
-        Ok(SegmentWriter {
+        let file = open_file(dir.join(&name))
+            .await
+            .map_err(LogWriteError::into_io)?;
+        let writer = SegmentWriter {
             dir: dir.to_path_buf(),
             first_lsn,
             file,
             offset,
             segment_bytes,
             segments,
-        })
+            spare: None,
+            fault,
+        };
+        writer
+            .allocate(&writer.file)
+            .await
+            .map_err(LogWriteError::into_io)?;
+        poked(writer.file.fdatasync()).await.map_err(to_io)?;
+        poked(sync_dir(dir)).await?;
+        Ok(writer)
     }
 
     pub fn segments(&self) -> u32 {
         self.segments
     }
 
-    /// Writes and syncs one batch; `map` learns where its records are.
-    pub async fn write(&mut self, batch: &Batch, map: &LogMap) -> io::Result<()> {
+    /// Gives `file` the segment size (it may hold some already: a spare a crash left).
+    async fn allocate(&self, file: &DmaFile) -> Result<(), LogWriteError> {
+        let size = poked(file.file_size()).await.map_err(retryable)?;
+        if size >= self.segment_bytes {
+            return Ok(());
+        }
+        if let Some(fault) = self.fault.clone() {
+            let more = self.segment_bytes - size;
+            poked(glommio::executor().spawn_blocking(move || fault.check(more)))
+                .await
+                .map_err(LogWriteError::NoSpace)?;
+        }
+        poked(file.pre_allocate(self.segment_bytes, false))
+            .await
+            .map_err(retryable)
+    }
+
+    /// Whether the next segment's file should be made now: the current one is half full.
+    pub fn wants_room(&self) -> bool {
+        self.spare.is_none() && self.offset >= self.segment_bytes / 2
+    }
+
+    /// Makes the next segment's file (allocated and synced, under `SPARE_FILE`). When it
+    /// cannot get space, the file is removed: what it got goes back to the disk.
+    pub async fn make_room(&mut self) -> Result<(), LogWriteError> {
+        if self.spare.is_some() {
+            return Ok(());
+        }
+        let file = open_file(self.dir.join(SPARE_FILE)).await?;
+        if let Err(e) = self.allocate(&file).await {
+            let removed = poked(file.remove()).await;
+            let _ = poked(file.close()).await;
+            return match removed {
+                Ok(()) => Err(e),
+                Err(r) => Err(LogWriteError::Fatal(io::Error::other(format!(
+                    "{e}; and cannot remove {SPARE_FILE}: {r}"
+                )))),
+            };
+        }
+        poked(file.fdatasync()).await.map_err(fatal)?;
+        self.spare = Some(file);
+        Ok(())
+    }
+
+    /// Moves on to a new segment starting at `first_lsn`: the spare file, made now if it
+    /// was not, takes its name.
+    async fn roll(&mut self, first_lsn: u64) -> Result<(), LogWriteError> {
+        self.make_room().await?;
+        let spare = self.spare.take().expect("made just above");
+        let name = segment_file_name(first_lsn);
+        if let Err(e) = poked(spare.rename(self.dir.join(&name))).await {
+            self.spare = Some(spare);
+            return Err(retryable(e));
+        }
+        poked(sync_dir(&self.dir))
+            .await
+            .map_err(LogWriteError::Fatal)?;
+        let old = std::mem::replace(&mut self.file, spare);
+        poked(old.close()).await.map_err(fatal)?;
+        self.first_lsn = first_lsn;
+        self.offset = 0;
+        self.segments += 1;
+        Ok(())
+    }
+
+    /// Writes and syncs one batch; `map` learns where its records are. On `NoSpace` the
+    /// batch may be written again (at the same place).
+    pub async fn write(&mut self, batch: &Batch, map: &LogMap) -> Result<(), LogWriteError> {
         let padded = align_up(batch.bytes.len() as u64);
-        let rolled = self.offset > 0 && self.offset + padded > self.segment_bytes;
-        if rolled {
-            let name = segment_file_name(batch.first_lsn);
-            let file = poked(open_segment(&self.dir, &name, self.segment_bytes)).await?;
-            poked(sync_dir(&self.dir)).await?;
-            let old = std::mem::replace(&mut self.file, file);
-            poked(old.close()).await.map_err(to_io)?;
-            self.first_lsn = batch.first_lsn;
-            self.offset = 0;
-            self.segments += 1;
+        if self.offset > 0 && self.offset + padded > self.segment_bytes {
+            self.roll(batch.first_lsn).await?;
         }
         let mut buf = self.file.alloc_dma_buffer(padded as usize);
         let bytes = buf.as_bytes_mut();
@@ -98,13 +231,15 @@ impl SegmentWriter {
         bytes[batch.bytes.len()..].fill(0);
         let written = poked(self.file.write_at(buf, self.offset))
             .await
-            .map_err(to_io)?;
+            .map_err(retryable)?;
         if written as u64 != padded {
-            return Err(io::Error::other(format!(
-                "short write: {written} of {padded} bytes"
+            // A short write is how a file system reports running out part way.
+            return Err(LogWriteError::NoSpace(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("short write: {written} of {padded} bytes"),
             )));
         }
-        poked(self.file.fdatasync()).await.map_err(to_io)?;
+        poked(self.file.fdatasync()).await.map_err(fatal)?;
         let path = self.dir.join(segment_file_name(self.first_lsn));
         map.note_batch(self.first_lsn, &path, self.offset, batch);
         self.offset += padded;
@@ -117,6 +252,8 @@ impl SegmentWriter {
 pub(crate) struct LogSlot {
     batch: RefCell<Option<Batch>>,
     busy: Cell<bool>,
+    /// The batch in `batch` found no space: it waits there to be written again.
+    stuck: Cell<bool>,
     /// The buffer of the last batch written, reused for the next one.
     spare: RefCell<Vec<u8>>,
     signal: Signal,
@@ -130,6 +267,11 @@ impl LogSlot {
     /// Whether a batch is being written.
     pub fn busy(&self) -> bool {
         self.busy.get()
+    }
+
+    /// Whether the batch handed over cannot be written for lack of space (until there is).
+    pub fn stuck(&self) -> bool {
+        self.stuck.get()
     }
 
     /// What became durable since the last call, as the engine's input.
@@ -159,9 +301,15 @@ impl LogSlot {
         *self.batch.borrow_mut() = Some(batch);
         self.signal.notify();
     }
+
+    /// Files were deleted: a writer short of space looks again at once.
+    pub fn space_freed(&self) {
+        self.signal.notify();
+    }
 }
 
-/// The writer: writes each batch handed over, then tells the loop it is durable.
+/// The writer: writes each batch handed over, then tells the loop it is durable; keeps the
+/// next segment's file ready and tells the engine when the disk is full, or no longer.
 pub(crate) async fn writer_loop(
     slot: std::rc::Rc<LogSlot>,
     mut writer: SegmentWriter,
@@ -169,23 +317,186 @@ pub(crate) async fn writer_loop(
     inbox: std::rc::Rc<Inbox>,
     shard: u32,
 ) {
+    let mut space = DiskSpace::Available;
     loop {
-        let Some(batch) = slot.batch.borrow_mut().take() else {
-            slot.signal.wait().await;
-            continue;
-        };
-        if let Err(e) = writer.write(&batch, &map).await {
-            // Nothing written after a failed write can be trusted to be durable, and
-            // nothing unsynced may be acknowledged: stop; recovery restores a clean log.
-            eprintln!("fatal: shard {shard} cannot write its log: {e}; exiting");
-            std::process::exit(70);
+        let batch = slot.batch.borrow_mut().take();
+        let mut outcome = Ok(());
+        if let Some(batch) = batch {
+            match writer.write(&batch, &map).await {
+                Ok(()) => {
+                    slot.stuck.set(false);
+                    written(&slot, batch, map.count(), &inbox);
+                }
+                Err(LogWriteError::NoSpace(e)) => {
+                    *slot.batch.borrow_mut() = Some(batch);
+                    if !slot.stuck.replace(true) {
+                        // A stop asked meanwhile need not wait for it (`ShardLoop::run`).
+                        inbox.poke();
+                    }
+                    outcome = Err(e);
+                }
+                Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
+            }
         }
-        *slot.spare.borrow_mut() = batch.bytes;
-        slot.busy.set(false);
-        // Not queued behind the inputs waiting: the loop looks at it before each input, so
-        // replies go out and the next batch is handed over without delay.
-        slot.durable.set(Some((batch.last_lsn, map.count())));
-        slot.written.set(batch.last_lsn);
-        inbox.poke();
+        if outcome.is_ok() && writer.wants_room() {
+            outcome = match writer.make_room().await {
+                Ok(()) => Ok(()),
+                Err(LogWriteError::NoSpace(e)) => Err(e),
+                Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
+            };
+        }
+        space = tell_space(space, &outcome, shard, &inbox);
+        // The next batch; while the disk is full, another look every second (at once when
+        // a snapshot deleted segments).
+        if slot.batch.borrow().is_none() || outcome.is_err() {
+            match space {
+                DiskSpace::Available => slot.signal.wait().await,
+                DiskSpace::Full => {
+                    let retry = glommio::timer::sleep(Duration::from_millis(SPACE_RETRY_MS));
+                    futures_lite::future::or(slot.signal.wait(), async {
+                        retry.await;
+                    })
+                    .await
+                }
+            }
+        }
+    }
+}
+
+/// `batch` is written and synced: the loop learns it before its next input.
+fn written(slot: &LogSlot, batch: Batch, segments: u32, inbox: &Inbox) {
+    *slot.spare.borrow_mut() = batch.bytes;
+    slot.busy.set(false);
+    // Not queued behind the inputs waiting: the loop looks at it before each input, so
+    // replies go out and the next batch is handed over without delay.
+    slot.durable.set(Some((batch.last_lsn, segments)));
+    slot.written.set(batch.last_lsn);
+    inbox.poke();
+}
+
+/// Tells the engine when the disk became full (`outcome` is the lack of space) or has
+/// room again; returns what it knows now.
+fn tell_space(was: DiskSpace, outcome: &io::Result<()>, shard: u32, inbox: &Inbox) -> DiskSpace {
+    let now = match outcome {
+        Ok(()) => DiskSpace::Available,
+        Err(_) => DiskSpace::Full,
+    };
+    if now == was {
+        return now;
+    }
+    match outcome {
+        Err(e) => eprintln!(
+            "warning: shard {shard}: disk full ({e}); the shard is read-only (mutations \
+             answer unavailable, reads go on) until space is freed"
+        ),
+        Ok(()) => eprintln!("shard {shard}: disk space is back; the shard accepts writes again"),
+    }
+    inbox.push(Input::DiskSpace(now));
+    now
+}
+
+/// Nothing written after a failed write or sync can be trusted to be durable, and nothing
+/// unsynced may be acknowledged: stop; recovery restores a clean log.
+fn exit_fatal(shard: u32, e: io::Error) -> ! {
+    eprintln!("fatal: shard {shard} cannot write its log: {e}; exiting");
+    std::process::exit(70);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flo_ual::LogBuffer;
+    use std::fs;
+
+    const SEGMENT: u64 = flo_ual::SEGMENT_BYTES_MIN;
+
+    fn run<T>(test: impl std::future::Future<Output = T>) -> T {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("an executor")
+            .run(test)
+    }
+
+    /// One record of ~3 KB: a batch of one block.
+    fn batch(buf: &mut LogBuffer) -> Batch {
+        buf.append(1, |p| p.extend_from_slice(&[7; 3000])).unwrap();
+        buf.take(Vec::new()).unwrap()
+    }
+
+    fn files(dir: &Path, ext: &str) -> Vec<String> {
+        let mut found: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(ext))
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// Room for two segment files: the first, and the spare that becomes the second. The
+    /// third cannot be made ahead (the shard would turn read-only), the second segment is
+    /// still filled, the batch that needs a third fails with no space and is written once
+    /// there is room; recovery finds every record and ignores the spare.
+    #[test]
+    fn the_next_segment_is_made_ahead_and_a_batch_without_room_is_written_once_there_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let dir = data.join("shard-000");
+        fs::create_dir_all(&dir).unwrap();
+        let capacity = tmp.path().join("capacity");
+        fs::write(&capacity, (2 * SEGMENT + 4096).to_string()).unwrap();
+        let fault = FaultDisk {
+            capacity_file: capacity.clone(),
+            data_dir: data,
+        };
+        run(async move {
+            let log = flo_ual::recover(&dir, |_, _, _| Ok(())).unwrap();
+            let map = LogMap::from_recovered(&log);
+            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, Some(fault))
+                .await
+                .unwrap();
+            let mut buf = LogBuffer::new(1);
+            let per_segment = SEGMENT / 4096;
+            for i in 1..=per_segment + per_segment / 2 {
+                w.write(&batch(&mut buf), &map).await.unwrap();
+                if w.wants_room() {
+                    let made = w.make_room().await;
+                    match i < per_segment {
+                        true => made.unwrap(),
+                        false => assert!(matches!(made, Err(LogWriteError::NoSpace(_)))),
+                    }
+                }
+            }
+            assert_eq!(w.segments(), 2);
+            assert!(
+                files(&dir, ".spare").is_empty(),
+                "a failed spare is removed"
+            );
+            for _ in 0..per_segment / 2 {
+                w.write(&batch(&mut buf), &map).await.unwrap();
+            }
+            let last = batch(&mut buf);
+            for _ in 0..2 {
+                let e = w.write(&last, &map).await.unwrap_err();
+                assert!(matches!(e, LogWriteError::NoSpace(_)), "{e}");
+            }
+            assert_eq!(files(&dir, ".ual").len(), 2);
+            fs::write(&capacity, (8 * SEGMENT).to_string()).unwrap();
+            w.write(&last, &map).await.unwrap();
+            assert_eq!((w.segments(), files(&dir, ".ual").len()), (3, 3));
+            // A spare left behind (as by a crash) is not a segment.
+            w.make_room().await.unwrap();
+            assert_eq!(files(&dir, ".spare").len(), 1);
+            let mut lsns = Vec::new();
+            let log = flo_ual::recover(&dir, |lsn, _, payload| {
+                assert_eq!(payload.len(), 3000);
+                lsns.push(lsn);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(log.segments.len(), 3);
+            assert_eq!(lsns, (1..=2 * per_segment + 1).collect::<Vec<_>>());
+        });
     }
 }

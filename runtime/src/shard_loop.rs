@@ -72,6 +72,18 @@ impl ShardLoop {
                 self.perform(&mut effects);
                 self.flush_log();
             }
+            if stopping && self.log.stuck() {
+                // What the writer holds was never acknowledged (but under --durability
+                // async): stop without it, and without a final snapshot (no room for it).
+                eprintln!(
+                    "warning: shard {} stops with log records {} to {} unwritten for lack of \
+                     disk space (never acknowledged, unless under --durability async)",
+                    self.engine.shard(),
+                    self.log.written_lsn() + 1,
+                    self.engine.last_lsn()
+                );
+                return;
+            }
             if stopping
                 && !self.log.busy()
                 && self.engine.pending_log_bytes() == 0

@@ -365,6 +365,18 @@ impl Snapshotter {
                          log is kept whole and the next snapshot tries again",
                         me.shard
                     );
+                    // Not left behind half written (on a full disk, what it took is back).
+                    let dir = me.dir.clone();
+                    let cleaned = crate::poke::poked(
+                        glommio::executor().spawn_blocking(move || clean_temporaries(&dir)),
+                    )
+                    .await;
+                    if let Err(e) = cleaned {
+                        eprintln!(
+                            "warning: shard {}: cannot remove a snapshot's temporary file: {e}",
+                            me.shard
+                        );
+                    }
                     me.busy.set(false);
                     return;
                 }
@@ -411,6 +423,8 @@ impl Snapshotter {
                         me.shard
                     );
                 }
+                // A writer short of space looks again now.
+                slot.space_freed();
             }
             // Measured off the shard thread (a directory listing).
             let dir = me.dir.clone();

@@ -97,6 +97,10 @@ pub struct ServerArgs {
     /// Let clients move the server's clock forward (for tests; never in production).
     #[arg(long, hide = true)]
     pub test_clock: bool,
+    /// Tests: the data directory's files may take at most the number of bytes this file
+    /// holds (read again at each check), as if the disk were that small.
+    #[arg(long, hide = true)]
+    pub fault_disk_capacity_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

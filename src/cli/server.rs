@@ -33,6 +33,7 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         snapshot_bytes: args.snapshot_bytes.max(flo_runtime::SEGMENT_BYTES_MIN),
         io_memory_bytes: args.io_memory_mb.max(1) << 20,
         test_clock: args.test_clock,
+        fault_disk_capacity_file: args.fault_disk_capacity_file.clone(),
     };
     run_server(config, stop, |ready| {
         // Nobody reading the ready line (a closed pipe) is no reason to stop serving.

@@ -17,6 +17,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 "snapshot_lsn": s.snapshot_lsn, "snapshot_age_ms": s.snapshot_age_ms,
                 "snapshot_pause_ms": s.snapshot_pause_ms,
                 "snapshot_write_ms": s.snapshot_write_ms, "disk_bytes": s.disk_bytes,
+                "disk_full": s.disk_full,
             })
         })
         .collect();
@@ -36,7 +37,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             info.partitions
         );
         text.push_str(&format!(
-            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
+            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}",
             "SHARD",
             "LSN",
             "DURABLE",
@@ -48,14 +49,15 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             "INDEX",
             "SNAPSHOT",
             "AGE",
-            "DISK"
+            "DISK",
+            "STATE"
         ));
         for s in &info.shards {
             let age = s
                 .snapshot_age_ms
                 .map_or("-".to_string(), |ms| format!("{}s", ms / 1000));
             text.push_str(&format!(
-                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
+                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}",
                 s.shard,
                 s.lsn,
                 s.durable_lsn,
@@ -67,7 +69,11 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 human_bytes(s.run_index_bytes),
                 s.snapshot_lsn,
                 age,
-                human_bytes(s.disk_bytes)
+                human_bytes(s.disk_bytes),
+                match s.disk_full {
+                    true => "read-only: disk full",
+                    false => "ok",
+                }
             ));
         }
         text

@@ -2,7 +2,7 @@
 //! effect that depends on a record leaves the shard only once that record is durable.
 //! Domain handlers get a `&mut Core`; they change state only through `commit`.
 
-use super::io::{Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo, RunKey, WorkerKey};
+use super::io::{DiskSpace, Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo, RunKey, WorkerKey};
 use crate::clock::Clock;
 use crate::hash::Partitioning;
 use crate::index::{Index, Touch};
@@ -125,6 +125,9 @@ pub struct Core {
     /// Keys written since the last look (`kv::serve_waits`), noted only while blocking
     /// reads are parked (None: not noting).
     pub kv_written: Option<Vec<(String, String)>>,
+    /// Room for the log, as the runtime last said (`Input::DiskSpace`): read-only while
+    /// `Full`.
+    pub disk: DiskSpace,
 }
 
 impl Core {
@@ -157,6 +160,7 @@ impl Core {
             wall,
             group_open: false,
             kv_written: None,
+            disk: DiskSpace::Available,
         }
     }
 

@@ -76,6 +76,9 @@ pub enum Input {
     /// What the shard's files look like (after start-up, each snapshot and each segment
     /// deletion), for status.
     Storage(Box<StorageInfo>),
+    /// Whether the log writer can get space for what comes next (it says so when that
+    /// changes): while the disk is full the shard is read-only.
+    DiskSpace(DiskSpace),
     /// The answer to `Effect::ReadLog`: the payload of the record at its LSN, or why it
     /// could not be read.
     LogRead {
@@ -84,6 +87,18 @@ pub enum Input {
     },
     /// Graceful stop: refuse new operations from here on.
     Stop,
+}
+
+/// Room for the shard's log, as the log writer last found it. It prepares the next segment
+/// file while the current one still has half its space left, so `Full` is known while
+/// what is in flight can still be written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DiskSpace {
+    #[default]
+    Available,
+    /// No space for the next segment: client mutations are refused (`unavailable`), reads
+    /// go on, work already in flight continues into the space left, no task is leased.
+    Full,
 }
 
 /// The shard's files, as the runtime last saw them.

@@ -162,3 +162,51 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::WorkflowCancel { .. } => Target::Shard(me),
     }
 }
+
+/// Whether `op` is a client mutation: it exists to change durable state, so it commits a
+/// record on the shard that executes it. A shard whose disk is full refuses these and
+/// serves the rest (reads, waits, the worker registry, which is not logged; a worker's
+/// await is served, though a full shard leases it nothing).
+pub fn mutates(op: &Op) -> bool {
+    match op {
+        Op::KvPut { .. }
+        | Op::KvDelete { .. }
+        | Op::ActionRegister(_)
+        | Op::ActionDelete { .. }
+        | Op::ActionSetEnabled { .. }
+        | Op::ActionInvoke(_)
+        | Op::RunCancel { .. }
+        | Op::TaskComplete { .. }
+        | Op::TaskFail { .. }
+        | Op::TaskTouch { .. }
+        | Op::WorkflowCreate { .. }
+        | Op::WorkflowSetEnabled { .. }
+        | Op::WorkflowStart(_)
+        | Op::WorkflowSignal { .. }
+        | Op::WorkflowCancel { .. } => true,
+        Op::Hello { .. }
+        | Op::Status
+        | Op::ShardMap
+        | Op::KvGet { .. }
+        | Op::KvList { .. }
+        | Op::ActionGet { .. }
+        | Op::ActionList { .. }
+        | Op::RunStatus { .. }
+        | Op::RunWait { .. }
+        | Op::RunList { .. }
+        | Op::WorkerRegister(_)
+        | Op::WorkerHeartbeat { .. }
+        | Op::WorkerDrain { .. }
+        | Op::WorkerDeregister { .. }
+        | Op::WorkerGet { .. }
+        | Op::WorkerList { .. }
+        | Op::TaskAwait { .. }
+        | Op::WorkflowGet { .. }
+        | Op::WorkflowList { .. }
+        | Op::WorkflowStatus { .. }
+        | Op::WorkflowWait { .. }
+        | Op::WorkflowHistory { .. }
+        | Op::WorkflowListRuns { .. }
+        | Op::TestAdvanceClock { .. } => false,
+    }
+}

@@ -3,13 +3,15 @@
 //! step budget; what is left over is continued by `Input::Continue`.
 
 use super::fanout;
-use super::routing::{Target, target};
+use super::routing::{Target, mutates, target};
 use super::watches::Watched;
 use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS};
 use crate::actions::{self, on_executed, start_executions};
 use crate::archive::{self, ListQuery, Live, RunKind, Want};
 use crate::core::cx::{STEPS_PER_INPUT_MAX, Task, Waiting};
-use crate::core::io::{Dest, Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
+use crate::core::io::{
+    Dest, DiskSpace, Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, ReplyTo,
+};
 use crate::definitions;
 use crate::hash::HASH_NAME;
 use crate::kv;
@@ -61,6 +63,7 @@ impl Engine {
                 self.segments = info.segments;
                 self.storage = *info;
             }
+            Input::DiskSpace(space) => self.disk_space(space),
             Input::LogRead { token, result } => {
                 if let Some((dest, done)) = archive::on_read(&mut self.reads, token, result) {
                     self.deliver(dest, done);
@@ -210,6 +213,16 @@ impl Engine {
         self.core.emit(Effect::WakeAt { wall_ms: next });
     }
 
+    /// The log writer found the disk full, or space again: read-only while full; once
+    /// space returns, the wants parked meanwhile get the tasks that wait for them.
+    fn disk_space(&mut self, space: DiskSpace) {
+        let returned = self.core.disk == DiskSpace::Full && space == DiskSpace::Available;
+        self.core.disk = space;
+        if returned {
+            workers::serve_parked(&mut self.core, &mut self.awaits);
+        }
+    }
+
     // ---- clients ----
 
     fn refuse_if_stopping(&mut self, to: ReplyTo) -> bool {
@@ -333,6 +346,7 @@ impl Engine {
                 snapshot_pause_ms: self.storage.snapshot_pause_ms,
                 snapshot_write_ms: self.storage.snapshot_write_ms,
                 disk_bytes: self.storage.disk_bytes,
+                disk_full: core.disk == DiskSpace::Full,
             }))),
             Op::KvList {
                 namespace,
@@ -431,8 +445,26 @@ impl Engine {
         true
     }
 
+    /// Refuses a client mutation while this shard's disk is full (read-only): the one
+    /// place they are gated, on the shard that would log them.
+    fn refuse_if_disk_full(&mut self, to: ReplyTo, op: &Op) -> bool {
+        let refused = self.core.disk == DiskSpace::Full && mutates(op);
+        if refused {
+            let e = ErrorValue::unavailable(format!(
+                "disk full on shard {}: it is read-only until space is freed (reads still \
+                 work); retry later",
+                self.core.shard
+            ));
+            self.core.reply_op(to, 0, Err(e));
+        }
+        refused
+    }
+
     /// Executes an operation this shard owns (a client's, or one routed here).
     fn execute(&mut self, to: ReplyTo, op: Op) {
+        if self.refuse_if_disk_full(to, &op) {
+            return;
+        }
         let done = match op {
             Op::KvGet {
                 namespace,

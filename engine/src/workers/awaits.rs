@@ -20,7 +20,7 @@ use super::tasks::{WantSpec, lease_tasks, release_tasks};
 use super::validate_worker_id;
 use crate::actions::ActionKey;
 use crate::core::cx::{Core, Task, Waiting};
-use crate::core::io::{ConnId, PeerRequest, ReplyResult, ReplyTo, WantMsg, WorkerKey};
+use crate::core::io::{ConnId, DiskSpace, PeerRequest, ReplyResult, ReplyTo, WantMsg, WorkerKey};
 use crate::kv::validate_namespace;
 use crate::tables::{HashMap, HashSet};
 use flo_protocol::{
@@ -602,7 +602,8 @@ pub fn cancel_want(aw: &mut Awaits, origin: u32, want_id: u64) {
 /// Serves parked wants from tasks that became ready since the last call (once per batch
 /// of inputs, so a burst of invocations is leased in one record).
 pub fn dispatch(core: &mut Core, aw: &mut Awaits) {
-    if !core.index.runs.has_user_dirty() {
+    // A full shard leases nothing: the marks wait for space (`serve_parked`).
+    if core.disk == DiskSpace::Full || !core.index.runs.has_user_dirty() {
         return;
     }
     let dirty = core.index.runs.take_user_dirty();
@@ -610,6 +611,15 @@ pub fn dispatch(core: &mut Core, aw: &mut Awaits) {
         return;
     }
     for action in dirty {
+        serve_action(core, aw, &action);
+    }
+}
+
+/// Space for the log returned: leases queued tasks to every want parked while the shard
+/// was full (their tasks were queued before, so no new task marks them).
+pub fn serve_parked(core: &mut Core, aw: &mut Awaits) {
+    let actions: Vec<ActionKey> = aw.wants_by_action.keys().cloned().collect();
+    for action in actions {
         serve_action(core, aw, &action);
     }
 }

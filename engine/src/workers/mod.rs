@@ -10,7 +10,7 @@ mod tasks;
 pub use awaits::{
     AWAITS_PER_WORKER_MAX, Awaits, abandon_forwarded, await_tasks, cancel_want, conn_closed,
     dispatch, expire_awaits, forward_await, on_await_relayed, on_delivery, on_want, on_want_share,
-    sweep_wants, worker_gone,
+    serve_parked, sweep_wants, worker_gone,
 };
 pub use ops::{note_task_done, report};
 pub use registry::{

@@ -6,6 +6,7 @@ use super::registry::labels_match;
 use crate::actions::{ActionKey, Run, retry_at};
 use crate::archive::{self, RunKind};
 use crate::core::cx::{Core, Task};
+use crate::core::io::DiskSpace;
 use crate::record::{LeasedTask, Record};
 use crate::tables::HashSet;
 use flo_protocol::{
@@ -50,8 +51,12 @@ pub struct Failed {
 
 /// Leases up to `want.max` queued tasks of `want.actions` (highest priority first, then
 /// oldest) whose labels the worker satisfies. Returns the assignments and the LSN of
-/// the lease record (0 when none).
+/// the lease record (0 when none). A shard whose disk is full leases nothing: the worker
+/// could not report on the task here; wants stay parked until space returns.
 pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAssignment>, u64) {
+    if core.disk == DiskSpace::Full {
+        return (Vec::new(), 0);
+    }
     let keys: Vec<ActionKey> = want
         .actions
         .iter()
