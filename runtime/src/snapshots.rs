@@ -185,39 +185,6 @@ pub fn clean_temporaries(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_snapshot_file_round_trips_and_any_damage_is_detected() {
-        let marks = vec![(1, vec![(1, 0), (40, 70_000)])];
-        let bytes = encode(99, b"the image", &marks);
-        let loaded = decode(&bytes).unwrap();
-        assert_eq!((loaded.lsn, loaded.image), (99, &b"the image"[..]));
-        assert_eq!(loaded.marks, marks);
-        for i in 0..bytes.len() {
-            let mut bad = bytes.clone();
-            bad[i] ^= 0x40;
-            assert!(decode(&bad).is_err(), "a flip at byte {i} went unnoticed");
-        }
-        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
-    }
-
-    #[test]
-    fn writing_keeps_the_newest_two() {
-        let dir = tempfile::tempdir().unwrap();
-        for lsn in [10, 20, 30] {
-            let kept = write(dir.path(), lsn, &Image::from(b"x".to_vec()), &Vec::new()).unwrap();
-            assert!(kept.len() <= SNAPSHOTS_KEPT);
-        }
-        let on_disk: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
-        assert_eq!(on_disk, vec![30, 20]);
-        assert_eq!(parse_name(&file_name(7)), Some(7));
-        assert_eq!(parse_name("snapshot-7.snap"), None);
-    }
-}
-
 /// The shard loop's side of snapshots: when to take one, the background write, and the
 /// segment deletion after it.
 pub(crate) struct Snapshotter {
@@ -435,5 +402,38 @@ impl Snapshotter {
             me.busy.set(false);
             inbox.push(me.storage(map.count()));
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_file_round_trips_and_any_damage_is_detected() {
+        let marks = vec![(1, vec![(1, 0), (40, 70_000)])];
+        let bytes = encode(99, b"the image", &marks);
+        let loaded = decode(&bytes).unwrap();
+        assert_eq!((loaded.lsn, loaded.image), (99, &b"the image"[..]));
+        assert_eq!(loaded.marks, marks);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(decode(&bad).is_err(), "a flip at byte {i} went unnoticed");
+        }
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn writing_keeps_the_newest_two() {
+        let dir = tempfile::tempdir().unwrap();
+        for lsn in [10, 20, 30] {
+            let kept = write(dir.path(), lsn, &Image::from(b"x".to_vec()), &Vec::new()).unwrap();
+            assert!(kept.len() <= SNAPSHOTS_KEPT);
+        }
+        let on_disk: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(on_disk, vec![30, 20]);
+        assert_eq!(parse_name(&file_name(7)), Some(7));
+        assert_eq!(parse_name("snapshot-7.snap"), None);
     }
 }

@@ -231,6 +231,41 @@ fn fit(doc: &mut WfArchived) {
     }
 }
 
+/// Archives the run if it is done (see `plan_archive`).
+pub fn archive_if_done(core: &mut Core, kind: RunKind, namespace: &str, run_id: &str) {
+    if let Some(record) = plan_archive(&core.state, kind, namespace, run_id) {
+        core.commit(record);
+    }
+}
+
+/// Forgets the archived runs that finished more than `retention_ms` ago (one record).
+pub fn forget_expired(core: &mut Core, retention_ms: u64) {
+    let cutoff = core.now_ms().saturating_sub(retention_ms);
+    if let Some(before_lsn) = core.state.archive.forget_before(cutoff) {
+        core.commit(Record::RunsForgotten { before_lsn });
+    }
+}
+
+/// Final runs still in memory (after recovery: a crash came between a run's final record
+/// and its archive record), as the tasks that archive them.
+pub fn final_runs(state: &ShardState) -> Vec<Task> {
+    let key = |ns: &str, id: &str| -> RunKey { (ns.to_string(), id.to_string()) };
+    let mut tasks: Vec<Task> = state
+        .runs
+        .iter()
+        .filter(|(_, _, r)| r.status.is_final())
+        .map(|(ns, id, _)| Task::Archive(RunKind::Action, key(ns, id)))
+        .collect();
+    tasks.extend(
+        state
+            .workflows
+            .all_runs()
+            .filter(|(_, _, r)| r.status.is_final())
+            .map(|(ns, id, _)| Task::Archive(RunKind::Workflow, key(ns, id))),
+    );
+    tasks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,39 +328,4 @@ mod tests {
         // Every step is still listed (only outputs went).
         assert_eq!(doc.info.steps.len(), 5);
     }
-}
-
-/// Archives the run if it is done (see `plan_archive`).
-pub fn archive_if_done(core: &mut Core, kind: RunKind, namespace: &str, run_id: &str) {
-    if let Some(record) = plan_archive(&core.state, kind, namespace, run_id) {
-        core.commit(record);
-    }
-}
-
-/// Forgets the archived runs that finished more than `retention_ms` ago (one record).
-pub fn forget_expired(core: &mut Core, retention_ms: u64) {
-    let cutoff = core.now_ms().saturating_sub(retention_ms);
-    if let Some(before_lsn) = core.state.archive.forget_before(cutoff) {
-        core.commit(Record::RunsForgotten { before_lsn });
-    }
-}
-
-/// Final runs still in memory (after recovery: a crash came between a run's final record
-/// and its archive record), as the tasks that archive them.
-pub fn final_runs(state: &ShardState) -> Vec<Task> {
-    let key = |ns: &str, id: &str| -> RunKey { (ns.to_string(), id.to_string()) };
-    let mut tasks: Vec<Task> = state
-        .runs
-        .iter()
-        .filter(|(_, _, r)| r.status.is_final())
-        .map(|(ns, id, _)| Task::Archive(RunKind::Action, key(ns, id)))
-        .collect();
-    tasks.extend(
-        state
-            .workflows
-            .all_runs()
-            .filter(|(_, _, r)| r.status.is_final())
-            .map(|(ns, id, _)| Task::Archive(RunKind::Workflow, key(ns, id))),
-    );
-    tasks
 }
