@@ -459,7 +459,9 @@ fn kv_get_wait_returns_when_the_key_is_written_and_times_out_cleanly() {
         assert_eq!(code, Some(0), "{stdout}\n{stderr}");
         let doc: Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(doc["value"], format!("value-{i}"));
-        assert!(started.elapsed() < Duration::from_secs(10));
+        // Answered by the write, not by the wait's own 20 s limit (a loaded machine may
+        // take seconds).
+        assert!(started.elapsed() < Duration::from_secs(19));
     }
 
     // A key that exists: at once.
