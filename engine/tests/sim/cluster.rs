@@ -423,6 +423,8 @@ pub struct Cluster {
     pub auto_write: bool,
     /// Number of inputs fed so far.
     pub steps: u64,
+    /// Reads of the log that found their record deleted.
+    pub reads_missed: u64,
 }
 
 impl Cluster {
@@ -452,6 +454,7 @@ impl Cluster {
             log_reads: Vec::new(),
             auto_write: true,
             steps: 0,
+            reads_missed: 0,
         };
         for s in 0..shards {
             c.step(s, Input::Started);
@@ -543,6 +546,7 @@ impl Cluster {
                 node.engine.durable_lsn(),
                 node.segment_firsts()
             );
+            self.reads_missed += 1;
         }
         self.step(shard, Input::LogRead { token, result });
     }

@@ -84,6 +84,8 @@ pub struct SnapJob {
 pub struct CrashPlan {
     /// Bytes of the batch being written that reached the disk.
     pub torn: usize,
+    /// With none: the writer had begun, so it made the new segment the batch rolls to.
+    pub roll_begun: bool,
     /// A snapshot renamed but not synced is there after the crash.
     pub renamed_kept: bool,
     /// For each file unlinked since the last directory sync (in unlink order): it is back.
@@ -260,7 +262,7 @@ impl Node {
         if let Some(batch) = &self.writing {
             let torn = plan.torn.min(batch.bytes.len());
             // The writer rolls before it writes: only a write begun made the new file.
-            if self.rolls(batch.bytes.len()) && torn > 0 {
+            if self.rolls(batch.bytes.len()) && (torn > 0 || plan.roll_begun) {
                 segments.push(Segment::new(active.0, std::mem::take(&mut active.1)));
                 active.0 = batch.first_lsn;
                 unlinked.clear();

@@ -86,7 +86,7 @@ const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
 const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
 const GPU_LABELS: &str = r#"{"gpu":true}"#;
 
-const WORKFLOWS: [&str; 9] = [
+const WORKFLOWS: [&str; 10] = [
     r#"
 kind: Workflow
 name: process-order
@@ -211,6 +211,8 @@ start:
     failure: flo.Failed
 "#,
     "kind: Workflow\nname: loop-child\nversion: \"1\"\nstart:\n  run: \"@actions/not-registered\"\n  transitions:\n    success: flo.Completed\n",
+    // In flight until cancelled: runs older than any retention window that must stay.
+    "kind: Workflow\nname: forever\nversion: \"1\"\nstart:\n  waitForSignal:\n    type: never\n  transitions:\n    success: flo.Completed\n",
     "kind: Workflow\nname: loop-parent\nversion: \"1\"\nstart:\n  run: \"@workflow/loop-child\"\n  transitions:\n    success: flo.Completed\n    failure: again\nsteps:\n  again:\n    run: \"@workflow/loop-child\"\n    transitions:\n      success: flo.Completed\n      failure: again\n",
 ];
 const STARTABLE: [&str; 7] = [
@@ -307,6 +309,8 @@ pub struct Counts {
     pub runs_forgotten: u64,
     /// Runs still in flight at the end that started longer ago than the retention window.
     pub old_in_flight: u64,
+    /// Reads of the log that found their record deleted (its run forgotten meanwhile).
+    pub reads_missed: u64,
     pub seeds: u64,
 }
 
@@ -326,6 +330,7 @@ impl Counts {
         self.segments_deleted += o.segments_deleted;
         self.runs_forgotten += o.runs_forgotten;
         self.old_in_flight += o.old_in_flight;
+        self.reads_missed += o.reads_missed;
         self.seeds += o.seeds;
     }
 }
@@ -772,6 +777,8 @@ impl Sim {
             59..=73 => {
                 let name = if self.rng.one_in(40) {
                     "loop-parent"
+                } else if self.rng.one_in(15) {
+                    "forever"
                 } else {
                     *self.rng.pick(&STARTABLE)
                 };
@@ -1230,6 +1237,7 @@ impl Sim {
         }
         CrashPlan {
             torn,
+            roll_begun: self.rng.one_in(2),
             renamed_kept: self.rng.one_in(2),
             unlinked_back,
             damage_newest,
@@ -1484,6 +1492,7 @@ impl Sim {
                 .filter(|(_, _, r)| old(r.created_at_ms))
                 .count() as u64;
         }
+        self.counts.reads_missed = self.c.reads_missed;
         self.counts.seeds += 1;
     }
 
