@@ -135,6 +135,20 @@ impl Default for StorageConfig {
     }
 }
 
+/// A run id of a kind (`RunKind as u8`).
+pub type RunId = (u8, String);
+
+/// A durable archive record, as the checks of retention follow it.
+#[derive(Debug, Clone)]
+pub struct Archived {
+    pub lsn: u64,
+    /// When the run finished.
+    pub finished_ms: u64,
+    pub id: RunId,
+    /// Which of the runs with this id (`Node::generation`).
+    pub generation: u32,
+}
+
 /// The run a fact (`facts_of`) is about.
 fn fact_subject(fact: &str) -> Option<(RunKind, &str)> {
     let (what, rest) = fact.split_once(' ')?;
@@ -165,13 +179,15 @@ pub struct Node {
     pub facts: HashMap<String, u64>,
     /// (first LSN one step appended, the clock then), in LSN order: when a record was made.
     pub commit_ms: Vec<(u64, u64)>,
-    /// Archive records among the durable ones: (LSN, when the run finished), in LSN order.
-    pub archived: Vec<(u64, u64)>,
-    /// (kind, run id) → LSN of its archive record.
-    pub archived_ids: HashMap<(u8, String), u64>,
+    /// Archive records among the durable ones, in LSN order.
+    pub archived: Vec<Archived>,
+    /// (kind, run id) → LSN of the archive record of the latest run with this id.
+    pub archived_ids: HashMap<RunId, u64>,
     /// (kind, run id) → how many runs had this id: an id made of an idempotency key is
     /// free again once its run is forgotten.
-    pub generations: HashMap<(u8, String), u32>,
+    pub generations: HashMap<RunId, u32>,
+    /// (kind, run id) → the latest of its runs a durable `RunsForgotten` forgot.
+    pub forgotten_generations: HashMap<RunId, u32>,
     /// The highest `RunsForgotten { before_lsn }` durable: runs archived before it are
     /// forgotten; `archived[..forgotten]` are those runs.
     pub forgotten_before: u64,
@@ -210,6 +226,7 @@ impl Node {
             archived: Vec::new(),
             archived_ids: HashMap::new(),
             generations: HashMap::new(),
+            forgotten_generations: HashMap::new(),
             forgotten_before: 0,
             forgotten: 0,
             retention_ms: config.retention_ms,
@@ -246,9 +263,17 @@ impl Node {
         Some((lsn, lsn < self.forgotten_before))
     }
 
-    /// Whether run `run_id` of `kind` was archived and then forgotten, durably.
+    /// Whether the latest run with id `run_id` of `kind` was archived and then forgotten,
+    /// durably.
     pub fn forgot(&self, kind: RunKind, run_id: &str) -> bool {
-        self.archive_of(kind, run_id).is_some_and(|(_, f)| f)
+        let generation = self.generation(kind, run_id);
+        generation > 0 && self.forgotten_generation(kind, run_id) == generation
+    }
+
+    /// The latest of the runs with this id that a durable record forgot (0: none).
+    pub fn forgotten_generation(&self, kind: RunKind, run_id: &str) -> u32 {
+        let key = (kind as u8, run_id.to_string());
+        self.forgotten_generations.get(&key).copied().unwrap_or(0)
     }
 
     /// How many runs with this id the durable log created.
@@ -307,23 +332,31 @@ impl Node {
     fn note_retention(&mut self, lsn: u64, record: &Record) {
         match record {
             Record::RunArchived { run, .. } => {
-                let (_, run_id) = run.id();
-                self.archived.push((lsn, run.finished_at_ms()));
-                self.archived_ids
-                    .insert((run.kind() as u8, run_id.to_string()), lsn);
+                let id = (run.kind() as u8, run.id().1.to_string());
+                self.archived_ids.insert(id.clone(), lsn);
+                self.archived.push(Archived {
+                    lsn,
+                    finished_ms: run.finished_at_ms(),
+                    generation: self.generations.get(&id).copied().unwrap_or(0),
+                    id,
+                });
             }
             Record::RunsForgotten { before_lsn } => {
                 let at = self.committed_at(lsn);
-                let end = self.archived.partition_point(|a| a.0 < *before_lsn);
-                for &(archived, finished) in &self.archived[self.forgotten.min(end)..end] {
+                let end = self.archived.partition_point(|a| a.lsn < *before_lsn);
+                for a in &self.archived[self.forgotten.min(end)..end] {
                     assert!(
-                        finished + self.retention_ms <= at,
+                        a.finished_ms + self.retention_ms <= at,
                         "shard {}: RunsForgotten {{ before_lsn: {before_lsn} }} at LSN {lsn}, \
-                         made at {at} ms, forgets the run archived at {archived}, which \
-                         finished at {finished} ms: within its retention window ({} ms)",
+                         made at {at} ms, forgets the run archived at {}, which finished at \
+                         {} ms: within its retention window ({} ms)",
                         self.shard(),
+                        a.lsn,
+                        a.finished_ms,
                         self.retention_ms
                     );
+                    self.forgotten_generations
+                        .insert(a.id.clone(), a.generation);
                 }
                 self.forgotten = self.forgotten.max(end);
                 self.forgotten_before = self.forgotten_before.max(*before_lsn);

@@ -228,6 +228,22 @@ const STARTABLE: [&str; 7] = [
 struct Pending {
     shard: u32,
     op: Op,
+    /// For an operation on a run: which of the runs with its id was the latest durable
+    /// when it was sent (an id made of an idempotency key is reused once forgotten).
+    generation: u32,
+}
+
+/// The run an operation is about, for the checks of `not_found` answers.
+fn target_run(op: &Op) -> Option<(RunKind, &str)> {
+    match op {
+        Op::RunStatus { run_id, .. } | Op::RunCancel { run_id, .. } => {
+            Some((RunKind::Action, run_id))
+        }
+        Op::WorkflowStatus { run_id, .. }
+        | Op::WorkflowCancel { run_id, .. }
+        | Op::WorkflowSignal { run_id, .. } => Some((RunKind::Workflow, run_id)),
+        _ => None,
+    }
 }
 
 struct Worker {
@@ -425,11 +441,13 @@ impl Sim {
         trace(format!(
             "client c{conn} r{request} -> shard {shard}: {op:?}"
         ));
+        let generation = target_run(&op).map_or(0, |(kind, id)| self.generation(kind, id));
         self.pending.insert(
             (conn, request),
             Pending {
                 shard,
                 op: op.clone(),
+                generation,
             },
         );
         self.c.client(shard, conn, request, op);
@@ -984,6 +1002,9 @@ impl Sim {
                 "reply from a shard the request was not sent to"
             );
             trace(format!("reply c{} r{}: {result:?}", to.conn, to.request));
+            if let Some((kind, run_id)) = target_run(&p.op) {
+                self.on_not_found(kind, run_id, p.generation, &p.op, &result);
+            }
             self.on_reply(to.conn, p.op, result);
         }
     }
@@ -1007,18 +1028,6 @@ impl Sim {
     fn on_reply(&mut self, conn: u64, op: Op, result: ReplyResult) {
         let reply = ok_reply(&result);
         match (&op, reply) {
-            (Op::RunStatus { run_id, .. }, None) => {
-                self.on_not_found(RunKind::Action, run_id, &result, true)
-            }
-            (Op::RunCancel { run_id, .. }, None) => {
-                self.on_not_found(RunKind::Action, run_id, &result, false)
-            }
-            (Op::WorkflowStatus { run_id, .. }, None) => {
-                self.on_not_found(RunKind::Workflow, run_id, &result, true)
-            }
-            (Op::WorkflowCancel { run_id, .. } | Op::WorkflowSignal { run_id, .. }, None) => {
-                self.on_not_found(RunKind::Workflow, run_id, &result, false)
-            }
             (Op::KvPut { key, .. }, Some(Reply::KvPut { version })) => {
                 self.require_durable(key, format!("kvput {NS}/{key} v{version}"), &op);
                 if !self.model.tainted.contains(key) {
@@ -1143,10 +1152,18 @@ impl Sim {
         }
     }
 
-    /// An acknowledged run answered `not_found`: only once a durable record forgot it,
-    /// which only happens once it finished and its retention window passed (checked as the
-    /// record becomes durable: `Node::note_retention`). `explained`: the answer says so.
-    fn on_not_found(&mut self, kind: RunKind, run_id: &str, result: &ReplyResult, explained: bool) {
+    /// An acknowledged run answered `not_found`: only once a durable record forgot it (the
+    /// run with its id when the operation was sent, or a later one), which only happens
+    /// once it finished and its retention window passed (checked as the record becomes
+    /// durable: `Node::note_retention`). A status answer says so.
+    fn on_not_found(
+        &mut self,
+        kind: RunKind,
+        run_id: &str,
+        generation: u32,
+        op: &Op,
+        result: &ReplyResult,
+    ) {
         let Err(e) = result else {
             return;
         };
@@ -1158,14 +1175,17 @@ impl Sim {
             return;
         }
         let node = &self.c.nodes[self.c.owner(NS, run_id) as usize];
+        let forgotten = node.forgotten_generation(kind, run_id);
         assert!(
-            node.forgot(kind, run_id),
+            forgotten >= generation.max(1),
             "acknowledged run {run_id} answered {e:?} before a durable record forgot it \
-             (its archive record {:?}, durably forgotten before LSN {}, durable up to {})",
+             (run {generation} with this id when asked, {forgotten} forgotten; archive record \
+             {:?}, durably forgotten before LSN {}, durable up to {})",
             node.archive_of(kind, run_id),
             node.forgotten_before,
             node.engine.durable_lsn()
         );
+        let explained = matches!(op, Op::RunStatus { .. } | Op::WorkflowStatus { .. });
         // Ids the shard counted out (`ACTION-N`, `wfrun-N`) are known to have been issued;
         // an id made of an idempotency key (`action:key`) is not told apart from one never
         // used.
@@ -1711,8 +1731,8 @@ impl Sim {
         let node = &self.c.nodes[s as usize];
         let now = self.c.now();
         let retained = &node.archived[node.forgotten..];
-        for &(lsn, _) in retained {
-            let at = node.committed_at(lsn);
+        for a in retained {
+            let (lsn, at) = (a.lsn, node.committed_at(a.lsn));
             assert!(
                 at + TIME_MARK_MS + node.retention_ms > now,
                 "shard {s}: the run archived at LSN {lsn} ({at} ms) is still retained at \
@@ -1860,7 +1880,7 @@ fn check_replay(c: &Cluster, shard: u32) {
     // Retention goes on alike: the run index's time marks (not in the digest) agree.
     let cutoffs: Vec<u64> = node.archived[node.forgotten..]
         .iter()
-        .flat_map(|&(_, finished)| [finished, finished + TIME_MARK_MS])
+        .flat_map(|a| [a.finished_ms, a.finished_ms + TIME_MARK_MS])
         .collect();
     let marks = |e: &Engine| -> Vec<Option<u64>> {
         let index = &e.state().archive;
