@@ -1228,7 +1228,7 @@ impl Sim {
     // ---- crashes ----
 
     /// Where a crash strikes shard `s`: a torn batch, a renamed snapshot kept or not,
-    /// unlinked files back or not, and (when none is yet) a damaged newest snapshot.
+    /// unlinked files back or not, and (one fault at a time) a damaged newest snapshot.
     fn crash_plan(&mut self, s: u32) -> CrashPlan {
         let node = &self.c.nodes[s as usize];
         let len = node.writing.as_ref().map_or(0, |b| b.bytes.len());
