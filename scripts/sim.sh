@@ -4,8 +4,9 @@
 # Runs the engine's deterministic simulation (engine/tests/sim.rs) with seeds 1..=SEEDS, in
 # a release build (debug assertions on) so that many seeds take little time. The simulation drives bare engines
 # (no sockets, no runtime) from one seed: random clients, workers, executions, message
-# interleavings, disk syncs, clock jumps and crashes that drop what was not durable, with
-# invariants checked as it runs; a failure names its seed.
+# interleavings, disk syncs, clock jumps, retention of finished runs, segment rolls,
+# snapshots, segment deletion and crashes that drop what was not durable (at any point of a
+# snapshot or a deletion), with invariants checked as it runs; a failure names its seed.
 #
 # Replay one seed (a debug build, debug assertions on):
 #   FLO_SIM_SEED=N cargo test -p flo-engine --test sim

@@ -7,15 +7,22 @@ use std::io;
 use std::sync::Arc;
 
 /// One piece of an image, in order.
+#[derive(Clone)]
 pub enum Part {
     Bytes(Vec<u8>),
     /// Words of a sealed run-index chunk, written little-endian.
     Words(Arc<[u64]>, std::ops::Range<usize>),
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Image {
     parts: Vec<Part>,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Image({} parts, {} bytes)", self.parts.len(), self.len())
+    }
 }
 
 /// Words are turned into bytes this many at a time.

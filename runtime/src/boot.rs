@@ -440,9 +440,13 @@ pub fn run_server(
     Ok(())
 }
 
-/// Loads the newest snapshot that is valid into `engine` (a damaged one is reported and
-/// the one before is tried). Returns its LSN and the segment marks it carried; None: there
-/// is none, the whole log is replayed.
+/// Loads the newest snapshot that is valid into `engine` (a damaged one is reported, set
+/// aside and the one before is tried). Returns its LSN and the segment marks it carried;
+/// None: there is none, the whole log is replayed.
+///
+/// Set aside (renamed `….snap.damaged`, kept for inspection) so that it no longer counts as
+/// one of the two snapshots kept: else the next snapshot would keep it as its fallback,
+/// delete the good one it fell back to, and delete the segments that one needs.
 fn load_snapshot(
     dir: &Path,
     shard: u32,
@@ -458,13 +462,18 @@ fn load_snapshot(
                 engine.restore(loaded.image)?;
                 Ok((loaded.lsn, loaded.marks))
             });
-        match loaded {
-            Ok(loaded) => return Ok(Some(loaded)),
-            Err(e) => eprintln!(
-                "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}); trying the one before",
-                path.display()
-            ),
-        }
+        let Err(e) = loaded else {
+            return Ok(loaded.ok());
+        };
+        let aside = path.with_extension("snap.damaged");
+        let moved = match fs::rename(&path, &aside) {
+            Ok(()) => format!("moved to {}", aside.display()),
+            Err(e) => format!("cannot move it aside: {e}"),
+        };
+        eprintln!(
+            "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}), {moved}; trying the one before",
+            path.display()
+        );
     }
     Ok(None)
 }

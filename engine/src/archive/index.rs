@@ -412,6 +412,33 @@ mod tests {
     }
 
     #[test]
+    fn an_image_taken_is_not_changed_by_what_the_index_does_after() {
+        let mut index = RunIndex::default();
+        let e = |lsn| Entry {
+            lsn,
+            status: 1,
+            dead_lettered: false,
+            name_tag: 3,
+        };
+        let n = 2 * CHUNK as u64 + 10;
+        for i in 1..=n {
+            index.insert(i, e(i), i);
+        }
+        let mut image = Image::default();
+        index.write_image(&mut image);
+        let before = image.to_bytes();
+        // The shared chunks outlive the index's own: forgotten, refilled, sealed again.
+        for i in n + 1..=n + CHUNK as u64 {
+            index.insert(i, e(i), i);
+        }
+        index.forget(CHUNK as u64 + 100);
+        index.insert(5, e(n + CHUNK as u64 + 1), n);
+        assert_eq!(image.to_bytes(), before);
+        let back = RunIndex::read_image(&before).unwrap();
+        assert_eq!(back.len(), n as usize);
+    }
+
+    #[test]
     fn positions_resolve_across_chunks_and_after_everything_is_forgotten() {
         let mut index = RunIndex::default();
         let e = |lsn| Entry {

@@ -9,7 +9,7 @@ use crate::index::{Index, Touch};
 use crate::record::Record;
 use crate::state::ShardState;
 use crate::tables::HashMap;
-use flo_protocol::TaskAssignment;
+use flo_protocol::{ErrorCode, TaskAssignment};
 use flo_ual::{Batch, LogBuffer};
 use std::collections::VecDeque;
 
@@ -101,6 +101,9 @@ pub struct Core {
     durable_lsn: u64,
     /// LSN of the last record that removed a key: a read that finds no key waits for it.
     absence_lsn: u64,
+    /// LSN of the last `RunsForgotten`: an answer that finds no run (not found) waits for
+    /// it, or a crash could bring back a run a client was told is gone.
+    forgotten_lsn: u64,
     /// LSN of the last definition record: a read of definitions waits for it.
     definitions_lsn: u64,
     /// Effects and tasks waiting for their LSN to be durable, in LSN order.
@@ -146,6 +149,7 @@ impl Core {
             log: LogBuffer::new(1),
             durable_lsn: 0,
             absence_lsn: 0,
+            forgotten_lsn: 0,
             definitions_lsn: 0,
             held: VecDeque::new(),
             out: Vec::new(),
@@ -197,6 +201,7 @@ impl Core {
         let touch = Touch::of(&record);
         let removes_keys = record.may_remove_keys();
         let definition = record.is_definition();
+        let forgets = matches!(record, Record::RunsForgotten { .. });
         if let Some(written) = &mut self.kv_written {
             crate::kv::keys_written(&record, written);
         }
@@ -211,6 +216,9 @@ impl Core {
         }
         if definition {
             self.definitions_lsn = lsn;
+        }
+        if forgets {
+            self.forgotten_lsn = lsn;
         }
         lsn
     }
@@ -333,6 +341,14 @@ impl Core {
     /// the client chose to be answered before the sync).
     pub fn reply_op(&mut self, to: ReplyTo, lsn: u64, result: ReplyResult) {
         let lsn = match self.durability {
+            // What is not found may have been forgotten by a record not yet durable.
+            Durability::Sync
+                if result
+                    .as_ref()
+                    .is_err_and(|e| e.code == ErrorCode::NotFound) =>
+            {
+                lsn.max(self.forgotten_lsn)
+            }
             Durability::Sync => lsn,
             Durability::Async => 0,
         };

@@ -1,11 +1,16 @@
 //! A cluster of engines driven by hand: no sockets, no glommio. Each shard has a simulated
-//! disk (the bytes of one segment file, laid out as the real writer lays them out: every
-//! batch on a block boundary, zero-padded), at most one batch being written at a time, a
-//! FIFO link to every other shard, and the effects it released collected for the caller.
-//! Shared by the simulation (`sim.rs`) and the unit tests (`engine_units.rs`).
+//! disk (segment files laid out as the real writer lays them out: every batch on a block
+//! boundary, zero-padded; snapshot files; see `storage.rs`), at most one batch being
+//! written at a time, a FIFO link to every other shard, and the effects it released
+//! collected for the caller. Shared by the simulation (`sim.rs`) and the unit tests
+//! (`engine_units.rs`), which keep one segment and no snapshots.
 
 #![allow(dead_code)]
 
+#[path = "storage.rs"]
+pub mod storage;
+
+use flo_engine::archive::RunKind;
 use flo_engine::clock::ManualClock;
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
 use flo_engine::record::Record;
@@ -14,6 +19,7 @@ use flo_engine::{
 };
 use flo_ual::{Batch, align_up, segment_file_name};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use storage::{CrashPlan, Segment, SnapFile, SnapJob, StorageStats, Unlinked};
 
 pub const BLOCK: usize = 4096;
 pub const HEADER: usize = 20;
@@ -111,42 +117,126 @@ pub fn facts_of(record: &Record, shard_facts: &mut HashMap<String, u64>) {
     }
 }
 
+/// How a cluster keeps its files and its finished runs.
+#[derive(Debug, Clone, Copy)]
+pub struct StorageConfig {
+    /// The engines' retention of finished runs.
+    pub retention_ms: u64,
+    /// A segment file takes batches up to this many bytes (the unit tests: one segment).
+    pub segment_bytes: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
+            segment_bytes: u64::MAX,
+        }
+    }
+}
+
+/// A run id of a kind (`RunKind as u8`).
+pub type RunId = (u8, String);
+
+/// A durable archive record, as the checks of retention follow it.
+#[derive(Debug, Clone)]
+pub struct Archived {
+    pub lsn: u64,
+    /// When the run finished.
+    pub finished_ms: u64,
+    pub id: RunId,
+    /// Which of the runs with this id (`Node::generation`).
+    pub generation: u32,
+}
+
+/// The run a fact (`facts_of`) is about.
+fn fact_subject(fact: &str) -> Option<(RunKind, &str)> {
+    let (what, rest) = fact.split_once(' ')?;
+    let kind = match what {
+        "run" | "completed" | "runcancel" | "failed" | "leased" => RunKind::Action,
+        "wfrun" | "wfend" | "signal" => RunKind::Workflow,
+        _ => return None,
+    };
+    let subject = rest.split(' ').next()?;
+    Some((kind, subject.split_once('/')?.1))
+}
+
 pub struct Node {
     pub engine: Engine,
-    /// The segment file: what was written (each batch padded to the block size).
+    /// The segment file being written (each batch padded to the block size).
     pub disk: Vec<u8>,
+    /// Its first LSN (its name).
+    pub disk_first: u64,
+    /// The segment files before it still on disk, in LSN order.
+    pub sealed: Vec<Segment>,
+    pub segment_bytes: u64,
     /// The batch the writer holds (written and acknowledged by `complete_write`).
     pub writing: Option<Batch>,
-    /// The durable records, decoded.
+    /// Every durable record, decoded: kept across crashes and segment deletions (a record
+    /// once durable stays so), from LSN 1 on.
     pub records: Vec<(u64, Record)>,
     pub payloads: Vec<(u64, Vec<u8>)>,
     pub facts: HashMap<String, u64>,
+    /// (first LSN one step appended, the clock then), in LSN order: when a record was made.
+    pub commit_ms: Vec<(u64, u64)>,
+    /// Archive records among the durable ones, in LSN order.
+    pub archived: Vec<Archived>,
+    /// (kind, run id) → LSN of the archive record of the latest run with this id.
+    pub archived_ids: HashMap<RunId, u64>,
+    /// (kind, run id) → how many runs had this id: an id made of an idempotency key is
+    /// free again once its run is forgotten.
+    pub generations: HashMap<RunId, u32>,
+    /// (kind, run id) → the latest of its runs a durable `RunsForgotten` forgot.
+    pub forgotten_generations: HashMap<RunId, u32>,
+    /// The highest `RunsForgotten { before_lsn }` durable: runs archived before it are
+    /// forgotten; `archived[..forgotten]` are those runs.
+    pub forgotten_before: u64,
+    pub forgotten: usize,
+    pub retention_ms: u64,
     /// Earliest `WakeAt` asked since the last tick.
     pub wake: Option<u64>,
     /// `Effect::Continue`s not yet fed back.
     pub continues: u32,
-    /// The installed snapshot (LSN, image): recovery starts from it.
-    pub snap: Option<(u64, Vec<u8>)>,
-    /// A snapshot being written: a crash may find it installed (renamed, directory not
-    /// synced yet) or not (the recovery then uses `snap`).
-    pub snap_pending: Option<(u64, Vec<u8>)>,
+    /// Snapshot files on disk, newest first.
+    pub snaps: Vec<SnapFile>,
+    /// The snapshot being written.
+    pub job: Option<SnapJob>,
+    /// Files unlinked since the directory was last synced (a crash may bring them back).
+    pub unlinked: Vec<Unlinked>,
+    /// Log bytes handed to the writer since the last snapshot was taken.
+    pub logged: u64,
+    pub stats: StorageStats,
 }
 
 impl Node {
-    fn fresh(shard: u32, part: Partitioning, clock: &ManualClock) -> Node {
-        let mut engine = new_engine(shard, part, clock);
+    fn fresh(shard: u32, part: Partitioning, clock: &ManualClock, config: StorageConfig) -> Node {
+        let mut engine = new_engine_with(shard, part, clock, config.retention_ms);
         engine.recovered(0, 1);
         Node {
             engine,
             disk: Vec::new(),
+            disk_first: 1,
+            sealed: Vec::new(),
+            segment_bytes: config.segment_bytes,
             writing: None,
             records: Vec::new(),
             payloads: Vec::new(),
             facts: HashMap::new(),
+            commit_ms: Vec::new(),
+            archived: Vec::new(),
+            archived_ids: HashMap::new(),
+            generations: HashMap::new(),
+            forgotten_generations: HashMap::new(),
+            forgotten_before: 0,
+            forgotten: 0,
+            retention_ms: config.retention_ms,
             wake: None,
             continues: 0,
-            snap: None,
-            snap_pending: None,
+            snaps: Vec::new(),
+            job: None,
+            unlinked: Vec::new(),
+            logged: 0,
+            stats: StorageStats::default(),
         }
     }
 
@@ -154,21 +244,143 @@ impl Node {
         self.facts.get(f).copied().unwrap_or(0)
     }
 
+    /// When record `lsn` was appended (the clock at the step that made it).
+    pub fn committed_at(&self, lsn: u64) -> u64 {
+        let at = self.commit_ms.partition_point(|c| c.0 <= lsn);
+        at.checked_sub(1)
+            .map(|i| self.commit_ms[i].1)
+            .unwrap_or_else(|| panic!("shard {}: record {lsn} was never appended", self.shard()))
+    }
+
+    pub fn shard(&self) -> u32 {
+        self.engine.shard()
+    }
+
+    /// The durable archive record of run `run_id` of `kind`, and whether a durable
+    /// `RunsForgotten` forgot it since.
+    pub fn archive_of(&self, kind: RunKind, run_id: &str) -> Option<(u64, bool)> {
+        let lsn = *self.archived_ids.get(&(kind as u8, run_id.to_string()))?;
+        Some((lsn, lsn < self.forgotten_before))
+    }
+
+    /// Whether the latest run with id `run_id` of `kind` was archived and then forgotten,
+    /// durably.
+    pub fn forgot(&self, kind: RunKind, run_id: &str) -> bool {
+        let generation = self.generation(kind, run_id);
+        generation > 0 && self.forgotten_generation(kind, run_id) == generation
+    }
+
+    /// The latest of the runs with this id that a durable record forgot (0: none).
+    pub fn forgotten_generation(&self, kind: RunKind, run_id: &str) -> u32 {
+        let key = (kind as u8, run_id.to_string());
+        self.forgotten_generations.get(&key).copied().unwrap_or(0)
+    }
+
+    /// How many runs with this id the durable log created.
+    pub fn generation(&self, kind: RunKind, run_id: &str) -> u32 {
+        let key = (kind as u8, run_id.to_string());
+        self.generations.get(&key).copied().unwrap_or(0)
+    }
+
+    /// A run created with an id an earlier run had: only once that run was forgotten.
+    /// Facts about the earlier run no longer count.
+    fn note_creation(&mut self, lsn: u64, record: &Record) {
+        let (kind, run_id) = match record {
+            Record::RunCreated { run_id, .. } => (RunKind::Action, run_id),
+            Record::WfRunStarted { run_id, .. } => (RunKind::Workflow, run_id),
+            _ => return,
+        };
+        let key = (kind as u8, run_id.clone());
+        if self.generations.contains_key(&key) {
+            assert!(
+                self.forgot(kind, run_id),
+                "shard {}: run {run_id} created again at LSN {lsn}, its earlier run not \
+                 forgotten (archived at {:?})",
+                self.shard(),
+                self.archive_of(kind, run_id)
+            );
+            self.facts
+                .retain(|f, _| fact_subject(f) != Some((kind, run_id.as_str())));
+            self.archived_ids.remove(&key);
+        }
+        *self.generations.entry(key).or_insert(0) += 1;
+    }
+
     fn absorb(&mut self, payloads: Vec<(u64, Vec<u8>)>) -> Vec<Record> {
         let mut added = Vec::new();
         for (lsn, payload) in payloads {
             let record = Record::decode(&payload)
                 .unwrap_or_else(|e| panic!("durable record {lsn} does not decode: {e}"));
+            assert_eq!(
+                lsn,
+                self.payloads.len() as u64 + 1,
+                "shard {}: the durable records go on from LSN 1 without a gap",
+                self.shard()
+            );
+            self.note_creation(lsn, &record);
             facts_of(&record, &mut self.facts);
+            self.note_retention(lsn, &record);
             self.records.push((lsn, record.clone()));
             self.payloads.push((lsn, payload));
             added.push(record);
         }
         added
     }
+
+    /// Follows archive and forget records; a run is forgotten only once its retention
+    /// window has passed (when the forget record was made).
+    fn note_retention(&mut self, lsn: u64, record: &Record) {
+        match record {
+            Record::RunArchived { run, .. } => {
+                let id = (run.kind() as u8, run.id().1.to_string());
+                self.archived_ids.insert(id.clone(), lsn);
+                self.archived.push(Archived {
+                    lsn,
+                    finished_ms: run.finished_at_ms(),
+                    generation: self.generations.get(&id).copied().unwrap_or(0),
+                    id,
+                });
+            }
+            Record::RunsForgotten { before_lsn } => {
+                let at = self.committed_at(lsn);
+                let end = self.archived.partition_point(|a| a.lsn < *before_lsn);
+                for a in &self.archived[self.forgotten.min(end)..end] {
+                    assert!(
+                        a.finished_ms + self.retention_ms <= at,
+                        "shard {}: RunsForgotten {{ before_lsn: {before_lsn} }} at LSN {lsn}, \
+                         made at {at} ms, forgets the run archived at {}, which finished at \
+                         {} ms: within its retention window ({} ms)",
+                        self.shard(),
+                        a.lsn,
+                        a.finished_ms,
+                        self.retention_ms
+                    );
+                    self.forgotten_generations
+                        .insert(a.id.clone(), a.generation);
+                }
+                self.forgotten = self.forgotten.max(end);
+                self.forgotten_before = self.forgotten_before.max(*before_lsn);
+            }
+            _ => {}
+        }
+    }
 }
 
 pub fn new_engine(shard: u32, part: Partitioning, clock: &ManualClock) -> Engine {
+    new_engine_with(
+        shard,
+        part,
+        clock,
+        flo_engine::archive::RETENTION_MS_DEFAULT,
+    )
+}
+
+pub fn new_engine_with(
+    shard: u32,
+    part: Partitioning,
+    clock: &ManualClock,
+    retention_ms: u64,
+) -> Engine {
     // Tables iterate in the same order in every run: a seed replays exactly.
     flo_engine::tables::fix_table_seeds();
     Engine::new(
@@ -176,7 +388,7 @@ pub fn new_engine(shard: u32, part: Partitioning, clock: &ManualClock) -> Engine
             shard,
             partitioning: part,
             durability: Durability::Sync,
-            retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
+            retention_ms,
             // The simulated clock jumps while messages are in flight: no timeouts.
             peer_timeout_ms: u64::MAX,
         },
@@ -190,9 +402,10 @@ pub fn replayed(
     shard: u32,
     part: Partitioning,
     clock: &ManualClock,
+    retention_ms: u64,
     payloads: &[(u64, Vec<u8>)],
 ) -> Engine {
-    let mut engine = new_engine(shard, part, clock);
+    let mut engine = new_engine_with(shard, part, clock, retention_ms);
     for (lsn, payload) in payloads {
         engine
             .replay(*lsn, payload)
@@ -202,9 +415,34 @@ pub fn replayed(
     engine
 }
 
+/// How a crashed shard came back.
+#[derive(Debug)]
+pub struct Recovered {
+    pub shard: u32,
+    pub durable_before: u64,
+    pub last_lsn: u64,
+    /// The snapshot it started from (0: none).
+    pub snapshot: u64,
+    /// Damaged snapshots passed over before it.
+    pub passed_over: usize,
+    /// First LSNs of the segments the crash left.
+    pub segments: Vec<u64>,
+}
+
+/// `engine`'s fold has the `live` digest; else the lines that differ.
+pub fn assert_same_fold(live: &[String], engine: &Engine, what: &str) {
+    let other = engine.state().digest();
+    if live != other.as_slice() {
+        let only_live: Vec<&String> = live.iter().filter(|l| !other.contains(l)).collect();
+        let only_other: Vec<&String> = other.iter().filter(|l| !live.contains(l)).collect();
+        panic!("{what} differs from live\nlive only: {only_live:#?}\n{what} only: {only_other:#?}");
+    }
+}
+
 pub struct Cluster {
     pub clock: ManualClock,
     pub part: Partitioning,
+    pub storage: StorageConfig,
     pub nodes: Vec<Node>,
     /// In-flight peer messages, FIFO per ordered pair (from, to).
     pub links: BTreeMap<(u32, u32), VecDeque<PeerMsg>>,
@@ -220,17 +458,27 @@ pub struct Cluster {
     pub auto_write: bool,
     /// Number of inputs fed so far.
     pub steps: u64,
+    /// Reads of the log that found their record deleted.
+    pub reads_missed: u64,
 }
 
 impl Cluster {
     /// `shards` fresh shards at `start_ms`, each told `Started`.
     pub fn new(shards: u32, start_ms: u64) -> Cluster {
+        Cluster::with_storage(shards, start_ms, StorageConfig::default())
+    }
+
+    /// `new`, keeping files and finished runs as `storage` says.
+    pub fn with_storage(shards: u32, start_ms: u64, storage: StorageConfig) -> Cluster {
         let clock = ManualClock::new(start_ms);
         let part = Partitioning::new(PARTITIONS_DEFAULT, shards);
-        let nodes = (0..shards).map(|s| Node::fresh(s, part, &clock)).collect();
+        let nodes = (0..shards)
+            .map(|s| Node::fresh(s, part, &clock, storage))
+            .collect();
         let mut c = Cluster {
             clock,
             part,
+            storage,
             nodes,
             links: BTreeMap::new(),
             replies: Vec::new(),
@@ -241,6 +489,7 @@ impl Cluster {
             log_reads: Vec::new(),
             auto_write: true,
             steps: 0,
+            reads_missed: 0,
         };
         for s in 0..shards {
             c.step(s, Input::Started);
@@ -278,7 +527,15 @@ impl Cluster {
         if matches!(input, Input::Tick) {
             node.wake = None;
         }
+        let last = node.engine.last_lsn();
         node.engine.step(input, &mut effects);
+        if node.engine.last_lsn() > last {
+            let now = {
+                use flo_engine::clock::Clock;
+                self.clock.now_ms()
+            };
+            node.commit_ms.push((last + 1, now));
+        }
         for effect in effects {
             match effect {
                 Effect::Reply { to, result } => self.replies.push((shard, to, *result)),
@@ -307,18 +564,25 @@ impl Cluster {
         self.take_batch(shard);
     }
 
-    /// Answers the `i`th read of the log asked for, from the shard's disk: only durable
-    /// records may be read, so the record must be there.
+    /// Answers the `i`th read of the log asked for, from the shard's segment files: only
+    /// durable records may be read, so the record must be there — unless its run was
+    /// forgotten since the read was asked and its segment deleted (the runtime answers with
+    /// the error, as here).
     pub fn answer_read(&mut self, i: usize) {
         let (shard, token, lsn) = self.log_reads.remove(i);
         let node = &self.nodes[shard as usize];
-        let result = match flo_ual::find_record(&node.disk, 0, lsn, true) {
-            flo_ual::Found::Record { payload, .. } => Ok(payload.to_vec()),
-            other => panic!(
-                "shard {shard}: read of record {lsn} (durable up to {}): {other:?}",
-                node.engine.durable_lsn()
-            ),
-        };
+        let result = node.read_record(lsn);
+        if let Err(e) = &result {
+            let retained = node.engine.retained_from_lsn();
+            assert!(
+                retained.is_none_or(|r| lsn < r),
+                "shard {shard}: read of record {lsn} (durable up to {}, retained runs from \
+                 {retained:?}, segments {:?}): {e}",
+                node.engine.durable_lsn(),
+                node.segment_firsts()
+            );
+            self.reads_missed += 1;
+        }
         self.step(shard, Input::LogRead { token, result });
     }
 
@@ -327,6 +591,9 @@ impl Cluster {
         let node = &mut self.nodes[shard as usize];
         if node.writing.is_none() && node.engine.pending_log_bytes() > 0 {
             node.writing = node.engine.take_batch(Vec::new());
+            if let Some(batch) = &node.writing {
+                node.logged += align_up(batch.bytes.len() as u64);
+            }
         }
     }
 
@@ -337,6 +604,16 @@ impl Cluster {
         let Some(batch) = node.writing.take() else {
             return Vec::new();
         };
+        if node.rolls(batch.bytes.len()) {
+            node.roll(batch.first_lsn);
+            node.stats.rolls += 1;
+        }
+        if node.disk.is_empty() {
+            assert_eq!(
+                node.disk_first, batch.first_lsn,
+                "a segment's name is its first LSN"
+            );
+        }
         assert_eq!(
             node.disk.len() % BLOCK,
             0,
@@ -361,11 +638,12 @@ impl Cluster {
             assert_eq!(batch.first_lsn, lsn + 1, "shard {shard}: batch after {lsn}");
         }
         let added = node.absorb(parsed);
+        let segments = node.segment_count();
         self.step(
             shard,
             Input::Durable {
                 lsn: batch.last_lsn,
-                segments: 1,
+                segments,
             },
         );
         added
@@ -499,17 +777,25 @@ impl Cluster {
     /// bytes of the batch being written, if any) with the real recovery, and is told
     /// `Started` only by `start`. Returns (shard, durable LSN before, recovered LSN).
     pub fn crash(&mut self, shards: &[u32], torn: &[usize]) -> Vec<(u32, u64, u64)> {
-        self.crash_with(shards, torn, &vec![false; shards.len()])
+        let plans: Vec<CrashPlan> = (0..shards.len())
+            .map(|i| CrashPlan {
+                torn: torn.get(i).copied().unwrap_or(0),
+                ..CrashPlan::default()
+            })
+            .collect();
+        self.crash_planned(shards, &plans)
+            .iter()
+            .map(|r| (r.shard, r.durable_before, r.last_lsn))
+            .collect()
     }
 
-    /// `crash`, where `pending_installed[i]` says whether shard `i`'s snapshot being written
-    /// (if any) made it (renamed before the crash) or not.
-    pub fn crash_with(
-        &mut self,
-        shards: &[u32],
-        torn: &[usize],
-        pending_installed: &[bool],
-    ) -> Vec<(u32, u64, u64)> {
+    /// `crash`, where `plans[i]` says what the crash leaves of shard `shards[i]`'s files
+    /// (`storage::CrashPlan`). Each shard recovers as boot does: the newest snapshot that
+    /// is not damaged (a damaged one passed over), then `flo_ual::recover_from` after it.
+    /// Checked: recovery succeeds (no segment it needs was deleted), loses no durable
+    /// record, reads back each record as it was written, keeps every retained run's archive
+    /// record, and rebuilds the fold a replay of every durable record gives.
+    pub fn crash_planned(&mut self, shards: &[u32], plans: &[CrashPlan]) -> Vec<Recovered> {
         let mut out = Vec::new();
         for (i, &s) in shards.iter().enumerate() {
             self.links.retain(|(a, b), _| *a != s && *b != s);
@@ -518,77 +804,131 @@ impl Cluster {
             self.compiles.retain(|(x, _)| *x != s);
             self.guest_values.retain(|(x, _, _, _)| *x != s);
             self.replies.retain(|(x, _, _)| *x != s);
-            let node = &mut self.nodes[s as usize];
-            let before = node.engine.durable_lsn();
-            let mut image = node.disk.clone();
-            if let Some(batch) = node.writing.take() {
-                let keep = torn.get(i).copied().unwrap_or(0).min(batch.bytes.len());
-                image.extend_from_slice(&batch.bytes[..keep]);
-            }
-            let dir = tempfile::tempdir().expect("temp dir");
-            let path = dir.path().join(segment_file_name(1));
-            std::fs::write(&path, &image).expect("write segment");
-            let mut engine = new_engine(s, self.part, &self.clock);
-            let pending = node.snap_pending.take();
-            let snap = match pending {
-                Some(p) if pending_installed.get(i).copied().unwrap_or(false) => Some(p),
-                _ => node.snap.take(),
-            };
-            let from = match &snap {
-                Some((lsn, image)) => {
-                    let at = engine
-                        .restore(image)
-                        .unwrap_or_else(|e| panic!("shard {s}: snapshot at {lsn}: {e}"));
-                    assert_eq!(at, *lsn, "shard {s}: snapshot LSN");
-                    at
-                }
-                None => 0,
-            };
-            let log = flo_ual::recover(dir.path(), |lsn, _rtype, payload| {
-                if lsn <= from {
-                    return Ok(());
-                }
-                engine.replay(lsn, payload)
-            })
-            .unwrap_or_else(|e| panic!("shard {s}: recovery failed: {e}"));
-            assert!(
-                log.last_lsn >= from,
-                "shard {s}: the log ends at {} before its snapshot {from}",
-                log.last_lsn
-            );
-            engine.recovered(log.last_lsn, 1);
-            assert!(
-                log.last_lsn >= before,
-                "shard {s}: recovery lost durable records ({} < {before})",
-                log.last_lsn
-            );
-            let file = std::fs::read(&path).unwrap_or_default();
-            let end = (log.tail_end as usize).min(file.len());
-            let mut disk = file[..end].to_vec();
-            disk.resize(align_up(end as u64) as usize, 0);
-            let mut node = Node {
-                engine,
-                disk,
-                writing: None,
-                records: Vec::new(),
-                payloads: Vec::new(),
-                facts: HashMap::new(),
-                wake: None,
-                continues: 0,
-                snap,
-                snap_pending: None,
-            };
-            let parsed = parse_log(&node.disk);
-            assert_eq!(
-                parsed.last().map_or(0, |p| p.0),
-                log.last_lsn,
-                "shard {s}: image and recovery disagree"
-            );
-            node.absorb(parsed);
-            self.nodes[s as usize] = node;
-            out.push((s, before, log.last_lsn));
+            let plan = plans.get(i).cloned().unwrap_or_default();
+            out.push(self.recover_node(s, &plan));
         }
         out
+    }
+
+    fn recover_node(&mut self, s: u32, plan: &CrashPlan) -> Recovered {
+        let node = &self.nodes[s as usize];
+        let before = node.engine.durable_lsn();
+        let files = node.files_after_crash(plan);
+        let dir = tempfile::tempdir().expect("temp dir");
+        for seg in &files.segments {
+            std::fs::write(
+                dir.path().join(segment_file_name(seg.first_lsn)),
+                &seg.bytes,
+            )
+            .expect("write segment");
+        }
+        let firsts: Vec<u64> = files.segments.iter().map(|f| f.first_lsn).collect();
+        let snaps: Vec<(u64, bool)> = files.snaps.iter().map(|f| (f.lsn, f.damaged)).collect();
+        let mut engine = new_engine_with(s, self.part, &self.clock, self.storage.retention_ms);
+        let snapshot = files.snaps.iter().find(|f| !f.damaged);
+        let from = match snapshot {
+            Some(f) => {
+                let at = engine
+                    .restore(&f.image)
+                    .unwrap_or_else(|e| panic!("shard {s}: snapshot at {}: {e}", f.lsn));
+                assert_eq!(at, f.lsn, "shard {s}: snapshot LSN");
+                at
+            }
+            None => 0,
+        };
+        let mut applied: Vec<(u64, Vec<u8>)> = Vec::new();
+        let log = flo_ual::recover_from(dir.path(), from, |lsn, _rtype, payload| {
+            applied.push((lsn, payload.to_vec()));
+            engine.replay(lsn, payload)
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "shard {s}: recovery from snapshot {from} failed: {e}\n(snapshots on disk \
+                 (LSN, damaged) {snaps:?}, segments {firsts:?}, durable up to {before})"
+            )
+        });
+        assert!(
+            log.last_lsn >= before,
+            "shard {s}: recovery lost durable records ({} < {before})",
+            log.last_lsn
+        );
+        // Boot refuses a log whose first segment starts after a retained run's record.
+        if let Some(retained) = engine.retained_from_lsn() {
+            assert!(
+                log.segments
+                    .first()
+                    .is_some_and(|f| f.first_lsn <= retained),
+                "shard {s}: runs are retained from LSN {retained}, the segments start at \
+                 {firsts:?} (snapshot {from}, snapshots {snaps:?})"
+            );
+        }
+        engine.recovered(log.last_lsn, log.segments.len().max(1) as u32);
+
+        let node = &mut self.nodes[s as usize];
+        for (lsn, payload) in &applied {
+            if let Some((l, p)) = node.payloads.get(*lsn as usize - 1) {
+                assert_eq!(l, lsn, "shard {s}: durable records by LSN");
+                assert!(p == payload, "shard {s}: record {lsn} reads back changed");
+            }
+        }
+        let known = node.payloads.len() as u64;
+        let extra: Vec<(u64, Vec<u8>)> = applied.into_iter().filter(|a| a.0 > known).collect();
+        node.absorb(extra);
+        node.commit_ms.retain(|c| c.0 <= log.last_lsn);
+
+        // The files recovery left (it may cut the last segment's torn tail).
+        let mut sealed = Vec::new();
+        let (mut disk_first, mut disk) = (log.last_lsn + 1, Vec::new());
+        for (k, seg) in log.segments.iter().enumerate() {
+            let bytes = std::fs::read(&seg.path).unwrap_or_default();
+            if k + 1 < log.segments.len() {
+                sealed.push(Segment::new(seg.first_lsn, bytes));
+                continue;
+            }
+            let end = (log.tail_end as usize).min(bytes.len());
+            disk = bytes[..end].to_vec();
+            disk.resize(align_up(end as u64) as usize, 0);
+            disk_first = seg.first_lsn;
+        }
+        assert_eq!(
+            parse_log(&disk).last().map_or(disk_first - 1, |p| p.0),
+            log.last_lsn,
+            "shard {s}: image and recovery disagree"
+        );
+        node.engine = engine;
+        node.disk = disk;
+        node.disk_first = disk_first;
+        node.sealed = sealed;
+        node.writing = None;
+        node.wake = None;
+        node.continues = 0;
+        // Boot sets aside the damaged snapshots it passed over (`load_snapshot`).
+        let passed_over = snaps.iter().take_while(|f| f.1).count();
+        node.snaps = files.snaps[passed_over..].to_vec();
+        node.job = None;
+        node.unlinked.clear();
+        node.logged = 0;
+
+        let full = replayed(
+            s,
+            self.part,
+            &self.clock,
+            self.storage.retention_ms,
+            &node.payloads,
+        );
+        assert_same_fold(
+            &full.state().digest(),
+            &node.engine,
+            &format!("shard {s}: recovery from snapshot {from} + log"),
+        );
+        Recovered {
+            shard: s,
+            durable_before: before,
+            last_lsn: log.last_lsn,
+            snapshot: from,
+            passed_over,
+            segments: firsts,
+        }
     }
 
     /// Tells a recovered shard it is up.

@@ -1,23 +1,40 @@
 //! The simulated world around the engines: clients, workers, the WASM pool, the clock and
 //! crashes, all driven by one seeded RNG, and the invariants checked against it.
 
-use crate::cluster::{Cluster, new_engine, replayed};
+use crate::cluster::storage::{CrashPlan, SnapPhase};
+use crate::cluster::{Cluster, Node, StorageConfig, assert_same_fold, new_engine_with, replayed};
+use flo_engine::archive::RunKind;
 use flo_engine::record::{Record, StepWait};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
-    ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunStatus, TaskAssignment, WorkerSpec,
-    WorkerType, WorkflowRunStatus, WorkflowStartSpec,
+    ActionKind, ActionSpec, ErrorCode, InvokeSpec, Op, Reply, RunStatus, TaskAssignment,
+    WorkerSpec, WorkerType, WorkflowRunStatus, WorkflowStartSpec,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 const NS: &str = "sim";
+/// The run index keeps one time mark per second of finish times (`archive/index.rs`): a
+/// run may be forgotten up to this much after its window ended, never before.
+const TIME_MARK_MS: u64 = 1000;
 const TRACE_LINES_MAX: usize = 60;
 const CRASHES_MAX: u32 = 3;
 const CHECKPOINT_EVERY: u64 = 200;
 /// Final phase: clock jumps of this size until nothing moves any more.
 const FINAL_JUMP_MS: u64 = 15_000;
 const FINAL_ROUNDS_MAX: u32 = 60;
+/// Retention of finished runs, one per seed: most seeds forget runs within the run.
+const RETENTIONS_MS: [u64; 5] = [
+    flo_engine::archive::RETENTION_MS_DEFAULT,
+    3_000,
+    20_000,
+    120_000,
+    600_000,
+];
+/// Segment sizes, one per seed (a batch is at least one 4 KiB block).
+const SEGMENTS_BYTES: [u64; 4] = [8 << 10, 16 << 10, 32 << 10, 128 << 10];
+/// A snapshot is taken once this many segments' worth of log was written since the last.
+const SNAPSHOT_EVERY_SEGMENTS_MAX: u64 = 4;
 
 thread_local! {
     static TRACE: RefCell<VecDeque<String>> = const { RefCell::new(VecDeque::new()) };
@@ -69,7 +86,7 @@ const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
 const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
 const GPU_LABELS: &str = r#"{"gpu":true}"#;
 
-const WORKFLOWS: [&str; 9] = [
+const WORKFLOWS: [&str; 10] = [
     r#"
 kind: Workflow
 name: process-order
@@ -194,6 +211,8 @@ start:
     failure: flo.Failed
 "#,
     "kind: Workflow\nname: loop-child\nversion: \"1\"\nstart:\n  run: \"@actions/not-registered\"\n  transitions:\n    success: flo.Completed\n",
+    // In flight until cancelled: runs older than any retention window that must stay.
+    "kind: Workflow\nname: forever\nversion: \"1\"\nstart:\n  waitForSignal:\n    type: never\n  transitions:\n    success: flo.Completed\n",
     "kind: Workflow\nname: loop-parent\nversion: \"1\"\nstart:\n  run: \"@workflow/loop-child\"\n  transitions:\n    success: flo.Completed\n    failure: again\nsteps:\n  again:\n    run: \"@workflow/loop-child\"\n    transitions:\n      success: flo.Completed\n      failure: again\n",
 ];
 const STARTABLE: [&str; 7] = [
@@ -209,6 +228,22 @@ const STARTABLE: [&str; 7] = [
 struct Pending {
     shard: u32,
     op: Op,
+    /// For an operation on a run: which of the runs with its id was the latest durable
+    /// when it was sent (an id made of an idempotency key is reused once forgotten).
+    generation: u32,
+}
+
+/// The run an operation is about, for the checks of `not_found` answers.
+fn target_run(op: &Op) -> Option<(RunKind, &str)> {
+    match op {
+        Op::RunStatus { run_id, .. } | Op::RunCancel { run_id, .. } => {
+            Some((RunKind::Action, run_id))
+        }
+        Op::WorkflowStatus { run_id, .. }
+        | Op::WorkflowCancel { run_id, .. }
+        | Op::WorkflowSignal { run_id, .. } => Some((RunKind::Workflow, run_id)),
+        _ => None,
+    }
 }
 
 struct Worker {
@@ -233,9 +268,11 @@ struct Model {
     tainted: BTreeSet<String>,
     runs: BTreeSet<String>,
     wf_runs: BTreeSet<String>,
-    completed: BTreeSet<String>,
-    wf_cancelled: BTreeSet<String>,
-    signals: BTreeMap<String, u64>,
+    /// Runs acknowledged completed or cancelled, and signals acknowledged: by run id, with
+    /// the generation of the id (`Node::generation`) they are about.
+    completed: BTreeMap<String, u32>,
+    wf_cancelled: BTreeMap<String, u32>,
+    signals: BTreeMap<String, (u32, u64)>,
     actions: BTreeMap<String, u32>,
     workflows: BTreeSet<(String, String)>,
 }
@@ -256,6 +293,72 @@ pub struct Sim {
     known_wf_runs: Vec<String>,
     crashes: u32,
     final_phase: bool,
+    /// Log bytes between snapshots.
+    snapshot_every: u64,
+    counts: Counts,
+    /// Per shard: snapshots installed when one was last damaged.
+    damaged_at: Vec<Option<u64>>,
+}
+
+/// What a seed exercised beyond the summary of its runs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    /// Status reads answered `not_found` for a run forgotten after its window.
+    pub expired_answers: u64,
+    /// Crashes by where they struck the shard's snapshot: none being written, waiting or
+    /// in its temporary file, renamed not synced, deleting segments.
+    pub crash_idle: u64,
+    pub crash_writing: u64,
+    pub crash_renamed: u64,
+    pub crash_deleting: u64,
+    /// Crashes that brought back files unlinked without a directory sync.
+    pub crash_unlinked_back: u64,
+    /// Recoveries that passed over a damaged snapshot.
+    pub fallbacks: u64,
+    /// Recoveries without any snapshot to start from, and with one.
+    pub full_replays: u64,
+    pub snapshots_taken: u64,
+    pub snapshots_installed: u64,
+    pub segments_rolled: u64,
+    pub segments_deleted: u64,
+    /// Runs forgotten (durably), over the shards.
+    pub runs_forgotten: u64,
+    /// Runs still in flight at the end that started longer ago than the retention window.
+    pub old_in_flight: u64,
+    /// Reads of the log that found their record deleted (its run forgotten meanwhile).
+    pub reads_missed: u64,
+    pub seeds: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.expired_answers += o.expired_answers;
+        self.crash_idle += o.crash_idle;
+        self.crash_writing += o.crash_writing;
+        self.crash_renamed += o.crash_renamed;
+        self.crash_deleting += o.crash_deleting;
+        self.crash_unlinked_back += o.crash_unlinked_back;
+        self.fallbacks += o.fallbacks;
+        self.full_replays += o.full_replays;
+        self.snapshots_taken += o.snapshots_taken;
+        self.snapshots_installed += o.snapshots_installed;
+        self.segments_rolled += o.segments_rolled;
+        self.segments_deleted += o.segments_deleted;
+        self.runs_forgotten += o.runs_forgotten;
+        self.old_in_flight += o.old_in_flight;
+        self.reads_missed += o.reads_missed;
+        self.seeds += o.seeds;
+    }
+}
+
+thread_local! {
+    /// Totals over the seeds this thread ran.
+    static TOTALS: RefCell<Counts> = RefCell::default();
+}
+
+/// What the seeds run so far exercised, summed.
+pub fn totals() -> Counts {
+    TOTALS.with(|t| *t.borrow())
 }
 
 fn ok_reply(result: &ReplyResult) -> Option<&Reply> {
@@ -266,8 +369,15 @@ impl Sim {
     pub fn new(seed: u64) -> Sim {
         let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x5eed);
         let shards = 1 + rng.below(3) as u32;
-        let c = Cluster::new(shards, 1_700_000_000_000);
-        trace(format!("seed {seed}: {shards} shards"));
+        let storage = StorageConfig {
+            retention_ms: *rng.pick(&RETENTIONS_MS),
+            segment_bytes: *rng.pick(&SEGMENTS_BYTES),
+        };
+        let snapshot_every = storage.segment_bytes * (1 + rng.below(SNAPSHOT_EVERY_SEGMENTS_MAX));
+        let c = Cluster::with_storage(shards, 1_700_000_000_000, storage);
+        trace(format!(
+            "seed {seed}: {shards} shards, {storage:?}, a snapshot every {snapshot_every} bytes"
+        ));
         let mut sim = Sim {
             rng,
             c,
@@ -283,6 +393,9 @@ impl Sim {
             known_wf_runs: Vec::new(),
             crashes: 0,
             final_phase: false,
+            snapshot_every,
+            counts: Counts::default(),
+            damaged_at: vec![None; shards as usize],
         };
         for _ in 0..3 {
             let conn = sim.new_conn();
@@ -328,11 +441,13 @@ impl Sim {
         trace(format!(
             "client c{conn} r{request} -> shard {shard}: {op:?}"
         ));
+        let generation = target_run(&op).map_or(0, |(kind, id)| self.generation(kind, id));
         self.pending.insert(
             (conn, request),
             Pending {
                 shard,
                 op: op.clone(),
+                generation,
             },
         );
         self.c.client(shard, conn, request, op);
@@ -455,7 +570,30 @@ impl Sim {
             let i = self.rng.below(self.c.log_reads.len() as u64) as usize;
             self.c.answer_read(i);
         }
+        if self.rng.one_in(5) {
+            self.snapshot_step();
+        }
         self.fire_wakes();
+    }
+
+    /// A shard takes a snapshot when enough log was written since the last (sometimes
+    /// sooner), or the one it is writing takes its next step (`storage.rs`).
+    fn snapshot_step(&mut self) {
+        let s = self.rng.below(self.shards() as u64) as u32;
+        let early = self.rng.one_in(20);
+        let node = &mut self.c.nodes[s as usize];
+        if node.job.is_none() {
+            if node.logged >= self.snapshot_every || early {
+                node.start_snapshot();
+                self.counts.snapshots_taken += 1;
+                let lsn = node.job.as_ref().map_or(0, |j| j.lsn);
+                trace(format!("shard {s}: snapshot taken at {lsn}"));
+            }
+            return;
+        }
+        if let Some(line) = node.advance_snapshot() {
+            trace(format!("shard {s}: {line}"));
+        }
     }
 
     fn fire_wakes(&mut self) {
@@ -657,6 +795,8 @@ impl Sim {
             59..=73 => {
                 let name = if self.rng.one_in(40) {
                     "loop-parent"
+                } else if self.rng.one_in(15) {
+                    "forever"
                 } else {
                     *self.rng.pick(&STARTABLE)
                 };
@@ -862,8 +1002,15 @@ impl Sim {
                 "reply from a shard the request was not sent to"
             );
             trace(format!("reply c{} r{}: {result:?}", to.conn, to.request));
+            if let Some((kind, run_id)) = target_run(&p.op) {
+                self.on_not_found(kind, run_id, p.generation, &p.op, &result);
+            }
             self.on_reply(to.conn, p.op, result);
         }
+    }
+
+    fn generation(&self, kind: RunKind, run_id: &str) -> u32 {
+        self.c.nodes[self.c.owner(NS, run_id) as usize].generation(kind, run_id)
     }
 
     fn owner_facts(&self, key: &str) -> &HashMap<String, u64> {
@@ -952,7 +1099,8 @@ impl Sim {
             }
             (Op::TaskComplete { task_id, .. }, Some(Reply::Done)) => {
                 self.require_durable(task_id, format!("completed {NS}/{task_id}"), &op);
-                self.model.completed.insert(task_id.clone());
+                let generation = self.generation(RunKind::Action, task_id);
+                self.model.completed.insert(task_id.clone(), generation);
             }
             (
                 Op::TaskFail {
@@ -966,9 +1114,14 @@ impl Sim {
             }
             (Op::TaskAwait { worker_id, .. }, _) => self.on_tasks(conn, worker_id, result),
             (Op::WorkflowSignal { run_id, .. }, Some(Reply::Done)) => {
-                let acked = self.model.signals.entry(run_id.clone()).or_insert(0);
-                *acked += 1;
-                let acked = *acked;
+                let generation = self.generation(RunKind::Workflow, run_id);
+                let acked = self.model.signals.entry(run_id.clone()).or_insert((0, 0));
+                if acked.0 != generation {
+                    // A new run with this id (the earlier one was forgotten).
+                    *acked = (generation, 0);
+                }
+                acked.1 += 1;
+                let acked = acked.1;
                 let have = self
                     .owner_facts(run_id)
                     .get(&format!("signal {NS}/{run_id}"))
@@ -982,7 +1135,8 @@ impl Sim {
             (Op::WorkflowCancel { run_id, .. }, Some(Reply::WorkflowRun(info))) => {
                 assert_eq!(info.status, WorkflowRunStatus::Cancelled);
                 self.require_durable(run_id, format!("wfend {NS}/{run_id}"), &op);
-                self.model.wf_cancelled.insert(run_id.clone());
+                let generation = self.generation(RunKind::Workflow, run_id);
+                self.model.wf_cancelled.insert(run_id.clone(), generation);
             }
             (Op::RunCancel { run_id, .. }, Some(Reply::Run(info))) => {
                 assert_eq!(info.status, RunStatus::Cancelled);
@@ -996,6 +1150,51 @@ impl Sim {
             }
             _ => {}
         }
+    }
+
+    /// An acknowledged run answered `not_found`: only once a durable record forgot it (the
+    /// run with its id when the operation was sent, or a later one), which only happens
+    /// once it finished and its retention window passed (checked as the record becomes
+    /// durable: `Node::note_retention`). A status answer says so.
+    fn on_not_found(
+        &mut self,
+        kind: RunKind,
+        run_id: &str,
+        generation: u32,
+        op: &Op,
+        result: &ReplyResult,
+    ) {
+        let Err(e) = result else {
+            return;
+        };
+        let acked = match kind {
+            RunKind::Action => self.model.runs.contains(run_id),
+            RunKind::Workflow => self.model.wf_runs.contains(run_id),
+        };
+        if e.code != ErrorCode::NotFound || !acked {
+            return;
+        }
+        let node = &self.c.nodes[self.c.owner(NS, run_id) as usize];
+        let forgotten = node.forgotten_generation(kind, run_id);
+        assert!(
+            forgotten >= generation.max(1),
+            "acknowledged run {run_id} answered {e:?} before a durable record forgot it \
+             (run {generation} with this id when asked, {forgotten} forgotten; archive record \
+             {:?}, durably forgotten before LSN {}, durable up to {})",
+            node.archive_of(kind, run_id),
+            node.forgotten_before,
+            node.engine.durable_lsn()
+        );
+        let explained = matches!(op, Op::RunStatus { .. } | Op::WorkflowStatus { .. });
+        // Ids the shard counted out (`ACTION-N`, `wfrun-N`) are known to have been issued;
+        // an id made of an idempotency key (`action:key`) is not told apart from one never
+        // used.
+        let counted = !run_id.contains(':');
+        assert!(
+            !explained || !counted || e.message.contains("expired after the retention window"),
+            "a forgotten run's not_found does not say why: {e:?}"
+        );
+        self.counts.expired_answers += 1;
     }
 
     fn on_tasks(&mut self, conn: u64, worker_id: &str, result: ReplyResult) {
@@ -1028,35 +1227,59 @@ impl Sim {
 
     // ---- crashes ----
 
+    /// Where a crash strikes shard `s`: a torn batch, a renamed snapshot kept or not,
+    /// unlinked files back or not, and (one fault at a time) a damaged newest snapshot.
+    fn crash_plan(&mut self, s: u32) -> CrashPlan {
+        let node = &self.c.nodes[s as usize];
+        let len = node.writing.as_ref().map_or(0, |b| b.bytes.len());
+        let unlinked = node.unlinked.len();
+        // One fault at a time: a snapshot is damaged only once one was installed since the
+        // last damage (boot set the damaged one aside: the two kept are good again).
+        let damage_ok = self.damaged_at[s as usize].is_none_or(|n| node.stats.snapshots > n);
+        match node.job.as_ref().map(|j| &j.phase) {
+            None => self.counts.crash_idle += 1,
+            Some(SnapPhase::Waiting | SnapPhase::Writing) => self.counts.crash_writing += 1,
+            Some(SnapPhase::Renamed) => self.counts.crash_renamed += 1,
+            Some(SnapPhase::Deleting { .. }) => self.counts.crash_deleting += 1,
+        }
+        let torn = match self.rng.below(3) {
+            0 => 0,
+            1 => len,
+            _ => self.rng.below(len as u64 + 1) as usize,
+        };
+        let unlinked_back: Vec<bool> = (0..unlinked).map(|_| self.rng.one_in(2)).collect();
+        if unlinked_back.contains(&true) {
+            self.counts.crash_unlinked_back += 1;
+        }
+        let damage_newest = damage_ok && self.rng.one_in(3);
+        if damage_newest {
+            self.damaged_at[s as usize] = Some(self.c.nodes[s as usize].stats.snapshots);
+        }
+        CrashPlan {
+            torn,
+            roll_begun: self.rng.one_in(2),
+            renamed_kept: self.rng.one_in(2),
+            unlinked_back,
+            damage_newest,
+        }
+    }
+
     fn crash_all(&mut self) {
         self.crashes += 1;
         let all: Vec<u32> = (0..self.shards()).collect();
-        let torn: Vec<usize> = all
-            .iter()
-            .map(|&s| {
-                let len = self.c.nodes[s as usize]
-                    .writing
-                    .as_ref()
-                    .map_or(0, |b| b.bytes.len());
-                match self.rng.below(3) {
-                    0 => 0,
-                    1 => len,
-                    _ => self.rng.below(len as u64 + 1) as usize,
-                }
-            })
-            .collect();
-        let installed: Vec<bool> = all.iter().map(|_| self.rng.one_in(2)).collect();
-        trace(format!(
-            "CRASH of every shard, torn {torn:?}, pending snapshots installed {installed:?}"
-        ));
-        let recovered = self.c.crash_with(&all, &torn, &installed);
-        trace(format!(
-            "recovered (shard, durable before, last after): {recovered:?}"
-        ));
+        let plans: Vec<CrashPlan> = all.iter().map(|&s| self.crash_plan(s)).collect();
+        trace(format!("CRASH of every shard: {plans:?}"));
+        let recovered = self.c.crash_planned(&all, &plans);
+        trace(format!("recovered: {recovered:?}"));
+        for r in &recovered {
+            self.counts.fallbacks += (r.passed_over > 0) as u64;
+            self.counts.full_replays += (r.snapshot == 0) as u64;
+        }
         for &s in &all {
             let node = &self.c.nodes[s as usize];
             check_once_facts_all(s, &node.facts);
             check_index(s, &node.engine, 0, "after replay");
+            check_archive_on_disk(node, "after a crash");
         }
         self.check_model("after a crash");
         // Every connection died with the server; workers register again.
@@ -1101,20 +1324,9 @@ impl Sim {
                 let executing = node.engine.in_flight().executions;
                 check_index(s, &node.engine, executing, "live");
             }
+            check_archive_on_disk(node, "live");
             if at_rest {
                 check_replay(&self.c, s);
-                // A snapshot stands at a durable LSN: start writing one, or finish the one
-                // being written.
-                let node = &mut self.c.nodes[s as usize];
-                match self.rng.below(4) {
-                    0 => node.snap_pending = Some(snapshot_bytes(&node.engine)),
-                    1 => {
-                        if let Some(p) = node.snap_pending.take() {
-                            node.snap = Some(p);
-                        }
-                    }
-                    _ => {}
-                }
             }
         }
     }
@@ -1132,32 +1344,50 @@ impl Sim {
                 "{when}: key {key} was acknowledged at version {v}, now {got:?}"
             );
         }
+        // Every record is durable here: a run is gone exactly when its durable log says
+        // it was archived and then forgotten (so finished, its window past).
+        let forgot = |kind: RunKind, key: &str| {
+            self.c.nodes[self.c.owner(NS, key) as usize].forgot(kind, key)
+        };
         for run_id in &self.model.runs {
-            assert!(
-                run_status(state(run_id), run_id).is_some(),
-                "{when}: acknowledged run {run_id} is gone"
-            );
-        }
-        for run_id in &self.model.completed {
+            let forgotten = forgot(RunKind::Action, run_id);
             let status = run_status(state(run_id), run_id);
             assert_eq!(
-                status,
-                Some(RunStatus::Completed),
-                "{when}: task {run_id} acknowledged completed"
+                status.is_none(),
+                forgotten,
+                "{when}: acknowledged run {run_id} is {status:?}, forgotten: {forgotten}"
+            );
+        }
+        let earlier = |kind: RunKind, key: &str, generation: u32| {
+            self.c.nodes[self.c.owner(NS, key) as usize].generation(kind, key) != generation
+        };
+        for (run_id, &generation) in &self.model.completed {
+            if earlier(RunKind::Action, run_id, generation) {
+                continue;
+            }
+            let status = run_status(state(run_id), run_id);
+            assert!(
+                status == Some(RunStatus::Completed) || forgot(RunKind::Action, run_id),
+                "{when}: task {run_id} acknowledged completed, now {status:?}"
             );
         }
         for run_id in &self.model.wf_runs {
-            assert!(
-                wf_status(state(run_id), run_id).is_some(),
-                "{when}: acknowledged workflow run {run_id} is gone"
-            );
-        }
-        for run_id in &self.model.wf_cancelled {
+            let forgotten = forgot(RunKind::Workflow, run_id);
             let status = wf_status(state(run_id), run_id);
             assert_eq!(
-                status,
-                Some(WorkflowRunStatus::Cancelled),
-                "{when}: workflow run {run_id} acknowledged cancelled"
+                status.is_none(),
+                forgotten,
+                "{when}: acknowledged workflow run {run_id} is {status:?}, forgotten: {forgotten}"
+            );
+        }
+        for (run_id, &generation) in &self.model.wf_cancelled {
+            if earlier(RunKind::Workflow, run_id, generation) {
+                continue;
+            }
+            let status = wf_status(state(run_id), run_id);
+            assert!(
+                status == Some(WorkflowRunStatus::Cancelled) || forgot(RunKind::Workflow, run_id),
+                "{when}: workflow run {run_id} acknowledged cancelled, now {status:?}"
             );
         }
         for node in &self.c.nodes {
@@ -1232,6 +1462,7 @@ impl Sim {
         assert!(quiet_rounds >= 3, "the cluster never came to rest");
         self.check_at_rest();
 
+        let now_before_restart = self.c.now();
         // Everything is durable: a restart rebuilds exactly the same states.
         let digests: Vec<Vec<String>> = self
             .c
@@ -1249,13 +1480,40 @@ impl Sim {
             );
         }
         self.quiesce();
+        self.count_storage(now_before_restart);
         eprintln!("{}", self.stats());
+        TOTALS.with(|t| t.borrow_mut().add(&self.counts));
         let executions = self.c.executions.len();
         assert_eq!(
             executions, 0,
             "work was executed again after a restart at rest"
         );
         self.check_model("at the end");
+    }
+
+    /// Adds what the shards' files and retention did to the seed's counts; `now`: the end.
+    fn count_storage(&mut self, now: u64) {
+        let retention = self.c.storage.retention_ms;
+        let old = |created: u64| created.saturating_add(retention) < now;
+        for n in &self.c.nodes {
+            self.counts.snapshots_installed += n.stats.snapshots;
+            self.counts.segments_rolled += n.stats.rolls;
+            self.counts.segments_deleted += n.stats.segments_deleted;
+            self.counts.runs_forgotten += n.forgotten as u64;
+            let st = n.engine.state();
+            self.counts.old_in_flight += st
+                .runs
+                .iter()
+                .filter(|(_, _, r)| old(r.created_at_ms))
+                .count() as u64;
+            self.counts.old_in_flight += st
+                .workflows
+                .all_runs()
+                .filter(|(_, _, r)| old(r.created_at_ms))
+                .count() as u64;
+        }
+        self.counts.reads_missed = self.c.reads_missed;
+        self.counts.seeds += 1;
     }
 
     /// A one-line summary of what the seed exercised.
@@ -1276,13 +1534,16 @@ impl Sim {
         }
         format!(
             "{} shards, {} inputs, {} crashes, {} workflows acked, records {records:?}, runs {runs:?}, workflow runs {wf:?}, \
-             {} acked puts, {} acked completions",
+             {} acked puts, {} acked completions; retention {} ms, segments of {} bytes: {:?}",
             self.shards(),
             self.c.steps,
             self.crashes,
             self.model.workflows.len(),
             self.model.kv.len(),
-            self.model.completed.len()
+            self.model.completed.len(),
+            self.c.storage.retention_ms,
+            self.c.storage.segment_bytes,
+            self.counts
         )
     }
 
@@ -1456,8 +1717,34 @@ impl Sim {
             }
             check_index(s, e, 0, "at rest");
             check_replay(&self.c, s);
+            check_archive_on_disk(node, "at rest");
+            self.check_forgetting_kept_up(s);
         }
         self.check_model("at rest");
+    }
+
+    /// At rest at the end, the last housekeeping tick came at the current time and forgot
+    /// whatever was due: every run still retained was archived less than its window (plus
+    /// the second of one time mark of the run index) ago, and the index holds exactly the
+    /// runs the durable log archived and did not forget.
+    fn check_forgetting_kept_up(&self, s: u32) {
+        let node = &self.c.nodes[s as usize];
+        let now = self.c.now();
+        let retained = &node.archived[node.forgotten..];
+        for a in retained {
+            let (lsn, at) = (a.lsn, node.committed_at(a.lsn));
+            assert!(
+                at + TIME_MARK_MS + node.retention_ms > now,
+                "shard {s}: the run archived at LSN {lsn} ({at} ms) is still retained at \
+                 {now} ms, past its window ({} ms)",
+                node.retention_ms
+            );
+        }
+        assert_eq!(
+            node.engine.state().archive.len(),
+            retained.len(),
+            "shard {s}: runs in the index, and archived and not forgotten by the durable log"
+        );
     }
 }
 
@@ -1521,7 +1808,8 @@ fn check_once_facts_all(shard: u32, facts: &HashMap<String, u64>) {
 fn check_once(shard: u32, key: &str, facts: &HashMap<String, u64>) {
     let once = ["completed ", "wfend ", "remote ", "wfrun ", "run "];
     if once.iter().any(|p| key.starts_with(p)) {
-        let n = facts[key];
+        // None: about a run whose id a later run took (`Node::note_creation`).
+        let n = facts.get(key).copied().unwrap_or(0);
         assert!(n <= 1, "shard {shard}: durable log holds `{key}` {n} times");
     }
 }
@@ -1580,35 +1868,44 @@ fn check_index(shard: u32, e: &Engine, executing: usize, when: &str) {
     }
 }
 
-/// 1: a fresh engine replaying the shard's durable log has the same fold as the live one.
-/// `engine`'s fold has the `live` digest; else the lines that differ.
-fn assert_same_fold(live: &[String], engine: &Engine, what: &str) {
-    let other = engine.state().digest();
-    if live != other.as_slice() {
-        let only_live: Vec<&String> = live.iter().filter(|l| !other.contains(l)).collect();
-        let only_other: Vec<&String> = other.iter().filter(|l| !live.contains(l)).collect();
-        panic!("{what} differs from live\nlive only: {only_live:#?}\n{what} only: {only_other:#?}");
-    }
-}
-
+/// 1: a fresh engine replaying the shard's durable log has the same fold as the live one,
+/// and so does every snapshot + the log after it.
 fn check_replay(c: &Cluster, shard: u32) {
     let node = &c.nodes[shard as usize];
-    let fresh = replayed(shard, c.part, &c.clock, &node.payloads);
+    let retention = c.storage.retention_ms;
+    let fresh = replayed(shard, c.part, &c.clock, retention, &node.payloads);
     let live = node.engine.state().digest();
     assert_same_fold(&live, &fresh, &format!("shard {shard}: replay"));
     check_index(shard, &fresh, 0, "after replay");
-    // Snapshot + the log after it equals the full replay: from the installed snapshot, and
-    // from one taken now.
-    let now = snapshot_bytes(&node.engine);
-    for (lsn, image) in node
-        .snap
+    // Retention goes on alike: the run index's time marks (not in the digest) agree.
+    let cutoffs: Vec<u64> = node.archived[node.forgotten..]
         .iter()
-        .chain(node.snap_pending.iter())
-        .chain([&now])
-    {
-        let mut engine = new_engine(shard, c.part, &c.clock);
+        .flat_map(|a| [a.finished_ms, a.finished_ms + TIME_MARK_MS])
+        .collect();
+    let marks = |e: &Engine| -> Vec<Option<u64>> {
+        let index = &e.state().archive;
+        cutoffs.iter().map(|&c| index.forget_before(c)).collect()
+    };
+    let live_marks = marks(&node.engine);
+    assert_eq!(
+        marks(&fresh),
+        live_marks,
+        "shard {shard}: replay: retention"
+    );
+    // Snapshot + the log after it equals the full replay: from each snapshot on disk, the
+    // one being written, and one taken now.
+    let now = snapshot_bytes(&node.engine);
+    let images = node
+        .snaps
+        .iter()
+        .filter(|f| !f.damaged)
+        .map(|f| (f.lsn, f.image.clone()))
+        .chain(node.job.iter().map(|j| (j.lsn, j.image.to_bytes())))
+        .chain([now]);
+    for (lsn, image) in images {
+        let mut engine = new_engine_with(shard, c.part, &c.clock, retention);
         let at = engine
-            .restore(image)
+            .restore(&image)
             .unwrap_or_else(|e| panic!("shard {shard}: snapshot at {lsn}: {e}"));
         for (l, payload) in node.payloads.iter().filter(|(l, _)| *l > at) {
             engine
@@ -1618,6 +1915,7 @@ fn check_replay(c: &Cluster, shard: u32) {
         engine.recovered(node.payloads.last().map_or(0, |p| p.0), 1);
         let what = format!("shard {shard}: snapshot at {lsn} + tail");
         assert_same_fold(&live, &engine, &what);
+        assert_eq!(marks(&engine), live_marks, "{what}: retention");
         check_index(shard, &engine, 0, "after a snapshot");
     }
 }
@@ -1626,4 +1924,31 @@ fn check_replay(c: &Cluster, shard: u32) {
 fn snapshot_bytes(engine: &Engine) -> (u64, Vec<u8>) {
     let (lsn, image) = engine.snapshot();
     (lsn, image.to_bytes())
+}
+
+/// Every retained run's archive record that is durable is in a segment file (the run is
+/// read back from it), and the oldest reads back as an archive record.
+fn check_archive_on_disk(node: &Node, when: &str) {
+    let s = node.shard();
+    let durable = node.engine.durable_lsn();
+    for (_, e) in node.engine.state().archive.iter() {
+        assert!(
+            e.lsn > durable || node.on_disk(e.lsn),
+            "{when}: shard {s}: a retained run's archive record {} is in no segment (segments \
+             {:?}, runs retained from {:?})",
+            e.lsn,
+            node.segment_firsts(),
+            node.engine.retained_from_lsn()
+        );
+    }
+    let Some(oldest) = node.engine.retained_from_lsn().filter(|&l| l <= durable) else {
+        return;
+    };
+    let payload = node
+        .read_record(oldest)
+        .unwrap_or_else(|e| panic!("{when}: shard {s}: the oldest retained run's record: {e}"));
+    assert!(
+        matches!(Record::decode(&payload), Ok(Record::RunArchived { .. })),
+        "{when}: shard {s}: record {oldest} is not an archive record"
+    );
 }
