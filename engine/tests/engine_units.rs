@@ -1379,3 +1379,23 @@ fn a_full_shard_leases_no_task_and_a_parked_await_gets_it_once_space_returns() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].task_id, run_id);
 }
+
+/// Keys expire as fast as they come due: a backlog larger than one sweep is worked off in
+/// back-to-back slices, not at one sweep per second.
+#[test]
+fn expiry_keeps_up_with_more_keys_than_one_sweep_removes() {
+    let mut t = T::new(1);
+    let n = 3 * flo_engine::engine::EXPIRY_SWEEP_KEYS_MAX + 17;
+    for i in 0..n {
+        let mut op = put_op(&format!("short-{i}"), "v");
+        if let Op::KvPut { ttl_ms, .. } = &mut op {
+            *ttl_ms = Some(1_000);
+        }
+        t.send(0, op);
+    }
+    t.ok(0, put_op("kept", "v"));
+    assert_eq!(t.c.nodes[0].engine.state().kv.key_count(), n as u64 + 1);
+    // Within the same second of the clock, every expired key is gone.
+    t.set_clock(START_MS + 1_500);
+    assert_eq!(t.c.nodes[0].engine.state().kv.key_count(), 1);
+}

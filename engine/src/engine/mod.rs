@@ -63,6 +63,8 @@ pub struct Engine {
     storage: crate::core::io::StorageInfo,
     stopping: bool,
     next_housekeeping_ms: u64,
+    /// The last expiry sweep stopped at its limit: more keys are due.
+    expiry_backlog: bool,
     /// The wake-up last asked of the runtime (wall clock).
     wake_asked: Option<u64>,
     segments: u32,
@@ -88,6 +90,7 @@ impl Engine {
             storage: Default::default(),
             stopping: false,
             next_housekeeping_ms: 0,
+            expiry_backlog: false,
             wake_asked: None,
             segments: 1,
         }

@@ -148,21 +148,28 @@ impl Engine {
         let state = &self.core.state;
         self.core.index.fire_due_runs(now, state);
         workers::expire_leases(&mut self.core);
-        if workflows::wf_fire_timers(&mut self.core) {
-            // More timers came due than one tick fires: come back at once.
-            self.wake_asked = Some(0);
-            let wall = self.core.wall_ms();
-            self.core.emit(Effect::WakeAt { wall_ms: wall });
-        }
+        let mut more = workflows::wf_fire_timers(&mut self.core);
         let wall = self.core.wall_ms();
         for (run, to) in self.watches.expire(wall) {
             self.answer_watch(&run, to);
         }
         workers::expire_awaits(&mut self.core, &mut self.awaits);
         kv::expire_waits(&mut self.core, &mut self.kv_waits);
+        // Expired keys are removed as fast as they expire: a full sweep comes back at once
+        // (in slices, so other inputs are served between them), not a second later.
+        if now >= self.next_housekeeping_ms || self.expiry_backlog {
+            self.expiry_backlog =
+                kv::sweep_expired(&mut self.core, EXPIRY_SWEEP_KEYS_MAX) == EXPIRY_SWEEP_KEYS_MAX;
+            more |= self.expiry_backlog;
+        }
+        if more {
+            // More came due than one tick handles: come back at once.
+            self.wake_asked = Some(0);
+            let wall = self.core.wall_ms();
+            self.core.emit(Effect::WakeAt { wall_ms: wall });
+        }
         if now >= self.next_housekeeping_ms {
             self.next_housekeeping_ms = now + HOUSEKEEPING_MS;
-            kv::sweep_expired(&mut self.core, EXPIRY_SWEEP_KEYS_MAX);
             archive::forget_expired(&mut self.core, self.retention_ms);
             self.workers.check_health(now);
             workers::sweep_wants(&self.core, &mut self.awaits);
