@@ -1399,3 +1399,32 @@ fn expiry_keeps_up_with_more_keys_than_one_sweep_removes() {
     t.set_clock(START_MS + 1_500);
     assert_eq!(t.c.nodes[0].engine.state().kv.key_count(), 1);
 }
+
+/// A run queues at most `SIGNALS_QUEUED_MAX` signals it has not consumed; one more answers
+/// `overloaded` and logs nothing.
+#[test]
+fn a_run_holding_the_most_signals_refuses_one_more_as_overloaded() {
+    let mut t = T::new(1);
+    t.workflow(SIGNALS);
+    let run_id = t.start(0, "approval", json!({}));
+    let other = || Op::WorkflowSignal {
+        namespace: NS.into(),
+        run_id: run_id.clone(),
+        signal_type: "other".into(),
+        payload: b"{}".to_vec(),
+    };
+    for _ in 0..flo_engine::workflows::SIGNALS_QUEUED_MAX {
+        t.send(0, other());
+    }
+    t.settle();
+    let lsn = t.c.nodes[0].engine.last_lsn();
+    match t.call(0, other()) {
+        Err(e) => {
+            assert_eq!(e.code, flo_protocol::ErrorCode::Overloaded, "{e}");
+            assert!(e.message.contains("1000 signals not consumed yet"), "{e}");
+        }
+        Ok(r) => panic!("one signal too many was taken: {r:?}"),
+    }
+    assert_eq!(t.c.nodes[0].engine.last_lsn(), lsn, "nothing logged");
+    assert_eq!(t.wf(&run_id).status, WorkflowRunStatus::Waiting);
+}

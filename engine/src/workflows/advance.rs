@@ -454,6 +454,9 @@ pub fn wf_list_runs(
     }
 }
 
+/// Signals a run holds before it consumes them: one more answers `overloaded`.
+pub const SIGNALS_QUEUED_MAX: usize = 1000;
+
 /// Stores a signal; a run waiting for its type consumes it and moves on.
 pub fn wf_signal(
     core: &mut Core,
@@ -466,7 +469,20 @@ pub fn wf_signal(
     let check = || -> Result<(), ErrorValue> {
         let status = match archived_status(core, namespace, run_id) {
             Some(status) => status,
-            None => wf_run(core, namespace, run_id)?.status,
+            None => {
+                let run = wf_run(core, namespace, run_id)?;
+                if run.signals.len() >= SIGNALS_QUEUED_MAX && !run.status.is_final() {
+                    return Err(ErrorValue::new(
+                        flo_protocol::ErrorCode::Overloaded,
+                        format!(
+                            "workflow run {run_id:?} holds {SIGNALS_QUEUED_MAX} signals not \
+                             consumed yet, the most a run queues; send more once it consumes \
+                             some"
+                        ),
+                    ));
+                }
+                run.status
+            }
         };
         if status.is_final() {
             return Err(ErrorValue::conflict(format!(
