@@ -184,3 +184,30 @@ fn a_request_waiting_on_a_stuck_shard_answers_unavailable_after_the_peer_timeout
         .is_ok()));
     server.stop();
 }
+
+#[test]
+fn a_reply_over_the_frame_limit_says_how_to_ask_for_less() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    let value = vec![b'x'; flo::protocol::KV_VALUE_BYTES_MAX];
+    for i in 0..5 {
+        c.kv_put(&format!("big-{i}"), &value, Default::default())
+            .unwrap();
+    }
+    match c.kv_list("big-", None) {
+        Err(flo::Error::Server(e)) => {
+            assert_eq!(e.code, flo::protocol::ErrorCode::BadRequest, "{e}");
+            assert!(
+                e.message.contains("over the 4194304-byte frame limit")
+                    && e.message.contains("--limit"),
+                "{e}"
+            );
+        }
+        other => panic!("a 5 MiB list reply: {other:?}"),
+    }
+    // The connection goes on; a smaller page is answered.
+    let (entries, truncated) = c.kv_list("big-", Some(2)).unwrap();
+    assert_eq!((entries.len(), truncated), (2, true));
+    server.stop();
+}

@@ -38,7 +38,14 @@ pub(crate) fn encode_response(id: u64, result: ReplyResult) -> Vec<u8> {
     let response = Response { id, result };
     if let Err(e) = encode_frame(&response, &mut out) {
         out.clear();
-        let result = Err(ErrorValue::internal(format!("cannot send the reply: {e}")));
+        let result = Err(match e {
+            // Stored data too large for one reply: the client can ask for less.
+            FrameError::TooLarge { len, max } => ErrorValue::bad_request(format!(
+                "the reply is {len} bytes, over the {max}-byte frame limit: ask for less \
+                 (a smaller --limit; histories page with --limit and --after)"
+            )),
+            e => ErrorValue::internal(format!("cannot send the reply: {e}")),
+        });
         if encode_frame(&Response { id, result }, &mut out).is_err() {
             out.clear();
         }
