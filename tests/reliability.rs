@@ -211,3 +211,24 @@ fn a_reply_over_the_frame_limit_says_how_to_ask_for_less() {
     assert_eq!((entries.len(), truncated), (2, true));
     server.stop();
 }
+
+#[test]
+fn connections_over_the_bound_are_told_overloaded_and_closed() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--max-connections", "2"]);
+    let first = server.client();
+    let _second = server.client();
+    match flo::Client::connect(server.addr) {
+        Err(flo::Error::Server(e)) => {
+            assert_eq!(e.code, flo::protocol::ErrorCode::Overloaded, "{e}");
+            assert!(e.message.contains("2 connections open"), "{e}");
+        }
+        other => panic!("a third connection: {:?}", other.map(|_| ())),
+    }
+    // A connection closed makes room.
+    drop(first);
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        flo::Client::connect(server.addr).is_ok()
+    }));
+    server.stop();
+}

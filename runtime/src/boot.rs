@@ -335,6 +335,7 @@ pub fn run_server(
         source,
     })?;
 
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for s in 0..meta.shards {
         fs::create_dir_all(shard_dir(&dir, s)).map_err(dir_err(&dir))?;
     }
@@ -367,6 +368,7 @@ pub fn run_server(
             mesh: mesh.clone(),
             table: table.clone(),
             stop: stop.clone(),
+            connections: connections.clone(),
             ready: ready_tx.clone(),
             phases: phases.clone(),
             wasm_engine: wasm_engine.clone(),
@@ -498,6 +500,8 @@ struct ShardBoot {
     wasm_engine: WasmEngine,
     wasm_modules: SharedModules,
     clock: OffsetClock,
+    /// Client connections open on every shard.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -621,7 +625,18 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     phase(5);
     let _ = boot.ready.send(Ok(id));
     injected_faults(id);
-    glommio::spawn_local(accept_loop(id, listener, conns.clone(), inbox.clone())).detach();
+    let limit = crate::listener::ConnLimit {
+        open: boot.connections.clone(),
+        max: boot.config.max_connections,
+    };
+    glommio::spawn_local(accept_loop(
+        id,
+        listener,
+        conns.clone(),
+        inbox.clone(),
+        limit,
+    ))
+    .detach();
     // Wakes the loop when a stop is asked.
     {
         let (stop, inbox) = (boot.stop.clone(), inbox.clone());

@@ -16,6 +16,9 @@ pub struct ServerConfig {
     pub retention_ms: u64,
     /// A client's operation waiting this long on another shard answers `unavailable`.
     pub peer_timeout_ms: u64,
+    /// Client connections open at once, over all shards; one more is told `overloaded`
+    /// and closed.
+    pub max_connections: usize,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
     /// Gives the calling thread's freed memory back to the system (the allocator is the

@@ -126,15 +126,39 @@ fn bound(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<socket2::S
     Ok(socket)
 }
 
-pub(crate) async fn accept_loop(shard: u32, listener: TcpListener, conns: Conns, inbox: Rc<Inbox>) {
+/// The bound on client connections, shared by the shards.
+pub(crate) struct ConnLimit {
+    pub open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub max: usize,
+}
+
+pub(crate) async fn accept_loop(
+    shard: u32,
+    listener: TcpListener,
+    conns: Conns,
+    inbox: Rc<Inbox>,
+    limit: ConnLimit,
+) {
+    use std::sync::atomic::Ordering;
+    let limit = Rc::new(limit);
     // Connection ids: unique per shard for its lifetime.
     let mut next_id: ConnId = 0;
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                if limit.open.fetch_add(1, Ordering::Relaxed) >= limit.max {
+                    limit.open.fetch_sub(1, Ordering::Relaxed);
+                    glommio::spawn_local(refuse(stream, limit.max)).detach();
+                    continue;
+                }
                 next_id += 1;
                 let task = serve(next_id, stream, conns.clone(), inbox.clone());
-                glommio::spawn_local(task).detach();
+                let limit = limit.clone();
+                glommio::spawn_local(async move {
+                    task.await;
+                    limit.open.fetch_sub(1, Ordering::Relaxed);
+                })
+                .detach();
             }
             Err(e) => {
                 eprintln!("warning: shard {shard}: accept failed: {e}");
@@ -142,6 +166,35 @@ pub(crate) async fn accept_loop(shard: u32, listener: TcpListener, conns: Conns,
             }
         }
     }
+}
+
+/// A connection over the bound: told why (as the answer to its first request), closed.
+async fn refuse(mut stream: TcpStream, max: usize) {
+    let e = ErrorValue::new(
+        flo_protocol::ErrorCode::Overloaded,
+        format!(
+            "the server has {max} connections open, the most it takes (--max-connections); retry later"
+        ),
+    );
+    let frame = encode_response(0, Err(e));
+    let _ = futures_lite::future::or(
+        async {
+            let _ = stream.write_all(&frame).await;
+            let _ = stream.shutdown(std::net::Shutdown::Write).await;
+            // Take what the client sends (its handshake) until it closes: a close with
+            // unread bytes would reset the connection and could lose the answer.
+            let mut sink = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        },
+        async {
+            glommio::timer::sleep(Duration::from_millis(2000)).await;
+        },
+    )
+    .await;
 }
 
 async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>) {

@@ -91,6 +91,10 @@ pub struct ServerArgs {
     /// (a stuck shard does not hang its clients): `500ms`, `30s`.
     #[arg(long, default_value = "30s", value_parser = parse_peer_timeout)]
     pub peer_timeout: u64,
+    /// Client connections open at once (all shards); one more is answered `overloaded`
+    /// and closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
