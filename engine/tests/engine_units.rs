@@ -1428,3 +1428,50 @@ fn a_run_holding_the_most_signals_refuses_one_more_as_overloaded() {
     assert_eq!(t.c.nodes[0].engine.last_lsn(), lsn, "nothing logged");
     assert_eq!(t.wf(&run_id).status, WorkflowRunStatus::Waiting);
 }
+
+/// A stalled log writer holds what the shard appends in memory: past
+/// `LOG_BACKLOG_BYTES_MAX` of it, mutations answer `overloaded` (reads go on), and once
+/// the writer catches up they are taken again.
+#[test]
+fn mutations_answer_overloaded_while_the_log_writer_is_far_behind() {
+    let mut t = T::new(1);
+    t.ok(0, put_op("first", "v"));
+    t.c.auto_write = false;
+    let value = "x".repeat(flo_protocol::KV_VALUE_BYTES_MAX - 64);
+    let n = flo_engine::engine::LOG_BACKLOG_BYTES_MAX / value.len() + 8;
+    let sent: Vec<u64> = (0..n)
+        .map(|i| t.send(0, put_op(&format!("big-{i}"), &value)))
+        .collect();
+    t.settle();
+    let conn = t.conn;
+    let refused: Vec<_> = sent
+        .iter()
+        .filter_map(|&r| t.reply_on(conn, r))
+        .filter_map(|r| r.err())
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "no put was refused; pending {} bytes",
+        t.c.nodes[0].engine.pending_log_bytes()
+    );
+    for e in &refused {
+        assert_eq!(e.code, flo_protocol::ErrorCode::Overloaded, "{e}");
+        assert!(e.message.contains("behind writing its log"), "{e}");
+    }
+    // Reads go on.
+    assert!(matches!(
+        t.call(
+            0,
+            Op::KvGet {
+                namespace: NS.into(),
+                key: "first".into(),
+                wait_ms: None,
+                after_version: None,
+            }
+        ),
+        Ok(Reply::KvValue(Some(_)))
+    ));
+    t.c.auto_write = true;
+    t.settle();
+    t.ok(0, put_op("after", "v"));
+}

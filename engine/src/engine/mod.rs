@@ -27,6 +27,9 @@ use watches::Watches;
 
 /// How often expired keys are swept and worker health checked.
 pub const HOUSEKEEPING_MS: u64 = 1000;
+/// Log bytes appended but not yet handed to the disk beyond which client mutations answer
+/// `overloaded` (the writer is stalled: memory would grow without bound).
+pub const LOG_BACKLOG_BYTES_MAX: usize = 256 << 20;
 /// Expired keys deleted per sweep.
 pub const EXPIRY_SWEEP_KEYS_MAX: usize = 1000;
 

@@ -5,7 +5,7 @@
 use super::fanout;
 use super::routing::{Target, mutates, target};
 use super::watches::Watched;
-use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS};
+use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS, LOG_BACKLOG_BYTES_MAX};
 use crate::actions::{self, on_executed, start_executions};
 use crate::archive::{self, ListQuery, Live, RunKind, Want};
 use crate::core::cx::{STEPS_PER_INPUT_MAX, Task, Waiting};
@@ -452,24 +452,38 @@ impl Engine {
         true
     }
 
-    /// Refuses a client mutation while this shard's disk is full (read-only): the one
-    /// place they are gated, on the shard that would log them.
-    fn refuse_if_disk_full(&mut self, to: ReplyTo, op: &Op) -> bool {
-        let refused = self.core.disk == DiskSpace::Full && mutates(op);
-        if refused {
-            let e = ErrorValue::unavailable(format!(
-                "disk full on shard {}: it is read-only until space is freed (reads still \
-                 work); retry later",
-                self.core.shard
-            ));
-            self.core.reply_op(to, 0, Err(e));
+    /// Refuses a client mutation while this shard's disk is full (read-only), or while
+    /// its log writer is far behind (backpressure: the records not yet handed to the disk
+    /// are held in memory): the one place they are gated, on the shard that would log
+    /// them.
+    fn refuse_if_cannot_log(&mut self, to: ReplyTo, op: &Op) -> bool {
+        if !mutates(op) {
+            return false;
         }
-        refused
+        let shard = self.core.shard;
+        let e = if self.core.disk == DiskSpace::Full {
+            ErrorValue::unavailable(format!(
+                "disk full on shard {shard}: it is read-only until space is freed (reads \
+                 still work); retry later"
+            ))
+        } else if self.core.pending_log_bytes() >= LOG_BACKLOG_BYTES_MAX {
+            ErrorValue::new(
+                flo_protocol::ErrorCode::Overloaded,
+                format!(
+                    "shard {shard} is {} MiB behind writing its log (a slow disk); retry later",
+                    self.core.pending_log_bytes() >> 20
+                ),
+            )
+        } else {
+            return false;
+        };
+        self.core.reply_op(to, 0, Err(e));
+        true
     }
 
     /// Executes an operation this shard owns (a client's, or one routed here).
     fn execute(&mut self, to: ReplyTo, op: Op) {
-        if self.refuse_if_disk_full(to, &op) {
+        if self.refuse_if_cannot_log(to, &op) {
             return;
         }
         let done = match op {
