@@ -254,6 +254,8 @@ pub fn describe(e: Error) -> String {
 struct Slot {
     /// Id of the request in flight in this slot; 0 when free.
     id: u64,
+    /// The operation's number (sent again if the server answers `overloaded`).
+    n: u64,
     sent: Instant,
 }
 
@@ -270,7 +272,12 @@ struct Worker<'a, G> {
     latency_us: Histogram<u64>,
     ops: u64,
     errors: u64,
+    /// Operations the server answered `overloaded` (it asks to retry later): sent again.
+    retry: Vec<u64>,
 }
+
+/// Before an operation answered `overloaded` is sent again.
+const OVERLOADED_BACKOFF: Duration = Duration::from_millis(20);
 
 impl<'a, G: Generator> Worker<'a, G> {
     fn new(shared: &'a Shared, generator: G, pipeline: usize) -> Self {
@@ -282,7 +289,15 @@ impl<'a, G: Generator> Worker<'a, G> {
                 id: 0,
                 op: Op::Status,
             },
-            slots: vec![Slot { id: 0, sent: now }; pipeline],
+            slots: vec![
+                Slot {
+                    id: 0,
+                    n: 0,
+                    sent: now
+                };
+                pipeline
+            ],
+            retry: Vec::new(),
             free: (0..pipeline as u32).rev().collect(),
             batch: Vec::with_capacity(pipeline),
             sequence: 0,
@@ -297,19 +312,26 @@ impl<'a, G: Generator> Worker<'a, G> {
         let mut claiming = true;
         let mut hit_deadline = false;
         loop {
+            if !self.retry.is_empty() && !self.free.is_empty() {
+                std::thread::sleep(OVERLOADED_BACKOFF);
+                let n = self.retry.len().min(self.free.len());
+                let again: Vec<u64> = self.retry.drain(..n).collect();
+                self.send(conn, again)?;
+            }
             if claiming && !self.free.is_empty() {
                 claiming = self.send_batch(conn)?;
             }
-            if self.free.len() == self.slots.len() {
+            if self.free.len() == self.slots.len() && self.retry.is_empty() {
                 return Ok(hit_deadline);
+            }
+            if self.free.len() == self.slots.len() {
+                continue;
             }
             let response = conn.recv().map_err(describe)?;
             let now = Instant::now();
-            self.complete(response, now)?;
-            let mut answered = 1;
+            let mut answered = self.complete(response, now)?;
             while let Some(response) = conn.recv_buffered().map_err(describe)? {
-                self.complete(response, now)?;
-                answered += 1;
+                answered += self.complete(response, now)?;
             }
             self.shared.completed.fetch_add(answered, Relaxed);
             if claiming && now >= deadline {
@@ -326,6 +348,16 @@ impl<'a, G: Generator> Worker<'a, G> {
         if numbers.is_empty() {
             return Ok(false);
         }
+        self.send(conn, numbers)?;
+        Ok(true)
+    }
+
+    /// Queues operations `numbers` (no more than the free slots) and flushes them.
+    fn send(
+        &mut self,
+        conn: &mut Connection,
+        numbers: impl IntoIterator<Item = u64>,
+    ) -> Result<(), String> {
         for n in numbers {
             let slot = self
                 .free
@@ -337,6 +369,7 @@ impl<'a, G: Generator> Worker<'a, G> {
             self.request.id = id;
             conn.queue(&self.request).map_err(describe)?;
             self.slots[slot as usize].id = id;
+            self.slots[slot as usize].n = n;
             self.batch.push(slot);
         }
         let now = Instant::now();
@@ -344,11 +377,11 @@ impl<'a, G: Generator> Worker<'a, G> {
             self.slots[slot as usize].sent = now;
         }
         self.batch.clear();
-        conn.flush().map_err(describe)?;
-        Ok(true)
+        conn.flush().map_err(describe)
     }
 
-    fn complete(&mut self, response: Response, now: Instant) -> Result<(), String> {
+    /// Takes a response; returns how many operations it completed (0: to be sent again).
+    fn complete(&mut self, response: Response, now: Instant) -> Result<u64, String> {
         let index = (response.id & SLOT_MASK) as usize;
         let slot = match self.slots.get_mut(index) {
             Some(slot) if slot.id == response.id && slot.id != 0 => slot,
@@ -362,6 +395,13 @@ impl<'a, G: Generator> Worker<'a, G> {
             }
         };
         slot.id = 0;
+        if let Err(e) = &response.result
+            && e.code == flo::protocol::ErrorCode::Overloaded
+        {
+            self.retry.push(slot.n);
+            self.free.push(index as u32);
+            return Ok(0);
+        }
         let latency = now.saturating_duration_since(slot.sent).as_micros();
         self.latency_us
             .saturating_record(u64::try_from(latency).unwrap_or(u64::MAX));
@@ -375,7 +415,7 @@ impl<'a, G: Generator> Worker<'a, G> {
             self.errors += 1;
             self.shared.note_error(message);
         }
-        Ok(())
+        Ok(1)
     }
 }
 
