@@ -1170,6 +1170,15 @@ fn registration_refuses_bad_modules_and_bad_names() {
             },
         ),
         (
+            // A guest holds an execution slot: at most 10 minutes (a user action may
+            // take a day).
+            "at most 600000",
+            ActionSpec {
+                timeout_ms: Some(600_001),
+                ..wasm_spec("limits", &echo_guest())
+            },
+        ),
+        (
             "memory_limit_mb",
             ActionSpec {
                 memory_limit_mb: Some(0),

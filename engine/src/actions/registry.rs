@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 pub const TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const TIMEOUT_MS_MAX: u64 = 24 * 3600 * 1000;
+/// The longest a WebAssembly action may run: a guest holds one of its shard's 4 execution
+/// slots while it runs. Longer work belongs to a worker action (leases up to a day).
+pub const WASM_TIMEOUT_MS_MAX: u64 = 10 * 60 * 1000;
 pub const MAX_RETRIES_DEFAULT: u32 = 3;
 pub const MAX_RETRIES_MAX: u32 = 100;
 pub const RETRY_DELAY_MS_DEFAULT: u64 = 1000;
@@ -139,6 +142,13 @@ impl Registry {
             1,
             TIMEOUT_MS_MAX,
         )?;
+        if spec.kind == ActionKind::Wasm && timeout_ms > WASM_TIMEOUT_MS_MAX {
+            return Err(ErrorValue::bad_request(format!(
+                "timeout_ms of a wasm action must be at most {WASM_TIMEOUT_MS_MAX} (a running \
+                 guest holds one of its shard's execution slots); run longer work as a user \
+                 action served by a worker"
+            )));
+        }
         let max_retries = bounded(
             "max_retries",
             spec.max_retries.map(u64::from),
