@@ -257,3 +257,38 @@ fn an_idle_connection_is_closed_with_a_reason_and_one_waiting_is_not() {
         .unwrap();
     server.stop();
 }
+
+/// A closed stderr (a supervisor that went away) is no reason to stop: the server's own
+/// lines are written or lost, never a panic (which would stop the server).
+#[test]
+fn a_server_whose_stderr_is_closed_serves_and_stops_cleanly() {
+    use std::io::BufRead;
+    let dir = temp_dir();
+    let mut child = Command::new(FLO_BIN)
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--shards",
+            "2",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flo server");
+    drop(child.stderr.take());
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let addr = parse_ready_line(&ready).unwrap_or_else(|| panic!("ready line: {ready:?}"));
+    let mut c = flo::Client::connect(addr).unwrap();
+    c.kv_put("k", b"v", Default::default()).unwrap();
+    // SIGTERM: the stop writes its lines to the closed pipe.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+}

@@ -270,7 +270,7 @@ fn fail_stop_on_panic() {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!("fatal: {who} panicked: {cause}{at}; stopping the server");
+        crate::stderr::say!("fatal: {who} panicked: {cause}{at}; stopping the server");
         default(info);
         std::process::exit(PANIC_EXIT_CODE);
     }));
@@ -409,7 +409,7 @@ pub fn run_server(
                 }
                 if reported_at.elapsed() >= Duration::from_secs(STARTUP_REPORT_SECS) {
                     reported_at = std::time::Instant::now();
-                    eprintln!("{}", progress_report(&phases, started.elapsed()));
+                    crate::stderr::say!("{}", progress_report(&phases, started.elapsed()));
                 }
                 continue;
             }
@@ -472,7 +472,7 @@ fn load_snapshot(
             Ok(()) => format!("moved to {}", aside.display()),
             Err(e) => format!("cannot move it aside: {e}"),
         };
-        eprintln!(
+        crate::stderr::say!(
             "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}), {moved}; trying the one before",
             path.display()
         );
@@ -541,7 +541,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     })
     .map_err(|source| ServerError::Recovery { shard: id, source })?;
     if let Some((file, offset, reason)) = &log.truncated {
-        eprintln!(
+        crate::stderr::say!(
             "warning: shard {id}: cut a torn log tail in {} at offset {offset} ({reason}); every record before it is intact",
             file.display()
         );

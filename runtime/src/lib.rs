@@ -14,6 +14,7 @@ mod mesh;
 mod poke;
 mod shard_loop;
 mod snapshots;
+mod stderr;
 mod timers;
 mod wasm_pool;
 

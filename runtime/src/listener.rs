@@ -164,7 +164,7 @@ pub(crate) async fn accept_loop(
                 .detach();
             }
             Err(e) => {
-                eprintln!("warning: shard {shard}: accept failed: {e}");
+                crate::stderr::say!("warning: shard {shard}: accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }

@@ -385,11 +385,13 @@ fn tell_space(was: DiskSpace, outcome: &io::Result<()>, shard: u32, inbox: &Inbo
         return now;
     }
     match outcome {
-        Err(e) => eprintln!(
+        Err(e) => crate::stderr::say!(
             "warning: shard {shard}: disk full ({e}); the shard is read-only (mutations \
              answer unavailable, reads go on) until space is freed"
         ),
-        Ok(()) => eprintln!("shard {shard}: disk space is back; the shard accepts writes again"),
+        Ok(()) => {
+            crate::stderr::say!("shard {shard}: disk space is back; the shard accepts writes again")
+        }
     }
     inbox.push(Input::DiskSpace(now));
     now
@@ -398,7 +400,7 @@ fn tell_space(was: DiskSpace, outcome: &io::Result<()>, shard: u32, inbox: &Inbo
 /// Nothing written after a failed write or sync can be trusted to be durable, and nothing
 /// unsynced may be acknowledged: stop; recovery restores a clean log.
 fn exit_fatal(shard: u32, e: io::Error) -> ! {
-    eprintln!("fatal: shard {shard} cannot write its log: {e}; exiting");
+    crate::stderr::say!("fatal: shard {shard} cannot write its log: {e}; exiting");
     std::process::exit(70);
 }
 

@@ -327,7 +327,7 @@ impl Snapshotter {
             let kept = match written {
                 Ok(kept) => kept,
                 Err(e) => {
-                    eprintln!(
+                    crate::stderr::say!(
                         "warning: shard {}: cannot write the snapshot at LSN {lsn}: {e}; the \
                          log is kept whole and the next snapshot tries again",
                         me.shard
@@ -339,7 +339,7 @@ impl Snapshotter {
                     )
                     .await;
                     if let Err(e) = cleaned {
-                        eprintln!(
+                        crate::stderr::say!(
                             "warning: shard {}: cannot remove a snapshot's temporary file: {e}",
                             me.shard
                         );
@@ -385,7 +385,7 @@ impl Snapshotter {
                 ))
                 .await;
                 if let Err(e) = removed {
-                    eprintln!(
+                    crate::stderr::say!(
                         "warning: shard {}: cannot delete old log segments: {e}",
                         me.shard
                     );

@@ -51,6 +51,6 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         );
         let _ = out.flush();
     })?;
-    eprintln!("flo stopped");
+    super::output::error_line("flo stopped");
     Ok(())
 }
