@@ -242,31 +242,6 @@ fn connections_over_the_bound_are_told_overloaded_and_closed() {
     server.stop();
 }
 
-#[test]
-fn an_idle_connection_is_closed_with_a_reason_and_one_waiting_is_not() {
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--idle-timeout", "1s"]);
-    let mut idle = server.client();
-    let mut waiting = server.client();
-    let waiter = std::thread::spawn(move || waiting.kv_get_wait("later", 3_000, None));
-    std::thread::sleep(std::time::Duration::from_millis(2_500));
-    match idle.kv_get("k") {
-        Err(flo::Error::Server(e)) => assert!(
-            e.message.contains("without a request (--idle-timeout)"),
-            "{e}"
-        ),
-        Err(flo::Error::Io(e)) => panic!("closed without a reason: {e}"),
-        other => panic!("an idle connection stayed open: {other:?}"),
-    }
-    // A blocking read in flight kept its connection: it is answered at its own limit.
-    assert_eq!(waiter.join().unwrap().expect("answered"), None);
-    server
-        .client()
-        .kv_put("after", b"1", Default::default())
-        .unwrap();
-    server.stop();
-}
-
 /// A closed stderr (a supervisor that went away) is no reason to stop: the server's own
 /// lines are written or lost, never a panic (which would stop the server).
 #[test]

@@ -628,7 +628,6 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let limit = crate::listener::ConnLimit {
         open: boot.connections.clone(),
         max: boot.config.max_connections,
-        idle_ms: boot.config.idle_timeout_ms,
     };
     glommio::spawn_local(accept_loop(
         id,

@@ -19,8 +19,6 @@ pub struct ServerConfig {
     /// Client connections open at once, over all shards; one more is told `overloaded`
     /// and closed.
     pub max_connections: usize,
-    /// A client connection with nothing in flight for this long is closed (0: never).
-    pub idle_timeout_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
     /// Gives the calling thread's freed memory back to the system (the allocator is the

@@ -130,9 +130,6 @@ fn bound(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<socket2::S
 pub(crate) struct ConnLimit {
     pub open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     pub max: usize,
-    /// A connection with nothing in flight and nothing sent for this long is closed
-    /// (0: never).
-    pub idle_ms: u64,
 }
 
 pub(crate) async fn accept_loop(
@@ -155,7 +152,7 @@ pub(crate) async fn accept_loop(
                     continue;
                 }
                 next_id += 1;
-                let task = serve(next_id, stream, conns.clone(), inbox.clone(), limit.idle_ms);
+                let task = serve(next_id, stream, conns.clone(), inbox.clone());
                 let limit = limit.clone();
                 glommio::spawn_local(async move {
                     task.await;
@@ -200,7 +197,7 @@ async fn refuse(mut stream: TcpStream, max: usize) {
     .await;
 }
 
-async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>, idle_ms: u64) {
+async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>) {
     let _ = stream.set_nodelay(true);
     let conn = Rc::new(Conn {
         ready: RefCell::new(Vec::new()),
@@ -212,7 +209,7 @@ async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>, id
     conns.borrow_mut().insert(id, conn.clone());
     let (reader, writer) = futures_lite::io::split(stream);
     let writing = glommio::spawn_local(write_loop(conn.clone(), writer));
-    read_loop(id, &conn, reader, &inbox, idle_ms).await;
+    read_loop(id, &conn, reader, &inbox).await;
     conn.reader_done.set(true);
     conn.signal.notify();
     inbox.push(Input::ConnClosed { conn: id });
@@ -263,7 +260,6 @@ async fn read_loop(
     conn: &Rc<Conn>,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
     inbox: &Inbox,
-    idle_ms: u64,
 ) {
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let (mut start, mut end) = (0usize, 0usize);
@@ -283,33 +279,9 @@ async fn read_loop(
                 buf.resize(need, 0);
             }
         }
-        let partial = start != end;
-        let read = async { Some(reader.read(&mut buf[end..]).await) };
-        // Idle: nothing in flight (no request can come in while this read waits, so once
-        // the replies owed are sent it stays so) and no frame begun, for `idle_ms`.
-        let idle = async {
-            if idle_ms == 0 || partial {
-                std::future::pending::<()>().await;
-            }
-            while conn.inflight.get() > 0 {
-                conn.room.wait().await;
-            }
-            glommio::timer::sleep(Duration::from_millis(idle_ms)).await;
-            None
-        };
-        let n = match futures_lite::future::or(read, idle).await {
-            Some(Ok(0)) | Some(Err(_)) => return,
-            Some(Ok(n)) => n,
-            None => {
-                // Told why, as the answer its next request would read.
-                conn.inflight.set(conn.inflight.get() + 1);
-                let message = format!(
-                    "connection closed after {idle_ms} ms without a request (--idle-timeout); \
-                     connect again"
-                );
-                conn.send(0, Err(ErrorValue::unavailable(message)));
-                return;
-            }
+        let n = match reader.read(&mut buf[end..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
         };
         end += n;
         loop {

@@ -95,10 +95,6 @@ pub struct ServerArgs {
     /// and closed.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
-    /// A client connection with no request in flight for this long is closed (`0`: never):
-    /// `30s`, `15m`, `1h`. A blocking read or an await in flight keeps it open.
-    #[arg(long, default_value = "15m", value_parser = parse_ttl)]
-    pub idle_timeout: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
