@@ -217,6 +217,7 @@ pub fn open(addr: &str) -> Result<(Connection, u32), String> {
     let hello = Op::Hello {
         protocol_version: PROTOCOL_VERSION,
         client: "flo-loadtest".into(),
+        token: None,
     };
     conn.queue(&Request {
         id: HELLO_ID,

@@ -13,6 +13,7 @@ use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
 use crate::wasm_pool::{SharedModules, WasmPool};
 use flo_engine::actions::WASM_SLOTS;
+use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
 use flo_engine::{Engine, EngineConfig, Input};
@@ -621,7 +622,19 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     phase(5);
     let _ = boot.ready.send(Ok(id));
     injected_faults(id);
-    glommio::spawn_local(accept_loop(id, listener, conns.clone(), inbox.clone())).detach();
+    let gate = boot
+        .config
+        .auth
+        .clone()
+        .map(|table| Rc::new(Gate::new(id, table)));
+    glommio::spawn_local(accept_loop(
+        id,
+        listener,
+        conns.clone(),
+        inbox.clone(),
+        gate,
+    ))
+    .detach();
     // Wakes the loop when a stop is asked.
     {
         let (stop, inbox) = (boot.stop.clone(), inbox.clone());
