@@ -115,7 +115,7 @@ mod tests {
         Op::Hello {
             protocol_version: 1,
             client: "t".into(),
-            token: token.map(|t| Token::new(t)),
+            token: token.map(Token::new),
         }
     }
 
