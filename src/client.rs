@@ -1,7 +1,7 @@
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorValue, FRAME_BYTES_MAX, FrameError, InvokeSpec, KvEntry, Op,
     PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, TaskAssignment,
-    ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo, WorkflowRunInfo,
+    Token, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo, WorkflowRunInfo,
     WorkflowRunStatus, WorkflowStartSpec, decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
@@ -124,6 +124,15 @@ impl Connection {
     }
 }
 
+/// The handshake of this SDK, presenting `token` when there is one.
+pub(crate) fn hello_op(token: Option<&str>) -> Op {
+    Op::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        client: format!("flo-rust/{}", env!("CARGO_PKG_VERSION")),
+        token: token.map(Token::new),
+    }
+}
+
 /// Options of a KV put.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PutOptions {
@@ -154,8 +163,19 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects and performs the handshake.
+    /// Connects and performs the handshake (no token: a server without an auth file).
     pub fn connect(addr: impl ToSocketAddrs) -> Result<Self, Error> {
+        Self::connect_as(addr, None)
+    }
+
+    /// Connects and presents `token` in the handshake (a server started with
+    /// `--auth-file`); the connection may then do what the token grants.
+    pub fn connect_with_token(addr: impl ToSocketAddrs, token: &str) -> Result<Self, Error> {
+        Self::connect_as(addr, Some(token))
+    }
+
+    /// Connects, presenting `token` when there is one.
+    pub fn connect_as(addr: impl ToSocketAddrs, token: Option<&str>) -> Result<Self, Error> {
         let conn = Connection::connect(addr)?;
         let mut client = Client {
             conn,
@@ -164,11 +184,7 @@ impl Client {
             shard_count: 0,
             server_version: String::new(),
         };
-        let hello = Op::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            client: format!("flo-rust/{}", env!("CARGO_PKG_VERSION")),
-        };
-        match client.call(hello)? {
+        match client.call(hello_op(token))? {
             Reply::Hello {
                 shard_count,
                 server_version,

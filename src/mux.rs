@@ -3,10 +3,10 @@
 //! for its id, so a long poll holds up nobody else. When the connection is lost, every
 //! waiting call fails with `Error::Io`.
 
-use crate::client::{Connection, Error, FailMode, TaskRef, unexpected};
+use crate::client::{Connection, Error, FailMode, TaskRef, hello_op, unexpected};
 use flo_protocol::{
-    ErrorCode, ErrorValue, Op, PROTOCOL_VERSION, RUN_WAIT_MS_MAX, Reply, Request, Response,
-    RunInfo, TASK_AWAIT_MS_MAX, TaskAssignment, WorkerInfo, WorkerSpec, WorkerStatus, encode_frame,
+    ErrorCode, ErrorValue, Op, RUN_WAIT_MS_MAX, Reply, Request, Response, RunInfo,
+    TASK_AWAIT_MS_MAX, TaskAssignment, WorkerInfo, WorkerSpec, WorkerStatus, encode_frame,
 };
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -34,6 +34,8 @@ pub struct MuxOptions {
     /// wait (a `TaskAwait`'s `block_ms`, a `RunWait`'s `timeout_ms`); also bounds the
     /// handshake and each write (default 30 s).
     pub reply_timeout: Duration,
+    /// Presented in the handshake to a server started with `--auth-file` (default none).
+    pub token: Option<String>,
 }
 
 impl Default for MuxOptions {
@@ -42,6 +44,7 @@ impl Default for MuxOptions {
             namespace: "default".into(),
             connect_timeout: Duration::from_secs(5),
             reply_timeout: Duration::from_secs(30),
+            token: None,
         }
     }
 }
@@ -125,7 +128,8 @@ impl MuxClient {
     /// Connects, performs the handshake and starts the reader thread.
     pub fn connect_with(addr: impl ToSocketAddrs, options: MuxOptions) -> Result<Self, Error> {
         let mut conn = Connection::connect_timeout(addr, options.connect_timeout)?;
-        let (shard_count, server_version) = handshake(&mut conn, options.reply_timeout)?;
+        let (shard_count, server_version) =
+            handshake(&mut conn, options.reply_timeout, options.token.as_deref())?;
         let writer = conn.try_clone_stream()?;
         writer.set_write_timeout(Some(options.reply_timeout))?;
         let shared = Arc::new(Shared {
@@ -321,12 +325,13 @@ impl Shared {
     }
 }
 
-fn handshake(conn: &mut Connection, timeout: Duration) -> Result<(u32, String), Error> {
+fn handshake(
+    conn: &mut Connection,
+    timeout: Duration,
+    token: Option<&str>,
+) -> Result<(u32, String), Error> {
     conn.set_read_timeout(Some(timeout))?;
-    let hello = Op::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        client: format!("flo-rust/{}", env!("CARGO_PKG_VERSION")),
-    };
+    let hello = hello_op(token);
     conn.queue(&Request {
         id: HELLO_REQUEST_ID,
         op: hello,

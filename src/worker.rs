@@ -66,6 +66,9 @@ pub struct WorkerOptions {
     pub reply_timeout: Duration,
     /// Longest a stop waits for tasks in flight before deregistering anyway.
     pub shutdown_timeout: Duration,
+    /// Presented in every handshake (a server started with `--auth-file`: a `worker`
+    /// token for the worker's namespace).
+    pub token: Option<String>,
 }
 
 /// Builds an `ActionWorker`: settings, then one handler per action.
@@ -136,6 +139,12 @@ impl ActionWorkerBuilder {
     /// (default 30 s); a heartbeat or poll left unanswered that long reconnects.
     pub fn reply_timeout(mut self, timeout: Duration) -> Self {
         self.options.reply_timeout = timeout;
+        self
+    }
+
+    /// The token to present to a server started with `--auth-file` (default none).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.options.token = Some(token.into());
         self
     }
 
@@ -326,6 +335,7 @@ impl ActionWorker {
                 connect_timeout: Duration::from_secs(5),
                 reply_timeout: Duration::from_secs(30),
                 shutdown_timeout: Duration::from_secs(300),
+                token: None,
             },
             handlers: Vec::new(),
         }
@@ -633,6 +643,7 @@ fn connect_and_register(shared: &Shared) -> Result<MuxClient, Error> {
         namespace: shared.options.namespace.clone(),
         connect_timeout: shared.options.connect_timeout,
         reply_timeout: shared.options.reply_timeout,
+        token: shared.options.token.clone(),
     };
     let client = MuxClient::connect_with(shared.options.addr.as_str(), options)?;
     register(shared, &client)?;

@@ -2042,6 +2042,7 @@ fn runs_created_in_the_same_millisecond_are_listed_newest_first() {
         op: Op::Hello {
             protocol_version: flo::protocol::PROTOCOL_VERSION,
             client: "actions-test".into(),
+            token: None,
         },
     })
     .unwrap();

@@ -212,6 +212,7 @@ fn undecodable_request_with_an_id_gets_an_error_echoing_that_id() {
     let hello = Op::Hello {
         protocol_version: 999,
         client: "test".into(),
+        token: None,
     };
     s.write_all(&request_frame(&Request { id: 47, op: hello }))
         .unwrap();

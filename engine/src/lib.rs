@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod archive;
+pub mod auth;
 pub mod clock;
 pub mod core;
 pub mod definitions;

@@ -25,6 +25,10 @@ pub struct Args {
     /// Address of a running server (default 127.0.0.1:9000 when --spawn is not given).
     #[arg(long)]
     pub addr: Option<String>,
+    /// Token for a server started with --auth-file (an admin token: the workloads register
+    /// their actions and workflows first).
+    #[arg(long, env = "FLO_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Total operations.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub ops: u64,

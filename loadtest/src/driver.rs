@@ -29,6 +29,8 @@ const LATENCY_US_MAX: u64 = 100_000_000;
 
 pub struct Config {
     pub addr: String,
+    /// Presented in each connection's handshake.
+    pub token: Option<String>,
     pub connections: usize,
     pub pipeline: usize,
     pub ops: u64,
@@ -178,7 +180,7 @@ fn connection_thread<G: Generator>(
     barrier: &Barrier,
     generator: G,
 ) -> ThreadOutcome {
-    let opened = open(&cfg.addr);
+    let opened = open(&cfg.addr, cfg.token.as_deref());
     barrier.wait();
     let deadline = Instant::now() + cfg.max_duration;
     let mut worker = Worker::new(shared, generator, cfg.pipeline);
@@ -209,7 +211,7 @@ fn connection_thread<G: Generator>(
 }
 
 /// Connects and shakes hands; returns the server's shard count.
-pub fn open(addr: &str) -> Result<(Connection, u32), String> {
+pub fn open(addr: &str, token: Option<&str>) -> Result<(Connection, u32), String> {
     let mut conn =
         Connection::connect(addr).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     conn.set_read_timeout(Some(RESPONSE_TIMEOUT))
@@ -217,6 +219,7 @@ pub fn open(addr: &str) -> Result<(Connection, u32), String> {
     let hello = Op::Hello {
         protocol_version: PROTOCOL_VERSION,
         client: "flo-loadtest".into(),
+        token: token.map(flo_protocol::Token::new),
     };
     conn.queue(&Request {
         id: HELLO_ID,

@@ -45,8 +45,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         (None, Some(addr)) => addr.clone(),
         (None, None) => DEFAULT_ADDR.to_string(),
     };
+    let token = args.token.as_deref();
     let cfg = driver::Config {
         addr: addr.clone(),
+        token: args.token.clone(),
         connections: args.connections as usize,
         pipeline: args.pipeline as usize,
         ops: args.ops,
@@ -55,10 +57,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     };
     match args.workload {
         Workload::KvPut => {}
-        Workload::WasmInvoke => workload::register_wasm_action(&addr, &args.namespace)?,
-        Workload::Workflow => workload::create_workflow(&addr, &args.namespace)?,
+        Workload::WasmInvoke => workload::register_wasm_action(&addr, token, &args.namespace)?,
+        Workload::Workflow => workload::create_workflow(&addr, token, &args.namespace)?,
         Workload::Worker => {
-            workload::register_user_action(&addr, &args.namespace, &args.action_name)?
+            workload::register_user_action(&addr, token, &args.namespace, &args.action_name)?
         }
     }
     let (outcome, tasks) = run_workload(args, &cfg);
@@ -129,6 +131,7 @@ fn run_workload(
             let epoch = Instant::now();
             let worker_cfg = workers::Config {
                 addr: cfg.addr.clone(),
+                token: cfg.token.clone(),
                 namespace: args.namespace.clone(),
                 action: args.action_name.clone(),
                 workers: args.workers as usize,

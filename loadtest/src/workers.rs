@@ -31,6 +31,8 @@ const FIRST_REQUEST_ID: u64 = 2;
 
 pub struct Config {
     pub addr: String,
+    /// Presented in each connection's handshake.
+    pub token: Option<String>,
     pub namespace: String,
     pub action: String,
     pub workers: usize,
@@ -194,11 +196,12 @@ struct ThreadOutcome {
 fn worker_thread(index: usize, cfg: &Config, shared: &Shared, barrier: &Barrier) -> ThreadOutcome {
     let worker_id = format!("flo-loadtest-{}-{index}", std::process::id());
     let mut worker = TaskWorker::new(cfg, shared, worker_id);
-    let registered = driver::open(&cfg.addr).and_then(|(mut conn, _shards)| {
-        worker.register(&mut conn)?;
-        shared.registered.fetch_add(1, Relaxed);
-        Ok(conn)
-    });
+    let registered =
+        driver::open(&cfg.addr, cfg.token.as_deref()).and_then(|(mut conn, _shards)| {
+            worker.register(&mut conn)?;
+            shared.registered.fetch_add(1, Relaxed);
+            Ok(conn)
+        });
     barrier.wait();
     let deadline = Instant::now() + cfg.max_duration;
     let mut outcome = ThreadOutcome {
@@ -594,6 +597,7 @@ mod tests {
         let epoch = Instant::now();
         let cfg = Config {
             addr: addr.clone(),
+            token: None,
             namespace: "ns".into(),
             action: "lt-task".into(),
             workers: 3,
@@ -604,6 +608,7 @@ mod tests {
         };
         let invoke_cfg = driver::Config {
             addr,
+            token: None,
             connections: 2,
             pipeline: 16,
             ops: 500,

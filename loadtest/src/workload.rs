@@ -101,8 +101,12 @@ const WASM_ACTION_WAT: &str = r#"(module
     (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const 11))))"#;
 
 /// Registers the action `wasm-invoke` needs.
-pub fn register_wasm_action(addr: &str, namespace: &str) -> Result<(), String> {
-    let mut client = flo::Client::connect(addr)
+pub fn register_wasm_action(
+    addr: &str,
+    token: Option<&str>,
+    namespace: &str,
+) -> Result<(), String> {
+    let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);
     let spec = ActionSpec {
@@ -172,8 +176,13 @@ impl Generator for WasmInvoke {
 
 /// Registers the user-hosted action the `worker` workload invokes: a long timeout, so a
 /// lease never expires under load, and no retries.
-pub fn register_user_action(addr: &str, namespace: &str, name: &str) -> Result<(), String> {
-    let mut client = flo::Client::connect(addr)
+pub fn register_user_action(
+    addr: &str,
+    token: Option<&str>,
+    namespace: &str,
+    name: &str,
+) -> Result<(), String> {
+    let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);
     let spec = ActionSpec {
@@ -289,9 +298,9 @@ steps:
 "#;
 
 /// Registers the action and creates the workflow `workflow` needs.
-pub fn create_workflow(addr: &str, namespace: &str) -> Result<(), String> {
-    register_wasm_action(addr, namespace)?;
-    let mut client = flo::Client::connect(addr)
+pub fn create_workflow(addr: &str, token: Option<&str>, namespace: &str) -> Result<(), String> {
+    register_wasm_action(addr, token, namespace)?;
+    let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);
     client

@@ -17,8 +17,8 @@ pub use message::{
     LEASE_EXTEND_MS_MAX, NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION, RUN_ID_BYTES_MAX,
     RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, RUN_WAIT_MS_MAX, Reply,
     Request, RequestId, Response, RunInfo, RunStatus, ShardInfo, ShardMap, StatusInfo,
-    TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment, ValidationIssue, WORKER_ID_BYTES_MAX,
-    WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo, WorkerProcess, WorkerSpec,
-    WorkerStatus, WorkerType, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
-    WorkflowStepInfo,
+    TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment, Token, ValidationIssue,
+    WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
+    WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowInfo, WorkflowRunInfo,
+    WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
 };

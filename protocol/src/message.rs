@@ -50,10 +50,14 @@ pub struct RequestId {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
-    /// Handshake: the client states its protocol version.
+    /// Handshake: the client states its protocol version, and presents its token to a
+    /// server started with an auth file (the connection then acts with what the token
+    /// grants; another `Hello` replaces it).
     Hello {
         protocol_version: u32,
         client: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<Token>,
     },
     /// Server version, durability and per-shard log positions.
     Status,
@@ -274,6 +278,29 @@ pub enum Op {
     TestAdvanceClock {
         ms: u64,
     },
+}
+
+/// A secret presented in the handshake. Its debug form hides it, so that a printed
+/// request never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(secret: impl Into<String>) -> Token {
+        Token(secret.into())
+    }
+
+    /// The secret itself (to compare it; never to print it).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(***)")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -13,6 +13,7 @@ use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
 use crate::wasm_pool::{SharedModules, WasmPool};
 use flo_engine::actions::WASM_SLOTS;
+use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
 use flo_engine::{Engine, EngineConfig, Input};
@@ -629,12 +630,18 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         open: boot.connections.clone(),
         max: boot.config.max_connections,
     };
+    let gate = boot
+        .config
+        .auth
+        .clone()
+        .map(|table| Rc::new(Gate::new(id, table)));
     glommio::spawn_local(accept_loop(
         id,
         listener,
         conns.clone(),
         inbox.clone(),
         limit,
+        gate,
     ))
     .detach();
     // Wakes the loop when a stop is asked.

@@ -1,6 +1,8 @@
 use flo_engine::Durability;
+use flo_engine::auth::AuthTable;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -29,4 +31,8 @@ pub struct ServerConfig {
     /// Tests: a file holding a capacity in bytes that the data directory's files may not
     /// exceed, read again at each check (a full disk without a small file system).
     pub fault_disk_capacity_file: Option<PathBuf>,
+    /// The auth file's tokens: every connection must present one in its handshake and
+    /// may do only what it grants. None: no authentication (loopback only, unless the
+    /// caller allowed more).
+    pub auth: Option<Arc<AuthTable>>,
 }

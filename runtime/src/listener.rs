@@ -4,6 +4,7 @@
 
 use crate::inbox::{Inbox, Signal};
 use ahash::AHashMap as HashMap;
+use flo_engine::auth::{Gate, Session};
 use flo_engine::clock::{Clock, SystemClock};
 use flo_engine::{ClientRef, ConnId, Input, ReplyResult};
 use flo_protocol::{
@@ -28,6 +29,8 @@ pub(crate) struct Conn {
     inflight: Cell<usize>,
     room: Signal,
     reader_done: Cell<bool>,
+    /// Who the handshake authenticated (servers with an auth file).
+    session: Cell<Session>,
 }
 
 /// The open connections of a shard, by id.
@@ -131,6 +134,8 @@ pub(crate) struct ConnLimit {
     pub open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     pub max: usize,
 }
+/// A shard's gate on client requests: None without an auth file.
+type GateRef = Option<Rc<Gate>>;
 
 pub(crate) async fn accept_loop(
     shard: u32,
@@ -138,6 +143,7 @@ pub(crate) async fn accept_loop(
     conns: Conns,
     inbox: Rc<Inbox>,
     limit: ConnLimit,
+    gate: GateRef,
 ) {
     use std::sync::atomic::Ordering;
     let limit = Rc::new(limit);
@@ -152,7 +158,7 @@ pub(crate) async fn accept_loop(
                     continue;
                 }
                 next_id += 1;
-                let task = serve(next_id, stream, conns.clone(), inbox.clone());
+                let task = serve(next_id, stream, conns.clone(), inbox.clone(), gate.clone());
                 let limit = limit.clone();
                 glommio::spawn_local(async move {
                     task.await;
@@ -197,7 +203,7 @@ async fn refuse(mut stream: TcpStream, max: usize) {
     .await;
 }
 
-async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>) {
+async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>, gate: GateRef) {
     let _ = stream.set_nodelay(true);
     let conn = Rc::new(Conn {
         ready: RefCell::new(Vec::new()),
@@ -205,11 +211,12 @@ async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>) {
         inflight: Cell::new(0),
         room: Signal::default(),
         reader_done: Cell::new(false),
+        session: Cell::new(Session::Anonymous),
     });
     conns.borrow_mut().insert(id, conn.clone());
     let (reader, writer) = futures_lite::io::split(stream);
     let writing = glommio::spawn_local(write_loop(conn.clone(), writer));
-    read_loop(id, &conn, reader, &inbox).await;
+    read_loop(id, &conn, reader, &inbox, gate.as_deref()).await;
     conn.reader_done.set(true);
     conn.signal.notify();
     inbox.push(Input::ConnClosed { conn: id });
@@ -260,6 +267,7 @@ async fn read_loop(
     conn: &Rc<Conn>,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
     inbox: &Inbox,
+    gate: Option<&Gate>,
 ) {
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let (mut start, mut end) = (0usize, 0usize);
@@ -287,7 +295,7 @@ async fn read_loop(
         loop {
             match split_frame(&buf[start..end], FRAME_BYTES_MAX) {
                 Ok(Some((payload, used))) => {
-                    handle_frame(id, conn, payload, inbox);
+                    handle_frame(id, conn, payload, inbox, gate);
                     start += used;
                 }
                 Ok(None) => break,
@@ -317,16 +325,39 @@ fn frame_len(buf: &[u8]) -> Option<usize> {
     Some(FRAME_HEADER_BYTES + (u32::from_be_bytes(head) as usize).min(FRAME_BYTES_MAX))
 }
 
-fn handle_frame(id: ConnId, conn: &Conn, payload: &[u8], inbox: &Inbox) {
+fn handle_frame(id: ConnId, conn: &Conn, payload: &[u8], inbox: &Inbox, gate: Option<&Gate>) {
     conn.inflight.set(conn.inflight.get() + 1);
     match decode_payload::<Request>(payload) {
-        Ok(Request { id: request, op }) => inbox.push(Input::Client {
-            from: ClientRef { conn: id, request },
-            op,
-        }),
+        Ok(Request { id: request, op }) => {
+            if let Some(gate) = gate
+                && !admitted(gate, conn, request, &op)
+            {
+                return;
+            }
+            inbox.push(Input::Client {
+                from: ClientRef { conn: id, request },
+                op,
+            })
+        }
         Err(e) => {
             let request = decode_payload::<RequestId>(payload).map_or(0, |r| r.id);
             conn.send(request, Err(ErrorValue::bad_request(format!("{e}"))));
         }
     }
+}
+
+/// Asks the gate whether the request may enter the shard; if not, answers it
+/// `unauthorized` and logs the denial (within the gate's rate limit).
+fn admitted(gate: &Gate, conn: &Conn, request: u64, op: &flo_protocol::Op) -> bool {
+    let mut session = conn.session.get();
+    let verdict = gate.check(&mut session, op, SystemClock.now_ms());
+    conn.session.set(session);
+    let Err(refusal) = verdict else {
+        return true;
+    };
+    if let Some(line) = refusal.log_line {
+        eprintln!("{line}");
+    }
+    conn.send(request, Err(refusal.error));
+    false
 }

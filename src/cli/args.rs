@@ -24,6 +24,9 @@ pub struct Cli {
     /// Namespace to work in.
     #[arg(long, global = true, env = "FLO_NAMESPACE", default_value = "default")]
     pub namespace: String,
+    /// Token presented to a server started with --auth-file.
+    #[arg(long, global = true, env = "FLO_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Print exactly one JSON document on stdout.
     #[arg(long, global = true)]
     pub json: bool,
@@ -98,6 +101,14 @@ pub struct ServerArgs {
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
+    /// Tokens, roles and namespaces (YAML, or TOML for a `.toml` file): every connection
+    /// must present a token and may do only what it grants. See README, Authentication.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// Without --auth-file, listen on a non-loopback address anyway: anyone who can reach
+    /// it may do anything.
+    #[arg(long)]
+    pub insecure: bool,
     /// Let clients move the server's clock forward (for tests; never in production).
     #[arg(long, hide = true)]
     pub test_clock: bool,

@@ -1,5 +1,5 @@
 //! Command-line interface. Conventions for every command: `--addr`/`FLO_ADDR`,
-//! `--namespace`/`FLO_NAMESPACE`, human output by default, `--json` for exactly one JSON
+//! `--namespace`/`FLO_NAMESPACE`, `--token`/`FLO_TOKEN`, human output by default, `--json` for exactly one JSON
 //! document on stdout; errors go to stderr with a non-zero exit: 1 the server refused or
 //! found nothing, 2 a usage error or a definition refused by validation, 3 the server
 //! cannot be reached.
@@ -55,10 +55,16 @@ pub fn run() -> i32 {
 }
 
 fn connect(cli: &Cli) -> Result<Client, CliError> {
-    let client = Client::connect(cli.addr.as_str()).map_err(|e| CliError::Connect {
-        addr: cli.addr.clone(),
-        source: e,
-    })?;
+    let client =
+        Client::connect_as(cli.addr.as_str(), cli.token.as_deref()).map_err(|e| match e {
+            // The server answered the handshake: it is there, and refused (a token it does
+            // not accept).
+            Error::Server(_) => CliError::Client(e),
+            e => CliError::Connect {
+                addr: cli.addr.clone(),
+                source: e,
+            },
+        })?;
     Ok(client.with_namespace(cli.namespace.clone()))
 }
 

@@ -1,5 +1,6 @@
 use super::CliError;
 use super::args::{DurabilityArg, ServerArgs};
+use flo_engine::auth::{AuthTable, FileFormat};
 use flo_runtime::{Durability, ServerConfig, run_server};
 use std::io::Write;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
             flo_runtime::SEGMENT_BYTES_MIN
         )));
     }
+    let auth = load_auth(args)?;
     let durability = match args.durability {
         DurabilityArg::Sync => Durability::Sync,
         DurabilityArg::Async => Durability::Async,
@@ -35,6 +37,7 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         io_memory_bytes: args.io_memory_mb.max(1) << 20,
         test_clock: args.test_clock,
         fault_disk_capacity_file: args.fault_disk_capacity_file.clone(),
+        auth,
     };
     run_server(config, stop, |ready| {
         // Nobody reading the ready line (a closed pipe) is no reason to stop serving.
@@ -52,4 +55,32 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
     })?;
     super::output::error_line("flo stopped");
     Ok(())
+}
+
+/// The auth file's table, or None without one; and the rule for a server without: it
+/// listens on a loopback address only, unless `--insecure` says otherwise.
+fn load_auth(args: &ServerArgs) -> Result<Option<Arc<AuthTable>>, CliError> {
+    let Some(path) = &args.auth_file else {
+        if !args.listen.ip().is_loopback() {
+            if !args.insecure {
+                return Err(CliError::Usage(format!(
+                    "refusing to listen on {} without authentication: give --auth-file FILE \
+                     (see README, Authentication), listen on a loopback address, or give \
+                     --insecure to let anyone who can reach it do anything",
+                    args.listen
+                )));
+            }
+            eprintln!(
+                "warning: listening on {} with no authentication (--insecure): anyone who can \
+                 reach it may do anything",
+                args.listen
+            );
+        }
+        return Ok(None);
+    };
+    let bad = |problem: String| CliError::Usage(format!("auth file {}: {problem}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    let table =
+        AuthTable::parse(&text, FileFormat::of_path(path)).map_err(|e| bad(e.to_string()))?;
+    Ok(Some(Arc::new(table)))
 }

@@ -338,7 +338,9 @@ pub struct CliOutput {
 /// A `flo` command with no FLO_* variables inherited from the test's environment.
 pub fn cli_command() -> Command {
     let mut cmd = Command::new(FLO_BIN);
-    cmd.env_remove("FLO_ADDR").env_remove("FLO_NAMESPACE");
+    cmd.env_remove("FLO_ADDR")
+        .env_remove("FLO_NAMESPACE")
+        .env_remove("FLO_TOKEN");
     cmd
 }
 

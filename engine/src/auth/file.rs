@@ -1,0 +1,402 @@
+//! The auth file: a list of tokens, each with a role and the namespaces it may use.
+//!
+//! ```yaml
+//! tokens:
+//!   - token: "s3cret-admin"
+//!     role: admin
+//!     namespaces: ["*"]
+//!   - token: "payments-client"
+//!     role: client
+//!     namespaces: ["payments"]
+//! ```
+//!
+//! or the same in TOML (`[[tokens]]` tables). Tokens are kept as SHA-256 digests and a
+//! presented token is compared with every one of them in constant time.
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+/// Most tokens one auth file may hold (a lookup compares with each of them).
+pub const AUTH_TOKENS_MAX: usize = 10_000;
+/// Longest token accepted, in the file and in a handshake.
+pub const TOKEN_BYTES_MAX: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything, in its namespaces: definitions too; server-wide changes with `*`.
+    Admin,
+    /// Applications: KV, invocations, runs, workflows, signals, in its namespaces.
+    Client,
+    /// Workers: registration, heartbeats, tasks, and KV reads, in its namespaces.
+    Worker,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Client => "client",
+            Role::Worker => "worker",
+        }
+    }
+}
+
+/// The namespaces a token may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Namespaces {
+    /// `*`: every namespace.
+    All,
+    Only(Vec<String>),
+}
+
+impl Namespaces {
+    pub fn allows(&self, namespace: &str) -> bool {
+        match self {
+            Namespaces::All => true,
+            Namespaces::Only(list) => list.iter().any(|n| n == namespace),
+        }
+    }
+}
+
+/// What a valid token grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The entry's `name`, or `token #N` (its position in the file, from 1): for log lines,
+    /// which never show the token.
+    pub name: String,
+    pub role: Role,
+    pub namespaces: Namespaces,
+}
+
+/// How the file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    Yaml,
+    Toml,
+}
+
+impl FileFormat {
+    /// `.toml` is TOML; anything else (`.yaml`, `.yml`, `.json`) is YAML.
+    pub fn of_path(path: &std::path::Path) -> FileFormat {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(ext) if ext.eq_ignore_ascii_case("toml") => FileFormat::Toml,
+            _ => FileFormat::Yaml,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthFileError {
+    #[error("cannot parse it: {0}")]
+    Parse(String),
+    #[error("it lists no tokens: every request would be refused")]
+    NoTokens,
+    #[error("it lists {0} tokens, more than the {AUTH_TOKENS_MAX} allowed")]
+    TooMany(usize),
+    #[error("{entry}: the token is empty")]
+    EmptyToken { entry: String },
+    #[error("{entry}: the token is longer than {TOKEN_BYTES_MAX} bytes")]
+    LongToken { entry: String },
+    #[error("{entry}: the same token as {first}; each token must be unique")]
+    Duplicate { entry: String, first: String },
+    #[error("{entry}: no namespaces (list them, or \"*\" for all)")]
+    NoNamespaces { entry: String },
+    #[error("{entry}: an empty namespace name")]
+    EmptyNamespace { entry: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    tokens: Vec<RawEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    token: String,
+    role: Role,
+    namespaces: Vec<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+// Never show a token, even in a debug print.
+impl std::fmt::Debug for RawEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawEntry")
+            .field("role", &self.role)
+            .field("namespaces", &self.namespaces)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+type TokenDigest = [u8; 32];
+
+fn digest(token: &str) -> TokenDigest {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// The validated auth file: each token's digest and what it grants.
+#[derive(Debug, Clone)]
+pub struct AuthTable {
+    digests: Vec<TokenDigest>,
+    principals: Vec<Principal>,
+}
+
+impl AuthTable {
+    pub fn parse(text: &str, format: FileFormat) -> Result<AuthTable, AuthFileError> {
+        let raw: RawFile = match format {
+            FileFormat::Yaml => {
+                serde_yaml::from_str(text).map_err(|e| AuthFileError::Parse(e.to_string()))?
+            }
+            FileFormat::Toml => {
+                toml::from_str(text).map_err(|e| AuthFileError::Parse(e.to_string()))?
+            }
+        };
+        Self::validate(raw)
+    }
+
+    fn validate(raw: RawFile) -> Result<AuthTable, AuthFileError> {
+        if raw.tokens.is_empty() {
+            return Err(AuthFileError::NoTokens);
+        }
+        if raw.tokens.len() > AUTH_TOKENS_MAX {
+            return Err(AuthFileError::TooMany(raw.tokens.len()));
+        }
+        let mut table = AuthTable {
+            digests: Vec::with_capacity(raw.tokens.len()),
+            principals: Vec::with_capacity(raw.tokens.len()),
+        };
+        for (i, entry) in raw.tokens.into_iter().enumerate() {
+            let name = entry
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("token #{}", i + 1));
+            let label = format!("token #{} ({})", i + 1, name);
+            let principal = Self::entry(entry.role, entry.namespaces, name, &label)?;
+            if entry.token.is_empty() {
+                return Err(AuthFileError::EmptyToken { entry: label });
+            }
+            if entry.token.len() > TOKEN_BYTES_MAX {
+                return Err(AuthFileError::LongToken { entry: label });
+            }
+            let d = digest(&entry.token);
+            if let Some(j) = table.digests.iter().position(|x| *x == d) {
+                return Err(AuthFileError::Duplicate {
+                    entry: label,
+                    first: format!("token #{}", j + 1),
+                });
+            }
+            table.digests.push(d);
+            table.principals.push(principal);
+        }
+        Ok(table)
+    }
+
+    fn entry(
+        role: Role,
+        namespaces: Vec<String>,
+        name: String,
+        label: &str,
+    ) -> Result<Principal, AuthFileError> {
+        if namespaces.is_empty() {
+            return Err(AuthFileError::NoNamespaces {
+                entry: label.into(),
+            });
+        }
+        if namespaces.iter().any(|n| n.is_empty()) {
+            return Err(AuthFileError::EmptyNamespace {
+                entry: label.into(),
+            });
+        }
+        let namespaces = if namespaces.iter().any(|n| n == "*") {
+            Namespaces::All
+        } else {
+            Namespaces::Only(namespaces)
+        };
+        Ok(Principal {
+            name,
+            role,
+            namespaces,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.principals.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.principals.is_empty()
+    }
+
+    /// The index of the entry whose token is `token`. Compares the token's digest with
+    /// every entry's in constant time, all of them whatever matched: the time taken says
+    /// nothing about how close a guess was, nor which entry matched.
+    pub fn lookup(&self, token: &str) -> Option<usize> {
+        if token.len() > TOKEN_BYTES_MAX {
+            return None;
+        }
+        let presented = digest(token);
+        let mut found = 0u32;
+        let mut hit = subtle::Choice::from(0);
+        for (i, d) in self.digests.iter().enumerate() {
+            let eq = presented.ct_eq(d);
+            found.conditional_assign(&(i as u32), eq);
+            hit |= eq;
+        }
+        bool::from(hit).then_some(found as usize)
+    }
+
+    pub fn principal(&self, index: usize) -> &Principal {
+        &self.principals[index]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const YAML: &str = r#"
+tokens:
+  - token: "s3cret-admin"
+    role: admin
+    namespaces: ["*"]
+  - token: "payments-client"
+    role: client
+    namespaces: ["payments", "billing"]
+    name: payments-app
+  - token: "payments-worker"
+    role: worker
+    namespaces: ["payments"]
+"#;
+
+    const TOML: &str = r#"
+[[tokens]]
+token = "s3cret-admin"
+role = "admin"
+namespaces = ["*"]
+
+[[tokens]]
+token = "payments-client"
+role = "client"
+namespaces = ["payments", "billing"]
+name = "payments-app"
+
+[[tokens]]
+token = "payments-worker"
+role = "worker"
+namespaces = ["payments"]
+"#;
+
+    fn check_example(table: &AuthTable) {
+        assert_eq!(table.len(), 3);
+        let admin = table.principal(table.lookup("s3cret-admin").unwrap());
+        assert_eq!(admin.role, Role::Admin);
+        assert_eq!(admin.namespaces, Namespaces::All);
+        assert_eq!(admin.name, "token #1");
+        let client = table.principal(table.lookup("payments-client").unwrap());
+        assert_eq!(client.role, Role::Client);
+        assert_eq!(client.name, "payments-app");
+        assert!(client.namespaces.allows("billing"));
+        assert!(!client.namespaces.allows("default"));
+        let worker = table.principal(table.lookup("payments-worker").unwrap());
+        assert_eq!(worker.role, Role::Worker);
+        assert_eq!(table.lookup("payments-worke"), None);
+        assert_eq!(table.lookup(""), None);
+        assert_eq!(table.lookup("S3CRET-ADMIN"), None);
+    }
+
+    #[test]
+    fn yaml_and_toml_files_give_the_same_table() {
+        check_example(&AuthTable::parse(YAML, FileFormat::Yaml).unwrap());
+        check_example(&AuthTable::parse(TOML, FileFormat::Toml).unwrap());
+    }
+
+    #[test]
+    fn the_format_follows_the_extension() {
+        use std::path::Path;
+        assert_eq!(
+            FileFormat::of_path(Path::new("a/auth.toml")),
+            FileFormat::Toml
+        );
+        assert_eq!(
+            FileFormat::of_path(Path::new("auth.yaml")),
+            FileFormat::Yaml
+        );
+        assert_eq!(FileFormat::of_path(Path::new("auth.yml")), FileFormat::Yaml);
+        assert_eq!(FileFormat::of_path(Path::new("auth")), FileFormat::Yaml);
+    }
+
+    fn refused(yaml: &str) -> String {
+        AuthTable::parse(yaml, FileFormat::Yaml)
+            .expect_err("the file should be refused")
+            .to_string()
+    }
+
+    #[test]
+    fn an_unknown_role_is_refused() {
+        let e = refused("tokens:\n  - {token: a, role: root, namespaces: [x]}\n");
+        assert!(e.contains("unknown variant `root`"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_token_is_refused() {
+        let e = refused("tokens:\n  - {token: '', role: admin, namespaces: ['*']}\n");
+        assert_eq!(e, "token #1 (token #1): the token is empty");
+    }
+
+    #[test]
+    fn a_duplicate_token_is_refused_without_showing_it() {
+        let e = refused(
+            "tokens:\n  - {token: same, role: admin, namespaces: ['*']}\n  \
+             - {token: same, role: client, namespaces: [a], name: app}\n",
+        );
+        assert_eq!(
+            e,
+            "token #2 (app): the same token as token #1; each token must be unique"
+        );
+        assert!(!e.contains("same,"));
+    }
+
+    #[test]
+    fn missing_or_empty_namespaces_are_refused() {
+        let e = refused("tokens:\n  - {token: a, role: client, namespaces: []}\n");
+        assert!(e.contains("no namespaces"), "{e}");
+        let e = refused("tokens:\n  - {token: a, role: client, namespaces: ['']}\n");
+        assert!(e.contains("empty namespace"), "{e}");
+        let e = refused("tokens:\n  - {token: a, role: client}\n");
+        assert!(e.contains("missing field `namespaces`"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_and_syntax_errors_are_refused() {
+        let e = refused("tokens:\n  - {token: a, role: client, namespace: [x]}\n");
+        assert!(e.contains("unknown field `namespace`"), "{e}");
+        let e = refused("tokens: [\n");
+        assert!(e.starts_with("cannot parse it"), "{e}");
+        let e = AuthTable::parse("[[tokens]\n", FileFormat::Toml)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot parse it"), "{e}");
+    }
+
+    #[test]
+    fn a_file_without_tokens_is_refused() {
+        assert_eq!(refused("tokens: []\n"), AuthFileError::NoTokens.to_string());
+        assert_eq!(refused("{}\n"), AuthFileError::NoTokens.to_string());
+    }
+
+    #[test]
+    fn a_debug_print_never_shows_a_token() {
+        let raw: RawFile = serde_yaml::from_str(YAML).unwrap();
+        let shown = format!("{raw:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let table = AuthTable::parse(YAML, FileFormat::Yaml).unwrap();
+        assert!(!format!("{table:?}").contains("s3cret"));
+    }
+}
