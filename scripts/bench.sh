@@ -71,12 +71,12 @@ done
 if [[ -n ${FLO_BENCH_BIN_DIR:-} ]]; then
     bin_dir=$(cd "$FLO_BENCH_BIN_DIR" && pwd)
 else
-    cargo build --release
+    cargo build --release -p flo -p flo-loadtest
     bin_dir=$PWD/target/release
 fi
 for exe in flo flo-loadtest; do
     [[ -x $bin_dir/$exe ]] || {
-        echo "bench.sh: $bin_dir/$exe is missing (build it with cargo build --release)" >&2
+        echo "bench.sh: $bin_dir/$exe is missing (build it with cargo build --release -p flo -p flo-loadtest)" >&2
         exit 2
     }
 done

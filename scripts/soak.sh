@@ -25,7 +25,7 @@ addr=${FLO_SOAK_ADDR:-127.0.0.1:9566}
 if [[ -n ${FLO_BENCH_BIN_DIR:-} ]]; then
     bin=$FLO_BENCH_BIN_DIR
 else
-    cargo build --release
+    cargo build --release -p flo -p flo-loadtest
     bin=$PWD/target/release
 fi
 work=$(mktemp -d -t flo-soak.XXXXXX)
