@@ -173,7 +173,7 @@ const ECHO_WAT: &str = r#"(module
 
 #[test]
 fn retention_lets_old_segments_go_while_runs_in_flight_survive_restarts() {
-    use flo::protocol::{ActionKind, ActionSpec, RunStatus};
+    use flo::protocol::RunStatus;
     let dir = temp_dir();
     let args = [
         "--shards",
@@ -188,18 +188,7 @@ fn retention_lets_old_segments_go_while_runs_in_flight_survive_restarts() {
     ];
     let server = TestServer::start(dir.path(), &args);
     let mut c = server.client();
-    c.register_action(ActionSpec {
-        namespace: String::new(),
-        name: "echo".into(),
-        kind: ActionKind::Wasm,
-        wasm: Some(ECHO_WAT.as_bytes().to_vec()),
-        timeout_ms: None,
-        max_retries: None,
-        retry_delay_ms: None,
-        description: None,
-        memory_limit_mb: None,
-    })
-    .unwrap();
+    wasm_echo(&mut c);
     common::user_action(&mut c, "manual", 3_600_000, 0, 1000);
     // A run in flight from the start: its record is in the first segment.
     let waiting = c

@@ -14,6 +14,7 @@ pub mod hash;
 pub mod image;
 pub mod index;
 pub mod kv;
+pub mod line_budget;
 pub mod record;
 pub mod snapshot;
 pub mod state;

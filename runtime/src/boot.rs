@@ -468,14 +468,19 @@ fn load_snapshot(
         let Err(e) = loaded else {
             return Ok(loaded.ok());
         };
+        // Left in place, it would still count as kept (see above): refuse to go on.
         let aside = path.with_extension("snap.damaged");
-        let moved = match fs::rename(&path, &aside) {
-            Ok(()) => format!("moved to {}", aside.display()),
-            Err(e) => format!("cannot move it aside: {e}"),
-        };
+        fs::rename(&path, &aside).map_err(|r| {
+            format!(
+                "snapshot {} (LSN {lsn}) is unusable ({e}) and cannot be moved aside: {r}",
+                path.display()
+            )
+        })?;
         crate::stderr::say!(
-            "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}), {moved}; trying the one before",
-            path.display()
+            "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}), moved to {}; \
+             trying the one before",
+            path.display(),
+            aside.display()
         );
     }
     Ok(None)

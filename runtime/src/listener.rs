@@ -134,6 +134,7 @@ pub(crate) struct ConnLimit {
     pub open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     pub max: usize,
 }
+
 /// A shard's gate on client requests: None without an auth file.
 type GateRef = Option<Rc<Gate>>;
 
@@ -356,7 +357,7 @@ fn admitted(gate: &Gate, conn: &Conn, request: u64, op: &flo_protocol::Op) -> bo
         return true;
     };
     if let Some(line) = refusal.log_line {
-        eprintln!("{line}");
+        crate::stderr::say!("{line}");
     }
     conn.send(request, Err(refusal.error));
     false

@@ -70,11 +70,11 @@ fn load_auth(args: &ServerArgs) -> Result<Option<Arc<AuthTable>>, CliError> {
                     args.listen
                 )));
             }
-            eprintln!(
+            super::output::error_line(&format!(
                 "warning: listening on {} with no authentication (--insecure): anyone who can \
                  reach it may do anything",
                 args.listen
-            );
+            ));
         }
         return Ok(None);
     };

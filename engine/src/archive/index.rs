@@ -398,6 +398,16 @@ impl RunIndex {
 mod tests {
     use super::*;
 
+    /// An entry archived at `lsn` (the other fields do not matter to the test).
+    fn entry(lsn: u64) -> Entry {
+        Entry {
+            lsn,
+            status: 2,
+            dead_lettered: false,
+            name_tag: 1,
+        }
+    }
+
     #[test]
     fn the_image_round_trips_and_refuses_cut_or_stray_bytes() {
         // Over two chunks, the front partly forgotten, some keys archived twice.
@@ -438,25 +448,19 @@ mod tests {
     #[test]
     fn an_image_taken_is_not_changed_by_what_the_index_does_after() {
         let mut index = RunIndex::default();
-        let e = |lsn| Entry {
-            lsn,
-            status: 1,
-            dead_lettered: false,
-            name_tag: 3,
-        };
         let n = 2 * CHUNK as u64 + 10;
         for i in 1..=n {
-            index.insert(i, e(i), i);
+            index.insert(i, entry(i), i);
         }
         let mut image = Image::default();
         index.write_image(&mut image);
         let before = image.to_bytes();
         // The shared chunks outlive the index's own: forgotten, refilled, sealed again.
         for i in n + 1..=n + CHUNK as u64 {
-            index.insert(i, e(i), i);
+            index.insert(i, entry(i), i);
         }
         index.forget(CHUNK as u64 + 100);
-        index.insert(5, e(n + CHUNK as u64 + 1), n);
+        index.insert(5, entry(n + CHUNK as u64 + 1), n);
         assert_eq!(image.to_bytes(), before);
         let back = RunIndex::read_image(&before).unwrap();
         assert_eq!(back.len(), n as usize);
@@ -465,15 +469,9 @@ mod tests {
     #[test]
     fn stale_entries_are_counted_until_forgotten_and_an_image_without_them_loads_alike() {
         let mut index = RunIndex::default();
-        let e = |lsn| Entry {
-            lsn,
-            status: 1,
-            dead_lettered: false,
-            name_tag: 3,
-        };
-        index.insert(1, e(10), 10);
-        index.insert(2, e(20), 20);
-        index.insert(1, e(30), 30);
+        index.insert(1, entry(10), 10);
+        index.insert(2, entry(20), 20);
+        index.insert(1, entry(30), 30);
         assert_eq!(index.stale, 1);
         let image_of = |index: &RunIndex| {
             let mut image = Image::default();
@@ -501,15 +499,9 @@ mod tests {
     #[test]
     fn positions_resolve_across_chunks_and_after_everything_is_forgotten() {
         let mut index = RunIndex::default();
-        let e = |lsn| Entry {
-            lsn,
-            status: 1,
-            dead_lettered: false,
-            name_tag: 3,
-        };
         let n = 3 * CHUNK as u64;
         for i in 1..=n {
-            index.insert(i, e(i), i);
+            index.insert(i, entry(i), i);
         }
         assert_eq!(index.len(), n as usize);
         assert_eq!(
@@ -529,7 +521,7 @@ mod tests {
         assert!(index.is_empty());
         assert_eq!(index.oldest_lsn(), None);
         // Indexing starts again where it stopped.
-        index.insert(42, e(n + 10), n + 10);
+        index.insert(42, entry(n + 10), n + 10);
         assert_eq!(index.get(42).map(|e| e.lsn), Some(n + 10));
         assert_eq!(index.oldest_lsn(), Some(n + 10));
         assert!(index.memory_bytes() < 4 << 20);
@@ -538,15 +530,9 @@ mod tests {
     #[test]
     fn retention_forgets_runs_finished_before_the_cutoff_and_keeps_the_rest() {
         let mut index = RunIndex::default();
-        let e = |lsn| Entry {
-            lsn,
-            status: 2,
-            dead_lettered: false,
-            name_tag: 1,
-        };
         // Runs archived at LSNs 10, 20, ... finishing one per 500 ms.
         for i in 1..=20u64 {
-            index.insert(100 + i, e(i * 10), i * 500);
+            index.insert(100 + i, entry(i * 10), i * 500);
         }
         assert_eq!(index.forget_before(0), None, "nothing is that old");
         // Marks every second: (10, 500), (30, 1500), (50, 2500)...
@@ -607,15 +593,9 @@ mod tests {
     #[test]
     fn a_key_archived_again_resolves_to_its_latest_entry() {
         let mut index = RunIndex::default();
-        let e = |lsn| Entry {
-            lsn,
-            status: 2,
-            dead_lettered: false,
-            name_tag: 1,
-        };
-        index.insert(7, e(1), 10);
-        index.insert(8, e(2), 20);
-        index.insert(7, e(3), 30);
+        index.insert(7, entry(1), 10);
+        index.insert(8, entry(2), 20);
+        index.insert(7, entry(3), 30);
         let seen: Vec<(u64, u64)> = index.newest().map(|(k, e)| (k, e.lsn)).collect();
         // Key 7's first entry is stale: only its latest is listed.
         assert_eq!(seen, vec![(7, 3), (8, 2)]);

@@ -1,9 +1,9 @@
 //! A connection's gate on a server with an auth file: the handshake presents a token,
 //! every later request is authorized against what it grants before it enters the shard.
 
-use super::denials::DenialLog;
 use super::file::AuthTable;
 use super::policy::{authorize, namespace_of, op_name};
+use crate::line_budget::LineBudget;
 use flo_protocol::{ErrorCode, ErrorValue, Op};
 use std::sync::Arc;
 
@@ -25,12 +25,16 @@ pub struct Refusal {
     pub log_line: Option<String>,
 }
 
+/// Denials logged per second and shard; the rest are counted and the count is logged with
+/// the next line that may be written.
+pub const DENIAL_LINES_PER_SECOND_MAX: u32 = 10;
+
 /// One shard's gate: the auth table (shared by all shards) and the shard's log limit.
 #[derive(Debug)]
 pub struct Gate {
     shard: u32,
     table: Arc<AuthTable>,
-    denials: DenialLog,
+    denials: LineBudget,
 }
 
 impl Gate {
@@ -38,7 +42,7 @@ impl Gate {
         Gate {
             shard,
             table,
-            denials: DenialLog::default(),
+            denials: LineBudget::new(DENIAL_LINES_PER_SECOND_MAX),
         }
     }
 
