@@ -294,15 +294,43 @@ impl Client {
         prefix: &str,
         limit: Option<u32>,
     ) -> Result<(Vec<KvEntry>, bool), Error> {
+        let page = self.kv_list_page(prefix, limit, None)?;
+        Ok((page.items, page.next_cursor.is_some()))
+    }
+
+    /// One page of the entries whose key starts with `prefix`, in key order, after
+    /// `cursor` (the previous page's `next_cursor`; none: the first page). A page may hold
+    /// fewer than `limit` entries; the list is over when `next_cursor` is none.
+    pub fn kv_list_page(
+        &mut self,
+        prefix: &str,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<KvEntry>, Error> {
         match self.call(Op::KvList {
             namespace: self.namespace.clone(),
             prefix: prefix.into(),
             limit,
+            cursor: cursor.map(str::to_string),
         })? {
-            Reply::KvList { entries, truncated } => Ok((entries, truncated)),
+            Reply::KvList {
+                entries,
+                next_cursor,
+                ..
+            } => Ok(Page {
+                items: entries,
+                next_cursor,
+            }),
             other => Err(unexpected(other)),
         }
     }
+}
+
+/// One page of a list, and where the next one starts (none: this was the last).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
 }
 
 /// Options of an invocation (see `Client::invoke`).
@@ -447,15 +475,36 @@ impl Client {
         dead_letter: bool,
         limit: Option<u32>,
     ) -> Result<(Vec<RunInfo>, bool), Error> {
+        let page = self.list_runs_page(action, status, dead_letter, limit, None)?;
+        Ok((page.items, page.next_cursor.is_some()))
+    }
+
+    /// One page of an action's runs after `cursor` (the previous page's `next_cursor`;
+    /// none: the first page): in-flight runs newest first, then finished ones. A page may
+    /// hold fewer than `limit`; the list is over when `next_cursor` is none.
+    pub fn list_runs_page(
+        &mut self,
+        action: &str,
+        status: Option<RunStatus>,
+        dead_letter: bool,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<RunInfo>, Error> {
         let op = Op::RunList {
             namespace: self.namespace.clone(),
             action: action.into(),
             status,
             dead_letter,
             limit,
+            cursor: cursor.map(str::to_string),
         };
         match self.call(op)? {
-            Reply::Runs { runs, truncated } => Ok((runs, truncated)),
+            Reply::Runs {
+                runs, next_cursor, ..
+            } => Ok(Page {
+                items: runs,
+                next_cursor,
+            }),
             other => Err(unexpected(other)),
         }
     }
@@ -884,13 +933,33 @@ impl Client {
         status: Option<WorkflowRunStatus>,
         limit: Option<u32>,
     ) -> Result<(Vec<WorkflowRunInfo>, bool), Error> {
+        let page = self.list_workflow_runs_page(name, status, limit, None)?;
+        Ok((page.items, page.next_cursor.is_some()))
+    }
+
+    /// One page of a workflow's runs after `cursor` (the previous page's `next_cursor`;
+    /// none: the first page): in-flight runs newest first, then finished ones. A page may
+    /// hold fewer than `limit`; the list is over when `next_cursor` is none.
+    pub fn list_workflow_runs_page(
+        &mut self,
+        name: &str,
+        status: Option<WorkflowRunStatus>,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<WorkflowRunInfo>, Error> {
         match self.call(Op::WorkflowListRuns {
             namespace: self.namespace.clone(),
             name: name.into(),
             status,
             limit,
+            cursor: cursor.map(str::to_string),
         })? {
-            Reply::WorkflowRuns { runs, truncated } => Ok((runs, truncated)),
+            Reply::WorkflowRuns {
+                runs, next_cursor, ..
+            } => Ok(Page {
+                items: runs,
+                next_cursor,
+            }),
             other => Err(unexpected(other)),
         }
     }

@@ -2089,6 +2089,124 @@ fn runs_created_in_the_same_millisecond_are_listed_newest_first() {
 // 14. Status and lists
 // ---------------------------------------------------------------------------------------------
 
+/// Every page of a run list with its cursor: each run once, in-flight and finished ones.
+fn all_pages(c: &mut Client, status: Option<RunStatus>, limit: u32) -> Vec<String> {
+    let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let page = c
+            .list_runs_page("echo", status, false, Some(limit), cursor.as_deref())
+            .unwrap();
+        assert!(page.items.len() <= limit as usize, "{page:?}");
+        seen.extend(page.items.into_iter().map(|r| r.run_id));
+        pages += 1;
+        assert!(pages < 100, "the list does not end: {seen:?}");
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return seen,
+        }
+    }
+}
+
+#[test]
+fn run_lists_page_through_every_run_with_a_cursor() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    register(&mut c, wasm_spec("echo", &echo_guest()));
+    let mut finished = HashSet::new();
+    for i in 0..13 {
+        finished.insert(run_to_end(&mut c, "echo", &format!("done-{i}")).run_id);
+    }
+    let delayed = InvokeOptions {
+        delay_ms: Some(600_000),
+        ..Default::default()
+    };
+    let mut pending = HashSet::new();
+    for i in 0..8 {
+        pending.insert(invoke_with(
+            &mut c,
+            "echo",
+            &format!("later-{i}"),
+            delayed.clone(),
+        ));
+    }
+    let everything: HashSet<String> = finished.union(&pending).cloned().collect();
+
+    for limit in [1, 4, 7, 100] {
+        let seen = all_pages(&mut c, None, limit);
+        assert_eq!(
+            seen.len(),
+            everything.len(),
+            "each run once (limit {limit}): {seen:?}"
+        );
+        assert_eq!(seen.into_iter().collect::<HashSet<_>>(), everything);
+    }
+    let seen = all_pages(&mut c, Some(RunStatus::Pending), 3);
+    assert_eq!(seen.into_iter().collect::<HashSet<_>>(), pending);
+    let seen = all_pages(&mut c, Some(RunStatus::Completed), 5);
+    assert_eq!(seen.into_iter().collect::<HashSet<_>>(), finished);
+
+    // A run that finishes while a client pages is not skipped.
+    let first = c
+        .list_runs_page("echo", None, false, Some(2), None)
+        .unwrap();
+    let mut seen: HashSet<String> = first.items.iter().map(|r| r.run_id.clone()).collect();
+    let moved = pending
+        .iter()
+        .find(|id| !seen.contains(*id))
+        .unwrap()
+        .clone();
+    c.cancel_run(&moved).unwrap();
+    let mut cursor = first.next_cursor;
+    while let Some(at) = cursor {
+        let page = c
+            .list_runs_page("echo", None, false, Some(5), Some(&at))
+            .unwrap();
+        seen.extend(page.items.into_iter().map(|r| r.run_id));
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen, everything);
+
+    for bad in ["r1.X.S", "r1.S", "nonsense"] {
+        expect_error(
+            c.list_runs_page("echo", None, false, Some(4), Some(bad)),
+            ErrorCode::BadRequest,
+        );
+    }
+
+    // The CLI says where the next page starts and takes it back.
+    let doc = cli_json(&addr, &["action", "runs", "echo", "--limit", "15"]);
+    let mut ids: Vec<String> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 15, "{doc}");
+    let cursor = doc["next_cursor"].as_str().unwrap().to_string();
+    assert_eq!(doc["truncated"], json!(true));
+    let out = cli_ok(&addr, &["action", "runs", "echo", "--limit", "15"]);
+    assert!(out.contains(&format!("--cursor {cursor}")), "{out}");
+    let doc = cli_json(
+        &addr,
+        &[
+            "action", "runs", "echo", "--limit", "15", "--cursor", &cursor,
+        ],
+    );
+    assert_eq!(doc["next_cursor"], Value::Null, "{doc}");
+    ids.extend(
+        doc["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string()),
+    );
+    assert_eq!(ids.into_iter().collect::<HashSet<_>>(), everything);
+    let err = cli_fails(&addr, &["action", "runs", "echo", "--cursor", "junk"]);
+    assert!(err.contains("invalid cursor"), "{err}");
+}
+
 #[test]
 fn runs_are_listed_and_filtered_by_status() {
     let dir = temp_dir();

@@ -1332,6 +1332,7 @@ fn a_full_disk_refuses_mutations_and_serves_reads_until_space_returns() {
         namespace: NS.into(),
         prefix: String::new(),
         limit: None,
+        cursor: None,
     };
     assert!(matches!(t.ok(0, list), Reply::KvList { .. }));
     match t.ok(0, Op::Status) {

@@ -97,6 +97,9 @@ pub enum Op {
         namespace: String,
         prefix: String,
         limit: Option<u32>,
+        /// Where the previous page ended (its `next_cursor`); none: the first page.
+        #[serde(default)]
+        cursor: Option<String>,
     },
     /// Register (or re-register, bumping the version) an action.
     ActionRegister(ActionSpec),
@@ -137,6 +140,9 @@ pub enum Op {
         /// Only runs that exhausted their retries (the dead-letter list).
         dead_letter: bool,
         limit: Option<u32>,
+        /// Where the previous page ended (its `next_cursor`); none: the first page.
+        #[serde(default)]
+        cursor: Option<String>,
     },
     RunCancel {
         namespace: String,
@@ -273,6 +279,9 @@ pub enum Op {
         name: String,
         status: Option<WorkflowRunStatus>,
         limit: Option<u32>,
+        /// Where the previous page ended (its `next_cursor`); none: the first page.
+        #[serde(default)]
+        cursor: Option<String>,
     },
     /// Moves the server's clock forward (only on a server started with `--test-clock`).
     TestAdvanceClock {
@@ -686,8 +695,11 @@ pub enum Reply {
     },
     KvList {
         entries: Vec<KvEntry>,
-        /// More entries matched than `limit`.
+        /// More entries may follow: `next_cursor` is set.
         truncated: bool,
+        /// Ask again with `cursor` set to this for the next page (none: this was the last).
+        #[serde(default)]
+        next_cursor: Option<String>,
     },
     Action(ActionInfo),
     Actions(Vec<ActionInfo>),
@@ -702,7 +714,11 @@ pub enum Reply {
     Run(RunInfo),
     Runs {
         runs: Vec<RunInfo>,
+        /// More runs may follow: `next_cursor` is set.
         truncated: bool,
+        /// Ask again with `cursor` set to this for the next page (none: this was the last).
+        #[serde(default)]
+        next_cursor: Option<String>,
     },
     Worker(WorkerInfo),
     Workers(Vec<WorkerInfo>),
@@ -733,7 +749,11 @@ pub enum Reply {
     WorkflowRun(WorkflowRunInfo),
     WorkflowRuns {
         runs: Vec<WorkflowRunInfo>,
+        /// More runs may follow: `next_cursor` is set.
         truncated: bool,
+        /// Ask again with `cursor` set to this for the next page (none: this was the last).
+        #[serde(default)]
+        next_cursor: Option<String>,
     },
     WorkflowHistory(Vec<HistoryEvent>),
     /// One page of a run's history, oldest first.

@@ -157,11 +157,14 @@ pub enum KvCommand {
         #[arg(long)]
         if_version: Option<u64>,
     },
-    /// List keys by prefix, in key order.
+    /// List keys by prefix, in key order (a page; the next with --cursor).
     List {
         prefix: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
 }
 
@@ -216,7 +219,8 @@ pub enum ActionCommand {
     Info { name: String },
     /// List the actions of the namespace.
     List,
-    /// List an action's runs, newest first.
+    /// List an action's runs: in-flight ones newest first, then finished ones (a page;
+    /// the next with --cursor).
     Runs {
         name: String,
         /// pending, running, completed, failed, cancelled or timed_out.
@@ -224,6 +228,9 @@ pub enum ActionCommand {
         status: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Cancel a pending or running run.
     Cancel { run_id: String },
@@ -238,6 +245,9 @@ pub enum ActionCommand {
         name: String,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
 }
 
@@ -434,7 +444,8 @@ pub enum WorkflowCommand {
     },
     /// List the workflow definitions of the namespace.
     List,
-    /// List a workflow's runs, newest first.
+    /// List a workflow's runs: in-flight ones newest first, then finished ones (a page;
+    /// the next with --cursor).
     ListRuns {
         name: String,
         /// pending, running, waiting, completed, failed, cancelled or timed_out.
@@ -442,6 +453,9 @@ pub enum WorkflowCommand {
         status: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Print a definition as created.
     Definition {
