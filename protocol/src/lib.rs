@@ -5,7 +5,7 @@ mod error;
 mod frame;
 mod message;
 
-pub use error::{ErrorCode, ErrorValue};
+pub use error::{ErrorCode, ErrorValue, IDLE_CLOSED_PREFIX};
 pub use frame::{
     FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, decode_frame, decode_payload, encode_frame,
     split_frame,

@@ -640,6 +640,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         .auth
         .clone()
         .map(|table| Rc::new(Gate::new(id, table)));
+    let idle_ms = boot.config.idle_timeout_ms;
     glommio::spawn_local(accept_loop(
         id,
         listener,
@@ -647,8 +648,12 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         inbox.clone(),
         limit,
         gate,
+        if idle_ms == 0 { u64::MAX } else { idle_ms },
     ))
     .detach();
+    if idle_ms > 0 {
+        glommio::spawn_local(crate::listener::idle_sweep(conns.clone(), idle_ms)).detach();
+    }
     // Wakes the loop when a stop is asked.
     {
         let (stop, inbox) = (boot.stop.clone(), inbox.clone());

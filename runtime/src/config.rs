@@ -21,6 +21,9 @@ pub struct ServerConfig {
     /// Client connections open at once, over all shards; one more is told `overloaded`
     /// and closed.
     pub max_connections: usize,
+    /// A connection with no request in flight that sends nothing for this long is told so
+    /// and closed (0: never).
+    pub idle_timeout_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
     /// Gives the calling thread's freed memory back to the system (the allocator is the

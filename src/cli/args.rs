@@ -98,6 +98,10 @@ pub struct ServerArgs {
     /// and closed.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
+    /// A connection with no request in flight that sends nothing for this long is closed
+    /// (told first; the SDK's Client connects again by itself): `30s`, `15m`; 0: never.
+    #[arg(long, default_value = "15m", value_parser = parse_idle_timeout)]
+    pub idle_timeout: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
@@ -541,6 +545,16 @@ fn parse_retention(text: &str) -> Result<u64, String> {
     if ms < 1000 {
         return Err(format!(
             "{text:?} is shorter than the shortest retention, 1s"
+        ));
+    }
+    Ok(ms)
+}
+
+fn parse_idle_timeout(text: &str) -> Result<u64, String> {
+    let ms = parse_ttl(text)?;
+    if ms > 0 && ms < 1000 {
+        return Err(format!(
+            "{text:?} is shorter than the shortest idle timeout, 1s (0: never)"
         ));
     }
     Ok(ms)
