@@ -641,11 +641,15 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         .clone()
         .map(|table| Rc::new(Gate::new(id, table)));
     let idle_ms = boot.config.idle_timeout_ms;
+    let admission = Rc::new(crate::listener::Admission {
+        inbox: inbox.clone(),
+        peers: peers.iter().flatten().cloned().collect(),
+    });
     glommio::spawn_local(accept_loop(
         id,
         listener,
         conns.clone(),
-        inbox.clone(),
+        admission,
         limit,
         gate,
         if idle_ms == 0 { u64::MAX } else { idle_ms },

@@ -22,6 +22,10 @@ pub(crate) const INFLIGHT_REQUESTS_MAX: usize = 4096;
 /// Bytes of replies of one connection waiting to be sent; the reader pauses beyond it
 /// (a client that does not read its replies stops being read).
 pub(crate) const REPLY_BYTES_QUEUED_MAX: usize = 32 << 20;
+/// Inputs waiting for the shard loop, or messages waiting to go to one other shard, beyond
+/// which no connection of the shard is read: a shard that falls behind stops taking new
+/// requests instead of queueing without bound (work already taken goes on).
+pub(crate) const SHARD_BACKLOG_MAX: usize = 100_000;
 /// After telling an idle client it is closed, how long its connection still takes (and
 /// drops) what the client sends, so that the close does not reset the goodbye away.
 const GOODBYE_DRAIN_MS: u64 = 2000;
@@ -43,6 +47,34 @@ pub(crate) struct Conn {
     close: Signal,
     /// Who the handshake authenticated (servers with an auth file).
     session: Cell<Session>,
+}
+
+/// What says whether the shard takes more requests: its inbox and its queues to the
+/// other shards.
+pub(crate) struct Admission {
+    pub inbox: Rc<Inbox>,
+    pub peers: Vec<Rc<crate::mesh::PeerOut>>,
+}
+
+impl Admission {
+    fn backlogged(&self) -> bool {
+        self.inbox.len() >= SHARD_BACKLOG_MAX
+            || self.peers.iter().any(|p| p.len() >= SHARD_BACKLOG_MAX)
+    }
+
+    /// Waits until `conn` may take another request: room on the connection, and a shard
+    /// not backlogged (looked at again every millisecond while it is).
+    async fn room(&self, conn: &Conn) {
+        loop {
+            if conn.full() {
+                conn.room.wait().await;
+            } else if self.backlogged() {
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            } else {
+                return;
+            }
+        }
+    }
 }
 
 /// The open connections of a shard, by id.
@@ -190,7 +222,7 @@ pub(crate) async fn accept_loop(
     shard: u32,
     listener: TcpListener,
     conns: Conns,
-    inbox: Rc<Inbox>,
+    admission: Rc<Admission>,
     limit: ConnLimit,
     gate: GateRef,
     idle_ms: u64,
@@ -212,7 +244,7 @@ pub(crate) async fn accept_loop(
                     next_id,
                     stream,
                     conns.clone(),
-                    inbox.clone(),
+                    admission.clone(),
                     gate.clone(),
                     idle_ms,
                 );
@@ -264,7 +296,7 @@ async fn serve(
     id: ConnId,
     stream: TcpStream,
     conns: Conns,
-    inbox: Rc<Inbox>,
+    admission: Rc<Admission>,
     gate: GateRef,
     idle_ms: u64,
 ) {
@@ -283,10 +315,10 @@ async fn serve(
     conns.borrow_mut().insert(id, conn.clone());
     let (reader, writer) = futures_lite::io::split(stream);
     let writing = glommio::spawn_local(write_loop(conn.clone(), writer));
-    read_loop(id, &conn, reader, &inbox, gate.as_deref(), idle_ms).await;
+    read_loop(id, &conn, reader, &admission, gate.as_deref(), idle_ms).await;
     conn.reader_done.set(true);
     conn.signal.notify();
-    inbox.push(Input::ConnClosed { conn: id });
+    admission.inbox.push(Input::ConnClosed { conn: id });
     writing.await;
     conns.borrow_mut().remove(&id);
 }
@@ -335,16 +367,15 @@ async fn read_loop(
     id: ConnId,
     conn: &Rc<Conn>,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
-    inbox: &Inbox,
+    admission: &Admission,
     gate: Option<&Gate>,
     idle_ms: u64,
 ) {
+    let inbox = &*admission.inbox;
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let (mut start, mut end) = (0usize, 0usize);
     loop {
-        while conn.full() {
-            conn.room.wait().await;
-        }
+        admission.room(conn).await;
         if end == buf.len() {
             // Make room: drop consumed bytes, grow for a frame larger than the buffer.
             buf.copy_within(start..end, 0);
@@ -380,9 +411,7 @@ async fn read_loop(
         end += n;
         loop {
             // One read may bring many requests: each waits for room as the first did.
-            while conn.full() {
-                conn.room.wait().await;
-            }
+            admission.room(conn).await;
             match split_frame(&buf[start..end], FRAME_BYTES_MAX) {
                 Ok(Some((payload, used))) => {
                     handle_frame(id, conn, payload, inbox, gate);
@@ -468,4 +497,36 @@ fn admitted(gate: &Gate, conn: &Conn, request: u64, op: &flo_protocol::Op) -> bo
     }
     conn.send(request, Err(refusal.error));
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::PeerOut;
+    use flo_engine::PeerMsg;
+
+    #[test]
+    fn a_shard_behind_on_its_inbox_or_a_peer_queue_takes_no_more_requests() {
+        let inbox = Rc::new(Inbox::default());
+        let peer = Rc::new(PeerOut::default());
+        let admission = Admission {
+            inbox: inbox.clone(),
+            peers: vec![peer.clone()],
+        };
+        assert!(!admission.backlogged());
+        for conn in 0..SHARD_BACKLOG_MAX as u64 {
+            inbox.push(Input::ConnClosed { conn });
+        }
+        assert!(admission.backlogged());
+        let mut taken = std::collections::VecDeque::new();
+        inbox.take_all(&mut taken);
+        assert!(!admission.backlogged());
+        for _ in 0..SHARD_BACKLOG_MAX {
+            peer.push(Box::new(PeerMsg::Reply {
+                tag: 0,
+                result: Ok(flo_protocol::Reply::Done),
+            }));
+        }
+        assert!(admission.backlogged());
+    }
 }
