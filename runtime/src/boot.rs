@@ -41,6 +41,9 @@ const STOP_POLL_MS: u64 = 20;
 /// replayed a record) is reported, with each shard's phase, and abandoned instead of hanging
 /// silently. A large log that is being replayed never trips it.
 const STARTUP_STALL_SECS: u64 = 20;
+/// Start-up without progress this long wakes the shard threads (`kick`), and again as
+/// often while it lasts.
+const STARTUP_KICK_AFTER: Duration = Duration::from_secs(1);
 /// While shards recover, progress is reported this often.
 const STARTUP_REPORT_SECS: u64 = 2;
 const PHASES: [&str; 6] = [
@@ -358,6 +361,7 @@ pub fn run_server(
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
     let phases: Phases = Arc::new((0..meta.shards).map(|_| ShardProgress::default()).collect());
     let mut handles = Vec::new();
+    crate::kick::install();
     for s in 0..meta.shards {
         let boot = ShardBoot {
             id: s,
@@ -394,6 +398,7 @@ pub fn run_server(
     let started = std::time::Instant::now();
     let (mut mark, mut moved_at) = (progress_mark(&phases), started);
     let mut reported_at = started;
+    let mut kicked_at = started;
     let mut ready = 0;
     while ready < meta.shards {
         let received = match ready_rx.recv_timeout(Duration::from_millis(250)) {
@@ -407,6 +412,17 @@ pub fn run_server(
                         shard: 0,
                         message: startup_stall_report(&phases),
                     });
+                } else if moved_at.elapsed() >= STARTUP_KICK_AFTER
+                    && kicked_at.elapsed() >= STARTUP_KICK_AFTER
+                {
+                    // A shard asleep in io_uring_enter with work to do (`kick`).
+                    kicked_at = std::time::Instant::now();
+                    let threads = crate::kick::kick_shards();
+                    crate::stderr::say!(
+                        "note: start-up made no progress for {} ms ({}); woke {threads} shard threads",
+                        moved_at.elapsed().as_millis(),
+                        progress_report(&phases, started.elapsed())
+                    );
                 }
                 if reported_at.elapsed() >= Duration::from_secs(STARTUP_REPORT_SECS) {
                     reported_at = std::time::Instant::now();

@@ -7,6 +7,7 @@ mod boot;
 mod config;
 mod fault_disk;
 mod inbox;
+mod kick;
 mod listener;
 mod log_reader;
 mod log_writer;
