@@ -362,6 +362,8 @@ pub fn run_server(
     let phases: Phases = Arc::new((0..meta.shards).map(|_| ShardProgress::default()).collect());
     let mut handles = Vec::new();
     crate::kick::install();
+    let pulses: Arc<Vec<crate::kick::Pulse>> =
+        Arc::new((0..meta.shards).map(|_| Default::default()).collect());
     for s in 0..meta.shards {
         let boot = ShardBoot {
             id: s,
@@ -379,6 +381,7 @@ pub fn run_server(
             wasm_engine: wasm_engine.clone(),
             wasm_modules: wasm_modules.clone(),
             clock: clock.clone(),
+            pulses: pulses.clone(),
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
@@ -449,9 +452,16 @@ pub fn run_server(
         shards: meta.shards,
         partitions: meta.partitions,
     });
+    let watchdog = crate::kick::watch(pulses, stop.clone()).map_err(|e| ServerError::Shard {
+        shard: 0,
+        message: format!("cannot start the watchdog thread: {e}"),
+    })?;
     for h in handles {
         let _ = h.join();
     }
+    // Shards that ended without a stop (an error) end the watchdog too.
+    stop.store(true, Ordering::Relaxed);
+    let _ = watchdog.join();
     // Shards that failed after start-up report here.
     if let Ok(Err(e)) = ready_rx.try_recv() {
         return Err(e);
@@ -524,6 +534,8 @@ struct ShardBoot {
     clock: OffsetClock,
     /// Client connections open on every shard.
     connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// Each shard's sign of life, for the watchdog.
+    pulses: Arc<Vec<crate::kick::Pulse>>,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -535,6 +547,7 @@ async fn shard_main(boot: ShardBoot) {
 
 async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
+    boot.pulses[id as usize].started();
     let shard_err = |message: String| ServerError::Shard { shard: id, message };
     let progress = &boot.phases[id as usize];
     let phase = |p: usize| progress.phase.store(p, Ordering::SeqCst);
@@ -623,7 +636,13 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);
     glommio::spawn_local(writer_task).detach();
     let alarm = Rc::new(Alarm::default());
-    glommio::spawn_local(alarm_loop(alarm.clone(), inbox.clone())).detach();
+    glommio::spawn_local(alarm_loop(
+        alarm.clone(),
+        inbox.clone(),
+        boot.pulses.clone(),
+        id as usize,
+    ))
+    .detach();
     let peers: Vec<Option<Rc<PeerOut>>> = (0..boot.partitioning.shards)
         .map(|s| (s != id).then(|| Rc::new(PeerOut::default())))
         .collect();

@@ -47,7 +47,10 @@ pub(crate) fn kick_shards() -> usize {
         if !comm.starts_with("flo-shard-") {
             continue;
         }
-        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::c_int>().ok())
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<libc::c_int>().ok())
         else {
             continue;
         };
@@ -58,4 +61,70 @@ pub(crate) fn kick_shards() -> usize {
         }
     }
     kicked
+}
+
+/// A shard's sign of life for the watchdog: its alarm task counts every wake-up (at least
+/// one a second on a live executor, busy or idle), and the executor thread's id.
+#[derive(Default)]
+pub(crate) struct Pulse {
+    pub beats: std::sync::atomic::AtomicU64,
+    pub tid: std::sync::atomic::AtomicI32,
+}
+
+impl Pulse {
+    /// Called on the shard's executor thread as it starts.
+    pub fn started(&self) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.tid.store(tid, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn beat(&self) {
+        self.beats
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A shard whose pulse stopped this long is woken (its alarm task wakes every second).
+const STALL_KICK_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Watches the shards' pulses until `stop`: a shard silent for `STALL_KICK_AFTER` is sent
+/// the signal (again every `STALL_KICK_AFTER` while it stays silent) and a line says so.
+pub(crate) fn watch(
+    pulses: std::sync::Arc<Vec<Pulse>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+    std::thread::Builder::new()
+        .name("flo-watchdog".into())
+        .spawn(move || {
+            let mut seen: Vec<(u64, Instant)> = pulses
+                .iter()
+                .map(|p| (p.beats.load(Ordering::Relaxed), Instant::now()))
+                .collect();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                for (shard, (pulse, (last, since))) in pulses.iter().zip(&mut seen).enumerate() {
+                    let beats = pulse.beats.load(Ordering::Relaxed);
+                    let tid = pulse.tid.load(Ordering::Relaxed);
+                    if beats != *last || tid == 0 {
+                        (*last, *since) = (beats, Instant::now());
+                        continue;
+                    }
+                    if since.elapsed() < STALL_KICK_AFTER {
+                        continue;
+                    }
+                    // SAFETY: tgkill with this process's id and a thread id of it.
+                    unsafe {
+                        libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, KICK_SIGNAL);
+                    }
+                    crate::stderr::say!(
+                        "note: shard {shard} showed no sign of life for {} ms; woke it",
+                        since.elapsed().as_millis()
+                    );
+                    *since = Instant::now();
+                }
+            }
+        })
 }
