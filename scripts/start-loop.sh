@@ -30,7 +30,7 @@ if [ "$profile" = release ]; then
 else
     cargo build -p flo >&2
 fi
-flo="$PWD/target/$profile/flo"
+flo="${FLO_BIN:-$PWD/target/$profile/flo}"
 work=$(mktemp -d)
 trap 'kill -9 "${pid:-0}" 2>/dev/null; rm -rf "$work"' EXIT
 data="$work/data"
