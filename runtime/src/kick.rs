@@ -128,3 +128,41 @@ pub(crate) fn watch(
             }
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_kick_interrupts_a_shard_thread_blocked_in_a_system_call() {
+        install();
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: a pipe into a two-element array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let blocked = std::thread::Builder::new()
+            .name("flo-shard-kick-test".into())
+            .spawn(move || {
+                let mut byte = 0u8;
+                // SAFETY: a read of one byte into a local from the pipe's read end; nothing
+                // is ever written, so only a signal ends it.
+                let n = unsafe { libc::read(fds[0], (&mut byte as *mut u8).cast(), 1) };
+                (n, std::io::Error::last_os_error().raw_os_error())
+            })
+            .unwrap();
+        let started = Instant::now();
+        let mut kicked = 0;
+        while !blocked.is_finished() && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+            kicked += kick_shards();
+        }
+        let (n, errno) = blocked.join().unwrap();
+        assert!(kicked >= 1);
+        assert_eq!((n, errno), (-1, Some(libc::EINTR)));
+        // SAFETY: closing the pipe's two descriptors, used by no one now.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}
