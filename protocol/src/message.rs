@@ -829,6 +829,20 @@ pub struct StatusInfo {
     pub durability: String,
     pub partitions: u32,
     pub shards: Vec<ShardInfo>,
+    /// The server's cache of compiled WebAssembly modules (one for all shards), as last
+    /// seen by a shard (the newest view among them).
+    #[serde(default)]
+    pub module_cache: Option<ModuleCacheInfo>,
+}
+
+/// The cache of compiled WebAssembly modules: least recently used evicted beyond its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleCacheInfo {
+    pub bytes: u64,
+    pub modules: u64,
+    pub budget_bytes: u64,
+    /// Counts the cache's changes: of two views, the one with the higher count is newer.
+    pub generation: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -868,6 +882,12 @@ pub struct ShardInfo {
     /// `unavailable`) until space returns.
     #[serde(default)]
     pub disk_full: bool,
+    /// WebAssembly executions in progress (each holds one of the shard's slots).
+    #[serde(default)]
+    pub executions: u32,
+    /// The module cache as this shard last saw it (None: it has not used it yet).
+    #[serde(default)]
+    pub module_cache: Option<ModuleCacheInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
 use crate::shard_loop::ShardLoop;
 use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
-use crate::wasm_pool::{SharedModules, WasmPool};
+use crate::wasm_pool::{SharedModules, WasmPool, shared_modules};
 use flo_engine::actions::WASM_SLOTS;
 use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
@@ -354,7 +354,7 @@ pub fn run_server(
         shard: 0,
         message: format!("cannot start the wasm engine: {e}"),
     })?;
-    let wasm_modules = SharedModules::default();
+    let wasm_modules = shared_modules(config.module_cache_bytes);
     let clock = OffsetClock::default();
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
     let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));

@@ -26,6 +26,9 @@ pub struct ServerConfig {
     pub idle_timeout_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
+    /// Compiled WebAssembly modules kept for reuse (all shards): beyond this, the least
+    /// recently used are dropped and compiled again when next used.
+    pub module_cache_bytes: u64,
     /// Gives the calling thread's freed memory back to the system (the allocator is the
     /// binary's choice): called on each shard after start-up and after each snapshot.
     pub release_memory: fn(),

@@ -105,6 +105,11 @@ pub struct ServerArgs {
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
+    /// Compiled WebAssembly modules kept for reuse (all shards), in MiB: beyond it the least
+    /// recently used are dropped and compiled again when next used (0: none is kept).
+    #[arg(long, default_value_t = flo_runtime::MODULE_CACHE_BYTES_DEFAULT >> 20,
+          value_parser = clap::value_parser!(u64).range(..=1 << 20))]
+    pub module_cache_mb: u64,
     /// Tokens, roles and namespaces (YAML, or TOML for a `.toml` file): every connection
     /// must present a token and may do only what it grants. See README, Authentication.
     #[arg(long, value_name = "FILE")]

@@ -16,6 +16,7 @@ use wasmtime::{Caller, Extern, Linker, Memory, ResourceLimiter};
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 use super::GuestKv;
+use super::stop::StopSignal;
 use super::timer::{Timers, lock};
 
 /// At most this many log entries per execution (the last one may be a "dropped" note).
@@ -199,6 +200,9 @@ pub(crate) struct HostState {
     wasi: Option<WasiP1Ctx>,
     pub deadline: Instant,
     pub timed_out: bool,
+    /// Set from outside to end the execution; `stopped` once the epoch callback saw it.
+    pub stop: StopSignal,
+    pub stopped: bool,
     timers: Arc<Timers>,
 }
 
@@ -209,6 +213,7 @@ impl HostState {
         memory_limit: usize,
         deadline: Instant,
         timers: Arc<Timers>,
+        stop: StopSignal,
     ) -> Self {
         HostState {
             limiter: Limiter {
@@ -225,6 +230,8 @@ impl HostState {
             wasi: None,
             deadline,
             timed_out: false,
+            stop,
+            stopped: false,
             timers,
         }
     }

@@ -232,11 +232,17 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
                 })
                 .collect();
             shards.sort_by_key(|s| s.shard);
+            // One cache for all shards: the newest view of it.
+            let module_cache = shards
+                .iter()
+                .filter_map(|s| s.module_cache)
+                .max_by_key(|m| m.generation);
             Ok(Reply::Status(StatusInfo {
                 server_version: SERVER_VERSION.to_string(),
                 durability: core.durability.as_str().to_string(),
                 partitions: core.partitioning.partitions,
                 shards,
+                module_cache,
             }))
         }
         Op::KvList { limit, .. } => Ok(merge_keys(parts, *limit)),

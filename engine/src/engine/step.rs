@@ -60,6 +60,7 @@ impl Engine {
                 workers::conn_closed(&mut self.core, &mut self.awaits, conn);
                 kv::conn_closed(&mut self.core, &mut self.kv_waits, conn);
             }
+            Input::ModuleCache(info) => self.module_cache = Some(info),
             Input::Storage(info) => {
                 self.segments = info.segments;
                 self.storage = *info;
@@ -99,8 +100,9 @@ impl Engine {
     fn run_task(&mut self, task: Task) {
         let core = &mut self.core;
         match task {
-            Task::ActionFinal((namespace, run_id)) => {
-                let key = ((namespace, run_id), false);
+            Task::ActionFinal(run) => {
+                actions::stop_if_executing(&mut self.core, &self.executions, &run);
+                let key = (run, false);
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;
                 workflows::wf_on_action_final(&mut self.core, &namespace, &run_id);
@@ -355,6 +357,8 @@ impl Engine {
                 snapshot_write_ms: self.storage.snapshot_write_ms,
                 disk_bytes: self.storage.disk_bytes,
                 disk_full: core.disk == DiskSpace::Full,
+                executions: self.executions.len() as u32,
+                module_cache: self.module_cache,
             }))),
             Op::KvList {
                 namespace,
