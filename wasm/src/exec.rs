@@ -10,7 +10,8 @@ use wasmtime::{Extern, Instance, Memory, ModuleExport, Store, Trap, UpdateDeadli
 
 use super::host::{HostState, HostTrap, LogSink, guest_range};
 use super::stop::StopSignal;
-use super::timer::{Cut, WithDeadline, lock};
+use super::stop::lock;
+use super::timer::{Cut, WithDeadline};
 use super::{
     COMPILE_TRIAL_TIMEOUT_MS, ExecLimits, ExecResult, GuestError, GuestKv, MAX_DESCRIBE_BYTES,
     ModuleInner, WasmError, error_text,

@@ -17,7 +17,8 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 
 use super::GuestKv;
 use super::stop::StopSignal;
-use super::timer::{Timers, lock};
+use super::stop::lock;
+use super::timer::Timers;
 
 /// At most this many log entries per execution (the last one may be a "dropped" note).
 pub const MAX_LOG_ENTRIES: usize = 100;

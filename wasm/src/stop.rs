@@ -6,8 +6,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Waker};
 
-use super::timer::lock;
-
 /// Asks a running execution to stop ([`WasmModule::execute_with_stop`]): it ends with
 /// [`GuestError::Cancelled`] within about a tick (1 ms), whether it runs wasm code (the epoch
 /// callback checks the flag) or waits on the host (the wait is dropped when the execution's
@@ -61,4 +59,10 @@ impl StopSignal {
         }
         self.is_stopped()
     }
+}
+
+/// Locks a mutex, ignoring poisoning (the data guarded here stays consistent: a panic while
+/// holding these locks cannot leave them half-updated).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use super::stop::StopSignal;
+use super::stop::{StopSignal, lock};
 
 /// The tick of the ticker thread: epoch granularity and timer precision.
 pub(crate) const TICK: Duration = Duration::from_millis(1);
@@ -158,10 +158,4 @@ pub(crate) fn start_ticker(
             }
         })
         .map(|_| ())
-}
-
-/// Locks a mutex, ignoring poisoning (the data guarded here stays consistent: a panic while
-/// holding these locks cannot leave them half-updated).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
