@@ -1,0 +1,475 @@
+//! flo-chaos: the crash-loop harness. It runs a flo server of its own and, cycle after
+//! cycle, drives a seeded mixed load against it (`load`: KV puts, CAS and deletes, WASM runs
+//! whose guest writes a key, user-hosted tasks served by its `workers`, workflows with a
+//! signal wait, a timer and a child), kills it with SIGKILL after a random 0.2-3 s,
+//! restarts it on the same data directory and port, and checks what it acknowledged
+//! (`verify`, against the ledger in `model`). Violations are printed as they are found,
+//! with the command that replays the campaign; the exit status is 1 if there was any.
+
+mod args;
+mod defs;
+mod history;
+mod load;
+mod model;
+mod report;
+mod rng;
+mod server;
+mod verify;
+mod workers;
+
+use args::Args;
+use clap::Parser;
+use flo_loadtest::spawn;
+use load::{ClientLedger, Load};
+use model::{Settled, TaskLedger};
+use report::{Campaign, Report};
+use rng::Rng;
+use server::{Server, ServerSpec};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use verify::Verify;
+
+/// `flo server` arguments unless `--server-arg` gives them: small segments and frequent
+/// snapshots, so kills also land in segment rollovers and snapshot writes.
+const DEFAULT_SERVER_ARGS: [(&str, &str); 2] = [
+    ("--segment-bytes", "1048576"),
+    ("--snapshot-bytes", "2097152"),
+];
+/// Time beyond the load phase the load threads have to notice the kill.
+const LOAD_SLACK: Duration = Duration::from_secs(60);
+/// Time beyond `--settle-ms` a verification may take (reads, guest writes, samples).
+const VERIFY_SLACK: Duration = Duration::from_secs(120);
+/// RNG streams: the kill delay and the verification's samples of cycle C are
+/// `(seed, C, KILL_STREAM)` and `(seed, C, VERIFY_STREAM)`; load thread T's is `(seed, C, T)`.
+const KILL_STREAM: u64 = u64::MAX;
+const VERIFY_STREAM: u64 = u64::MAX - 1;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("flo-chaos: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// What every cycle uses.
+struct Ctx<'a> {
+    args: &'a Args,
+    seed: u64,
+    spec: ServerSpec,
+    report: Arc<Report>,
+    shared: Arc<workers::Shared>,
+    watchdog: Arc<Watchdog>,
+}
+
+fn run(args: &Args) -> Result<ExitCode, String> {
+    args.check()?;
+    let seed = args.seed.unwrap_or_else(seed_from_clock);
+    let bin = match &args.flo_bin {
+        Some(path) => path.clone(),
+        None => spawn::default_flo_bin()?,
+    };
+    if !bin.is_file() {
+        return Err(format!(
+            "flo executable not found at {} (build it: `cargo build --release -p flo`, or pass \
+             --flo-bin)",
+            bin.display()
+        ));
+    }
+    let (data_dir, temp_dir) = data_dir(args)?;
+    let spec = ServerSpec {
+        bin,
+        data_dir,
+        shards: args.shards,
+        extra: server_args(&args.server_args, args.retention_secs),
+    };
+    println!(
+        "flo-chaos: seed {seed}, {} cycles, {} clients, {} workers, load {}..{} ms; {} server \
+         --shards {} {} --data-dir {}",
+        args.cycles,
+        args.clients,
+        args.workers,
+        args.load_min_ms,
+        args.load_max_ms,
+        spec.bin.display(),
+        args.shards,
+        spec.extra.join(" "),
+        spec.data_dir.display()
+    );
+    let report = Arc::new(Report::new(seed, args.clone()));
+    let started = Instant::now();
+    let server = Server::start_first(&spec)
+        .map_err(|f| format!("the first start failed: {}\n{}", f.what, f.stderr))?;
+    defs::register(&server.addr)?;
+    let shared = Arc::new(workers::Shared {
+        addr: server.addr.clone(),
+        seed,
+        report: report.clone(),
+        tasks: Mutex::new(TaskLedger::default()),
+        cycle: AtomicU64::new(0),
+        counts: Mutex::new(model::Counts::default()),
+        stop: AtomicBool::new(false),
+    });
+    let ctx = Ctx {
+        args,
+        seed,
+        spec,
+        report: report.clone(),
+        shared: shared.clone(),
+        watchdog: Watchdog::start(report.clone()),
+    };
+    let worker_threads = workers::start(&shared, args.workers);
+
+    let mut ledgers: Vec<ClientLedger> = (0..args.clients).map(ClientLedger::new).collect();
+    let mut settled = Vec::new();
+    let mut campaign = Campaign::default();
+    let mut server = Some(server);
+    let mut ended_early = None;
+    for cycle in 1..=args.cycles {
+        let current = server.take().expect("a running server");
+        match run_cycle(
+            &ctx,
+            cycle,
+            current,
+            &mut ledgers,
+            &mut settled,
+            &mut campaign,
+        ) {
+            Ok(next) => server = Some(next),
+            Err(why) => {
+                ended_early = Some(why);
+                break;
+            }
+        }
+        campaign.cycles = cycle;
+    }
+    shared.stop.store(true, Relaxed);
+    for handle in worker_threads {
+        let _ = handle.join();
+    }
+    report.add_counts(&shared.counts.lock().unwrap());
+    if let Some(server) = server {
+        ctx.watchdog.phase(
+            campaign.cycles,
+            "the final stop and restart",
+            VERIFY_SLACK,
+            0,
+        );
+        final_restart(
+            &ctx,
+            campaign.cycles,
+            server,
+            &mut ledgers,
+            &mut settled,
+            &mut campaign,
+        );
+    }
+    ctx.watchdog.idle();
+
+    let violations = report.violations();
+    if let Some(why) = &ended_early {
+        println!("flo-chaos: the campaign stopped early: {why}");
+    }
+    print!(
+        "{}",
+        report::summary(
+            seed,
+            &campaign,
+            &report.counts(),
+            violations,
+            started.elapsed()
+        )
+    );
+    if violations == 0 && ended_early.is_none() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(temp_dir) = temp_dir {
+        println!(
+            "flo-chaos: data directory kept: {}",
+            temp_dir.keep().display()
+        );
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// Load, kill, restart, verify. Returns the restarted server; `Err` when the campaign
+/// cannot go on (no server could be started, or it stopped answering).
+fn run_cycle(
+    ctx: &Ctx,
+    cycle: u64,
+    server: Server,
+    ledgers: &mut [ClientLedger],
+    settled: &mut Vec<Settled>,
+    campaign: &mut Campaign,
+) -> Result<Server, String> {
+    let (args, report) = (ctx.args, &*ctx.report);
+    ctx.shared.cycle.store(cycle, Relaxed);
+    let load_ms =
+        Rng::derive(ctx.seed, cycle, KILL_STREAM).between(args.load_min_ms, args.load_max_ms);
+    let load_time = Duration::from_millis(load_ms);
+    ctx.watchdog
+        .phase(cycle, "the load", load_time + LOAD_SLACK, server.pid());
+    let addr = server.addr.clone();
+    let cycle_started = Instant::now();
+    let killed = load_and_kill(ctx, cycle, server, ledgers, load_time);
+    if let Some(status) = killed.exited_before {
+        report.violation(
+            cycle,
+            &format!("the server exited by itself during the load ({status})"),
+            Some(&killed.stderr),
+        );
+    }
+    let (mut acked, mut in_doubt) = (0, 0);
+    for ledger in ledgers.iter_mut() {
+        acked += ledger.counts.acked_total();
+        in_doubt += ledger.counts.in_doubt_total();
+        report.add_counts(&ledger.counts);
+        ledger.counts = model::Counts::default();
+    }
+
+    ctx.watchdog.phase(
+        cycle,
+        "the restart",
+        2 * server::READY_TIMEOUT + LOAD_SLACK,
+        0,
+    );
+    let server = restart(ctx, cycle, &addr)?;
+    campaign.restarted(cycle, server.ready_in);
+
+    let settle = Duration::from_millis(args.settle_ms);
+    ctx.watchdog.phase(
+        cycle,
+        "the verification",
+        settle + VERIFY_SLACK,
+        server.pid(),
+    );
+    let runs_before = campaign.verified.runs_final;
+    let cx = verify::Context {
+        cycle,
+        cycle_started,
+        report,
+        tasks: &ctx.shared.tasks,
+        verified: &mut campaign.verified,
+        deadline: Instant::now() + settle,
+        retention: Duration::from_secs(args.retention_secs),
+        rng: Rng::derive(ctx.seed, cycle, VERIFY_STREAM),
+    };
+    let verified = Verify::connect(&server.addr, cx).and_then(|mut verify| {
+        verify.kv(ledgers)?;
+        verify.old_runs(settled)?;
+        verify.runs(ledgers, settled)
+    });
+    if let Err(fatal) = verified {
+        report.violation(cycle, &fatal, Some(&server.stderr_tail()));
+        return Err(fatal);
+    }
+    println!(
+        "cycle {cycle}/{}: load {load_ms} ms, {acked} acknowledged, {in_doubt} in doubt; \
+         restart {:.2} s; {} runs final; violations so far {}",
+        args.cycles,
+        server.ready_in.as_secs_f64(),
+        campaign.verified.runs_final - runs_before,
+        report.violations()
+    );
+    Ok(server)
+}
+
+/// Runs the load threads for `load_time`, then kills the server under them.
+fn load_and_kill(
+    ctx: &Ctx,
+    cycle: u64,
+    server: Server,
+    ledgers: &mut [ClientLedger],
+    load_time: Duration,
+) -> server::Killed {
+    let stop = AtomicBool::new(false);
+    let addr = server.addr.clone();
+    thread::scope(|scope| {
+        for ledger in ledgers.iter_mut() {
+            let mut load = Load {
+                cycle,
+                addr: &addr,
+                rng: Rng::derive(ctx.seed, cycle, u64::from(ledger.index)),
+                stop: &stop,
+                report: &ctx.report,
+                sent: 0,
+            };
+            scope.spawn(move || load.run(ledger));
+        }
+        thread::sleep(load_time);
+        let killed = server.kill();
+        stop.store(true, Relaxed);
+        killed
+    })
+}
+
+/// Starts the server again on its data directory and port; a failed start is a violation,
+/// and is tried once more.
+fn restart(ctx: &Ctx, cycle: u64, addr: &str) -> Result<Server, String> {
+    match Server::start(&ctx.spec, addr) {
+        Ok(server) => Ok(server),
+        Err(failure) => {
+            let what = format!("the restart failed: {}", failure.what);
+            ctx.report.violation(cycle, &what, Some(&failure.stderr));
+            Server::start(&ctx.spec, addr).map_err(|again| {
+                let what = format!("a second restart failed too: {}", again.what);
+                ctx.report.violation(cycle, &what, Some(&again.stderr));
+                what
+            })
+        }
+    }
+}
+
+/// After the last cycle: a graceful stop (exit 0), a start from its snapshot, and the
+/// keys and a sample of runs checked once more.
+fn final_restart(
+    ctx: &Ctx,
+    cycle: u64,
+    server: Server,
+    ledgers: &mut [ClientLedger],
+    settled: &mut Vec<Settled>,
+    campaign: &mut Campaign,
+) {
+    let report = &*ctx.report;
+    let addr = server.addr.clone();
+    if let Err(failure) = server.stop() {
+        report.violation(cycle, &failure.what, Some(&failure.stderr));
+        return;
+    }
+    let Ok(server) = restart(ctx, cycle, &addr) else {
+        return;
+    };
+    campaign.restarted(cycle, server.ready_in);
+    ctx.watchdog
+        .phase(cycle, "the final verification", VERIFY_SLACK, server.pid());
+    let cx = verify::Context {
+        cycle,
+        cycle_started: Instant::now(),
+        report,
+        tasks: &ctx.shared.tasks,
+        verified: &mut campaign.verified,
+        deadline: Instant::now(),
+        retention: Duration::from_secs(ctx.args.retention_secs),
+        rng: Rng::derive(ctx.seed, cycle + 1, VERIFY_STREAM),
+    };
+    let verified = Verify::connect(&server.addr, cx).and_then(|mut verify| {
+        verify.kv(ledgers)?;
+        verify.old_runs(settled)
+    });
+    if let Err(fatal) = verified {
+        report.violation(cycle, &fatal, Some(&server.stderr_tail()));
+    }
+    if let Err(failure) = server.stop() {
+        report.violation(cycle, &failure.what, Some(&failure.stderr));
+    }
+}
+
+/// The `flo server` arguments: the defaults the user did not give, then the user's.
+fn server_args(given: &[String], retention_secs: u64) -> Vec<String> {
+    let mut args = vec!["--retention".to_string(), format!("{retention_secs}s")];
+    for (flag, value) in DEFAULT_SERVER_ARGS {
+        if !given
+            .iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        {
+            args.extend([flag.to_string(), value.to_string()]);
+        }
+    }
+    args.extend(given.iter().cloned());
+    args
+}
+
+/// `--data-dir` (created, must be empty), or a temporary directory.
+fn data_dir(args: &Args) -> Result<(std::path::PathBuf, Option<tempfile::TempDir>), String> {
+    if let Some(dir) = &args.data_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let empty = std::fs::read_dir(dir)
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .next()
+            .is_none();
+        if !empty {
+            return Err(format!(
+                "{} is not empty: the ledger starts from an empty server",
+                dir.display()
+            ));
+        }
+        return Ok((dir.clone(), None));
+    }
+    let temp = tempfile::Builder::new()
+        .prefix("flo-chaos-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a temporary data directory: {e}"))?;
+    Ok((temp.path().to_path_buf(), Some(temp)))
+}
+
+fn seed_from_clock() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Rng::derive(nanos, u64::from(std::process::id()), 0).next_u64() % 1_000_000_000
+}
+
+/// Ends a campaign stuck in one phase (a server that accepts but never answers): reports
+/// a violation, kills the server and exits 1.
+struct Watchdog {
+    /// (deadline, cycle, phase); None between campaigns' phases.
+    phase: Mutex<Option<(Instant, u64, &'static str)>>,
+    /// The server to kill (0: none known).
+    pid: AtomicU32,
+}
+
+impl Watchdog {
+    fn start(report: Arc<Report>) -> Arc<Watchdog> {
+        let watchdog = Arc::new(Watchdog {
+            phase: Mutex::new(None),
+            pid: AtomicU32::new(0),
+        });
+        let watching = watchdog.clone();
+        thread::Builder::new()
+            .name("chaos-watchdog".into())
+            .spawn(move || {
+                loop {
+                    thread::sleep(Duration::from_millis(500));
+                    let Some((deadline, cycle, phase)) = *watching.phase.lock().unwrap() else {
+                        continue;
+                    };
+                    if Instant::now() < deadline {
+                        continue;
+                    }
+                    report.violation(
+                        cycle,
+                        &format!("the harness was stuck in {phase} past its time limit (a server that stopped answering?)"),
+                        None,
+                    );
+                    let pid = watching.pid.load(Relaxed);
+                    if pid != 0 {
+                        // SAFETY: kill(2) on our own child's pid; at worst it is already gone.
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    }
+                    std::process::exit(1);
+                }
+            })
+            .expect("cannot start the watchdog thread");
+        watchdog
+    }
+
+    /// A phase that must end within `limit`; `pid`: the server to kill if it does not (0:
+    /// keep the one known).
+    fn phase(&self, cycle: u64, phase: &'static str, limit: Duration, pid: u32) {
+        if pid != 0 {
+            self.pid.store(pid, Relaxed);
+        }
+        *self.phase.lock().unwrap() = Some((Instant::now() + limit, cycle, phase));
+    }
+
+    fn idle(&self) {
+        *self.phase.lock().unwrap() = None;
+    }
+}
