@@ -2,7 +2,8 @@
 //! cycle, drives a seeded mixed load against it (`load`: KV puts, CAS and deletes, WASM runs
 //! whose guest writes a key, user-hosted tasks served by its `workers`, workflows with a
 //! signal wait, a timer and a child), kills it with SIGKILL after a random 0.2-3 s,
-//! restarts it on the same data directory and port, and checks what it acknowledged
+//! restarts it on the same data directory and port (in one cycle in ten kills it again
+//! within 0.3 s of that restart, and restarts it again), and checks what it acknowledged
 //! (`verify`, against the ledger in `model`). Violations are printed as they are found,
 //! with the command that replays the campaign; the exit status is 1 if there was any.
 
@@ -38,6 +39,10 @@ const DEFAULT_SERVER_ARGS: [(&str, &str); 2] = [
     ("--segment-bytes", "1048576"),
     ("--snapshot-bytes", "2097152"),
 ];
+/// Cycles whose restarted server is killed again before verification, in percent.
+const QUICK_KILL_PERCENT: u64 = 10;
+/// How soon after that restart's `listening` line (a uniform 0..this ms).
+const QUICK_KILL_AFTER_MS_MAX: u64 = 300;
 /// Time beyond the load phase the load threads have to notice the kill.
 const LOAD_SLACK: Duration = Duration::from_secs(60);
 /// Time beyond `--settle-ms` a verification may take (reads, guest writes, samples).
@@ -210,21 +215,15 @@ fn run_cycle(
 ) -> Result<Server, String> {
     let (args, report) = (ctx.args, &*ctx.report);
     ctx.shared.cycle.store(cycle, Relaxed);
-    let load_ms =
-        Rng::derive(ctx.seed, cycle, KILL_STREAM).between(args.load_min_ms, args.load_max_ms);
+    let mut kills = Rng::derive(ctx.seed, cycle, KILL_STREAM);
+    let load_ms = kills.between(args.load_min_ms, args.load_max_ms);
     let load_time = Duration::from_millis(load_ms);
     ctx.watchdog
         .phase(cycle, "the load", load_time + LOAD_SLACK, server.pid());
     let addr = server.addr.clone();
     let cycle_started = Instant::now();
     let killed = load_and_kill(ctx, cycle, server, ledgers, load_time);
-    if let Some(status) = killed.exited_before {
-        report.violation(
-            cycle,
-            &format!("the server exited by itself during the load ({status})"),
-            Some(&killed.stderr),
-        );
-    }
+    exited_by_itself(report, cycle, &killed, "the load");
     let (mut acked, mut in_doubt) = (0, 0);
     for ledger in ledgers.iter_mut() {
         acked += ledger.counts.acked_total();
@@ -239,8 +238,24 @@ fn run_cycle(
         2 * server::READY_TIMEOUT + LOAD_SLACK,
         0,
     );
-    let server = restart(ctx, cycle, &addr)?;
+    let mut server = restart(ctx, cycle, &addr)?;
     campaign.restarted(cycle, server.ready_in);
+    let mut restarted = format!("restart {:.2} s", server.ready_in.as_secs_f64());
+    if kills.percent(QUICK_KILL_PERCENT) {
+        // Killed again while it resumes the runs the first kill interrupted (the workers
+        // are at it already).
+        let after_ms = kills.below(QUICK_KILL_AFTER_MS_MAX);
+        thread::sleep(Duration::from_millis(after_ms));
+        let killed = server.kill();
+        exited_by_itself(report, cycle, &killed, "the resumption after a restart");
+        server = restart(ctx, cycle, &addr)?;
+        campaign.restarted(cycle, server.ready_in);
+        campaign.quick_kills += 1;
+        restarted.push_str(&format!(
+            ", killed again {after_ms} ms later, restart {:.2} s",
+            server.ready_in.as_secs_f64()
+        ));
+    }
 
     let settle = Duration::from_millis(args.settle_ms);
     ctx.watchdog.phase(
@@ -271,13 +286,23 @@ fn run_cycle(
     }
     println!(
         "cycle {cycle}/{}: load {load_ms} ms, {acked} acknowledged, {in_doubt} in doubt; \
-         restart {:.2} s; {} runs final; violations so far {}",
+         {restarted}; {} runs final; violations so far {}",
         args.cycles,
-        server.ready_in.as_secs_f64(),
         campaign.verified.runs_final - runs_before,
         report.violations()
     );
     Ok(server)
+}
+
+/// A server the kill found dead already is a violation.
+fn exited_by_itself(report: &Report, cycle: u64, killed: &server::Killed, during: &str) {
+    if let Some(status) = killed.exited_before {
+        report.violation(
+            cycle,
+            &format!("the server exited by itself during {during} ({status})"),
+            Some(&killed.stderr),
+        );
+    }
 }
 
 /// Runs the load threads for `load_time`, then kills the server under them.

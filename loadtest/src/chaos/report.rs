@@ -73,6 +73,8 @@ pub struct Campaign {
     pub restart_total: Duration,
     pub restart_slowest: Duration,
     pub slowest_cycle: u64,
+    /// Restarted servers killed again before verification.
+    pub quick_kills: u64,
     pub verified: Verified,
 }
 
@@ -109,8 +111,8 @@ pub fn summary(
     };
     let v = &campaign.verified;
     format!(
-        "flo-chaos: seed {seed}: {} cycles in {:.1} s, {} restarts (slowest {:.2} s at cycle {}, \
-         mean {:.2} s)\n\
+        "flo-chaos: seed {seed}: {} cycles in {:.1} s, {} restarts ({} of them after a kill right \
+         after a restart; slowest {:.2} s at cycle {}, mean {:.2} s)\n\
          acknowledged: {} ({})\n\
          in doubt at the kills: {} ({})\n\
          verified: {} KV key reads, {} runs final, {} histories, {} guest writes, {} task \
@@ -119,6 +121,7 @@ pub fn summary(
         campaign.cycles,
         took.as_secs_f64(),
         campaign.restarts,
+        campaign.quick_kills,
         campaign.restart_slowest.as_secs_f64(),
         campaign.slowest_cycle,
         mean.as_secs_f64(),
