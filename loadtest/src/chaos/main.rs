@@ -16,6 +16,7 @@ mod report;
 mod rng;
 mod server;
 mod verify;
+mod watchdog;
 mod workers;
 
 use args::Args;
@@ -27,11 +28,12 @@ use report::{Campaign, Report};
 use rng::Rng;
 use server::{Server, ServerSpec};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use verify::Verify;
+use watchdog::Watchdog;
 
 /// `flo server` arguments unless `--server-arg` gives them: small segments and frequent
 /// snapshots, so kills also land in segment rollovers and snapshot writes.
@@ -46,7 +48,10 @@ const QUICK_KILL_AFTER_MS_MAX: u64 = 300;
 /// Time beyond the load phase the load threads have to notice the kill.
 const LOAD_SLACK: Duration = Duration::from_secs(60);
 /// Time beyond `--settle-ms` a verification may take (reads, guest writes, samples).
-const VERIFY_SLACK: Duration = Duration::from_secs(120);
+const VERIFY_SLACK: Duration = Duration::from_secs(60);
+/// Verifications of one cycle: after a server that stopped answering is killed, it is
+/// started again and the verification done again, once.
+const VERIFY_ATTEMPTS_MAX: u32 = 2;
 /// RNG streams: the kill delay and the verification's samples of cycle C are
 /// `(seed, C, KILL_STREAM)` and `(seed, C, VERIFY_STREAM)`; load thread T's is `(seed, C, T)`.
 const KILL_STREAM: u64 = u64::MAX;
@@ -121,13 +126,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         counts: Mutex::new(model::Counts::default()),
         stop: AtomicBool::new(false),
     });
+    let spec_dir = spec.data_dir.clone();
     let ctx = Ctx {
         args,
         seed,
         spec,
         report: report.clone(),
         shared: shared.clone(),
-        watchdog: Watchdog::start(report.clone()),
+        watchdog: Watchdog::start(report.clone(), spec_dir),
     };
     let worker_threads = workers::start(&shared, args.workers);
 
@@ -160,12 +166,6 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
     report.add_counts(&shared.counts.lock().unwrap());
     if let Some(server) = server {
-        ctx.watchdog.phase(
-            campaign.cycles,
-            "the final stop and restart",
-            VERIFY_SLACK,
-            0,
-        );
         final_restart(
             &ctx,
             campaign.cycles,
@@ -175,7 +175,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             &mut campaign,
         );
     }
-    ctx.watchdog.idle();
+    ctx.watchdog.disarm();
 
     let violations = report.violations();
     if let Some(why) = &ended_early {
@@ -219,7 +219,7 @@ fn run_cycle(
     let load_ms = kills.between(args.load_min_ms, args.load_max_ms);
     let load_time = Duration::from_millis(load_ms);
     ctx.watchdog
-        .phase(cycle, "the load", load_time + LOAD_SLACK, server.pid());
+        .arm(cycle, "the load", load_time + LOAD_SLACK, Some(&server));
     let addr = server.addr.clone();
     let cycle_started = Instant::now();
     let killed = load_and_kill(ctx, cycle, server, ledgers, load_time);
@@ -232,12 +232,10 @@ fn run_cycle(
         ledger.counts = model::Counts::default();
     }
 
-    ctx.watchdog.phase(
-        cycle,
-        "the restart",
-        2 * server::READY_TIMEOUT + LOAD_SLACK,
-        0,
-    );
+    // Server::start has its own time limit: a restart that outlives this one is stuck in
+    // the harness.
+    let restart_limit = 2 * server::READY_TIMEOUT + LOAD_SLACK;
+    ctx.watchdog.arm(cycle, "the restart", restart_limit, None);
     let mut server = restart(ctx, cycle, &addr)?;
     campaign.restarted(cycle, server.ready_in);
     let mut restarted = format!("restart {:.2} s", server.ready_in.as_secs_f64());
@@ -257,32 +255,50 @@ fn run_cycle(
         ));
     }
 
-    let settle = Duration::from_millis(args.settle_ms);
-    ctx.watchdog.phase(
-        cycle,
-        "the verification",
-        settle + VERIFY_SLACK,
-        server.pid(),
-    );
     let runs_before = campaign.verified.runs_final;
-    let cx = verify::Context {
-        cycle,
-        cycle_started,
-        report,
-        tasks: &ctx.shared.tasks,
-        verified: &mut campaign.verified,
-        deadline: Instant::now() + settle,
-        retention: Duration::from_secs(args.retention_secs),
-        rng: Rng::derive(ctx.seed, cycle, VERIFY_STREAM),
-    };
-    let verified = Verify::connect(&server.addr, cx).and_then(|mut verify| {
-        verify.kv(ledgers)?;
-        verify.old_runs(settled)?;
-        verify.runs(ledgers, settled)
-    });
-    if let Err(fatal) = verified {
-        report.violation(cycle, &fatal, Some(&server.stderr_tail()));
-        return Err(fatal);
+    let mut attempt = 1;
+    loop {
+        let settle = Duration::from_millis(args.settle_ms);
+        ctx.watchdog.arm(
+            cycle,
+            "the verification",
+            settle + VERIFY_SLACK,
+            Some(&server),
+        );
+        let fired = ctx.watchdog.fired();
+        let cx = verify::Context {
+            cycle,
+            cycle_started,
+            report,
+            tasks: &ctx.shared.tasks,
+            verified: &mut campaign.verified,
+            deadline: Instant::now() + settle,
+            retention: Duration::from_secs(args.retention_secs),
+            rng: Rng::derive(ctx.seed, cycle, VERIFY_STREAM),
+        };
+        let verified = Verify::connect(&server.addr, cx).and_then(|mut verify| {
+            verify.kv(ledgers)?;
+            verify.old_runs(settled)?;
+            verify.runs(ledgers, settled)
+        });
+        ctx.watchdog.disarm();
+        let Err(fatal) = verified else { break };
+        // The watchdog killed a server that stopped answering (and said so), or it died.
+        let killed = server.kill();
+        if ctx.watchdog.fired() == fired {
+            report.violation(cycle, &fatal, Some(&killed.stderr));
+        }
+        if attempt == VERIFY_ATTEMPTS_MAX {
+            return Err(fatal);
+        }
+        attempt += 1;
+        ctx.watchdog.arm(cycle, "the restart", restart_limit, None);
+        server = restart(ctx, cycle, &addr)?;
+        campaign.restarted(cycle, server.ready_in);
+        restarted.push_str(&format!(
+            "; verification stopped, restart {:.2} s",
+            server.ready_in.as_secs_f64()
+        ));
     }
     println!(
         "cycle {cycle}/{}: load {load_ms} ms, {acked} acknowledged, {in_doubt} in doubt; \
@@ -363,6 +379,9 @@ fn final_restart(
 ) {
     let report = &*ctx.report;
     let addr = server.addr.clone();
+    // Server::stop and Server::start have their own time limits.
+    ctx.watchdog
+        .arm(cycle, "the final stop", 3 * server::READY_TIMEOUT, None);
     if let Err(failure) = server.stop() {
         report.violation(cycle, &failure.what, Some(&failure.stderr));
         return;
@@ -372,7 +391,7 @@ fn final_restart(
     };
     campaign.restarted(cycle, server.ready_in);
     ctx.watchdog
-        .phase(cycle, "the final verification", VERIFY_SLACK, server.pid());
+        .arm(cycle, "the final verification", VERIFY_SLACK, Some(&server));
     let cx = verify::Context {
         cycle,
         cycle_started: Instant::now(),
@@ -383,12 +402,18 @@ fn final_restart(
         retention: Duration::from_secs(ctx.args.retention_secs),
         rng: Rng::derive(ctx.seed, cycle + 1, VERIFY_STREAM),
     };
+    let fired = ctx.watchdog.fired();
     let verified = Verify::connect(&server.addr, cx).and_then(|mut verify| {
         verify.kv(ledgers)?;
         verify.old_runs(settled)
     });
+    ctx.watchdog
+        .arm(cycle, "the final stop", 3 * server::READY_TIMEOUT, None);
     if let Err(fatal) = verified {
-        report.violation(cycle, &fatal, Some(&server.stderr_tail()));
+        if ctx.watchdog.fired() == fired {
+            report.violation(cycle, &fatal, Some(&server.stderr_tail()));
+        }
+        return; // dropping the server kills it
     }
     if let Err(failure) = server.stop() {
         report.violation(cycle, &failure.what, Some(&failure.stderr));
@@ -439,62 +464,4 @@ fn seed_from_clock() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     Rng::derive(nanos, u64::from(std::process::id()), 0).next_u64() % 1_000_000_000
-}
-
-/// Ends a campaign stuck in one phase (a server that accepts but never answers): reports
-/// a violation, kills the server and exits 1.
-struct Watchdog {
-    /// (deadline, cycle, phase); None between campaigns' phases.
-    phase: Mutex<Option<(Instant, u64, &'static str)>>,
-    /// The server to kill (0: none known).
-    pid: AtomicU32,
-}
-
-impl Watchdog {
-    fn start(report: Arc<Report>) -> Arc<Watchdog> {
-        let watchdog = Arc::new(Watchdog {
-            phase: Mutex::new(None),
-            pid: AtomicU32::new(0),
-        });
-        let watching = watchdog.clone();
-        thread::Builder::new()
-            .name("chaos-watchdog".into())
-            .spawn(move || {
-                loop {
-                    thread::sleep(Duration::from_millis(500));
-                    let Some((deadline, cycle, phase)) = *watching.phase.lock().unwrap() else {
-                        continue;
-                    };
-                    if Instant::now() < deadline {
-                        continue;
-                    }
-                    report.violation(
-                        cycle,
-                        &format!("the harness was stuck in {phase} past its time limit (a server that stopped answering?)"),
-                        None,
-                    );
-                    let pid = watching.pid.load(Relaxed);
-                    if pid != 0 {
-                        // SAFETY: kill(2) on our own child's pid; at worst it is already gone.
-                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-                    }
-                    std::process::exit(1);
-                }
-            })
-            .expect("cannot start the watchdog thread");
-        watchdog
-    }
-
-    /// A phase that must end within `limit`; `pid`: the server to kill if it does not (0:
-    /// keep the one known).
-    fn phase(&self, cycle: u64, phase: &'static str, limit: Duration, pid: u32) {
-        if pid != 0 {
-            self.pid.store(pid, Relaxed);
-        }
-        *self.phase.lock().unwrap() = Some((Instant::now() + limit, cycle, phase));
-    }
-
-    fn idle(&self) {
-        *self.phase.lock().unwrap() = None;
-    }
 }

@@ -5,7 +5,7 @@ use crate::rng::Rng;
 use flo_loadtest::spawn::{NotListening, wait_exit, wait_listening};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -53,6 +53,16 @@ pub struct Killed {
     /// The server had exited by itself before the kill.
     pub exited_before: Option<ExitStatus>,
     pub stderr: String,
+}
+
+/// The last lines a server wrote on stderr, readable from another thread.
+#[derive(Clone)]
+pub struct StderrTail(Arc<Mutex<Tail>>);
+
+impl StderrTail {
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap().text()
+    }
 }
 
 /// The last lines the server wrote on stderr.
@@ -211,6 +221,11 @@ impl Server {
         self.stderr.lock().unwrap().text()
     }
 
+    /// A handle on its stderr tail for another thread.
+    pub fn stderr_handle(&self) -> StderrTail {
+        StderrTail(self.stderr.clone())
+    }
+
     /// Once the process is gone: the stderr reader ends with the pipe.
     fn finish_stderr(&mut self) -> String {
         if let Some(reader) = self.reader.take() {
@@ -227,6 +242,67 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// What the threads of process `pid` are doing: each thread's name, state and kernel wait
+/// channel, one line each; with gdb installed, a backtrace of every thread is written to
+/// `backtrace_file` too (named in the answer).
+pub fn diagnose(pid: u32, backtrace_file: &Path) -> String {
+    let mut lines = Vec::new();
+    let tasks = format!("/proc/{pid}/task");
+    let mut tids: Vec<String> = std::fs::read_dir(&tasks)
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    tids.sort();
+    for tid in &tids {
+        let read = |file: &str| {
+            std::fs::read_to_string(format!("{tasks}/{tid}/{file}"))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        // The state is the field after the parenthesised name in `stat`.
+        let stat = read("stat");
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
+        lines.push(format!(
+            "thread {tid} {:?}: state {state}, waiting in {}",
+            read("comm"),
+            read("wchan")
+        ));
+    }
+    let gdb = Command::new("timeout")
+        .args([
+            "60",
+            "gdb",
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    match gdb {
+        Ok(out) if out.status.success() && !out.stdout.is_empty() => {
+            match std::fs::write(backtrace_file, &out.stdout) {
+                Ok(()) => lines.push(format!(
+                    "backtraces of every thread: {}",
+                    backtrace_file.display()
+                )),
+                Err(e) => lines.push(format!("cannot write {}: {e}", backtrace_file.display())),
+            }
+        }
+        _ => lines.push("no backtraces (gdb missing or not allowed to attach)".into()),
+    }
+    lines.join("\n")
 }
 
 /// Ports below the kernel's ephemeral range (`ip_local_port_range`), where no outgoing

@@ -145,15 +145,20 @@ impl<'a> Verify<'a> {
         ledgers: &mut [ClientLedger],
         settled: &mut Vec<Settled>,
     ) -> Result<(), Fatal> {
-        let runs: Vec<RunEntry> = ledgers.iter_mut().flat_map(|l| l.runs.drain(..)).collect();
+        // Taken from the ledger only once verified: a verification the server stopped
+        // answering is done again.
+        let runs: Vec<RunEntry> = ledgers.iter().flat_map(|l| l.runs.clone()).collect();
         for run in &runs {
             self.repeat_start(run)?;
         }
+        let mut done = Vec::with_capacity(runs.len());
         for run in &runs {
-            if let Some(done) = self.settle(run)? {
-                settled.push(done);
-            }
+            done.extend(self.settle(run)?);
         }
+        for ledger in ledgers.iter_mut() {
+            ledger.runs.clear();
+        }
+        settled.extend(done);
         Ok(())
     }
 
