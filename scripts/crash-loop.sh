@@ -2,13 +2,14 @@
 # Usage: scripts/crash-loop.sh CYCLES [FLO-CHAOS-ARG...]
 #
 # A crash-loop campaign (`flo-chaos`, loadtest/src/chaos/) against a release build: CYCLES
-# times a seeded mixed load (KV puts, CAS and deletes, WASM runs whose guest writes keys of
-# the other shard, worker tasks, workflows with signals, timers and children) against a
-# server of its own, SIGKILL at a random moment 0.2-3 s in, a restart on the same data
-# directory and port, and a check of everything acknowledged. Each violation prints one
-# line with the command that replays it; the exit status is 1 if there was any. The
-# summary gives the cycles run, operations acknowledged and in doubt per kind, restarts and
-# the slowest one. docs/crash-loop.md describes the checks and keeps the campaigns run.
+# times a seeded mixed load (KV puts, CAS and deletes, WASM runs whose guest writes a key,
+# half the time on the other shard, worker tasks, workflows with signals, timers and
+# children) against a server of its own, SIGKILL at a random moment 0.2-3 s in, a restart
+# on the same data directory and port, and a check of everything acknowledged. Each
+# violation prints one line with the command that replays it; the exit status is 1 if
+# there was any. The summary gives the cycles run, operations acknowledged and in doubt per
+# kind, restarts and the slowest one. docs/crash-loop.md describes the checks and keeps the
+# campaigns run.
 #
 #   FLO-CHAOS-ARG...   e.g. --seed N (replay), --clients 8, --server-arg=--durability=async
 #

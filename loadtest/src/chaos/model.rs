@@ -75,7 +75,8 @@ pub enum Sent {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunKind {
-    /// A WASM action run whose guest writes its key (`g/SUFFIX`), usually on another shard.
+    /// A WASM action run whose guest writes its key (`g/SUFFIX`), half the time on the
+    /// other shard.
     Guest,
     /// A user-hosted action run, completed (or failed) by the worker threads.
     Task,
