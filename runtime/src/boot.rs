@@ -462,6 +462,7 @@ pub fn run_server(
     // Shards that ended without a stop (an error) end the watchdog too.
     stop.store(true, Ordering::Relaxed);
     let _ = watchdog.join();
+    crate::stderr::flush(Duration::from_secs(1));
     // Shards that failed after start-up report here.
     if let Ok(Err(e)) = ready_rx.try_recv() {
         return Err(e);

@@ -493,7 +493,7 @@ fn admitted(gate: &Gate, conn: &Conn, request: u64, op: &flo_protocol::Op) -> bo
         return true;
     };
     if let Some(line) = refusal.log_line {
-        crate::stderr::say!("{line}");
+        crate::stderr::queued(line);
     }
     conn.send(request, Err(refusal.error));
     false
