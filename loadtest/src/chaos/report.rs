@@ -117,6 +117,7 @@ pub fn summary(
          in doubt at the kills: {} ({})\n\
          verified: {} KV key reads, {} runs final, {} histories, {} guest writes, {} task \
          results, {} earlier runs sampled, {} in-doubt creations found applied\n\
+         watchdog wake-ups of a silent shard: {} at run time, {} during start-ups\n\
          violations: {violations}\n",
         campaign.cycles,
         took.as_secs_f64(),
@@ -136,5 +137,7 @@ pub fn summary(
         v.task_results,
         v.old_runs,
         v.in_doubt_found,
+        crate::server::WOKEN_AT_RUN_TIME.load(std::sync::atomic::Ordering::Relaxed),
+        crate::server::WOKEN_AT_START_UP.load(std::sync::atomic::Ordering::Relaxed),
     )
 }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -19,6 +20,24 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const STDERR_TAIL_LINES: usize = 30;
 /// Ports tried for the first start before giving up.
 const PORT_ATTEMPTS_MAX: u64 = 20;
+
+/// The servers' notes of a shard thread woken by the watchdog (`runtime/src/kick.rs`): at
+/// run time, and during a start-up. A stall the wake-up ended is no violation, but it is
+/// counted for the summary and each note is printed as it comes.
+pub static WOKEN_AT_RUN_TIME: AtomicU64 = AtomicU64::new(0);
+pub static WOKEN_AT_START_UP: AtomicU64 = AtomicU64::new(0);
+
+fn count_wake_up(line: &str) {
+    let counter = if line.contains("showed no sign of life") {
+        &WOKEN_AT_RUN_TIME
+    } else if line.contains("start-up made no progress") {
+        &WOKEN_AT_START_UP
+    } else {
+        return;
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    println!("server stderr: {line}");
+}
 
 /// How to start the server.
 pub struct ServerSpec {
@@ -135,6 +154,7 @@ impl Server {
             .spawn(move || {
                 for line in BufReader::new(pipe).lines() {
                     let Ok(line) = line else { break };
+                    count_wake_up(&line);
                     sink.lock().unwrap().push(line);
                 }
             })
