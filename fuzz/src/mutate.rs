@@ -9,6 +9,8 @@ use crate::rng::Rng;
 pub const STACK_MAX: usize = 16;
 /// Longest range one edit inserts, deletes or copies.
 pub const CHUNK_BYTES_MAX: usize = 256;
+/// Most copies of a short range one edit inserts (deep nesting, long runs).
+pub const REPEATS_MAX: usize = 4096;
 
 const INTERESTING_8: &[i8] = &[-128, -1, 0, 1, 16, 32, 64, 100, 127];
 const INTERESTING_16: &[i16] = &[-32768, -129, 128, 255, 256, 512, 1000, 1024, 4096, 32767];
@@ -67,6 +69,7 @@ enum Edit {
     InsertRandom,
     InsertRepeated,
     DuplicateRange,
+    RepeatRange,
     CopyRange,
     InsertToken,
     OverwriteToken,
@@ -92,6 +95,7 @@ const EDITS: &[Edit] = &[
     Edit::InsertRandom,
     Edit::InsertRepeated,
     Edit::DuplicateRange,
+    Edit::RepeatRange,
     Edit::CopyRange,
     Edit::InsertToken,
     Edit::OverwriteToken,
@@ -197,6 +201,16 @@ impl Mutator {
                 if let Some((start, len)) = self.range(data) {
                     let chunk = data[start..start + len].to_vec();
                     self.insert(data, &chunk);
+                }
+            }
+            Edit::RepeatRange => {
+                if let Some((start, len)) = self.range(data) {
+                    let len = len.min(8);
+                    let times = 1 + self.rng.below(REPEATS_MAX);
+                    let unit = data[start..start + len].to_vec();
+                    let room = self.len_max.saturating_sub(data.len()) / len;
+                    let copies = unit.repeat(times.min(room));
+                    data.splice(start..start, copies);
                 }
             }
             Edit::CopyRange => {
