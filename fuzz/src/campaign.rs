@@ -55,6 +55,8 @@ pub struct Config {
     pub save_corpus: Option<PathBuf>,
     /// Findings are saved here (None: only reported).
     pub findings_dir: Option<PathBuf>,
+    /// The slowest input so far is written here each time there is a new one.
+    pub save_slowest: Option<PathBuf>,
     /// An input taking longer is a finding.
     pub timeout: Duration,
     /// An input holding more heap at once is a finding.
@@ -71,6 +73,7 @@ impl Config {
             corpus_dirs: Vec::new(),
             save_corpus: None,
             findings_dir: None,
+            save_slowest: None,
             timeout: Duration::from_secs(1),
             alloc_bytes_max: 256 << 20,
             status_every: None,
@@ -368,6 +371,9 @@ impl Campaign<'_> {
         if outcome.elapsed > self.slowest {
             self.slowest = outcome.elapsed;
             self.slowest_input = input.to_vec();
+            if let Some(path) = &self.config.save_slowest {
+                std::fs::write(path, input)?;
+            }
         }
         self.alloc_peak = self.alloc_peak.max(outcome.alloc_bytes);
         if let Some(problem) = outcome.problem(self.config) {

@@ -45,7 +45,7 @@ struct Args {
     /// An input holding more heap than this at once is a finding.
     #[arg(long, default_value_t = 256)]
     alloc_mb_max: usize,
-    /// Write the slowest input of the campaign here.
+    /// Keep the slowest input so far in this file.
     #[arg(long)]
     save_slowest: Option<PathBuf>,
     /// Run these files (or every file of these directories) once each, and stop.
@@ -113,6 +113,7 @@ fn fuzz(target: &'static Target, args: &Args) -> std::io::Result<bool> {
                 .clone()
                 .unwrap_or_else(|| fuzz_dir("regressions", target)),
         ),
+        save_slowest: args.save_slowest.clone(),
         timeout: Duration::from_millis(args.timeout_ms),
         alloc_bytes_max: args.alloc_mb_max << 20,
         status_every: Some(Duration::from_secs(10)),
@@ -132,9 +133,6 @@ fn fuzz(target: &'static Target, args: &Args) -> std::io::Result<bool> {
     );
     let report = campaign::fuzz(target, &config)?;
     print_report(&report);
-    if let Some(path) = &args.save_slowest {
-        std::fs::write(path, &report.slowest_input)?;
-    }
     Ok(report.findings.is_empty())
 }
 

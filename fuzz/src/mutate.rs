@@ -206,7 +206,9 @@ impl Mutator {
             Edit::RepeatRange => {
                 if let Some((start, len)) = self.range(data) {
                     let len = len.min(8);
-                    let times = 1 + self.rng.below(REPEATS_MAX);
+                    // Log-uniform: mostly a few copies, now and then thousands.
+                    let scale = 1 << self.rng.below(REPEATS_MAX.trailing_zeros() as usize + 1);
+                    let times = 1 + self.rng.below(scale);
                     let unit = data[start..start + len].to_vec();
                     let room = self.len_max.saturating_sub(data.len()) / len;
                     let copies = unit.repeat(times.min(room));
