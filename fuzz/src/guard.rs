@@ -175,28 +175,39 @@ pub fn install_crash_guards(path: &std::path::Path, hard_limit: Duration) {
 }
 
 extern "C" fn on_abort(_signal: libc::c_int) {
-    save_current_input();
-    let note = b"flo-fuzz: the process is aborting; the input it was running is saved (see above for the path)\n";
-    // SAFETY: write(2) is async-signal-safe; the buffer is valid.
-    unsafe { libc::write(2, note.as_ptr().cast(), note.len()) };
+    if !save_current_input() {
+        return;
+    }
+    let path = CRASH_PATH.load(Ordering::SeqCst);
+    let note = b"flo-fuzz: the process is aborting; the input it was running is saved to ";
+    // SAFETY: write(2) and strlen are async-signal-safe; `path` is a NUL-terminated string
+    // we leaked (not null: the input was saved to it).
+    unsafe {
+        libc::write(2, note.as_ptr().cast(), note.len());
+        libc::write(2, path.cast(), libc::strlen(path));
+        libc::write(2, b"\n".as_ptr().cast(), 1);
+    }
 }
 
-/// Writes the running input to the crash path with async-signal-safe calls only.
-fn save_current_input() {
+/// Writes the running input to the crash path with async-signal-safe calls only; false
+/// when there is none (or no path).
+fn save_current_input() -> bool {
     let path = CRASH_PATH.load(Ordering::SeqCst);
     let ptr = CURRENT_PTR.load(Ordering::Relaxed);
     let len = CURRENT_LEN.load(Ordering::Relaxed);
     if path.is_null() || ptr.is_null() || CURRENT_START_NS.load(Ordering::Acquire) == 0 {
-        return;
+        return false;
     }
     // SAFETY: `path` is a NUL-terminated string we leaked; `ptr..ptr+len` is the input the
     // stuck (or dying) thread is running, which it does not change while running it.
     unsafe {
         let fd = libc::open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644);
-        if fd >= 0 {
-            libc::write(fd, ptr.cast(), len);
-            libc::close(fd);
+        if fd < 0 {
+            return false;
         }
+        let written = libc::write(fd, ptr.cast(), len);
+        libc::close(fd);
+        written == len as isize
     }
 }
 
@@ -211,7 +222,7 @@ fn watchdog(hard_limit: Duration) {
         if now.saturating_sub(start) < hard_limit.as_nanos() as u64 {
             continue;
         }
-        save_current_input();
+        let saved = save_current_input();
         let path = CRASH_PATH.load(Ordering::SeqCst);
         let shown = match path.is_null() {
             true => String::new(),
@@ -220,8 +231,12 @@ fn watchdog(hard_limit: Duration) {
                 .to_string_lossy()
                 .into_owned(),
         };
+        let saved = match saved {
+            true => format!("saved to {shown}"),
+            false => "it could not be saved".to_string(),
+        };
         eprintln!(
-            "flo-fuzz: an input has run for more than {} s (a hang); saved to {shown}",
+            "flo-fuzz: an input has run for more than {} s (a hang); {saved}",
             hard_limit.as_secs()
         );
         // SAFETY: ends the process at once, without unwinding the stuck thread.

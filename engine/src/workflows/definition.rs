@@ -5,14 +5,13 @@ use super::def::Validated;
 use super::issues::{IssueCode, issue};
 use super::parse::parse_raw;
 use super::validate::validate;
-use super::yaml_depth::nests_deeper_than;
+use crate::yaml_depth::{YAML_NESTING_MAX, nests_deeper_than};
 use flo_protocol::ValidationIssue;
 
 /// Largest definition accepted, in bytes of YAML.
 pub const DEFINITION_BYTES_MAX: usize = 1 << 20;
-/// Deepest nesting of collections accepted: serde_yaml's own limit, checked before
-/// serde_yaml reads the text (which takes time quadratic in the nesting of `[[[…`).
-pub const DEFINITION_NESTING_MAX: usize = 128;
+/// Deepest nesting of collections accepted (see `yaml_depth`).
+pub const DEFINITION_NESTING_MAX: usize = YAML_NESTING_MAX;
 
 /// Parses and validates a workflow definition. On success, the definition and its warnings;
 /// otherwise every error found (see [`IssueCode`] for the codes).

@@ -9,7 +9,6 @@ mod mapping;
 mod parse;
 mod state;
 mod validate;
-mod yaml_depth;
 
 pub use advance::{
     CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, SIGNALS_QUEUED_MAX, check_run_id, history_page,

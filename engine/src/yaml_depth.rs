@@ -1,5 +1,6 @@
 //! How deep a YAML text nests its collections, found by libyaml's own parser (the one
-//! serde_yaml runs) and given up as soon as it passes a limit.
+//! serde_yaml runs) and given up as soon as it passes a limit. Checked before serde_yaml
+//! reads a workflow definition or an auth file.
 //!
 //! Why it exists: serde_yaml reads a document's events whole before its depth check (128
 //! levels) sees them, and libyaml's scanner looks at every open flow level on each token
@@ -17,10 +18,13 @@ use unsafe_libyaml::{
     yaml_parser_set_encoding, yaml_parser_set_input_string, yaml_parser_t,
 };
 
+/// serde_yaml's own limit on nesting: refusing deeper text first changes no result.
+pub const YAML_NESTING_MAX: usize = 128;
+
 /// Whether `yaml` nests sequences and mappings (block or flow) more than `limit` levels
 /// deep, as far as libyaml reads it: text after a syntax error is not looked at (serde_yaml
 /// reports that error).
-pub(super) fn nests_deeper_than(yaml: &str, limit: usize) -> bool {
+pub fn nests_deeper_than(yaml: &str, limit: usize) -> bool {
     let mut parser = MaybeUninit::<yaml_parser_t>::uninit();
     let parser = parser.as_mut_ptr();
     // SAFETY: the parser is initialised before use, stays in place (libyaml keeps a
