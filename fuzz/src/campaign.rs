@@ -8,7 +8,7 @@ use crate::coverage::Coverage;
 use crate::guard;
 use crate::mutate::Mutator;
 use crate::targets::Target;
-use std::collections::HashSet;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -490,17 +490,26 @@ fn replay_here(target: &Target, inputs: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, 
     outcomes
 }
 
-/// A small corpus that reaches what `inputs` reach: for every (edge, bucket) pair — or
-/// every fingerprint, without coverage — the smallest input reaching it; then at most
-/// `files_max` of those holding at most `bytes_max`, the ones smallest for the most pairs
-/// first. Panicking inputs are left out.
+/// A small corpus that reaches what `inputs` reach: a greedy cover of the edges they reach
+/// (of their fingerprints, without coverage) — the input reaching most edges not yet
+/// reached per byte first — of at most `files_max` inputs holding at most `bytes_max`
+/// bytes. Panicking inputs are left out.
 pub fn minimize(
     target: &Target,
     inputs: &[Vec<u8>],
     files_max: usize,
     bytes_max: usize,
-) -> Vec<Vec<u8>> {
+) -> Minimized {
     on_target_stack(|| minimize_here(target, inputs, files_max, bytes_max))
+}
+
+/// What `minimize` kept.
+#[derive(Debug)]
+pub struct Minimized {
+    pub inputs: Vec<Vec<u8>>,
+    /// Edges (fingerprints) the kept inputs reach, of those all the inputs reach.
+    pub reached: usize,
+    pub of: usize,
 }
 
 fn minimize_here(
@@ -508,47 +517,69 @@ fn minimize_here(
     inputs: &[Vec<u8>],
     files_max: usize,
     bytes_max: usize,
-) -> Vec<Vec<u8>> {
+) -> Minimized {
     guard::install_silent_panic_hook();
     let coverage = Coverage::new();
-    let mut best: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let reached = |input: &[u8], out: &mut Vec<u64>| {
+        let outcome = execute(target, input, coverage.active().then_some(&coverage));
+        out.clear();
+        match (outcome.signal, coverage.active()) {
+            (None, _) => {}
+            (Some(_), true) => coverage.edges_hit(out),
+            (Some(signal), false) => out.push(signal),
+        }
+    };
+    // Candidates: the smallest input reaching each feature.
+    let mut smallest: HashMap<u64, usize> = HashMap::new();
     let mut features = Vec::new();
     for (i, input) in inputs.iter().enumerate() {
-        let outcome = execute(target, input, coverage.active().then_some(&coverage));
-        let Some(signal) = outcome.signal else {
-            continue;
-        };
-        match coverage.active() {
-            true => coverage.features(&mut features),
-            false => {
-                features.clear();
-                features.push(signal);
-            }
-        }
+        reached(input, &mut features);
         for &f in &features {
-            let slot = best.entry(f).or_insert(i);
-            if inputs[i].len() < inputs[*slot].len() {
+            let slot = smallest.entry(f).or_insert(i);
+            if input.len() < inputs[*slot].len() {
                 *slot = i;
             }
         }
     }
-    crate::targets::remove_scratch();
-    let mut wins: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    for &i in best.values() {
-        *wins.entry(i).or_default() += 1;
+    let smallest_len = smallest.len();
+    let candidates: HashSet<usize> = smallest.into_values().collect();
+    let mut reaches: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut heap = BinaryHeap::new();
+    for &i in &candidates {
+        let mut features = Vec::new();
+        reached(&inputs[i], &mut features);
+        heap.push((per_byte(features.len(), inputs[i].len()), i));
+        reaches.insert(i, features);
     }
-    let mut chosen: Vec<(usize, usize)> = wins.into_iter().collect();
-    chosen.sort_by(|a, b| {
-        b.1.cmp(&a.1)
-            .then(inputs[a.0].len().cmp(&inputs[b.0].len()))
-    });
-    let mut bytes = 0;
-    chosen.retain(|&(i, _)| {
-        let fits = bytes + inputs[i].len() <= bytes_max;
-        bytes += fits as usize * inputs[i].len();
-        fits
-    });
-    chosen.truncate(files_max);
+    crate::targets::remove_scratch();
+    // Lazy greedy: a candidate's gain only shrinks, so one whose fresh gain still tops the
+    // heap is the best.
+    fn per_byte(features: usize, len: usize) -> u64 {
+        (features as u64 * 1_000_000) / (len as u64 + 1024)
+    }
+    let mut covered: HashSet<u64> = HashSet::new();
+    let (mut chosen, mut bytes) = (Vec::new(), 0usize);
+    while let Some((gain, i)) = heap.pop() {
+        if chosen.len() == files_max {
+            break;
+        }
+        let len = inputs[i].len();
+        let fresh = reaches[&i].iter().filter(|f| !covered.contains(f)).count();
+        if fresh == 0 || bytes + len > bytes_max {
+            continue;
+        }
+        if per_byte(fresh, len) < gain {
+            heap.push((per_byte(fresh, len), i));
+            continue;
+        }
+        covered.extend(reaches[&i].iter().copied());
+        chosen.push(i);
+        bytes += len;
+    }
     chosen.sort();
-    chosen.into_iter().map(|(i, _)| inputs[i].clone()).collect()
+    Minimized {
+        inputs: chosen.into_iter().map(|i| inputs[i].clone()).collect(),
+        reached: covered.len(),
+        of: smallest_len,
+    }
 }

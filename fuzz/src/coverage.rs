@@ -142,14 +142,12 @@ impl Coverage {
         new
     }
 
-    /// The (edge, bucket) pairs of the input just run, as numbers (for corpus minimisation).
-    pub fn features(&self, out: &mut Vec<u64>) {
+    /// The edges the input just run reached, as numbers (for corpus minimisation).
+    pub fn edges_hit(&self, out: &mut Vec<u64>) {
         out.clear();
         let mut base = 0u64;
         for &(start, len) in &self.regions {
-            for_each_hit(start, len, |i, hits| {
-                out.push((base + i as u64) << 8 | BUCKETS[hits as usize] as u64);
-            });
+            for_each_hit(start, len, |i, _| out.push(base + i as u64));
             base += len as u64;
         }
     }

@@ -6,8 +6,8 @@
 //! allocation).
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
 use std::ffi::CString;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -89,8 +89,11 @@ pub fn peak_bytes() -> usize {
     PEAK_BYTES.load(Ordering::Relaxed)
 }
 
-/// The last panic's location and message, kept by the silent hook.
-static LAST_PANIC: Mutex<Option<String>> = Mutex::new(None);
+thread_local! {
+    /// The last panic's location and message on this thread, kept by the silent hook (the
+    /// hook runs on the panicking thread; campaigns on other threads keep theirs).
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
 static HOOK_INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Replaces the panic hook with one that prints nothing and remembers the panic.
@@ -108,15 +111,13 @@ pub fn install_silent_panic_hook() {
         let at = info.location().map_or_else(String::new, |l| {
             format!("{}:{}:{}", l.file(), l.line(), l.column())
         });
-        if let Ok(mut last) = LAST_PANIC.lock() {
-            *last = Some(format!("{at}: {message}"));
-        }
+        LAST_PANIC.with(|last| *last.borrow_mut() = Some(format!("{at}: {message}")));
     }));
 }
 
-/// The panic the hook saw since the last call, if any.
+/// The panic the hook saw on this thread since the last call, if any.
 pub fn take_panic() -> Option<String> {
-    LAST_PANIC.lock().ok().and_then(|mut last| last.take())
+    LAST_PANIC.with(|last| last.borrow_mut().take())
 }
 
 // The input being run, for the watchdog and the SIGABRT handler: they only read it while

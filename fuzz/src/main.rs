@@ -201,15 +201,21 @@ fn minimize(target: &Target, args: &Args, out: &Path) -> std::io::Result<bool> {
     }
     let kept = campaign::minimize(target, &inputs, args.files_max, args.bytes_max);
     std::fs::create_dir_all(out)?;
-    let bytes: usize = kept.iter().map(Vec::len).sum();
-    for input in &kept {
+    let bytes: usize = kept.inputs.iter().map(Vec::len).sum();
+    for input in &kept.inputs {
         std::fs::write(out.join(campaign::input_name(input)), input)?;
     }
+    let what = match flo_fuzz::coverage::Coverage::new().active() {
+        true => "edges",
+        false => "fingerprints",
+    };
     println!(
-        "{} of {} inputs kept ({bytes} bytes) in {}",
-        kept.len(),
+        "{} of {} inputs kept ({bytes} bytes) in {}; they reach {} of the {} {what} all reach",
+        kept.inputs.len(),
         inputs.len(),
-        out.display()
+        out.display(),
+        kept.reached,
+        kept.of
     );
     Ok(true)
 }
