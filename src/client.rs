@@ -1,8 +1,9 @@
 use flo_protocol::{
-    ActionInfo, ActionSpec, ErrorValue, FRAME_BYTES_MAX, FrameError, InvokeSpec, KvEntry, Op,
-    PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, TaskAssignment,
-    Token, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo, WorkflowRunInfo,
-    WorkflowRunStatus, WorkflowStartSpec, decode_payload, encode_frame, split_frame,
+    ActionInfo, ActionSpec, ErrorCode, ErrorValue, FRAME_BYTES_MAX, FrameError, IDLE_CLOSED_PREFIX,
+    InvokeSpec, KvEntry, Op, PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus,
+    StatusInfo, TaskAssignment, Token, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus,
+    WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec, decode_payload,
+    encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -64,6 +65,11 @@ impl Connection {
             start: 0,
             end: 0,
         })
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> Result<std::net::SocketAddr, Error> {
+        Ok(self.stream.peer_addr()?)
     }
 
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<(), Error> {
@@ -160,6 +166,9 @@ pub struct Client {
     namespace: String,
     shard_count: u32,
     server_version: String,
+    /// To connect again when the server closed the connection as idle.
+    addr: std::net::SocketAddr,
+    token: Option<String>,
 }
 
 impl Client {
@@ -178,24 +187,31 @@ impl Client {
     pub fn connect_as(addr: impl ToSocketAddrs, token: Option<&str>) -> Result<Self, Error> {
         let conn = Connection::connect(addr)?;
         let mut client = Client {
+            addr: conn.peer_addr()?,
             conn,
             next_id: 1,
             namespace: "default".into(),
             shard_count: 0,
             server_version: String::new(),
+            token: token.map(str::to_string),
         };
-        match client.call(hello_op(token))? {
+        client.hello()?;
+        Ok(client)
+    }
+
+    fn hello(&mut self) -> Result<(), Error> {
+        match self.send(&hello_op(self.token.as_deref()))? {
             Reply::Hello {
                 shard_count,
                 server_version,
                 ..
             } => {
-                client.shard_count = shard_count;
-                client.server_version = server_version;
+                self.shard_count = shard_count;
+                self.server_version = server_version;
+                Ok(())
             }
-            other => return Err(unexpected(other)),
+            other => Err(unexpected(other)),
         }
-        Ok(client)
     }
 
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
@@ -215,11 +231,32 @@ impl Client {
         &self.server_version
     }
 
-    /// Sends one operation and waits for its reply.
+    /// Sends one operation and waits for its reply. A connection the server closed as
+    /// idle (it says no request was taken) is replaced and the operation sent again.
     pub fn call(&mut self, op: Op) -> Result<Reply, Error> {
+        match self.send(&op) {
+            Err(Error::Server(e))
+                if e.code == ErrorCode::Unavailable
+                    && e.message.starts_with(IDLE_CLOSED_PREFIX) =>
+            {
+                self.conn = Connection::connect(self.addr)?;
+                self.hello()?;
+                self.send(&op)
+            }
+            result => result,
+        }
+    }
+
+    fn send(&mut self, op: &Op) -> Result<Reply, Error> {
         let id = self.next_id;
         self.next_id += 1;
-        self.conn.queue(&Request { id, op })?;
+        // The wire form of `Request { id, op }`, without taking the operation.
+        #[derive(serde::Serialize)]
+        struct RequestRef<'a> {
+            id: u64,
+            op: &'a Op,
+        }
+        encode_frame(&RequestRef { id, op }, &mut self.conn.out)?;
         self.conn.flush()?;
         loop {
             let response = self.conn.recv()?;
@@ -294,15 +331,43 @@ impl Client {
         prefix: &str,
         limit: Option<u32>,
     ) -> Result<(Vec<KvEntry>, bool), Error> {
+        let page = self.kv_list_page(prefix, limit, None)?;
+        Ok((page.items, page.next_cursor.is_some()))
+    }
+
+    /// One page of the entries whose key starts with `prefix`, in key order, after
+    /// `cursor` (the previous page's `next_cursor`; none: the first page). A page may hold
+    /// fewer than `limit` entries; the list is over when `next_cursor` is none.
+    pub fn kv_list_page(
+        &mut self,
+        prefix: &str,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<KvEntry>, Error> {
         match self.call(Op::KvList {
             namespace: self.namespace.clone(),
             prefix: prefix.into(),
             limit,
+            cursor: cursor.map(str::to_string),
         })? {
-            Reply::KvList { entries, truncated } => Ok((entries, truncated)),
+            Reply::KvList {
+                entries,
+                next_cursor,
+                ..
+            } => Ok(Page {
+                items: entries,
+                next_cursor,
+            }),
             other => Err(unexpected(other)),
         }
     }
+}
+
+/// One page of a list, and where the next one starts (none: this was the last).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
 }
 
 /// Options of an invocation (see `Client::invoke`).
@@ -447,15 +512,36 @@ impl Client {
         dead_letter: bool,
         limit: Option<u32>,
     ) -> Result<(Vec<RunInfo>, bool), Error> {
+        let page = self.list_runs_page(action, status, dead_letter, limit, None)?;
+        Ok((page.items, page.next_cursor.is_some()))
+    }
+
+    /// One page of an action's runs after `cursor` (the previous page's `next_cursor`;
+    /// none: the first page): in-flight runs newest first, then finished ones. A page may
+    /// hold fewer than `limit`; the list is over when `next_cursor` is none.
+    pub fn list_runs_page(
+        &mut self,
+        action: &str,
+        status: Option<RunStatus>,
+        dead_letter: bool,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<RunInfo>, Error> {
         let op = Op::RunList {
             namespace: self.namespace.clone(),
             action: action.into(),
             status,
             dead_letter,
             limit,
+            cursor: cursor.map(str::to_string),
         };
         match self.call(op)? {
-            Reply::Runs { runs, truncated } => Ok((runs, truncated)),
+            Reply::Runs {
+                runs, next_cursor, ..
+            } => Ok(Page {
+                items: runs,
+                next_cursor,
+            }),
             other => Err(unexpected(other)),
         }
     }
@@ -884,13 +970,33 @@ impl Client {
         status: Option<WorkflowRunStatus>,
         limit: Option<u32>,
     ) -> Result<(Vec<WorkflowRunInfo>, bool), Error> {
+        let page = self.list_workflow_runs_page(name, status, limit, None)?;
+        Ok((page.items, page.next_cursor.is_some()))
+    }
+
+    /// One page of a workflow's runs after `cursor` (the previous page's `next_cursor`;
+    /// none: the first page): in-flight runs newest first, then finished ones. A page may
+    /// hold fewer than `limit`; the list is over when `next_cursor` is none.
+    pub fn list_workflow_runs_page(
+        &mut self,
+        name: &str,
+        status: Option<WorkflowRunStatus>,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<WorkflowRunInfo>, Error> {
         match self.call(Op::WorkflowListRuns {
             namespace: self.namespace.clone(),
             name: name.into(),
             status,
             limit,
+            cursor: cursor.map(str::to_string),
         })? {
-            Reply::WorkflowRuns { runs, truncated } => Ok((runs, truncated)),
+            Reply::WorkflowRuns {
+                runs, next_cursor, ..
+            } => Ok(Page {
+                items: runs,
+                next_cursor,
+            }),
             other => Err(unexpected(other)),
         }
     }

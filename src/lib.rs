@@ -14,8 +14,8 @@ mod mux;
 mod worker;
 
 pub use client::{
-    Client, Connection, Error, FailMode, HistoryPage, InvokeOptions, PutOptions, StartOptions,
-    TaskRef, generate_worker_id,
+    Client, Connection, Error, FailMode, HistoryPage, InvokeOptions, Page, PutOptions,
+    StartOptions, TaskRef, generate_worker_id,
 };
 pub use flo_protocol as protocol;
 pub use handler::{

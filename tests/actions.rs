@@ -1059,6 +1059,150 @@ fn shard_running_a_looping_guest_keeps_answering_quickly() {
     assert_eq!(c.run(&spinner).unwrap().status, RunStatus::Running);
 }
 
+/// Writes the key `spun`, then loops forever.
+fn writing_spin_guest() -> String {
+    guest(
+        &[(0, "spun")],
+        "(drop (call $kv_set (i32.const 0) (i32.const 4) (i32.const 0) (i32.const 4)))\n    (loop $forever (br $forever))\n    (i64.const 0)",
+    )
+}
+
+/// `cancel` stops a guest that is executing — looping in wasm code or asleep in the host —
+/// at once rather than at its timeout: the run stays cancelled, none of its KV writes is
+/// applied, and its slot serves the runs waiting for one.
+#[test]
+fn cancel_stops_an_executing_guest_and_frees_its_slot() {
+    let dir = temp_dir();
+    let mut server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    register(&mut c, wasm_spec("echo", &echo_guest()));
+    let forever = |name: &str, wat: String| ActionSpec {
+        timeout_ms: Some(600_000),
+        max_retries: Some(0),
+        ..wasm_spec(name, &wat)
+    };
+    register(&mut c, forever("spinner", writing_spin_guest()));
+    register(&mut c, forever("sleeper", sleep_guest(600_000)));
+
+    // The shard's four slots: three guests spinning, one asleep.
+    let blockers: Vec<String> = ["spinner", "spinner", "spinner", "sleeper"]
+        .iter()
+        .map(|action| invoke(&mut c, action, "{}"))
+        .collect();
+    for id in &blockers {
+        wait_for_run(&mut c, id, "running", |r| r.status == RunStatus::Running);
+    }
+    assert_eq!(c.status().unwrap().shards[0].executions, 4);
+    let queued: Vec<String> = (0..4)
+        .map(|i| invoke(&mut c, "echo", &format!("queued {i}")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    for id in &queued {
+        assert_eq!(
+            c.run(id).unwrap().status,
+            RunStatus::Pending,
+            "no slot is free"
+        );
+    }
+
+    let cancelled_at = Instant::now();
+    for id in &blockers {
+        assert_eq!(c.cancel_run(id).unwrap().status, RunStatus::Cancelled);
+    }
+    for (i, id) in queued.iter().enumerate() {
+        assert_completed(&wait_final(&mut c, id), &format!("queued {i}"));
+    }
+    let took = cancelled_at.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the queued runs waited {took:?} for the stopped guests' slots"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || c.status().unwrap().shards[0]
+            .executions
+            == 0),
+        "slots still in use"
+    );
+    for id in &blockers {
+        let run = c.run(id).unwrap();
+        assert_eq!(
+            (run.status, run.output, run.error),
+            (RunStatus::Cancelled, None, None),
+            "{id}"
+        );
+    }
+    assert_eq!(
+        kv_value(&mut c, "spun"),
+        None,
+        "a stopped guest's write was applied"
+    );
+    // Echo, spinner, sleeper: compiled once each, cached under the default budget.
+    let cache = c
+        .status()
+        .unwrap()
+        .module_cache
+        .expect("the cache is reported");
+    assert_eq!(
+        (cache.modules, cache.budget_bytes),
+        (3, 512 << 20),
+        "{cache:?}"
+    );
+    assert!(cache.bytes > 0, "{cache:?}");
+    assert!(server.is_running());
+}
+
+/// A module of about `kib` KiB (a data segment that big) returning `name`.
+fn bulky_guest(name: &str, kib: usize) -> String {
+    let pages = kib / 64 + 2;
+    let filler = "x".repeat(kib << 10);
+    format!(
+        r#"(module
+  (memory (export "memory") {pages})
+  (data (i32.const 0) {})
+  (data (i32.const 1024) "{filler}")
+  (func (export "alloc") (param i32) (result i32) (i32.const 512))
+  (func (export "handle") (param i32 i32) (result i64) (i64.const {})))
+"#,
+        wat_string(name),
+        name.len()
+    )
+}
+
+/// With a cache too small for both modules (`--module-cache-mb 1`, modules of ~700 KiB),
+/// two actions used in turn evict each other and are compiled again at each use: both
+/// still run correctly, and the cache stays within its budget.
+#[test]
+fn actions_used_in_turn_run_correctly_with_a_module_cache_smaller_than_both() {
+    let dir = temp_dir();
+    let mut server = TestServer::start(dir.path(), &["--shards", "1", "--module-cache-mb", "1"]);
+    let mut c = server.client();
+    for name in ["bulky-a", "bulky-b"] {
+        register(&mut c, wasm_spec(name, &bulky_guest(name, 700)));
+    }
+    for i in 0..6 {
+        let name = ["bulky-a", "bulky-b"][i % 2];
+        assert_completed(&run_to_end(&mut c, name, "{}"), name);
+    }
+    let cache = c
+        .status()
+        .unwrap()
+        .module_cache
+        .expect("the cache is reported");
+    assert_eq!(cache.budget_bytes, 1 << 20, "{cache:?}");
+    assert!(
+        cache.bytes <= cache.budget_bytes && cache.modules <= 1,
+        "{cache:?}"
+    );
+    // Two registrations and six executions, each compiling (and caching) its module.
+    assert!(cache.generation >= 8, "{cache:?}");
+    let out = cli_ok(&server.addr_string(), &["status"]);
+    assert!(
+        out.lines().next().unwrap().contains("module cache"),
+        "{out}"
+    );
+    assert!(server.is_running());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. Registration refused
 // ---------------------------------------------------------------------------------------------
@@ -1834,8 +1978,8 @@ fn cancelled_runs_stay_cancelled_and_cannot_be_cancelled_twice() {
     let err = cli_fails(&addr, &["action", "cancel", &id2]);
     assert!(err.contains("already cancelled"), "{err}");
 
-    // A running run: cancelled at once, and the result of its execution (which goes on until
-    // it ends by itself) is not recorded.
+    // A running run: cancelled at once, its guest stopped, and nothing of its execution
+    // recorded.
     register(&mut c, wasm_spec("gated", &gated_guest()));
     let running = invoke(&mut c, "gated", "gate");
     wait_for_run(&mut c, &running, "running", |r| {
@@ -2088,6 +2232,124 @@ fn runs_created_in_the_same_millisecond_are_listed_newest_first() {
 // ---------------------------------------------------------------------------------------------
 // 14. Status and lists
 // ---------------------------------------------------------------------------------------------
+
+/// Every page of a run list with its cursor: each run once, in-flight and finished ones.
+fn all_pages(c: &mut Client, status: Option<RunStatus>, limit: u32) -> Vec<String> {
+    let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let page = c
+            .list_runs_page("echo", status, false, Some(limit), cursor.as_deref())
+            .unwrap();
+        assert!(page.items.len() <= limit as usize, "{page:?}");
+        seen.extend(page.items.into_iter().map(|r| r.run_id));
+        pages += 1;
+        assert!(pages < 100, "the list does not end: {seen:?}");
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return seen,
+        }
+    }
+}
+
+#[test]
+fn run_lists_page_through_every_run_with_a_cursor() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    register(&mut c, wasm_spec("echo", &echo_guest()));
+    let mut finished = HashSet::new();
+    for i in 0..13 {
+        finished.insert(run_to_end(&mut c, "echo", &format!("done-{i}")).run_id);
+    }
+    let delayed = InvokeOptions {
+        delay_ms: Some(600_000),
+        ..Default::default()
+    };
+    let mut pending = HashSet::new();
+    for i in 0..8 {
+        pending.insert(invoke_with(
+            &mut c,
+            "echo",
+            &format!("later-{i}"),
+            delayed.clone(),
+        ));
+    }
+    let everything: HashSet<String> = finished.union(&pending).cloned().collect();
+
+    for limit in [1, 4, 7, 100] {
+        let seen = all_pages(&mut c, None, limit);
+        assert_eq!(
+            seen.len(),
+            everything.len(),
+            "each run once (limit {limit}): {seen:?}"
+        );
+        assert_eq!(seen.into_iter().collect::<HashSet<_>>(), everything);
+    }
+    let seen = all_pages(&mut c, Some(RunStatus::Pending), 3);
+    assert_eq!(seen.into_iter().collect::<HashSet<_>>(), pending);
+    let seen = all_pages(&mut c, Some(RunStatus::Completed), 5);
+    assert_eq!(seen.into_iter().collect::<HashSet<_>>(), finished);
+
+    // A run that finishes while a client pages is not skipped.
+    let first = c
+        .list_runs_page("echo", None, false, Some(2), None)
+        .unwrap();
+    let mut seen: HashSet<String> = first.items.iter().map(|r| r.run_id.clone()).collect();
+    let moved = pending
+        .iter()
+        .find(|id| !seen.contains(*id))
+        .unwrap()
+        .clone();
+    c.cancel_run(&moved).unwrap();
+    let mut cursor = first.next_cursor;
+    while let Some(at) = cursor {
+        let page = c
+            .list_runs_page("echo", None, false, Some(5), Some(&at))
+            .unwrap();
+        seen.extend(page.items.into_iter().map(|r| r.run_id));
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen, everything);
+
+    for bad in ["r1.X.S", "r1.S", "nonsense"] {
+        expect_error(
+            c.list_runs_page("echo", None, false, Some(4), Some(bad)),
+            ErrorCode::BadRequest,
+        );
+    }
+
+    // The CLI says where the next page starts and takes it back.
+    let doc = cli_json(&addr, &["action", "runs", "echo", "--limit", "15"]);
+    let mut ids: Vec<String> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 15, "{doc}");
+    let cursor = doc["next_cursor"].as_str().unwrap().to_string();
+    assert_eq!(doc["truncated"], json!(true));
+    let out = cli_ok(&addr, &["action", "runs", "echo", "--limit", "15"]);
+    assert!(out.contains(&format!("--cursor {cursor}")), "{out}");
+    let doc = cli_json(
+        &addr,
+        &[
+            "action", "runs", "echo", "--limit", "15", "--cursor", &cursor,
+        ],
+    );
+    assert_eq!(doc["next_cursor"], Value::Null, "{doc}");
+    ids.extend(
+        doc["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string()),
+    );
+    assert_eq!(ids.into_iter().collect::<HashSet<_>>(), everything);
+    let err = cli_fails(&addr, &["action", "runs", "echo", "--cursor", "junk"]);
+    assert!(err.contains("invalid cursor"), "{err}");
+}
 
 #[test]
 fn runs_are_listed_and_filtered_by_status() {

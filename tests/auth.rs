@@ -318,6 +318,7 @@ fn sdk_clients_and_workers_present_their_tokens() {
             namespace: "default".into(),
             prefix: String::new(),
             limit: None,
+            cursor: None,
         })
         .unwrap_err();
     assert!(

@@ -350,6 +350,7 @@ fn fuzz_bytes(rng: &mut Rng, i: usize) -> Vec<u8> {
                         namespace: "default".into(),
                         prefix: String::new(),
                         limit: Some(5),
+                        cursor: None,
                     },
                     _ => Op::Status,
                 };

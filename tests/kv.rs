@@ -405,6 +405,44 @@ fn list_returns_prefix_matches_in_key_order_across_shards_and_limit_truncates() 
     let (almost, truncated) = c.kv_list("user/", Some(59)).unwrap();
     assert_eq!((almost.len(), truncated), (59, true));
 
+    // Pages with a cursor walk every key once, in order, whatever the page size.
+    for limit in [1, 7, 59, 66, 1000] {
+        let (mut keys, mut cursor) = (Vec::new(), None::<String>);
+        loop {
+            let page = c.kv_list_page("", Some(limit), cursor.as_deref()).unwrap();
+            assert!(page.items.len() <= limit as usize);
+            keys.extend(page.items.into_iter().map(|e| e.key));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+            assert!(keys.len() <= 66, "the list does not end");
+        }
+        let all_keys: Vec<String> = all.iter().map(|e| e.key.clone()).collect();
+        assert_eq!(keys, all_keys, "limit {limit}");
+    }
+    let page = c.kv_list_page("user/", Some(10), None).unwrap();
+    let next = c
+        .kv_list_page("user/", Some(10), page.next_cursor.as_deref())
+        .unwrap();
+    assert_eq!(next.items[0].key, sorted[10]);
+    // The CLI prints the cursor and takes it back.
+    let addr = server.addr.to_string();
+    let out = common::cli_ok(&addr, &["kv", "list", "user/", "--limit", "30"]);
+    assert!(
+        out.trim_end()
+            .ends_with("(more keys may follow: --cursor user/29)"),
+        "{out}"
+    );
+    let doc = common::cli_json(
+        &addr,
+        &[
+            "kv", "list", "user/", "--limit", "30", "--cursor", "user/29",
+        ],
+    );
+    assert_eq!(doc["entries"].as_array().unwrap().len(), 30, "{doc}");
+    assert_eq!(doc["next_cursor"], serde_json::Value::Null, "{doc}");
+
     let (none, truncated) = c.kv_list("nomatch/", None).unwrap();
     assert!(none.is_empty() && !truncated);
 
@@ -571,6 +609,7 @@ fn invalid_input_gets_bad_request_and_the_connection_keeps_working() {
             namespace: namespace.clone(),
             prefix: String::new(),
             limit: None,
+            cursor: None,
         }));
         assert_connection_works(&mut c);
     }

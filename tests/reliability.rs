@@ -242,6 +242,60 @@ fn connections_over_the_bound_are_told_overloaded_and_closed() {
     server.stop();
 }
 
+/// A connection that sends nothing (and has nothing in flight) is told it is closed as idle
+/// and closed; one waiting on a long poll is not idle; the SDK client connects again by
+/// itself and its operation is done once.
+#[test]
+fn idle_connections_are_told_and_closed_and_the_client_connects_again() {
+    use flo::protocol::{ErrorCode, IDLE_CLOSED_PREFIX, Op, Reply, Request};
+    use std::time::{Duration, Instant};
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--idle-timeout", "1s"]);
+
+    // A raw connection that only says hello, then nothing.
+    let mut raw = flo::Connection::connect(server.addr).unwrap();
+    let hello = Op::Hello {
+        protocol_version: flo::protocol::PROTOCOL_VERSION,
+        client: "idle-test".into(),
+        token: None,
+    };
+    raw.queue(&Request { id: 1, op: hello }).unwrap();
+    raw.flush().unwrap();
+    assert_eq!(raw.recv().unwrap().id, 1);
+    let quiet = Instant::now();
+    let goodbye = raw.recv().unwrap();
+    let waited = quiet.elapsed();
+    assert_eq!(goodbye.id, 0);
+    let e = goodbye.result.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unavailable, "{e}");
+    assert!(e.message.starts_with(IDLE_CLOSED_PREFIX), "{e}");
+    assert!(e.message.contains("--idle-timeout"), "{e}");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "closed after {waited:?}"
+    );
+    assert!(raw.recv().is_err(), "then the connection closes");
+
+    // A long poll in flight is not idle: its answer comes after 3 s.
+    let mut waiting = server.client();
+    let started = Instant::now();
+    let got = waiting.kv_get_wait("never", 3000, None).unwrap();
+    assert_eq!(got, None);
+    assert!(started.elapsed() >= Duration::from_millis(2900));
+
+    // The SDK client, idle past the timeout, connects again by itself; the put is done
+    // once (version 1, then 2).
+    let mut c = server.client();
+    assert_eq!(c.kv_put("k", b"1", Default::default()).unwrap(), 1);
+    std::thread::sleep(Duration::from_millis(3000));
+    assert_eq!(c.kv_put("k", b"2", Default::default()).unwrap(), 2);
+    match c.call(Op::Status).unwrap() {
+        Reply::Status(info) => assert_eq!(info.shards.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    server.stop();
+}
+
 /// A closed stderr (a supervisor that went away) is no reason to stop: the server's own
 /// lines are written or lost, never a panic (which would stop the server).
 #[test]

@@ -403,6 +403,34 @@ fn create_start_status_history_list_and_definition_of_a_wasm_workflow() {
     );
     assert_eq!(doc["runs"].as_array().unwrap().len(), 1);
     assert_eq!(doc["truncated"], true);
+    // The second page, with the first's cursor, holds the other run; then the list ends.
+    let first = doc["runs"][0]["run_id"].as_str().unwrap().to_string();
+    let cursor = doc["next_cursor"].as_str().unwrap().to_string();
+    let mut seen = vec![first];
+    let mut cursor = Some(cursor);
+    while let Some(at) = cursor {
+        let doc = cli_json(
+            &addr,
+            &[
+                "workflow",
+                "list-runs",
+                "process-order",
+                "--limit",
+                "1",
+                "--cursor",
+                &at,
+            ],
+        );
+        for r in doc["runs"].as_array().unwrap() {
+            seen.push(r["run_id"].as_str().unwrap().to_string());
+        }
+        cursor = doc["next_cursor"].as_str().map(str::to_string);
+        assert!(seen.len() <= 3, "the list does not end: {seen:?}");
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.contains(&run));
 }
 
 #[test]

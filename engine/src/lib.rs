@@ -15,6 +15,7 @@ pub mod image;
 pub mod index;
 pub mod kv;
 pub mod line_budget;
+pub mod pages;
 pub mod record;
 pub mod snapshot;
 pub mod state;

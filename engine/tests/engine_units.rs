@@ -6,6 +6,7 @@
 mod cluster;
 
 use cluster::{Cluster, new_engine};
+use flo_engine::actions::WASM_SLOTS;
 use flo_engine::archive::{self, RunKind};
 use flo_engine::{DiskSpace, ExecFailure, ExecResult, Execution, Input, ReplyResult};
 use flo_protocol::{
@@ -615,6 +616,101 @@ fn cancel_cascades_to_the_child_and_its_group_applies_whole_on_replay() {
         t.history(&outer).last().unwrap().event_type,
         "workflow_cancelled"
     );
+}
+
+fn cancel_op(run_id: &str) -> Op {
+    Op::RunCancel {
+        namespace: NS.into(),
+        run_id: run_id.into(),
+    }
+}
+
+#[test]
+fn cancelling_an_executing_run_stops_its_guest_and_its_slot_serves_the_next_run() {
+    let mut t = T::new(1);
+    t.wasm_action("spin");
+    let ids: Vec<String> = (0..=WASM_SLOTS)
+        .map(|i| t.invoke(0, invoke_spec("spin", json!(i))))
+        .collect();
+    t.settle();
+    let xs = t.executions();
+    assert_eq!(xs.len(), WASM_SLOTS, "one run waits for a slot");
+    let exec_of = |i: usize| {
+        xs.iter()
+            .find(|(_, x)| x.input == json!(i).to_string().into_bytes())
+            .map(|(_, x)| x.exec)
+            .unwrap_or_else(|| panic!("run {i} does not execute"))
+    };
+
+    // A pending run's cancel stops nothing; an executing run's stops its execution.
+    let waiting = &ids[WASM_SLOTS];
+    assert_eq!(t.run(waiting).status, RunStatus::Pending);
+    match t.ok(0, cancel_op(waiting)) {
+        Reply::Run(info) => assert_eq!(info.status, RunStatus::Cancelled),
+        other => panic!("{other:?}"),
+    }
+    assert!(t.c.stops.is_empty(), "{:?}", t.c.stops);
+    let next = t.invoke(0, invoke_spec("spin", json!("next")));
+    match t.ok(0, cancel_op(&ids[0])) {
+        Reply::Run(info) => assert_eq!(info.status, RunStatus::Cancelled),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(t.c.stops, vec![(0, exec_of(0))]);
+    assert!(
+        t.executions().is_empty(),
+        "the slot is held until the guest ends"
+    );
+    assert_eq!(t.run(&next).status, RunStatus::Pending);
+
+    // The stopped guest answers; its result is not recorded, and the next run takes the slot.
+    t.answer(0, exec_of(0), Err("execution cancelled"));
+    t.settle();
+    let started = t.executions();
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].1.input, json!("next").to_string().into_bytes());
+    let run = t.run(&ids[0]);
+    assert_eq!(
+        (run.status, run.error, run.attempt),
+        (RunStatus::Cancelled, None, 1)
+    );
+
+    // Runs that end by themselves stop nothing.
+    for i in 1..WASM_SLOTS {
+        t.answer(0, exec_of(i), Ok(json!({"done": i})));
+    }
+    t.answer(0, started[0].1.exec, Ok(json!({})));
+    t.settle();
+    assert_eq!(t.c.stops, vec![(0, exec_of(0))]);
+    assert_eq!(t.run(&next).status, RunStatus::Completed);
+}
+
+const ONE_STEP: &str = "kind: Workflow\nname: one-step\nversion: \"1\"\nstart:\n  run: \"@actions/spin\"\n  transitions:\n    success: flo.Completed\n";
+
+#[test]
+fn cancelling_a_workflow_stops_its_executing_step() {
+    let mut t = T::new(2);
+    t.wasm_action("spin");
+    t.workflow(ONE_STEP);
+    let run_id = t.start(1, "one-step", json!({}));
+    t.settle();
+    let xs = t.executions();
+    let [(shard, x)] = &xs[..] else {
+        panic!("one step executes: {xs:?}");
+    };
+    assert_eq!(*shard, t.c.owner(NS, &run_id));
+    let cancel = Op::WorkflowCancel {
+        namespace: NS.into(),
+        run_id: run_id.clone(),
+        reason: None,
+    };
+    match t.ok(0, cancel) {
+        Reply::WorkflowRun(run) => assert_eq!(run.status, WorkflowRunStatus::Cancelled),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(t.c.stops, vec![(*shard, x.exec)]);
+    t.answer(*shard, x.exec, Err("execution cancelled"));
+    t.settle();
+    assert_eq!(t.wf(&run_id).status, WorkflowRunStatus::Cancelled);
 }
 
 const LOOP: [&str; 2] = [
@@ -1332,6 +1428,7 @@ fn a_full_disk_refuses_mutations_and_serves_reads_until_space_returns() {
         namespace: NS.into(),
         prefix: String::new(),
         limit: None,
+        cursor: None,
     };
     assert!(matches!(t.ok(0, list), Reply::KvList { .. }));
     match t.ok(0, Op::Status) {

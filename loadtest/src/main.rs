@@ -4,12 +4,12 @@
 mod args;
 mod driver;
 mod report;
-mod spawn;
 mod workers;
 mod workload;
 
 use args::{Args, DEFAULT_ADDR, DurabilityArg};
 use clap::Parser;
+use flo_loadtest::spawn;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use workload::Workload;

@@ -1,4 +1,5 @@
-//! `--spawn`: a flo server of our own, in a temporary data directory.
+//! `--spawn`: a flo server of our own, in a temporary data directory; and the pieces
+//! `flo-chaos` shares to run one (the `listening` line, waiting for an exit).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the server has to exit after SIGTERM before it gets SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server that closed its stdout has to exit.
+const EXIT_AFTER_STDOUT_CLOSED: Duration = Duration::from_secs(5);
 
 pub struct SpawnOptions {
     pub flo_bin: PathBuf,
@@ -86,31 +89,9 @@ impl Server {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut child = cmd
+        let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-
-        // A thread reads the server's stdout: it hands over the first lines until the
-        // `listening` one, then forwards anything else to stderr (keeping our stdout clean).
-        let (tx, rx) = mpsc::channel::<Option<String>>();
-        thread::Builder::new()
-            .name("flo-stdout".into())
-            .spawn(move || {
-                let mut lines = BufReader::new(stdout).lines();
-                let mut handing_over = true;
-                for line in lines.by_ref() {
-                    let Ok(line) = line else { break };
-                    if handing_over {
-                        handing_over = tx.send(Some(line)).is_ok();
-                    } else {
-                        eprintln!("[flo] {line}");
-                    }
-                }
-                let _ = tx.send(None);
-            })
-            .map_err(|e| format!("cannot start a thread: {e}"))?;
-
         let mut server = Server {
             child,
             stopped: false,
@@ -119,35 +100,26 @@ impl Server {
             durability: String::new(),
             _data_dir: data_dir,
         };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(Some(line)) => match parse_listening(&line) {
-                    Some(listening) => {
-                        server.addr = listening.addr;
-                        server.shards = listening.shards;
-                        server.durability = listening.durability;
-                        return Ok(server);
-                    }
-                    None => eprintln!("[flo] {line}"),
-                },
-                Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    // Stdout closed: the server exited (or closed it, which it never does).
-                    let status = server.wait_for(Duration::from_secs(5));
-                    server.stopped = status.is_some();
-                    return Err(match status {
-                        Some(status) => format!("the flo server exited before serving ({status})"),
-                        None => "the flo server closed its stdout before serving".to_string(),
-                    });
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(format!(
-                        "the flo server printed no `listening` line within {} s",
-                        START_TIMEOUT.as_secs()
-                    )); // dropping `server` stops it
-                }
+        match wait_listening(&mut server.child, START_TIMEOUT) {
+            Ok(listening) => {
+                server.addr = listening.addr;
+                server.shards = listening.shards;
+                server.durability = listening.durability;
+                Ok(server)
             }
+            Err(NotListening::Exited(status)) => {
+                server.stopped = true;
+                Err(format!("the flo server exited before serving ({status})"))
+            }
+            Err(NotListening::ClosedStdout) => {
+                Err("the flo server closed its stdout before serving".to_string())
+            }
+            Err(NotListening::NoThread(e)) => Err(format!("cannot start a thread: {e}")),
+            // Dropping `server` stops it.
+            Err(NotListening::TimedOut) => Err(format!(
+                "the flo server printed no `listening` line within {} s",
+                START_TIMEOUT.as_secs()
+            )),
         }
     }
 
@@ -183,13 +155,75 @@ impl Server {
     }
 
     fn wait_for(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return Some(status),
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-                _ => return None,
+        wait_exit(&mut self.child, timeout)
+    }
+}
+
+/// Why a server printed no `listening` line.
+#[derive(Debug)]
+pub enum NotListening {
+    /// It exited first.
+    Exited(ExitStatus),
+    /// It closed its stdout but did not exit (it never does that).
+    ClosedStdout,
+    /// Nothing came within the time given.
+    TimedOut,
+    /// No thread could be started to read its stdout.
+    NoThread(std::io::Error),
+}
+
+/// Waits up to `timeout` for the `listening` line on the child's (piped) stdout. A thread
+/// reads stdout: it hands over the lines until the `listening` one, then forwards anything
+/// else to stderr as `[flo] LINE` (keeping our stdout clean) until the server exits.
+pub fn wait_listening(child: &mut Child, timeout: Duration) -> Result<Listening, NotListening> {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel::<Option<String>>();
+    let reader = thread::Builder::new()
+        .name("flo-stdout".into())
+        .spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let mut handing_over = true;
+            for line in lines.by_ref() {
+                let Ok(line) = line else { break };
+                if handing_over {
+                    handing_over = tx.send(Some(line)).is_ok();
+                } else {
+                    eprintln!("[flo] {line}");
+                }
             }
+            let _ = tx.send(None);
+        });
+    if let Err(e) = reader {
+        return Err(NotListening::NoThread(e));
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Some(line)) => match parse_listening(&line) {
+                Some(listening) => return Ok(listening),
+                None => eprintln!("[flo] {line}"),
+            },
+            Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // Stdout closed: the server exited (or closed it, which it never does).
+                return Err(match wait_exit(child, EXIT_AFTER_STDOUT_CLOSED) {
+                    Some(status) => NotListening::Exited(status),
+                    None => NotListening::ClosedStdout,
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => return Err(NotListening::TimedOut),
+        }
+    }
+}
+
+/// Polls the child until it exits or `timeout` passes; its status if it exited.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            _ => return None,
         }
     }
 }

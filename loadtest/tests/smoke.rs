@@ -1,23 +1,9 @@
 //! Runs the built `flo-loadtest` against a server it spawns.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-/// `flo` of the same build: the test runs as `target/<profile>/deps/smoke-xxxx`.
-fn flo_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable lives in target/<profile>/deps");
-    let flo = profile_dir.join(format!("flo{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        flo.is_file(),
-        "{} does not exist: run `cargo build` (or `cargo build -p flo`) first",
-        flo.display()
-    );
-    flo
-}
+use common::flo_bin;
+use std::process::Command;
 
 /// Runs `flo-loadtest --spawn --shards 2 --max-secs 120 --json ARGS...`; asserts success
 /// and returns the report.

@@ -1,6 +1,10 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// How an `unavailable` error sent as request 0 starts when the server closed an idle
+/// connection: no request of the client was taken, it may connect again and resend.
+pub const IDLE_CLOSED_PREFIX: &str = "idle connection closed after";
+
 /// The class of an error, stable across versions: clients branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -5,7 +5,7 @@ mod error;
 mod frame;
 mod message;
 
-pub use error::{ErrorCode, ErrorValue};
+pub use error::{ErrorCode, ErrorValue, IDLE_CLOSED_PREFIX};
 pub use frame::{
     FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, MESSAGE_DEPTH_MAX, decode_frame,
     decode_payload, encode_frame, split_frame,
@@ -14,10 +14,10 @@ pub use message::{
     ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, HISTORY_LIMIT_DEFAULT,
     HISTORY_LIMIT_MAX, HistoryEvent, IDEMPOTENCY_KEY_BYTES_MAX, InvokeSpec, KV_KEY_BYTES_MAX,
     KV_LIST_LIMIT_DEFAULT, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KV_WAIT_MS_MAX, KvEntry,
-    LEASE_EXTEND_MS_MAX, NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION, RUN_ID_BYTES_MAX,
-    RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, RUN_WAIT_MS_MAX, Reply,
-    Request, RequestId, Response, RunInfo, RunStatus, ShardInfo, ShardMap, StatusInfo,
-    TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment, Token, ValidationIssue,
+    LEASE_EXTEND_MS_MAX, ModuleCacheInfo, NAMESPACE_BYTES_MAX, Op, PROTOCOL_VERSION,
+    RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX,
+    RUN_WAIT_MS_MAX, Reply, Request, RequestId, Response, RunInfo, RunStatus, ShardInfo, ShardMap,
+    StatusInfo, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment, Token, ValidationIssue,
     WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
     WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowInfo, WorkflowRunInfo,
     WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,

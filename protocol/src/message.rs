@@ -97,6 +97,9 @@ pub enum Op {
         namespace: String,
         prefix: String,
         limit: Option<u32>,
+        /// Where the previous page ended (its `next_cursor`); none: the first page.
+        #[serde(default)]
+        cursor: Option<String>,
     },
     /// Register (or re-register, bumping the version) an action.
     ActionRegister(ActionSpec),
@@ -137,6 +140,9 @@ pub enum Op {
         /// Only runs that exhausted their retries (the dead-letter list).
         dead_letter: bool,
         limit: Option<u32>,
+        /// Where the previous page ended (its `next_cursor`); none: the first page.
+        #[serde(default)]
+        cursor: Option<String>,
     },
     RunCancel {
         namespace: String,
@@ -273,6 +279,9 @@ pub enum Op {
         name: String,
         status: Option<WorkflowRunStatus>,
         limit: Option<u32>,
+        /// Where the previous page ended (its `next_cursor`); none: the first page.
+        #[serde(default)]
+        cursor: Option<String>,
     },
     /// Moves the server's clock forward (only on a server started with `--test-clock`).
     TestAdvanceClock {
@@ -686,8 +695,11 @@ pub enum Reply {
     },
     KvList {
         entries: Vec<KvEntry>,
-        /// More entries matched than `limit`.
+        /// More entries may follow: `next_cursor` is set.
         truncated: bool,
+        /// Ask again with `cursor` set to this for the next page (none: this was the last).
+        #[serde(default)]
+        next_cursor: Option<String>,
     },
     Action(ActionInfo),
     Actions(Vec<ActionInfo>),
@@ -702,7 +714,11 @@ pub enum Reply {
     Run(RunInfo),
     Runs {
         runs: Vec<RunInfo>,
+        /// More runs may follow: `next_cursor` is set.
         truncated: bool,
+        /// Ask again with `cursor` set to this for the next page (none: this was the last).
+        #[serde(default)]
+        next_cursor: Option<String>,
     },
     Worker(WorkerInfo),
     Workers(Vec<WorkerInfo>),
@@ -733,7 +749,11 @@ pub enum Reply {
     WorkflowRun(WorkflowRunInfo),
     WorkflowRuns {
         runs: Vec<WorkflowRunInfo>,
+        /// More runs may follow: `next_cursor` is set.
         truncated: bool,
+        /// Ask again with `cursor` set to this for the next page (none: this was the last).
+        #[serde(default)]
+        next_cursor: Option<String>,
     },
     WorkflowHistory(Vec<HistoryEvent>),
     /// One page of a run's history, oldest first.
@@ -809,6 +829,20 @@ pub struct StatusInfo {
     pub durability: String,
     pub partitions: u32,
     pub shards: Vec<ShardInfo>,
+    /// The server's cache of compiled WebAssembly modules (one for all shards), as last
+    /// seen by a shard (the newest view among them).
+    #[serde(default)]
+    pub module_cache: Option<ModuleCacheInfo>,
+}
+
+/// The cache of compiled WebAssembly modules: least recently used evicted beyond its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleCacheInfo {
+    pub bytes: u64,
+    pub modules: u64,
+    pub budget_bytes: u64,
+    /// Counts the cache's changes: of two views, the one with the higher count is newer.
+    pub generation: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -848,6 +882,12 @@ pub struct ShardInfo {
     /// `unavailable`) until space returns.
     #[serde(default)]
     pub disk_full: bool,
+    /// WebAssembly executions in progress (each holds one of the shard's slots).
+    #[serde(default)]
+    pub executions: u32,
+    /// The module cache as this shard last saw it (None: it has not used it yet).
+    #[serde(default)]
+    pub module_cache: Option<ModuleCacheInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

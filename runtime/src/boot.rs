@@ -11,7 +11,7 @@ use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
 use crate::shard_loop::ShardLoop;
 use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
-use crate::wasm_pool::{SharedModules, WasmPool};
+use crate::wasm_pool::{SharedModules, WasmPool, shared_modules};
 use flo_engine::actions::WASM_SLOTS;
 use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
@@ -41,6 +41,9 @@ const STOP_POLL_MS: u64 = 20;
 /// replayed a record) is reported, with each shard's phase, and abandoned instead of hanging
 /// silently. A large log that is being replayed never trips it.
 const STARTUP_STALL_SECS: u64 = 20;
+/// Start-up without progress this long wakes the shard threads (`kick`), and again as
+/// often while it lasts.
+const STARTUP_KICK_AFTER: Duration = Duration::from_secs(1);
 /// While shards recover, progress is reported this often.
 const STARTUP_REPORT_SECS: u64 = 2;
 const PHASES: [&str; 6] = [
@@ -351,13 +354,16 @@ pub fn run_server(
         shard: 0,
         message: format!("cannot start the wasm engine: {e}"),
     })?;
-    let wasm_modules = SharedModules::default();
+    let wasm_modules = shared_modules(config.module_cache_bytes);
     let clock = OffsetClock::default();
     let mesh: Mesh = Mesh::full(meta.shards as usize, mesh::MESH_CHANNEL_MESSAGES);
     let table: ExecutorTable = Arc::new(Mutex::new(vec![None; meta.shards as usize]));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u32, ServerError>>();
     let phases: Phases = Arc::new((0..meta.shards).map(|_| ShardProgress::default()).collect());
     let mut handles = Vec::new();
+    crate::kick::install();
+    let pulses: Arc<Vec<crate::kick::Pulse>> =
+        Arc::new((0..meta.shards).map(|_| Default::default()).collect());
     for s in 0..meta.shards {
         let boot = ShardBoot {
             id: s,
@@ -375,6 +381,7 @@ pub fn run_server(
             wasm_engine: wasm_engine.clone(),
             wasm_modules: wasm_modules.clone(),
             clock: clock.clone(),
+            pulses: pulses.clone(),
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
@@ -394,6 +401,7 @@ pub fn run_server(
     let started = std::time::Instant::now();
     let (mut mark, mut moved_at) = (progress_mark(&phases), started);
     let mut reported_at = started;
+    let mut kicked_at = started;
     let mut ready = 0;
     while ready < meta.shards {
         let received = match ready_rx.recv_timeout(Duration::from_millis(250)) {
@@ -407,6 +415,17 @@ pub fn run_server(
                         shard: 0,
                         message: startup_stall_report(&phases),
                     });
+                } else if moved_at.elapsed() >= STARTUP_KICK_AFTER
+                    && kicked_at.elapsed() >= STARTUP_KICK_AFTER
+                {
+                    // A shard asleep in io_uring_enter with work to do (`kick`).
+                    kicked_at = std::time::Instant::now();
+                    let threads = crate::kick::kick_shards();
+                    crate::stderr::say!(
+                        "note: start-up made no progress for {} ms ({}); woke {threads} shard threads",
+                        moved_at.elapsed().as_millis(),
+                        progress_report(&phases, started.elapsed())
+                    );
                 }
                 if reported_at.elapsed() >= Duration::from_secs(STARTUP_REPORT_SECS) {
                     reported_at = std::time::Instant::now();
@@ -433,9 +452,16 @@ pub fn run_server(
         shards: meta.shards,
         partitions: meta.partitions,
     });
+    let watchdog = crate::kick::watch(pulses, stop.clone()).map_err(|e| ServerError::Shard {
+        shard: 0,
+        message: format!("cannot start the watchdog thread: {e}"),
+    })?;
     for h in handles {
         let _ = h.join();
     }
+    // Shards that ended without a stop (an error) end the watchdog too.
+    stop.store(true, Ordering::Relaxed);
+    let _ = watchdog.join();
     // Shards that failed after start-up report here.
     if let Ok(Err(e)) = ready_rx.try_recv() {
         return Err(e);
@@ -508,6 +534,8 @@ struct ShardBoot {
     clock: OffsetClock,
     /// Client connections open on every shard.
     connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// Each shard's sign of life, for the watchdog.
+    pulses: Arc<Vec<crate::kick::Pulse>>,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -519,6 +547,7 @@ async fn shard_main(boot: ShardBoot) {
 
 async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
+    boot.pulses[id as usize].started();
     let shard_err = |message: String| ServerError::Shard { shard: id, message };
     let progress = &boot.phases[id as usize];
     let phase = |p: usize| progress.phase.store(p, Ordering::SeqCst);
@@ -607,7 +636,13 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);
     glommio::spawn_local(writer_task).detach();
     let alarm = Rc::new(Alarm::default());
-    glommio::spawn_local(alarm_loop(alarm.clone(), inbox.clone())).detach();
+    glommio::spawn_local(alarm_loop(
+        alarm.clone(),
+        inbox.clone(),
+        boot.pulses.clone(),
+        id as usize,
+    ))
+    .detach();
     let peers: Vec<Option<Rc<PeerOut>>> = (0..boot.partitioning.shards)
         .map(|s| (s != id).then(|| Rc::new(PeerOut::default())))
         .collect();
@@ -640,15 +675,24 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         .auth
         .clone()
         .map(|table| Rc::new(Gate::new(id, table)));
+    let idle_ms = boot.config.idle_timeout_ms;
+    let admission = Rc::new(crate::listener::Admission {
+        inbox: inbox.clone(),
+        peers: peers.iter().flatten().cloned().collect(),
+    });
     glommio::spawn_local(accept_loop(
         id,
         listener,
         conns.clone(),
-        inbox.clone(),
+        admission,
         limit,
         gate,
+        if idle_ms == 0 { u64::MAX } else { idle_ms },
     ))
     .detach();
+    if idle_ms > 0 {
+        glommio::spawn_local(crate::listener::idle_sweep(conns.clone(), idle_ms)).detach();
+    }
     // Wakes the loop when a stop is asked.
     {
         let (stop, inbox) = (boot.stop.clone(), inbox.clone());

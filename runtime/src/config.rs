@@ -21,8 +21,14 @@ pub struct ServerConfig {
     /// Client connections open at once, over all shards; one more is told `overloaded`
     /// and closed.
     pub max_connections: usize,
+    /// A connection with no request in flight that sends nothing for this long is told so
+    /// and closed (0: never).
+    pub idle_timeout_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
+    /// Compiled WebAssembly modules kept for reuse (all shards): beyond this, the least
+    /// recently used are dropped and compiled again when next used.
+    pub module_cache_bytes: u64,
     /// Gives the calling thread's freed memory back to the system (the allocator is the
     /// binary's choice): called on each shard after start-up and after each snapshot.
     pub release_memory: fn(),

@@ -65,6 +65,12 @@ impl Inbox {
         std::mem::swap(&mut *self.queue.borrow_mut(), into);
     }
 
+    /// Inputs waiting in the ordinary lane (client requests, results of the shard's own
+    /// I/O).
+    pub fn len(&self) -> usize {
+        self.queue.borrow().len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.queue.borrow().is_empty() && self.urgent.borrow().is_empty()
     }

@@ -19,6 +19,16 @@ use std::time::Duration;
 
 /// Requests of one connection being processed at once; the reader pauses beyond it.
 pub(crate) const INFLIGHT_REQUESTS_MAX: usize = 4096;
+/// Bytes of replies of one connection waiting to be sent; the reader pauses beyond it
+/// (a client that does not read its replies stops being read).
+pub(crate) const REPLY_BYTES_QUEUED_MAX: usize = 32 << 20;
+/// Inputs waiting for the shard loop, or messages waiting to go to one other shard, beyond
+/// which no connection of the shard is read: a shard that falls behind stops taking new
+/// requests instead of queueing without bound (work already taken goes on).
+pub(crate) const SHARD_BACKLOG_MAX: usize = 100_000;
+/// After telling an idle client it is closed, how long its connection still takes (and
+/// drops) what the client sends, so that the close does not reset the goodbye away.
+const GOODBYE_DRAIN_MS: u64 = 2000;
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// After its client closed, how long a connection still waits to deliver owed replies.
 const LINGER_MS: u64 = 30_000;
@@ -27,10 +37,44 @@ pub(crate) struct Conn {
     ready: RefCell<Vec<Vec<u8>>>,
     signal: Signal,
     inflight: Cell<usize>,
+    /// Bytes of the replies in `ready` and being written.
+    queued_bytes: Cell<usize>,
     room: Signal,
     reader_done: Cell<bool>,
+    /// When the reader last took bytes (server clock, ms).
+    last_read_ms: Cell<u64>,
+    /// The idle sweep asks the reader to close.
+    close: Signal,
     /// Who the handshake authenticated (servers with an auth file).
     session: Cell<Session>,
+}
+
+/// What says whether the shard takes more requests: its inbox and its queues to the
+/// other shards.
+pub(crate) struct Admission {
+    pub inbox: Rc<Inbox>,
+    pub peers: Vec<Rc<crate::mesh::PeerOut>>,
+}
+
+impl Admission {
+    fn backlogged(&self) -> bool {
+        self.inbox.len() >= SHARD_BACKLOG_MAX
+            || self.peers.iter().any(|p| p.len() >= SHARD_BACKLOG_MAX)
+    }
+
+    /// Waits until `conn` may take another request: room on the connection, and a shard
+    /// not backlogged (looked at again every millisecond while it is).
+    async fn room(&self, conn: &Conn) {
+        loop {
+            if conn.full() {
+                conn.room.wait().await;
+            } else if self.backlogged() {
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            } else {
+                return;
+            }
+        }
+    }
 }
 
 /// The open connections of a shard, by id.
@@ -63,8 +107,44 @@ impl Conn {
         if frame.is_empty() {
             return;
         }
+        self.queued_bytes.set(self.queued_bytes.get() + frame.len());
         self.ready.borrow_mut().push(frame);
         self.signal.notify();
+    }
+
+    /// Whether the reader must wait for the writer before taking more requests.
+    fn full(&self) -> bool {
+        self.inflight.get() >= INFLIGHT_REQUESTS_MAX
+            || self.queued_bytes.get() >= REPLY_BYTES_QUEUED_MAX
+    }
+
+    /// Nothing owed and nothing read for `idle_ms`.
+    fn idle(&self, now_ms: u64, idle_ms: u64) -> bool {
+        self.inflight.get() == 0 && now_ms.saturating_sub(self.last_read_ms.get()) >= idle_ms
+    }
+}
+
+/// What an idle client is told as its connection closes (`IDLE_CLOSED_PREFIX` lets a
+/// client know no request of its was taken, and connect again).
+fn goodbye(idle_ms: u64) -> ErrorValue {
+    ErrorValue::unavailable(format!(
+        "{} {} s without requests (--idle-timeout); no request was taken: connect again",
+        flo_protocol::IDLE_CLOSED_PREFIX,
+        idle_ms / 1000
+    ))
+}
+
+/// Every `idle_ms / 4` (at most 10 s), asks connections idle for `idle_ms` to close.
+pub(crate) async fn idle_sweep(conns: Conns, idle_ms: u64) {
+    let every = Duration::from_millis((idle_ms / 4).clamp(10, 10_000));
+    loop {
+        glommio::timer::sleep(every).await;
+        let now = SystemClock.now_ms();
+        for conn in conns.borrow().values() {
+            if conn.idle(now, idle_ms) {
+                conn.close.notify();
+            }
+        }
     }
 }
 
@@ -142,9 +222,10 @@ pub(crate) async fn accept_loop(
     shard: u32,
     listener: TcpListener,
     conns: Conns,
-    inbox: Rc<Inbox>,
+    admission: Rc<Admission>,
     limit: ConnLimit,
     gate: GateRef,
+    idle_ms: u64,
 ) {
     use std::sync::atomic::Ordering;
     let limit = Rc::new(limit);
@@ -159,7 +240,14 @@ pub(crate) async fn accept_loop(
                     continue;
                 }
                 next_id += 1;
-                let task = serve(next_id, stream, conns.clone(), inbox.clone(), gate.clone());
+                let task = serve(
+                    next_id,
+                    stream,
+                    conns.clone(),
+                    admission.clone(),
+                    gate.clone(),
+                    idle_ms,
+                );
                 let limit = limit.clone();
                 glommio::spawn_local(async move {
                     task.await;
@@ -204,23 +292,33 @@ async fn refuse(mut stream: TcpStream, max: usize) {
     .await;
 }
 
-async fn serve(id: ConnId, stream: TcpStream, conns: Conns, inbox: Rc<Inbox>, gate: GateRef) {
+async fn serve(
+    id: ConnId,
+    stream: TcpStream,
+    conns: Conns,
+    admission: Rc<Admission>,
+    gate: GateRef,
+    idle_ms: u64,
+) {
     let _ = stream.set_nodelay(true);
     let conn = Rc::new(Conn {
         ready: RefCell::new(Vec::new()),
         signal: Signal::default(),
         inflight: Cell::new(0),
+        queued_bytes: Cell::new(0),
         room: Signal::default(),
         reader_done: Cell::new(false),
+        last_read_ms: Cell::new(SystemClock.now_ms()),
+        close: Signal::default(),
         session: Cell::new(Session::Anonymous),
     });
     conns.borrow_mut().insert(id, conn.clone());
     let (reader, writer) = futures_lite::io::split(stream);
     let writing = glommio::spawn_local(write_loop(conn.clone(), writer));
-    read_loop(id, &conn, reader, &inbox, gate.as_deref()).await;
+    read_loop(id, &conn, reader, &admission, gate.as_deref(), idle_ms).await;
     conn.reader_done.set(true);
     conn.signal.notify();
-    inbox.push(Input::ConnClosed { conn: id });
+    admission.inbox.push(Input::ConnClosed { conn: id });
     writing.await;
     conns.borrow_mut().remove(&id);
 }
@@ -258,6 +356,8 @@ async fn write_loop(conn: Rc<Conn>, mut writer: futures_lite::io::WriteHalf<TcpS
         }
         conn.inflight
             .set(conn.inflight.get().saturating_sub(frames.len()));
+        conn.queued_bytes
+            .set(conn.queued_bytes.get().saturating_sub(out.len()));
         conn.room.notify();
     }
     let _ = writer.close().await;
@@ -267,15 +367,15 @@ async fn read_loop(
     id: ConnId,
     conn: &Rc<Conn>,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
-    inbox: &Inbox,
+    admission: &Admission,
     gate: Option<&Gate>,
+    idle_ms: u64,
 ) {
+    let inbox = &*admission.inbox;
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let (mut start, mut end) = (0usize, 0usize);
     loop {
-        while conn.inflight.get() >= INFLIGHT_REQUESTS_MAX {
-            conn.room.wait().await;
-        }
+        admission.room(conn).await;
         if end == buf.len() {
             // Make room: drop consumed bytes, grow for a frame larger than the buffer.
             buf.copy_within(start..end, 0);
@@ -288,12 +388,30 @@ async fn read_loop(
                 buf.resize(need, 0);
             }
         }
-        let n = match reader.read(&mut buf[end..]).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+        let read =
+            futures_lite::future::or(async { Some(reader.read(&mut buf[end..]).await) }, async {
+                conn.close.wait().await;
+                None
+            })
+            .await;
+        let n = match read {
+            Some(Ok(0) | Err(_)) => return,
+            Some(Ok(n)) => n,
+            // The sweep saw it idle; still idle now (nothing owed, nothing read since):
+            // say so and close. Bytes of a partial frame were not a request taken.
+            None if conn.idle(SystemClock.now_ms(), idle_ms) => {
+                conn.inflight.set(conn.inflight.get() + 1);
+                conn.send(0, Err(goodbye(idle_ms)));
+                drain(&mut reader).await;
+                return;
+            }
+            None => continue,
         };
+        conn.last_read_ms.set(SystemClock.now_ms());
         end += n;
         loop {
+            // One read may bring many requests: each waits for room as the first did.
+            admission.room(conn).await;
             match split_frame(&buf[start..end], FRAME_BYTES_MAX) {
                 Ok(Some((payload, used))) => {
                     handle_frame(id, conn, payload, inbox, gate);
@@ -318,6 +436,24 @@ async fn read_loop(
             (start, end) = (0, 0);
         }
     }
+}
+
+/// Takes and drops what the client still sends, until it closes or for
+/// `GOODBYE_DRAIN_MS` (a close with unread bytes would reset the connection, and the
+/// client could lose the goodbye).
+async fn drain(reader: &mut futures_lite::io::ReadHalf<TcpStream>) {
+    let mut sink = [0u8; 4096];
+    futures_lite::future::or(
+        async {
+            while let Ok(n) = reader.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        },
+        glommio::timer::sleep(Duration::from_millis(GOODBYE_DRAIN_MS)),
+    )
+    .await;
 }
 
 /// Total bytes of the frame starting `buf`, once its header is there.
@@ -361,4 +497,36 @@ fn admitted(gate: &Gate, conn: &Conn, request: u64, op: &flo_protocol::Op) -> bo
     }
     conn.send(request, Err(refusal.error));
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::PeerOut;
+    use flo_engine::PeerMsg;
+
+    #[test]
+    fn a_shard_behind_on_its_inbox_or_a_peer_queue_takes_no_more_requests() {
+        let inbox = Rc::new(Inbox::default());
+        let peer = Rc::new(PeerOut::default());
+        let admission = Admission {
+            inbox: inbox.clone(),
+            peers: vec![peer.clone()],
+        };
+        assert!(!admission.backlogged());
+        for conn in 0..SHARD_BACKLOG_MAX as u64 {
+            inbox.push(Input::ConnClosed { conn });
+        }
+        assert!(admission.backlogged());
+        let mut taken = std::collections::VecDeque::new();
+        inbox.take_all(&mut taken);
+        assert!(!admission.backlogged());
+        for _ in 0..SHARD_BACKLOG_MAX {
+            peer.push(Box::new(PeerMsg::Reply {
+                tag: 0,
+                result: Ok(flo_protocol::Reply::Done),
+            }));
+        }
+        assert!(admission.backlogged());
+    }
 }

@@ -37,6 +37,11 @@ impl PeerOut {
         self.queue.borrow_mut().push(msg);
         self.signal.notify();
     }
+
+    /// Messages waiting for the sender task.
+    pub fn len(&self) -> usize {
+        self.queue.borrow().len()
+    }
 }
 
 pub(crate) struct Joined {

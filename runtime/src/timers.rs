@@ -27,8 +27,14 @@ impl Alarm {
     }
 }
 
-pub async fn alarm_loop(alarm: Rc<Alarm>, inbox: Rc<Inbox>) {
+pub async fn alarm_loop(
+    alarm: Rc<Alarm>,
+    inbox: Rc<Inbox>,
+    pulse: std::sync::Arc<Vec<crate::kick::Pulse>>,
+    shard: usize,
+) {
     loop {
+        pulse[shard].beat();
         let now = SystemClock.now_ms();
         match alarm.at.get() {
             Some(at) if at <= now => {

@@ -1,20 +1,29 @@
-//! Performs the engine's WebAssembly effects: compiles modules (once per content, shared by
-//! every shard; per shard cached by action version) and runs executions as tasks. A guest's
-//! KV reads go to the engine as inputs; results come back as `Input::Executed`.
+//! Performs the engine's WebAssembly effects: compiles modules (once per content, kept in one
+//! cache for every shard, bounded by bytes) and runs executions as tasks, each with a stop
+//! signal the engine can pull (`Effect::StopExecution`). A guest's KV reads go to the engine
+//! as inputs; results come back as `Input::Executed`.
 
 use crate::inbox::Inbox;
+use crate::module_cache::LruBytes;
 use ahash::AHashMap as HashMap;
 use flo_engine::{ExecFailure, ExecResult, Execution, Input};
-use flo_wasm::{ExecLimits, GuestError, GuestKv, WasmEngine, WasmModule};
+use flo_protocol::ModuleCacheInfo;
+use flo_wasm::{ExecLimits, GuestError, GuestKv, StopSignal, WasmEngine, WasmModule};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Compiled modules by content hash, shared by all shards (compiling is the costly part).
-pub(crate) type SharedModules = Arc<Mutex<std::collections::HashMap<u128, WasmModule>>>;
+/// Compiled modules by content hash, shared by all shards (compiling is the costly part);
+/// the least recently used are dropped beyond `--module-cache-mb`. A module an execution
+/// holds stays alive until it ends; the next use of an evicted one compiles it again.
+pub(crate) type SharedModules = Arc<Mutex<LruBytes<u128, WasmModule>>>;
+
+pub(crate) fn shared_modules(budget_bytes: u64) -> SharedModules {
+    Arc::new(Mutex::new(LruBytes::new(budget_bytes)))
+}
 
 /// Where the answer to a guest's read goes.
 type ReadReply = oneshot::Sender<Option<Vec<u8>>>;
@@ -22,16 +31,28 @@ type ReadReply = oneshot::Sender<Option<Vec<u8>>>;
 pub(crate) struct WasmPool {
     engine: WasmEngine,
     shared: SharedModules,
-    /// (namespace, action, version) → module.
-    local: RefCell<HashMap<(String, String, u32), WasmModule>>,
+    /// (namespace, action) → (version, content hash) of the module its last execution used:
+    /// so that an execution hashes its module's bytes only when the version changed. One
+    /// entry per action name (executions always use the registered version).
+    local: RefCell<HashMap<(String, String), (u32, u128)>>,
+    /// Executions in progress: exec → its stop signal.
+    running: RefCell<HashMap<u64, StopSignal>>,
     /// Guest reads waiting for the engine's answer: (exec, read) → where it goes.
     reads: RefCell<HashMap<(u64, u64), ReadReply>>,
     next_read: Cell<u64>,
+    /// The cache's generation this shard last told its engine.
+    cache_reported: Cell<Option<u64>>,
     inbox: Rc<Inbox>,
 }
 
 fn content_key(bytes: &[u8]) -> u128 {
     xxhash_rust::xxh3::xxh3_128(bytes)
+}
+
+fn lock(shared: &SharedModules) -> MutexGuard<'_, LruBytes<u128, WasmModule>> {
+    // The cache stays consistent whatever panicked while holding it (and a panic stops the
+    // server anyway).
+    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl WasmPool {
@@ -40,27 +61,51 @@ impl WasmPool {
             engine,
             shared,
             local: RefCell::new(HashMap::new()),
+            running: RefCell::new(HashMap::new()),
             reads: RefCell::new(HashMap::new()),
             next_read: Cell::new(0),
+            cache_reported: Cell::new(None),
             inbox,
         }
     }
 
-    async fn compile(&self, bytes: &[u8]) -> Result<WasmModule, String> {
-        let key = content_key(bytes);
-        if let Some(m) = self.shared.lock().map_err(|e| e.to_string())?.get(&key) {
-            return Ok(m.clone());
+    /// The module of these bytes: from the cache, else compiled off the shard's thread and
+    /// cached.
+    async fn compile(&self, key: u128, bytes: &[u8]) -> Result<WasmModule, String> {
+        let cached = {
+            let mut cache = lock(&self.shared);
+            let module = cache.get(&key);
+            self.report(&cache);
+            module
+        };
+        if let Some(module) = cached {
+            return Ok(module);
         }
         let engine = self.engine.clone();
         let bytes = bytes.to_vec();
         let module = glommio::executor()
             .spawn_blocking(move || engine.compile(&bytes).map_err(|e| e.to_string()))
             .await?;
-        self.shared
-            .lock()
-            .map_err(|e| e.to_string())?
-            .insert(key, module.clone());
+        let mut cache = lock(&self.shared);
+        cache.insert(key, module.clone(), module.size_bytes());
+        self.report(&cache);
         Ok(module)
+    }
+
+    /// Tells the engine what the cache holds when it changed since this shard last said
+    /// (for status).
+    fn report(&self, cache: &LruBytes<u128, WasmModule>) {
+        let generation = cache.generation();
+        if self.cache_reported.get() == Some(generation) {
+            return;
+        }
+        self.cache_reported.set(Some(generation));
+        self.inbox.push(Input::ModuleCache(ModuleCacheInfo {
+            bytes: cache.bytes(),
+            modules: cache.len() as u64,
+            budget_bytes: cache.budget_bytes(),
+            generation,
+        }));
     }
 
     /// Compiles a module being registered; the engine learns what `describe` says.
@@ -68,7 +113,7 @@ impl WasmPool {
         let pool = self.clone();
         glommio::spawn_local(async move {
             let result = pool
-                .compile(&wasm)
+                .compile(content_key(&wasm), &wasm)
                 .await
                 .map(|m| m.describe().map(str::to_string));
             pool.inbox.push(Input::Compiled { job, result });
@@ -77,18 +122,24 @@ impl WasmPool {
     }
 
     async fn module_for(&self, x: &Execution) -> Result<WasmModule, String> {
-        let key = (x.namespace.clone(), x.action.clone(), x.version);
-        if let Some(m) = self.local.borrow().get(&key) {
-            return Ok(m.clone());
-        }
-        let module = self.compile(&x.wasm).await?;
-        self.local.borrow_mut().insert(key, module.clone());
-        Ok(module)
+        let name = (x.namespace.clone(), x.action.clone());
+        let known = self.local.borrow().get(&name).copied();
+        let key = match known {
+            Some((version, key)) if version == x.version => key,
+            _ => {
+                let key = content_key(&x.wasm);
+                self.local.borrow_mut().insert(name, (x.version, key));
+                key
+            }
+        };
+        self.compile(key, &x.wasm).await
     }
 
     /// Runs one execution in its own task.
     pub fn execute(self: &Rc<Self>, x: Execution) {
         let pool = self.clone();
+        let stop = StopSignal::default();
+        self.running.borrow_mut().insert(x.exec, stop.clone());
         glommio::spawn_local(async move {
             let exec = x.exec;
             let result = match pool.module_for(&x).await {
@@ -101,7 +152,7 @@ impl WasmPool {
                         timeout_ms: x.timeout_ms,
                         memory_limit_bytes: x.memory_limit_bytes,
                     };
-                    let r = module.execute(&x.input, kv, limits).await;
+                    let r = module.execute_with_stop(&x.input, kv, limits, &stop).await;
                     ExecResult {
                         output: r.output.map_err(failure),
                         outcome: r.outcome,
@@ -116,9 +167,18 @@ impl WasmPool {
                     logs: Vec::new(),
                 },
             };
+            pool.running.borrow_mut().remove(&exec);
             pool.inbox.push(Input::Executed { exec, result });
         })
         .detach();
+    }
+
+    /// Stops execution `exec` (if it still runs): it ends within a tick, as cancelled, and
+    /// answers `Input::Executed` as usual.
+    pub fn stop(&self, exec: u64) {
+        if let Some(stop) = self.running.borrow().get(&exec) {
+            stop.stop();
+        }
     }
 
     /// The engine's answer to a guest's read.

@@ -1,8 +1,8 @@
 use super::CliError;
 use super::args::ActionCommand;
-use super::output::{Output, bytes_json, time_text};
+use super::output::{Output, bytes_json, more_hint, time_text};
 use flo::protocol::{ActionInfo, ActionKind, ActionSpec, RunInfo, RunStatus};
-use flo::{Client, InvokeOptions};
+use flo::{Client, InvokeOptions, Page};
 use serde_json::{Value, json};
 
 /// How long one wait request is held by the server; `--wait` repeats it.
@@ -128,6 +128,7 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
             name,
             status,
             limit,
+            cursor,
         } => {
             let status = match status {
                 Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
@@ -137,12 +138,16 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
                 })?),
                 None => None,
             };
-            let (runs, truncated) = client.list_runs(name, status, false, *limit)?;
-            print_runs(out, &runs, truncated);
+            let page = client.list_runs_page(name, status, false, *limit, cursor.as_deref())?;
+            print_runs(out, &page);
         }
-        ActionCommand::Dlq { name, limit } => {
-            let (runs, truncated) = client.list_runs(name, None, true, *limit)?;
-            print_runs(out, &runs, truncated);
+        ActionCommand::Dlq {
+            name,
+            limit,
+            cursor,
+        } => {
+            let page = client.list_runs_page(name, None, true, *limit, cursor.as_deref())?;
+            print_runs(out, &page);
         }
         ActionCommand::Cancel { run_id } => {
             let info = client.cancel_run(run_id)?;
@@ -169,9 +174,13 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
     Ok(())
 }
 
-fn print_runs(out: &Output, runs: &[RunInfo], truncated: bool) {
-    let doc =
-        json!({ "runs": runs.iter().map(run_json).collect::<Vec<_>>(), "truncated": truncated });
+fn print_runs(out: &Output, page: &Page<RunInfo>) {
+    let runs = &page.items;
+    let doc = json!({
+        "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
+        "truncated": page.next_cursor.is_some(),
+        "next_cursor": page.next_cursor,
+    });
     out.print(doc, || {
         let mut text = format!(
             "{:<32} {:<10} {:>7}  {:<24} ERROR",
@@ -187,8 +196,9 @@ fn print_runs(out: &Output, runs: &[RunInfo], truncated: bool) {
                 r.error.as_deref().unwrap_or("")
             ));
         }
-        if truncated {
-            text.push_str("\n(more runs match: raise --limit)");
+        if let Some(hint) = more_hint(page.next_cursor.as_deref(), "runs") {
+            text.push('\n');
+            text.push_str(&hint);
         }
         text
     });

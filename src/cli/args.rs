@@ -98,9 +98,18 @@ pub struct ServerArgs {
     /// and closed.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
+    /// A connection with no request in flight that sends nothing for this long is closed
+    /// (told first; the SDK's Client connects again by itself): `30s`, `15m`; 0: never.
+    #[arg(long, default_value = "15m", value_parser = parse_idle_timeout)]
+    pub idle_timeout: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
+    /// Compiled WebAssembly modules kept for reuse (all shards), in MiB: beyond it the least
+    /// recently used are dropped and compiled again when next used (0: none is kept).
+    #[arg(long, default_value_t = flo_runtime::MODULE_CACHE_BYTES_DEFAULT >> 20,
+          value_parser = clap::value_parser!(u64).range(..=1 << 20))]
+    pub module_cache_mb: u64,
     /// Tokens, roles and namespaces (YAML, or TOML for a `.toml` file): every connection
     /// must present a token and may do only what it grants. See README, Authentication.
     #[arg(long, value_name = "FILE")]
@@ -157,11 +166,14 @@ pub enum KvCommand {
         #[arg(long)]
         if_version: Option<u64>,
     },
-    /// List keys by prefix, in key order.
+    /// List keys by prefix, in key order (a page; the next with --cursor).
     List {
         prefix: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
 }
 
@@ -216,7 +228,8 @@ pub enum ActionCommand {
     Info { name: String },
     /// List the actions of the namespace.
     List,
-    /// List an action's runs, newest first.
+    /// List an action's runs: in-flight ones newest first, then finished ones (a page;
+    /// the next with --cursor).
     Runs {
         name: String,
         /// pending, running, completed, failed, cancelled or timed_out.
@@ -224,6 +237,9 @@ pub enum ActionCommand {
         status: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Cancel a pending or running run.
     Cancel { run_id: String },
@@ -238,6 +254,9 @@ pub enum ActionCommand {
         name: String,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
 }
 
@@ -434,7 +453,8 @@ pub enum WorkflowCommand {
     },
     /// List the workflow definitions of the namespace.
     List,
-    /// List a workflow's runs, newest first.
+    /// List a workflow's runs: in-flight ones newest first, then finished ones (a page;
+    /// the next with --cursor).
     ListRuns {
         name: String,
         /// pending, running, waiting, completed, failed, cancelled or timed_out.
@@ -442,6 +462,9 @@ pub enum WorkflowCommand {
         status: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
+        /// Where to go on: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Print a definition as created.
     Definition {
@@ -527,6 +550,16 @@ fn parse_retention(text: &str) -> Result<u64, String> {
     if ms < 1000 {
         return Err(format!(
             "{text:?} is shorter than the shortest retention, 1s"
+        ));
+    }
+    Ok(ms)
+}
+
+fn parse_idle_timeout(text: &str) -> Result<u64, String> {
+    let ms = parse_ttl(text)?;
+    if ms > 0 && ms < 1000 {
+        return Err(format!(
+            "{text:?} is shorter than the shortest idle timeout, 1s (0: never)"
         ));
     }
     Ok(ms)

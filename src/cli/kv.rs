@@ -1,6 +1,6 @@
 use super::CliError;
 use super::args::KvCommand;
-use super::output::{Output, entry_json, value_text};
+use super::output::{Output, entry_json, more_hint, value_text};
 use flo::{Client, PutOptions};
 use serde_json::json;
 
@@ -51,20 +51,25 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
                 }
             });
         }
-        KvCommand::List { prefix, limit } => {
-            let (entries, truncated) = client.kv_list(prefix.as_deref().unwrap_or(""), *limit)?;
+        KvCommand::List {
+            prefix,
+            limit,
+            cursor,
+        } => {
+            let page =
+                client.kv_list_page(prefix.as_deref().unwrap_or(""), *limit, cursor.as_deref())?;
             let doc = json!({
-                "entries": entries.iter().map(entry_json).collect::<Vec<_>>(),
-                "truncated": truncated,
+                "entries": page.items.iter().map(entry_json).collect::<Vec<_>>(),
+                "truncated": page.next_cursor.is_some(),
+                "next_cursor": page.next_cursor,
             });
             out.print(doc, || {
-                let mut lines: Vec<String> = entries
+                let mut lines: Vec<String> = page
+                    .items
                     .iter()
                     .map(|e| format!("{}\t{}", e.key, value_text(&e.value)))
                     .collect();
-                if truncated {
-                    lines.push("(more keys match: raise --limit)".into());
-                }
+                lines.extend(more_hint(page.next_cursor.as_deref(), "keys"));
                 lines.join("\n")
             });
         }

@@ -75,3 +75,8 @@ pub fn time_text(ms: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(t).to_string()
 }
+
+/// The line a page ends with when more may follow: how to ask for the next.
+pub fn more_hint(next_cursor: Option<&str>, what: &str) -> Option<String> {
+    next_cursor.map(|c| format!("(more {what} may follow: --cursor {c})"))
+}

@@ -17,7 +17,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 "snapshot_lsn": s.snapshot_lsn, "snapshot_age_ms": s.snapshot_age_ms,
                 "snapshot_pause_ms": s.snapshot_pause_ms,
                 "snapshot_write_ms": s.snapshot_write_ms, "disk_bytes": s.disk_bytes,
-                "disk_full": s.disk_full,
+                "disk_full": s.disk_full, "executions": s.executions,
             })
         })
         .collect();
@@ -27,17 +27,29 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
         "durability": info.durability,
         "partitions": info.partitions,
         "shards": shards,
+        "module_cache": info.module_cache.map(|m| json!({
+            "bytes": m.bytes, "modules": m.modules, "budget_bytes": m.budget_bytes,
+        })),
     });
     out.print(doc, || {
         let mut text = format!(
-            "flo {} · {} shards · durability {} · {} partitions\n",
+            "flo {} · {} shards · durability {} · {} partitions",
             info.server_version,
             info.shards.len(),
             info.durability,
             info.partitions
         );
+        if let Some(m) = info.module_cache {
+            text.push_str(&format!(
+                " · module cache {} of {} ({} modules)",
+                human_bytes(m.bytes),
+                human_bytes(m.budget_bytes),
+                m.modules
+            ));
+        }
+        text.push('\n');
         text.push_str(&format!(
-            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}",
+            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>6}  {}",
             "SHARD",
             "LSN",
             "DURABLE",
@@ -50,6 +62,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             "SNAPSHOT",
             "AGE",
             "DISK",
+            "EXECS",
             "STATE"
         ));
         for s in &info.shards {
@@ -57,7 +70,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 .snapshot_age_ms
                 .map_or("-".to_string(), |ms| format!("{}s", ms / 1000));
             text.push_str(&format!(
-                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}",
+                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>6}  {}",
                 s.shard,
                 s.lsn,
                 s.durable_lsn,
@@ -70,6 +83,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 s.snapshot_lsn,
                 age,
                 human_bytes(s.disk_bytes),
+                s.executions,
                 match s.disk_full {
                     true => "read-only: disk full",
                     false => "ok",

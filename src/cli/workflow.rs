@@ -2,7 +2,7 @@
 
 use super::CliError;
 use super::args::{ValidateCommand, WorkflowCommand};
-use super::output::{Output, bytes_json, line, time_text};
+use super::output::{Output, bytes_json, line, more_hint, time_text};
 use flo::protocol::{
     HistoryEvent, ValidationIssue, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
 };
@@ -202,19 +202,22 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             name,
             status,
             limit,
+            cursor,
         } => {
             let status = status.as_deref().map(parse_status).transpose()?;
-            let (runs, truncated) = client.list_workflow_runs(name, status, *limit)?;
+            let page = client.list_workflow_runs_page(name, status, *limit, cursor.as_deref())?;
+            let runs = &page.items;
             let doc = json!({
                 "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
-                "truncated": truncated,
+                "truncated": page.next_cursor.is_some(),
+                "next_cursor": page.next_cursor,
             });
             out.print(doc, || {
                 let mut text = format!(
                     "{:<32} {:<10} {:<10} {:<20} CREATED",
                     "RUN ID", "STATUS", "VERSION", "STEP"
                 );
-                for r in &runs {
+                for r in runs {
                     text.push_str(&format!(
                         "\n{:<32} {:<10} {:<10} {:<20} {}",
                         r.run_id,
@@ -227,8 +230,9 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
                         time_text(r.created_at_ms)
                     ));
                 }
-                if truncated {
-                    text.push_str("\n(more runs match: raise --limit)");
+                if let Some(hint) = more_hint(page.next_cursor.as_deref(), "runs") {
+                    text.push('\n');
+                    text.push_str(&hint);
                 }
                 text
             });

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use wasmtime::{Extern, Instance, Memory, ModuleExport, Store, Trap, UpdateDeadline};
 
 use super::host::{HostState, HostTrap, LogSink, guest_range};
-use super::timer::{WithDeadline, lock};
+use super::stop::StopSignal;
+use super::stop::lock;
+use super::timer::{Cut, WithDeadline};
 use super::{
     COMPILE_TRIAL_TIMEOUT_MS, ExecLimits, ExecResult, GuestError, GuestKv, MAX_DESCRIBE_BYTES,
     ModuleInner, WasmError, error_text,
@@ -69,7 +71,8 @@ pub(crate) fn trial(module: &ModuleInner) -> Result<Option<String>, WasmError> {
     } else {
         Call::Instantiate
     };
-    let result = futures_lite::future::block_on(run(module, call, Rc::new(NoKv), limits));
+    let stop = StopSignal::default();
+    let result = futures_lite::future::block_on(run(module, call, Rc::new(NoKv), limits, &stop));
     match result.output {
         Ok(_) if !describe => Ok(None),
         Ok(bytes) => {
@@ -91,12 +94,13 @@ pub(crate) fn trial(module: &ModuleInner) -> Result<Option<String>, WasmError> {
     }
 }
 
-/// Runs one execution to completion (or to its deadline).
+/// Runs one execution to completion (or to its deadline, or until `stop` is set).
 pub(crate) async fn run(
     module: &ModuleInner,
     call: Call<'_>,
     kv: Rc<dyn GuestKv>,
     limits: ExecLimits,
+    stop: &StopSignal,
 ) -> ExecResult {
     let engine = &module.engine;
     let start = Instant::now();
@@ -111,6 +115,7 @@ pub(crate) async fn run(
         usize::try_from(memory_limit).unwrap_or(usize::MAX),
         deadline,
         engine.timers.clone(),
+        stop.clone(),
     );
     let finished = WithDeadline {
         inner: Box::pin(run_in_store(
@@ -121,6 +126,7 @@ pub(crate) async fn run(
             limits.timeout_ms,
         )),
         sleep: engine.timers.sleep_until(deadline),
+        stop: stop.clone(),
     }
     .await;
     let logs = lock(&logs).finish();
@@ -132,13 +138,15 @@ pub(crate) async fn run(
             logs,
         },
         Ok((Err(e), _, _)) => failed(e, logs),
-        // Cut off while waiting on the host (a kv read, a sleep): the store was dropped.
-        Err(()) => failed(
+        // Cut off while waiting on the host (a kv read, a sleep) or between two ticks of
+        // wasm code: the store was dropped, with the guest's buffered writes.
+        Err(Cut::Deadline) => failed(
             GuestError::Timeout {
                 timeout_ms: limits.timeout_ms,
             },
             logs,
         ),
+        Err(Cut::Stopped) => failed(GuestError::Cancelled, logs),
     }
 }
 
@@ -169,6 +177,10 @@ async fn run_in_store(
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut ctx| {
         let state = ctx.data_mut();
+        if state.stop.is_stopped() {
+            state.stopped = true;
+            return Err(wasmtime::Error::new(HostTrap("execution cancelled".into())));
+        }
         if Instant::now() >= state.deadline {
             state.timed_out = true;
             return Err(wasmtime::Error::new(HostTrap("execution timed out".into())));
@@ -179,6 +191,7 @@ async fn run_in_store(
     let state = store.into_data();
     let result = match result {
         Ok(output) => Ok(output),
+        Err(_) if state.stopped => Err(GuestError::Cancelled),
         Err(_) if state.timed_out => Err(GuestError::Timeout { timeout_ms }),
         // A refused memory growth is the likely cause of any failure that follows it.
         Err(_) if state.limiter.memory_denied => Err(GuestError::MemoryLimit {

@@ -16,7 +16,9 @@ use wasmtime::{Caller, Extern, Linker, Memory, ResourceLimiter};
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 use super::GuestKv;
-use super::timer::{Timers, lock};
+use super::stop::StopSignal;
+use super::stop::lock;
+use super::timer::Timers;
 
 /// At most this many log entries per execution (the last one may be a "dropped" note).
 pub const MAX_LOG_ENTRIES: usize = 100;
@@ -199,6 +201,9 @@ pub(crate) struct HostState {
     wasi: Option<WasiP1Ctx>,
     pub deadline: Instant,
     pub timed_out: bool,
+    /// Set from outside to end the execution; `stopped` once the epoch callback saw it.
+    pub stop: StopSignal,
+    pub stopped: bool,
     timers: Arc<Timers>,
 }
 
@@ -209,6 +214,7 @@ impl HostState {
         memory_limit: usize,
         deadline: Instant,
         timers: Arc<Timers>,
+        stop: StopSignal,
     ) -> Self {
         HostState {
             limiter: Limiter {
@@ -225,6 +231,8 @@ impl HostState {
             wasi: None,
             deadline,
             timed_out: false,
+            stop,
+            stopped: false,
             timers,
         }
     }

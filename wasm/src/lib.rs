@@ -42,7 +42,9 @@
 //! Time: [`ExecLimits::timeout_ms`] of wall time from the start of the execution, enforced by
 //! epoch interruption inside wasm code (the guest yields to the executor every tick, so it never
 //! holds the thread for more than ~1 ms) and by the engine's timer while the guest waits on the
-//! host (a `kv_get`, a sleep). Logs: at most 100 entries of at most 4 KiB.
+//! host (a `kv_get`, a sleep). Logs: at most 100 entries of at most 4 KiB. An execution can
+//! be stopped from outside ([`StopSignal`], [`WasmModule::execute_with_stop`]): it ends with
+//! [`GuestError::Cancelled`] within a tick, with no output and no KV writes.
 //!
 //! # Threading
 //! [`WasmModule::execute`] returns a `!Send` future (it holds the `Rc<dyn GuestKv>`): poll it
@@ -54,6 +56,7 @@
 
 mod exec;
 mod host;
+mod stop;
 #[cfg(test)]
 mod tests;
 mod timer;
@@ -67,6 +70,8 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, 
 
 use host::HostState;
 use timer::Timers;
+
+pub use stop::StopSignal;
 
 pub use host::{
     MAX_KV_WRITE_BYTES, MAX_KV_WRITES, MAX_LOG_ENTRIES, MAX_LOG_ENTRY_BYTES, MAX_OUTCOME_BYTES,
@@ -156,6 +161,9 @@ pub enum GuestError {
     Trap(String),
     #[error("execution timed out after {timeout_ms} ms")]
     Timeout { timeout_ms: u64 },
+    /// Stopped through its [`StopSignal`].
+    #[error("execution cancelled")]
+    Cancelled,
     #[error("guest exceeded its memory limit of {}", human_bytes(*.limit_bytes))]
     MemoryLimit { limit_bytes: u64 },
     #[error("guest returned a bad output: {0}")]
@@ -368,6 +376,13 @@ impl WasmModule {
             .map_err(|e| WasmError::Serialize(error_text(&e)))
     }
 
+    /// Memory the compiled code takes (wasmtime's image of the module: code, data, metadata),
+    /// what a cache of modules counts. The instances' memories are not included.
+    pub fn size_bytes(&self) -> u64 {
+        let range = self.inner.module.image_range();
+        (range.end as usize).saturating_sub(range.start as usize) as u64
+    }
+
     /// Runs `handle` on `input` in a fresh instance. Never panics on guest behaviour; every
     /// failure is in [`ExecResult::output`].
     pub async fn execute(
@@ -376,7 +391,20 @@ impl WasmModule {
         kv: Rc<dyn GuestKv>,
         limits: ExecLimits,
     ) -> ExecResult {
-        exec::run(&self.inner, exec::Call::Handle(input), kv, limits).await
+        self.execute_with_stop(input, kv, limits, &StopSignal::default())
+            .await
+    }
+
+    /// [`execute`](Self::execute) that ends with [`GuestError::Cancelled`] within a tick
+    /// once `stop` is set (at once if it already is).
+    pub async fn execute_with_stop(
+        &self,
+        input: &[u8],
+        kv: Rc<dyn GuestKv>,
+        limits: ExecLimits,
+        stop: &StopSignal,
+    ) -> ExecResult {
+        exec::run(&self.inner, exec::Call::Handle(input), kv, limits, stop).await
     }
 }
 
@@ -385,4 +413,5 @@ fn assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<WasmEngine>();
     is::<WasmModule>();
+    is::<StopSignal>();
 }

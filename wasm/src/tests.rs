@@ -710,6 +710,173 @@ fn timeout_under_block_on() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+/// Limits under which only a stop ends these guests within the test.
+const LONG: ExecLimits = ExecLimits {
+    timeout_ms: 600_000,
+    memory_limit_bytes: 1 << 20,
+};
+
+/// Sets `stop` from another thread after `after`; returns when it was set.
+fn stop_later(stop: &StopSignal, after: Duration) -> std::thread::JoinHandle<Instant> {
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        stop.stop();
+        Instant::now()
+    })
+}
+
+#[test]
+fn a_stopped_guest_looping_forever_ends_at_once_with_no_writes() {
+    let _guard = shared();
+    let module = compile(
+        r#"(data (i32.const 100) "k")
+           (func (export "handle") (param i32 i32) (result i64)
+             (drop (call $kv_set (i32.const 100) (i32.const 1) (i32.const 100) (i32.const 1)))
+             (call $log (i32.const 1) (i32.const 100) (i32.const 1))
+             (loop $l (br $l)) (i64.const 0))"#,
+    );
+    let stop = StopSignal::default();
+    let setter = stop_later(&stop, Duration::from_millis(50));
+    let r = block_on(module.execute_with_stop(b"x", kv(), LONG, &stop));
+    let ended = Instant::now();
+    let stopped_at = setter.join().unwrap();
+    assert_eq!(r.output, Err(GuestError::Cancelled));
+    assert_eq!(
+        r.output.as_ref().unwrap_err().to_string(),
+        "execution cancelled"
+    );
+    assert!(r.kv_writes.is_empty(), "{:?}", r.kv_writes);
+    assert_eq!(r.outcome, None);
+    assert_eq!(r.logs, vec![(1, "k".to_string())], "logs are kept");
+    let took = ended.saturating_duration_since(stopped_at);
+    assert!(
+        took < Duration::from_millis(500),
+        "ended {took:?} after the stop"
+    );
+}
+
+#[test]
+fn a_stopped_guest_waiting_on_the_host_ends_at_once() {
+    let _guard = shared();
+    // Blocked in a kv_get the host never answers.
+    let reader = compile(
+        r#"(data (i32.const 100) "k")
+           (func (export "handle") (param i32 i32) (result i64)
+             (drop (call $kv_get (i32.const 100) (i32.const 1) (i32.const 200) (i32.const 10)))
+             (i64.const 0))"#,
+    );
+    // Asleep in WASI poll_oneoff for 60 s.
+    let sleeper = ENGINE
+        .compile(
+            format!(
+                r#"(module
+  (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  {ALLOC}
+  (func (export "handle") (param i32 i32) (result i64)
+    (i32.store (i32.const 516) (i32.const 1))
+    (i64.store (i32.const 524) (i64.const 60000000000))
+    (drop (call $poll (i32.const 500) (i32.const 600) (i32.const 1) (i32.const 700)))
+    (i64.const 0)))"#
+            )
+            .as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (what, module, kv) in [
+        ("kv_get", &reader, Rc::new(HangingKv) as Rc<dyn GuestKv>),
+        ("poll_oneoff", &sleeper, kv()),
+    ] {
+        let stop = StopSignal::default();
+        let setter = stop_later(&stop, Duration::from_millis(50));
+        let r = block_on(module.execute_with_stop(b"x", kv, LONG, &stop));
+        let took = Instant::now().saturating_duration_since(setter.join().unwrap());
+        assert_eq!(r.output, Err(GuestError::Cancelled), "{what}");
+        assert!(
+            took < Duration::from_millis(500),
+            "{what}: ended {took:?} after the stop"
+        );
+    }
+}
+
+#[test]
+fn a_stop_on_the_executing_thread_frees_it_for_the_next_execution() {
+    let _guard = shared();
+    let spin = compile(SPIN);
+    let echo = compile(ECHO);
+    glommio::LocalExecutorBuilder::default()
+        .make()
+        .unwrap()
+        .run(async move {
+            let stop = StopSignal::default();
+            let looping = {
+                let stop = stop.clone();
+                glommio::spawn_local(async move {
+                    spin.execute_with_stop(b"{}", kv(), LONG, &stop).await
+                })
+            };
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let stopped_at = Instant::now();
+            stop.stop();
+            let r = looping.await;
+            assert_eq!(r.output, Err(GuestError::Cancelled));
+            let took = stopped_at.elapsed();
+            assert!(took < Duration::from_millis(500), "{took:?}");
+            assert_eq!(
+                echo.execute(b"x", kv(), limits()).await.output,
+                Ok(b"x".to_vec())
+            );
+        });
+}
+
+#[test]
+fn an_execution_stopped_before_it_starts_never_runs() {
+    let _guard = shared();
+    let fake = Rc::new(FakeKv::default());
+    let module = compile(
+        r#"(data (i32.const 100) "k")
+           (func (export "handle") (param i32 i32) (result i64)
+             (drop (call $kv_get (i32.const 100) (i32.const 1) (i32.const 200) (i32.const 10)))
+             (i64.const 0))"#,
+    );
+    let stop = StopSignal::default();
+    stop.stop();
+    let r = block_on(module.execute_with_stop(b"x", fake.clone(), limits(), &stop));
+    assert_eq!(r.output, Err(GuestError::Cancelled));
+    assert!(fake.asked.borrow().is_empty(), "the guest ran");
+}
+
+#[test]
+fn module_size_is_its_compiled_image() {
+    let _guard = shared();
+    let small = compile(ECHO);
+    let big_body: String = (0..2000)
+        .map(|i| format!("(func $f{i} (result i32) (i32.add (i32.const {i}) (i32.const 1)))\n"))
+        .collect();
+    let big = compile(&format!("{ECHO}\n{big_body}"));
+    assert!(small.size_bytes() > 0);
+    assert!(
+        big.size_bytes() > small.size_bytes() + 10_000,
+        "{} vs {}",
+        big.size_bytes(),
+        small.size_bytes()
+    );
+    assert_eq!(small.clone().size_bytes(), small.size_bytes());
+    // Data segments are part of the image.
+    let data = ENGINE
+        .compile(
+            format!(
+                r#"(module (memory (export "memory") 8) {ALLOC}
+                     (data (i32.const 4096) "{}")
+                     (func (export "handle") (param i32 i32) (result i64) (i64.const 0)))"#,
+                "x".repeat(300 << 10)
+            )
+            .as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(data.size_bytes() >= 300 << 10, "{}", data.size_bytes());
+}
+
 #[test]
 fn wasi_module_runs_without_filesystem() {
     let _guard = shared();

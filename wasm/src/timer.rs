@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use super::stop::{StopSignal, lock};
+
 /// The tick of the ticker thread: epoch granularity and timer precision.
 pub(crate) const TICK: Duration = Duration::from_millis(1);
 
@@ -101,23 +103,37 @@ impl Future for Sleep {
     }
 }
 
-/// Runs `inner` until `deadline`: `Ok(output)` if it finished first, `Err(())` (and `inner`
-/// is dropped) otherwise. `inner` is polled first, so a future that is ready at once never
-/// touches the timer.
+/// Why [`WithDeadline`] cut its future off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    Deadline,
+    Stopped,
+}
+
+/// Runs `inner` until `deadline` or until `stop` is set: `Ok(output)` if it finished first,
+/// `Err(why)` (and `inner` is dropped) otherwise. `inner` is polled first, so a future that
+/// is ready at once never touches the timer nor the stop signal's waker.
 pub(crate) struct WithDeadline<F> {
     pub(crate) inner: Pin<Box<F>>,
     pub(crate) sleep: Sleep,
+    pub(crate) stop: StopSignal,
 }
 
 impl<F: Future> Future for WithDeadline<F> {
-    type Output = Result<F::Output, ()>;
+    type Output = Result<F::Output, Cut>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.stop.is_stopped() {
+            return Poll::Ready(Err(Cut::Stopped));
+        }
         if let Poll::Ready(out) = self.inner.as_mut().poll(cx) {
             return Poll::Ready(Ok(out));
         }
+        if self.stop.register(cx) {
+            return Poll::Ready(Err(Cut::Stopped));
+        }
         match Pin::new(&mut self.sleep).poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(())),
+            Poll::Ready(()) => Poll::Ready(Err(Cut::Deadline)),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -142,10 +158,4 @@ pub(crate) fn start_ticker(
             }
         })
         .map(|_| ())
-}
-
-/// Locks a mutex, ignoring poisoning (the data guarded here stays consistent: a panic while
-/// holding these locks cannot leave them half-updated).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -7,7 +7,7 @@ use super::scheduler::RunKey;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
 use crate::record::{GuestKvWrite, Record};
-use crate::tables::{HashMap, HashSet};
+use crate::tables::HashMap;
 use flo_protocol::RunStatus;
 
 /// Concurrent WebAssembly executions per shard; more wait their turn.
@@ -24,8 +24,8 @@ struct Running {
 #[derive(Default)]
 pub struct Executions {
     running: HashMap<u64, Running>,
-    /// Runs executing now (shown as `running`).
-    executing: HashSet<RunKey>,
+    /// Runs executing now (shown as `running`), and their execution.
+    executing: HashMap<RunKey, u64>,
     next_exec: u64,
 }
 
@@ -34,7 +34,7 @@ impl Executions {
         !self.executing.is_empty()
             && self
                 .executing
-                .contains(&(namespace.to_string(), run_id.to_string()))
+                .contains_key(&(namespace.to_string(), run_id.to_string()))
     }
 
     pub fn len(&self) -> usize {
@@ -60,7 +60,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
         let Some(run) = core.state.runs.get(&key.0, &key.1) else {
             continue;
         };
-        if run.status != RunStatus::Pending || execs.executing.contains(&key) {
+        if run.status != RunStatus::Pending || execs.executing.contains_key(&key) {
             continue;
         }
         let (attempt, action) = (run.attempt, run.action.clone());
@@ -102,7 +102,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             memory_limit_bytes: def.2,
         })));
         let version = def.0;
-        execs.executing.insert(key.clone());
+        execs.executing.insert(key.clone(), exec);
         execs.running.insert(
             exec,
             Running {
@@ -111,6 +111,15 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
                 version,
             },
         );
+    }
+}
+
+/// The run `key` is final (`Task::ActionFinal`): if it is still executing (it was cancelled,
+/// by a client or with its workflow), the guest is stopped now rather than at its timeout.
+/// Its slot is free once its `Input::Executed` comes, whose result `record_attempt` ignores.
+pub fn stop_if_executing(core: &mut Core, execs: &Executions, key: &RunKey) {
+    if let Some(&exec) = execs.executing.get(key) {
+        core.emit(Effect::StopExecution { exec });
     }
 }
 

@@ -8,7 +8,9 @@ mod registry;
 mod runs;
 mod scheduler;
 
-pub use attempts::{Executions, WASM_SLOTS, on_executed, start_executions};
+pub use attempts::{
+    Executions, RUN_RESULT_BYTES_MAX, WASM_SLOTS, on_executed, start_executions, stop_if_executing,
+};
 pub use ops::{action_get, action_list, cancel, invoke, run_list, run_status};
 pub use registry::{
     ActionDef, MEMORY_LIMIT_MB_DEFAULT, MEMORY_LIMIT_MB_MAX, Registry, action_info,

@@ -8,7 +8,7 @@ use crate::archive::{self, RunKind};
 use crate::core::cx::{Core, Task};
 use crate::core::io::Done;
 use crate::kv::validate_namespace;
-use flo_protocol::{ErrorValue, InvokeSpec, RUN_LIST_LIMIT_DEFAULT, Reply, RunStatus};
+use flo_protocol::{ErrorValue, InvokeSpec, Reply, RunStatus};
 
 /// Definition reads wait for the last definition change (on the coordinator it is applied
 /// before it is durable).
@@ -112,21 +112,20 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
     }
 }
 
-/// Runs of an action on this shard, newest first (a fan-out part).
+/// The in-flight runs of an action `query` asks for on this shard, newest first (a
+/// fan-out part; `status` is the query's status filter).
 pub fn run_list(
     core: &Core,
     execs: &Executions,
-    namespace: &str,
-    action: &str,
+    query: &archive::ListQuery,
     status: Option<RunStatus>,
-    dead_letter: bool,
-    limit: Option<u32>,
 ) -> Done {
-    let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
+    let namespace = query.namespace.as_str();
+    let (action, dead_letter, limit) = (&query.name, query.dead_letter, query.limit);
     match core
         .state
         .runs
-        .list(namespace, action, status, dead_letter, limit)
+        .list(namespace, action, status, dead_letter, limit, &query.from)
     {
         Ok((runs, truncated)) => Done {
             wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
@@ -136,6 +135,7 @@ pub fn run_list(
                     .map(|(id, r)| run_info(namespace, id, r, execs.is_executing(namespace, id)))
                     .collect(),
                 truncated,
+                next_cursor: None,
             }),
         },
         Err(e) => Done::now(Err(e)),

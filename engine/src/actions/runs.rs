@@ -1,6 +1,7 @@
 //! Runs of actions on this shard: created, attempted, completed, failed, cancelled.
 
 use crate::clock::{DELAY_MS_ACCEPTED_MAX, deadline_after};
+use crate::pages::{self, Pos};
 use crate::record::{ActionDefRecord, Record};
 use crate::tables::HashMap;
 use flo_protocol::{
@@ -222,7 +223,7 @@ impl Runs {
         })
     }
 
-    /// Runs of `action`, newest first.
+    /// Runs of `action` after `from` (see `pages`), newest first.
     pub fn list(
         &self,
         namespace: &str,
@@ -230,6 +231,7 @@ impl Runs {
         status: Option<RunStatus>,
         dead_letter: bool,
         limit: u32,
+        from: &Pos,
     ) -> Result<RunPage<'_>, ErrorValue> {
         if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
             return Err(ErrorValue::bad_request(format!(
@@ -239,21 +241,17 @@ impl Runs {
         let Some(space) = self.spaces.get(namespace) else {
             return Ok((Vec::new(), false));
         };
-        let mut out: Vec<(&str, &Run)> = space
+        let out: Vec<(&str, &Run)> = space
             .iter()
             .filter(|(_, r)| r.action == action)
             .filter(|(_, r)| status.is_none_or(|s| r.status == s))
             .filter(|(_, r)| !dead_letter || r.dead_lettered)
+            .filter(|(id, r)| from.live_after(r.created_at_ms, id))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();
-        out.sort_by(|a, b| {
-            b.1.created_at_ms
-                .cmp(&a.1.created_at_ms)
-                .then(b.1.seq.cmp(&a.1.seq))
-        });
-        let truncated = out.len() > limit as usize;
-        out.truncate(limit as usize);
-        Ok((out, truncated))
+        Ok(pages::newest(out, limit as usize, |(id, r)| {
+            (r.created_at_ms, id)
+        }))
     }
 
     pub fn apply_created(&mut self, namespace: String, run_id: String, run: Run) {

@@ -292,9 +292,19 @@ impl RunIndex {
             + self.times.capacity() as u64 * 16
     }
 
-    /// Live entries from the newest archived.
-    pub fn newest(&self) -> impl Iterator<Item = (u64, Entry)> + '_ {
-        (self.log.start..self.log.next()).rev().filter_map(|pos| {
+    /// Live entries archived before `below_lsn`, newest first (the archive log is in LSN
+    /// order: a binary search finds where to begin).
+    pub fn newest_below(&self, below_lsn: u64) -> impl Iterator<Item = (u64, Entry)> + '_ {
+        let (mut lo, mut hi) = (self.log.start, self.log.next());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if Entry::unpack(self.log.at(mid).1).lsn < below_lsn {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (self.log.start..lo).rev().filter_map(|pos| {
             let (key, packed) = self.log.at(pos);
             (self.position(key) == Some(pos)).then(|| (key, Entry::unpack(packed)))
         })
@@ -435,7 +445,7 @@ mod tests {
             v
         };
         assert_eq!(sorted(&back), sorted(&index));
-        assert!(back.newest().eq(index.newest()));
+        assert!(back.newest_below(u64::MAX).eq(index.newest_below(u64::MAX)));
         assert_eq!(back.times, index.times);
         assert_eq!(back.oldest_lsn(), index.oldest_lsn());
         assert!(RunIndex::read_image(&raw[..raw.len() - 8]).is_err());
@@ -596,9 +606,15 @@ mod tests {
         index.insert(7, entry(1), 10);
         index.insert(8, entry(2), 20);
         index.insert(7, entry(3), 30);
-        let seen: Vec<(u64, u64)> = index.newest().map(|(k, e)| (k, e.lsn)).collect();
+        let seen = |below| -> Vec<(u64, u64)> {
+            index.newest_below(below).map(|(k, e)| (k, e.lsn)).collect()
+        };
         // Key 7's first entry is stale: only its latest is listed.
-        assert_eq!(seen, vec![(7, 3), (8, 2)]);
+        assert_eq!(seen(u64::MAX), vec![(7, 3), (8, 2)]);
         assert_eq!(index.len(), 2);
+        // Listing resumes below an LSN.
+        assert_eq!(seen(3), vec![(8, 2)]);
+        assert_eq!(seen(2), vec![]);
+        assert_eq!(seen(4), vec![(7, 3), (8, 2)]);
     }
 }

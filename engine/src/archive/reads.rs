@@ -6,13 +6,15 @@ use super::index::{Entry, RunKind, name_tag, run_key};
 use super::plan::{ArchivedRun, action_status_code, workflow_status_code};
 use crate::core::cx::Core;
 use crate::core::io::{Dest, Done};
+use crate::pages::{Part, Pos};
 use crate::record::Record;
 use crate::state::ShardState;
-use crate::tables::{HashMap, HashSet};
+use crate::tables::HashMap;
 use flo_protocol::{ErrorValue, Reply, RunInfo, WorkflowRunInfo};
 
 /// Archived entries a list looks at, at most, per shard and call (newest first): a list
-/// over millions of finished runs answers in bounded time, marked truncated.
+/// over millions of finished runs answers each page in bounded time (a page may be short;
+/// its cursor goes on from where the scan stopped).
 pub const LIST_SCAN_MAX: usize = 100_000;
 
 /// What a read of one archived run answers with.
@@ -38,6 +40,10 @@ pub struct ListQuery {
     pub status: Option<u8>,
     pub dead_letter: bool,
     pub limit: u32,
+    /// Where this shard's list resumes.
+    pub from: Pos,
+    /// This shard (its part names it for the merge).
+    pub shard: u32,
 }
 
 /// The live runs a list found, and the LSN its reply waits for.
@@ -45,6 +51,31 @@ pub struct ListQuery {
 pub enum Live {
     Runs(Vec<RunInfo>),
     WfRuns(Vec<WorkflowRunInfo>),
+}
+
+impl Live {
+    fn len(&self) -> usize {
+        match self {
+            Live::Runs(r) => r.len(),
+            Live::WfRuns(r) => r.len(),
+        }
+    }
+
+    /// The list position after each run.
+    fn positions(&self) -> Vec<Pos> {
+        let at = |created_ms, id: &str| Pos::Live {
+            created_ms,
+            id: id.to_string(),
+        };
+        match self {
+            Live::Runs(r) => r.iter().map(|r| at(r.created_at_ms, &r.run_id)).collect(),
+            Live::WfRuns(r) => r.iter().map(|r| at(r.created_at_ms, &r.run_id)).collect(),
+        }
+    }
+
+    fn last_position(&self) -> Option<Pos> {
+        self.positions().pop()
+    }
 }
 
 struct Single {
@@ -60,14 +91,17 @@ struct List {
     query: ListQuery,
     live: Live,
     live_lsn: u64,
-    truncated: bool,
+    /// This shard's position once all its runs of the page are taken.
+    end: Pos,
     remaining: usize,
-    found: Vec<ArchivedRun>,
+    /// (LSN, run) of each archived run read.
+    found: Vec<(u64, ArchivedRun)>,
 }
 
 enum Slot {
     Single(Single),
-    List(u64),
+    /// A list's read of the record at an LSN.
+    List(u64, u64),
 }
 
 #[derive(Default)]
@@ -128,47 +162,37 @@ pub fn read_one(
 }
 
 /// Completes a list with the archived runs that match `query`: answers at once (`Some`)
-/// when none may match, else reads them and answers `dest` when all are read.
+/// when none may match, else reads them and answers `dest` when all are read. `live_more`:
+/// more in-flight runs follow those in `live` (the page is full of them).
 pub fn read_list(
     core: &mut Core,
     reads: &mut Reads,
     query: ListQuery,
     live: Live,
     live_lsn: u64,
-    truncated: bool,
+    live_more: bool,
     dest: Dest,
 ) -> Option<Done> {
-    let tag = name_tag(&query.namespace, &query.name);
-    let mut seen = HashSet::default();
-    let mut candidates = Vec::new();
-    let mut cut = false;
-    for (scanned, (key, entry)) in core.state.archive.newest().enumerate() {
-        if scanned >= LIST_SCAN_MAX {
-            cut = true;
-            break;
-        }
-        if entry.name_tag != tag
-            || query.status.is_some_and(|s| s != entry.status)
-            || (query.dead_letter && !entry.dead_lettered)
-            || !seen.insert(key)
-        {
-            continue;
-        }
-        // One more than the limit tells whether the list is truncated.
-        if candidates.len() > query.limit as usize {
-            break;
-        }
-        candidates.push(entry.lsn);
-    }
-    let truncated = truncated || cut;
+    let taken = live.len();
+    let need = (query.limit as usize).saturating_sub(taken);
+    let below = query.from.archive_below();
+    let (candidates, end) = match below {
+        _ if live_more => (
+            Vec::new(),
+            live.last_position().unwrap_or(query.from.clone()),
+        ),
+        None => (Vec::new(), Pos::Done),
+        Some(below_lsn) if need == 0 => (Vec::new(), Pos::Archive { below_lsn }),
+        Some(below_lsn) => archive_candidates(core, &query, below_lsn, need),
+    };
     if candidates.is_empty() {
-        return Some(finish(query, live, live_lsn, truncated, Vec::new()));
+        return Some(finish(query, live, live_lsn, end, Vec::new()));
     }
     let id = reads.token();
-    for lsn in &candidates {
+    for &lsn in &candidates {
         let token = reads.token();
-        reads.slots.insert(token, Slot::List(id));
-        core.read_log(*lsn, token);
+        reads.slots.insert(token, Slot::List(id, lsn));
+        core.read_log(lsn, token);
     }
     reads.lists.insert(
         id,
@@ -177,12 +201,48 @@ pub fn read_list(
             query,
             live,
             live_lsn,
-            truncated,
+            end,
             remaining: candidates.len(),
             found: Vec::new(),
         },
     );
     None
+}
+
+/// The LSNs of up to `need` archived runs below `below_lsn` that may match `query` (by
+/// the index: a name tag may collide, the record read says), newest first, and this
+/// shard's position once they are taken.
+fn archive_candidates(
+    core: &Core,
+    query: &ListQuery,
+    below_lsn: u64,
+    need: usize,
+) -> (Vec<u64>, Pos) {
+    let tag = name_tag(&query.namespace, &query.name);
+    let mut candidates = Vec::new();
+    let mut last_scanned = None;
+    for (scanned, (_, entry)) in core.state.archive.newest_below(below_lsn).enumerate() {
+        if scanned == LIST_SCAN_MAX {
+            // The scan stopped at its bound: the next page goes on below.
+            let below_lsn = last_scanned.unwrap_or(below_lsn);
+            return (candidates, Pos::Archive { below_lsn });
+        }
+        last_scanned = Some(entry.lsn);
+        if entry.name_tag != tag
+            || query.status.is_some_and(|s| s != entry.status)
+            || (query.dead_letter && !entry.dead_lettered)
+        {
+            continue;
+        }
+        if candidates.len() == need {
+            // One more matches: the list goes on below the last candidate.
+            let below_lsn = *candidates.last().unwrap_or(&below_lsn);
+            return (candidates, Pos::Archive { below_lsn });
+        }
+        candidates.push(entry.lsn);
+    }
+    let end = Pos::Done;
+    (candidates, end)
 }
 
 /// A read of the log ended: returns the answer and where it goes, once one is complete.
@@ -217,25 +277,19 @@ pub fn on_read(
                 },
             ))
         }
-        Slot::List(id) => {
+        Slot::List(id, lsn) => {
             let list = reads.lists.get_mut(&id)?;
             list.remaining -= 1;
             // A record that cannot be read is left out of a list (a status read names it).
             if let Ok(doc) = doc {
-                list.found.push(doc);
+                list.found.push((lsn, doc));
             }
             if list.remaining > 0 {
                 return None;
             }
             let list = reads.lists.remove(&id)?;
             let dest = list.dest;
-            let done = finish(
-                list.query,
-                list.live,
-                list.live_lsn,
-                list.truncated,
-                list.found,
-            );
+            let done = finish(list.query, list.live, list.live_lsn, list.end, list.found);
             Some((dest, done))
         }
     }
@@ -267,18 +321,22 @@ fn answer(s: &Single, doc: ArchivedRun) -> Result<Reply, ErrorValue> {
     }
 }
 
-/// This shard's part of a list: the live runs and the archived ones that match. The
-/// fan-out's merge orders the parts and cuts them to the limit (`engine/fanout.rs`).
+/// This shard's part of a list: the live runs and the archived ones that match, newest
+/// first, with the position after each (`pages::Part`, in the reply's `next_cursor`). The
+/// fan-out's merge takes a prefix of each shard's runs (`engine/fanout.rs`).
 fn finish(
     query: ListQuery,
     live: Live,
     live_lsn: u64,
-    truncated: bool,
-    found: Vec<ArchivedRun>,
+    end: Pos,
+    mut found: Vec<(u64, ArchivedRun)>,
 ) -> Done {
+    found.sort_by_key(|(lsn, _)| std::cmp::Reverse(*lsn));
+    let mut after_each = live.positions();
+    let archived = |lsn| Pos::Archive { below_lsn: lsn };
     let result = match live {
         Live::Runs(mut runs) => {
-            runs.extend(found.into_iter().filter_map(|doc| {
+            for (lsn, doc) in found {
                 match doc {
                     ArchivedRun::Action(r)
                         if r.namespace == query.namespace
@@ -288,15 +346,21 @@ fn finish(
                                 .is_none_or(|s| s == action_status_code(r.status))
                             && (!query.dead_letter || r.dead_lettered) =>
                     {
-                        Some(*r)
+                        runs.push(*r);
+                        after_each.push(archived(lsn));
                     }
-                    _ => None,
+                    _ => {}
                 }
-            }));
-            Reply::Runs { runs, truncated }
+            }
+            let part = part_cursor(query.shard, after_each, end.clone());
+            Reply::Runs {
+                runs,
+                truncated: end != Pos::Done,
+                next_cursor: Some(part),
+            }
         }
         Live::WfRuns(mut runs) => {
-            runs.extend(found.into_iter().filter_map(|doc| {
+            for (lsn, doc) in found {
                 match doc {
                     ArchivedRun::Workflow(w)
                         if w.info.namespace == query.namespace
@@ -305,16 +369,31 @@ fn finish(
                                 .status
                                 .is_none_or(|s| s == workflow_status_code(w.info.status)) =>
                     {
-                        Some(w.info)
+                        runs.push(w.info);
+                        after_each.push(archived(lsn));
                     }
-                    _ => None,
+                    _ => {}
                 }
-            }));
-            Reply::WorkflowRuns { runs, truncated }
+            }
+            let part = part_cursor(query.shard, after_each, end.clone());
+            Reply::WorkflowRuns {
+                runs,
+                truncated: end != Pos::Done,
+                next_cursor: Some(part),
+            }
         }
     };
     Done {
         result: Ok(result),
         wait_lsn: live_lsn,
     }
+}
+
+fn part_cursor(shard: u32, after_each: Vec<Pos>, end: Pos) -> String {
+    Part {
+        shard,
+        after_each,
+        end,
+    }
+    .encode()
 }

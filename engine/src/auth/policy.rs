@@ -202,6 +202,7 @@ mod tests {
                 namespace: n(),
                 prefix: s(),
                 limit: None,
+                cursor: None,
             },
             Op::ActionRegister(ActionSpec {
                 namespace: n(),
@@ -253,6 +254,7 @@ mod tests {
                 status: None,
                 dead_letter: false,
                 limit: None,
+                cursor: None,
             },
             Op::RunCancel {
                 namespace: n(),
@@ -374,6 +376,7 @@ mod tests {
                 name: s(),
                 status: None,
                 limit: None,
+                cursor: None,
             },
             Op::TestAdvanceClock { ms: 1 },
         ]

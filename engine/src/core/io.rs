@@ -5,7 +5,7 @@
 use crate::actions::ActionDef;
 use crate::record::{GuestKvWrite, Record};
 use crate::workflows::WfSyncEntry;
-use flo_protocol::{ErrorValue, Op, Reply, TaskAssignment};
+use flo_protocol::{ErrorValue, ModuleCacheInfo, Op, Reply, TaskAssignment};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -76,6 +76,8 @@ pub enum Input {
     /// What the shard's files look like (after start-up, each snapshot and each segment
     /// deletion), for status.
     Storage(Box<StorageInfo>),
+    /// The runtime's cache of compiled modules changed (seen by this shard), for status.
+    ModuleCache(ModuleCacheInfo),
     /// Whether the log writer can get space for what comes next (it says so when that
     /// changes): while the disk is full the shard is read-only.
     DiskSpace(DiskSpace),
@@ -148,6 +150,11 @@ pub enum Effect {
     },
     /// Execute a WASM action run; answer with `Input::Executed`.
     Execute(Box<Execution>),
+    /// The run of execution `exec` ended while it executes (cancelled): stop the guest now.
+    /// Its `Input::Executed` still comes (the slot is free then); its result is not recorded.
+    StopExecution {
+        exec: u64,
+    },
     /// Compile a module being registered; answer with `Input::Compiled`.
     Compile {
         job: u64,

@@ -3,10 +3,11 @@
 
 use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Done, PeerRequest, ReplyResult, ReplyTo};
+use crate::pages::{self, Part, Pos};
 use crate::tables::HashMap;
 use flo_protocol::{
-    ErrorValue, KV_LIST_LIMIT_DEFAULT, Op, RUN_LIST_LIMIT_DEFAULT, Reply, RunInfo, StatusInfo,
-    WorkflowRunInfo,
+    ErrorValue, KV_LIST_LIMIT_DEFAULT, KvEntry, Op, RUN_LIST_LIMIT_DEFAULT, Reply, RunInfo,
+    StatusInfo, WorkflowRunInfo,
 };
 
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -87,22 +88,6 @@ fn finish_if_done(core: &mut Core, fo: &mut FanOuts, id: u64) {
     core.reply_op(fan.to, fan.lsn, result);
 }
 
-/// Newest first; ties in the same millisecond by id, `a-10` after `a-9`.
-fn newest_first<T>(items: &mut [T], key: impl Fn(&T) -> (u64, &str)) {
-    items.sort_by(|a, b| {
-        let (ta, ia) = key(a);
-        let (tb, ib) = key(b);
-        (tb, ib.len(), ib).cmp(&(ta, ia.len(), ia))
-    });
-}
-
-fn truncate<T>(items: &mut Vec<T>, limit: usize, truncated: &mut bool) {
-    if items.len() > limit {
-        items.truncate(limit);
-        *truncated = true;
-    }
-}
-
 /// A run of a list: its creation time and id, for ordering across shards.
 trait Listed {
     fn created_and_id(&self) -> (u64, &str);
@@ -120,21 +105,120 @@ impl Listed for WorkflowRunInfo {
     }
 }
 
-/// The shards' pages of runs as one page, newest first, at most `limit`.
+/// One shard's runs of a list page, and how many the merge took.
+struct ShardRuns<T> {
+    part: Part,
+    /// Not yet taken, the next last.
+    rest: Vec<T>,
+    taken: usize,
+}
+
+impl<T: Listed> ShardRuns<T> {
+    /// The shard's next run: its creation time and id (the merge takes the newest).
+    fn head_key(&self) -> Option<(u64, usize, &str)> {
+        let (created, id) = self.rest.last()?.created_and_id();
+        Some(pages::newer_key(created, id))
+    }
+}
+
+/// The shards' parts of a run list as one page of at most `limit`: a prefix of each
+/// shard's runs (`pages`: in-flight ones before finished ones), the newest heads first,
+/// shown newest first; and the cursor saying how far each shard's list was taken (none
+/// once every shard's list is done).
 fn merge_runs<T: Listed>(
+    shards: u32,
+    cursor: Option<&str>,
     parts: Vec<Reply>,
     limit: Option<u32>,
-    page: impl Fn(Reply) -> Option<(Vec<T>, bool)>,
-) -> (Vec<T>, bool) {
+    page: impl Fn(Reply) -> Option<(Vec<T>, Option<String>)>,
+) -> Result<(Vec<T>, Option<String>), ErrorValue> {
     let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT) as usize;
-    let (mut runs, mut truncated) = (Vec::new(), false);
-    for (r, t) in parts.into_iter().filter_map(page) {
-        runs.extend(r);
-        truncated |= t;
+    let mut positions = pages::decode_cursor(cursor, shards)?;
+    let mut lists = Vec::new();
+    for (mut runs, part) in parts.into_iter().filter_map(page) {
+        let part = part
+            .as_deref()
+            .and_then(Part::decode)
+            .filter(|p| p.after_each.len() == runs.len() && p.shard < shards)
+            .ok_or_else(|| ErrorValue::internal("a shard's part of a list has no positions"))?;
+        runs.reverse();
+        lists.push(ShardRuns {
+            part,
+            rest: runs,
+            taken: 0,
+        });
     }
-    newest_first(&mut runs, T::created_and_id);
-    truncate(&mut runs, limit, &mut truncated);
-    (runs, truncated)
+    let mut out = Vec::new();
+    while out.len() < limit {
+        let next = (0..lists.len())
+            .filter_map(|i| lists[i].head_key().map(|k| (k, i)))
+            .max()
+            .map(|(_, i)| i);
+        let Some(i) = next else { break };
+        let list = &mut lists[i];
+        out.extend(list.rest.pop());
+        list.taken += 1;
+    }
+    for list in lists {
+        let Part {
+            shard,
+            mut after_each,
+            end,
+        } = list.part;
+        let at = &mut positions[shard as usize];
+        if list.rest.is_empty() {
+            *at = end;
+        } else if list.taken > 0 {
+            after_each.truncate(list.taken);
+            *at = after_each.pop().unwrap_or(Pos::Start);
+        }
+    }
+    out.sort_by(|a, b| {
+        let (ka, kb) = (a.created_and_id(), b.created_and_id());
+        pages::newer_key(kb.0, kb.1).cmp(&pages::newer_key(ka.0, ka.1))
+    });
+    let next =
+        (!positions.iter().all(|p| *p == Pos::Done)).then(|| pages::encode_cursor(&positions));
+    Ok((out, next))
+}
+
+/// The shards' parts of a KV list as one page of at most `limit`, in key order. A part's
+/// `next_cursor` is the last key its shard vouches for (more may follow): the page stops
+/// at the lowest of those, so no key is skipped.
+fn merge_keys(parts: Vec<Reply>, limit: Option<u32>) -> Reply {
+    let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT) as usize;
+    let mut entries: Vec<KvEntry> = Vec::new();
+    let mut cover: Option<String> = None;
+    for part in parts {
+        if let Reply::KvList {
+            entries: e,
+            next_cursor,
+            ..
+        } = part
+        {
+            entries.extend(e);
+            if let Some(c) = next_cursor
+                && cover.as_ref().is_none_or(|low| c < *low)
+            {
+                cover = Some(c);
+            }
+        }
+    }
+    if let Some(c) = &cover {
+        entries.retain(|e| e.key <= *c);
+    }
+    entries.sort_by(|a, b| a.key.cmp(&b.key));
+    let next_cursor = if entries.len() > limit {
+        entries.truncate(limit);
+        entries.last().map(|e| e.key.clone())
+    } else {
+        cover
+    };
+    Reply::KvList {
+        entries,
+        truncated: next_cursor.is_some(),
+        next_cursor,
+    }
 }
 
 fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
@@ -148,30 +232,20 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
                 })
                 .collect();
             shards.sort_by_key(|s| s.shard);
+            // One cache for all shards: the newest view of it.
+            let module_cache = shards
+                .iter()
+                .filter_map(|s| s.module_cache)
+                .max_by_key(|m| m.generation);
             Ok(Reply::Status(StatusInfo {
                 server_version: SERVER_VERSION.to_string(),
                 durability: core.durability.as_str().to_string(),
                 partitions: core.partitioning.partitions,
                 shards,
+                module_cache,
             }))
         }
-        Op::KvList { limit, .. } => {
-            let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT) as usize;
-            let (mut entries, mut truncated) = (Vec::new(), false);
-            for part in parts {
-                if let Reply::KvList {
-                    entries: e,
-                    truncated: t,
-                } = part
-                {
-                    entries.extend(e);
-                    truncated |= t;
-                }
-            }
-            entries.sort_by(|a, b| a.key.cmp(&b.key));
-            truncate(&mut entries, limit, &mut truncated);
-            Ok(Reply::KvList { entries, truncated })
-        }
+        Op::KvList { limit, .. } => Ok(merge_keys(parts, *limit)),
         Op::WorkerList { .. } => {
             let mut workers: Vec<_> = parts
                 .into_iter()
@@ -183,19 +257,35 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
             workers.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
             Ok(Reply::Workers(workers))
         }
-        Op::WorkflowListRuns { limit, .. } => {
-            let (runs, truncated) = merge_runs(parts, *limit, |p| match p {
-                Reply::WorkflowRuns { runs, truncated } => Some((runs, truncated)),
-                _ => None,
-            });
-            Ok(Reply::WorkflowRuns { runs, truncated })
+        Op::WorkflowListRuns { limit, cursor, .. } => {
+            let shards = core.partitioning.shards;
+            let (runs, next_cursor) =
+                merge_runs(shards, cursor.as_deref(), parts, *limit, |p| match p {
+                    Reply::WorkflowRuns {
+                        runs, next_cursor, ..
+                    } => Some((runs, next_cursor)),
+                    _ => None,
+                })?;
+            Ok(Reply::WorkflowRuns {
+                runs,
+                truncated: next_cursor.is_some(),
+                next_cursor,
+            })
         }
-        Op::RunList { limit, .. } => {
-            let (runs, truncated) = merge_runs(parts, *limit, |p| match p {
-                Reply::Runs { runs, truncated } => Some((runs, truncated)),
-                _ => None,
-            });
-            Ok(Reply::Runs { runs, truncated })
+        Op::RunList { limit, cursor, .. } => {
+            let shards = core.partitioning.shards;
+            let (runs, next_cursor) =
+                merge_runs(shards, cursor.as_deref(), parts, *limit, |p| match p {
+                    Reply::Runs {
+                        runs, next_cursor, ..
+                    } => Some((runs, next_cursor)),
+                    _ => None,
+                })?;
+            Ok(Reply::Runs {
+                runs,
+                truncated: next_cursor.is_some(),
+                next_cursor,
+            })
         }
         Op::TestAdvanceClock { .. } => Ok(Reply::Done),
         _ => Err(ErrorValue::internal("operation cannot fan out")),

@@ -64,6 +64,8 @@ pub struct Engine {
     retention_ms: u64,
     peer_timeout_ms: u64,
     storage: crate::core::io::StorageInfo,
+    /// The runtime's module cache as last reported, for status.
+    module_cache: Option<flo_protocol::ModuleCacheInfo>,
     stopping: bool,
     next_housekeeping_ms: u64,
     /// The last expiry sweep stopped at its limit: more keys are due.
@@ -91,6 +93,7 @@ impl Engine {
             retention_ms: config.retention_ms,
             peer_timeout_ms: config.peer_timeout_ms,
             storage: Default::default(),
+            module_cache: None,
             stopping: false,
             next_housekeeping_ms: 0,
             expiry_backlog: false,

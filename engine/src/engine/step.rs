@@ -15,6 +15,7 @@ use crate::core::io::{
 use crate::definitions;
 use crate::hash::HASH_NAME;
 use crate::kv;
+use crate::pages::{self, Pos};
 use crate::workers;
 use crate::workflows;
 use flo_protocol::{
@@ -59,6 +60,7 @@ impl Engine {
                 workers::conn_closed(&mut self.core, &mut self.awaits, conn);
                 kv::conn_closed(&mut self.core, &mut self.kv_waits, conn);
             }
+            Input::ModuleCache(info) => self.module_cache = Some(info),
             Input::Storage(info) => {
                 self.segments = info.segments;
                 self.storage = *info;
@@ -98,8 +100,9 @@ impl Engine {
     fn run_task(&mut self, task: Task) {
         let core = &mut self.core;
         match task {
-            Task::ActionFinal((namespace, run_id)) => {
-                let key = ((namespace, run_id), false);
+            Task::ActionFinal(run) => {
+                actions::stop_if_executing(&mut self.core, &self.executions, &run);
+                let key = (run, false);
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;
                 workflows::wf_on_action_final(&mut self.core, &namespace, &run_id);
@@ -354,28 +357,27 @@ impl Engine {
                 snapshot_write_ms: self.storage.snapshot_write_ms,
                 disk_bytes: self.storage.disk_bytes,
                 disk_full: core.disk == DiskSpace::Full,
+                executions: self.executions.len() as u32,
+                module_cache: self.module_cache,
             }))),
             Op::KvList {
                 namespace,
                 prefix,
                 limit,
-            } => kv::kv_list(core, &namespace, &prefix, limit),
+                cursor,
+            } => kv::kv_list(core, &namespace, &prefix, limit, cursor.as_deref()),
             Op::RunList {
                 namespace,
                 action,
                 status,
                 dead_letter,
                 limit,
+                cursor,
             } => {
-                let live = actions::run_list(
-                    core,
-                    &self.executions,
-                    &namespace,
-                    &action,
-                    status,
-                    dead_letter,
-                    limit,
-                );
+                let from = match self.list_position(cursor.as_deref()) {
+                    Ok(from) => from,
+                    Err(e) => return Some(Done::now(Err(e))),
+                };
                 let query = ListQuery {
                     kind: RunKind::Action,
                     namespace,
@@ -383,7 +385,10 @@ impl Engine {
                     status: status.map(archive::action_status_code),
                     dead_letter,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
+                    from,
+                    shard: core.shard,
                 };
+                let live = actions::run_list(core, &self.executions, &query, status);
                 return self.with_archived(query, live, dest);
             }
             Op::WorkerList { namespace } => {
@@ -394,8 +399,13 @@ impl Engine {
                 name,
                 status,
                 limit,
+                cursor,
             } => {
-                let live = workflows::wf_list_runs(core, &namespace, &name, status, limit);
+                let from = match self.list_position(cursor.as_deref()) {
+                    Ok(from) => from,
+                    Err(e) => return Some(Done::now(Err(e))),
+                };
+                let live = workflows::wf_list_runs(core, &namespace, &name, status, limit, &from);
                 let query = ListQuery {
                     kind: RunKind::Workflow,
                     namespace,
@@ -403,6 +413,8 @@ impl Engine {
                     status: status.map(archive::workflow_status_code),
                     dead_letter: false,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
+                    from,
+                    shard: core.shard,
                 };
                 return self.with_archived(query, live, dest);
             }
@@ -410,11 +422,22 @@ impl Engine {
         })
     }
 
+    /// Where this shard's part of a run list starts, from the client's cursor.
+    fn list_position(&self, cursor: Option<&str>) -> Result<Pos, ErrorValue> {
+        let core = &self.core;
+        let mut positions = pages::decode_cursor(cursor, core.partitioning.shards)?;
+        Ok(positions.swap_remove(core.shard as usize))
+    }
+
     /// A list of live runs, completed with the archived runs that match `query`.
     fn with_archived(&mut self, query: ListQuery, live: Done, dest: Dest) -> Option<Done> {
-        let (runs, truncated) = match live.result {
-            Ok(Reply::Runs { runs, truncated }) => (Live::Runs(runs), truncated),
-            Ok(Reply::WorkflowRuns { runs, truncated }) => (Live::WfRuns(runs), truncated),
+        let (runs, more) = match live.result {
+            Ok(Reply::Runs {
+                runs, truncated, ..
+            }) => (Live::Runs(runs), truncated),
+            Ok(Reply::WorkflowRuns {
+                runs, truncated, ..
+            }) => (Live::WfRuns(runs), truncated),
             result => {
                 return Some(Done {
                     result,
@@ -423,7 +446,7 @@ impl Engine {
             }
         };
         let (core, reads) = (&mut self.core, &mut self.reads);
-        archive::read_list(core, reads, query, runs, live.wait_lsn, truncated, dest)
+        archive::read_list(core, reads, query, runs, live.wait_lsn, more, dest)
     }
 
     /// Starts the read of an archived run for `to`: false when it is not archived.

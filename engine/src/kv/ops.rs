@@ -71,19 +71,32 @@ pub fn kv_delete(core: &mut Core, namespace: &str, key: &str, if_version: Option
     }
 }
 
-pub fn kv_list(core: &Core, namespace: &str, prefix: &str, limit: Option<u32>) -> Done {
+/// This shard's part of a KV list: keys after `cursor` (the last key of the page before).
+pub fn kv_list(
+    core: &Core,
+    namespace: &str,
+    prefix: &str,
+    limit: Option<u32>,
+    cursor: Option<&str>,
+) -> Done {
     let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT);
-    match core.state.kv.list(namespace, prefix, limit, core.now_ms()) {
-        Ok((items, truncated, expired_lsn)) => Done {
-            wait_lsn: items
+    match core
+        .state
+        .kv
+        .list(namespace, prefix, cursor, limit, core.now_ms())
+    {
+        Ok(page) => Done {
+            wait_lsn: page
+                .items
                 .iter()
                 .map(|(_, e)| e.lsn)
-                .chain([core.absence_lsn(), expired_lsn])
+                .chain([core.absence_lsn(), page.expired_lsn])
                 .max()
                 .unwrap_or(0),
             result: Ok(Reply::KvList {
-                entries: items.iter().map(|(k, e)| e.to_wire(k)).collect(),
-                truncated,
+                entries: page.items.iter().map(|(k, e)| e.to_wire(k)).collect(),
+                truncated: page.next.is_some(),
+                next_cursor: page.next,
             }),
         },
         Err(e) => Done::now(Err(e)),

@@ -46,9 +46,20 @@ impl Entry {
     }
 }
 
-/// A page of a listing: entries in key order, whether more matched, and the highest LSN
-/// of the expired entries it passed over (their absence is only as durable as they are).
-pub type KvPage<'a> = (Vec<(&'a str, &'a Entry)>, bool, u64);
+/// A page of a KV list on one shard.
+pub struct KvPage<'a> {
+    /// Keys and entries in key order.
+    pub items: Vec<(&'a str, &'a Entry)>,
+    /// More may follow: the last key this page covers (the next page starts after it).
+    pub next: Option<String>,
+    /// The highest LSN of the expired entries passed over (their absence is only as
+    /// durable as they are).
+    pub expired_lsn: u64,
+}
+
+/// Keys a list looks at, at most, per shard and call (expired ones included): a page
+/// answers in bounded time, and may be short.
+pub const KV_LIST_SCAN_MAX: usize = 100_000;
 
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct KvStore {
@@ -214,10 +225,12 @@ impl KvStore {
 
     /// Live entries whose key starts with `prefix`, in key order, at most `limit`; the flag
     /// says whether more matched.
+    /// Live keys starting with `prefix` after `after`, in key order: at most `limit`.
     pub fn list(
         &self,
         namespace: &str,
         prefix: &str,
+        after: Option<&str>,
         limit: u32,
         now_ms: u64,
     ) -> Result<KvPage<'_>, ErrorValue> {
@@ -227,28 +240,36 @@ impl KvStore {
                 "limit must be 1 to {KV_LIST_LIMIT_MAX}, got {limit}"
             )));
         }
-        let Some(space) = self.spaces.get(namespace) else {
-            return Ok((Vec::new(), false, 0));
+        let mut page = KvPage {
+            items: Vec::new(),
+            next: None,
+            expired_lsn: 0,
         };
-        let mut out = Vec::new();
-        let mut expired_lsn = 0;
+        let Some(space) = self.spaces.get(namespace) else {
+            return Ok(page);
+        };
+        use std::ops::Bound;
+        let start = match after {
+            Some(after) if after >= prefix => Bound::Excluded(after),
+            _ => Bound::Included(prefix),
+        };
         let matching = space
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
+            .range::<str, _>((start, Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix));
-        for (k, e) in matching {
+        let mut last = None;
+        for (scanned, (k, e)) in matching.enumerate() {
+            if scanned == KV_LIST_SCAN_MAX || page.items.len() == limit as usize {
+                page.next = last.map(str::to_string);
+                return Ok(page);
+            }
+            last = Some(k.as_str());
             if !e.live(now_ms) {
-                expired_lsn = expired_lsn.max(e.lsn);
+                page.expired_lsn = page.expired_lsn.max(e.lsn);
                 continue;
             }
-            if out.len() == limit as usize {
-                return Ok((out, true, expired_lsn));
-            }
-            out.push((k.as_str(), e));
+            page.items.push((k.as_str(), e));
         }
-        Ok((out, false, expired_lsn))
+        Ok(page)
     }
 
     /// Delete records for up to `max` expired keys, soonest expired first.
@@ -465,9 +486,41 @@ mod tests {
         for k in ["b2", "a1", "b1", "b3", "c"] {
             put(&mut s, k, None, None, 0).unwrap();
         }
-        let (items, more, _) = s.kv.list("ns", "b", 2, 0).unwrap();
-        let keys: Vec<_> = items.iter().map(|(k, _)| *k).collect();
-        assert_eq!((keys, more), (vec!["b1", "b2"], true));
-        assert!(s.kv.list("other", "", 10, 0).unwrap().0.is_empty());
+        let keys = |page: &KvPage| {
+            page.items
+                .iter()
+                .map(|(k, _)| k.to_string())
+                .collect::<Vec<_>>()
+        };
+        let page = s.kv.list("ns", "b", None, 2, 0).unwrap();
+        assert_eq!(keys(&page), vec!["b1", "b2"]);
+        assert_eq!(page.next.as_deref(), Some("b2"));
+        // The next page goes on after the cursor, and ends the list.
+        let page = s.kv.list("ns", "b", Some("b2"), 2, 0).unwrap();
+        assert_eq!((keys(&page), page.next), (vec!["b3".to_string()], None));
+        // A cursor before the prefix starts at the prefix.
+        let page = s.kv.list("ns", "b", Some("a9"), 10, 0).unwrap();
+        assert_eq!(keys(&page), vec!["b1", "b2", "b3"]);
+        assert!(
+            s.kv.list("other", "", None, 10, 0)
+                .unwrap()
+                .items
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_list_passing_expired_keys_says_where_it_stopped() {
+        let mut s = ShardState::default();
+        for i in 0..5 {
+            put(&mut s, &format!("k{i}"), Some(10), None, 0).unwrap();
+        }
+        put(&mut s, "k9", None, None, 0).unwrap();
+        // At 100 ms the five are expired (not yet swept): passed over, not listed.
+        let page = s.kv.list("ns", "k", None, 1, 100).unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].0, "k9");
+        assert_eq!(page.next, None);
+        assert!(page.expired_lsn > 0);
     }
 }

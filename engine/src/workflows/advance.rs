@@ -19,6 +19,7 @@ use crate::clock::deadline_after;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, RunKey};
 use crate::kv::validate_namespace;
+use crate::pages::Pos;
 use crate::record::{Record, StepNext, StepRef, StepWait};
 use flo_protocol::{
     ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, IDEMPOTENCY_KEY_BYTES_MAX,
@@ -432,6 +433,7 @@ pub fn wf_list_runs(
     name: &str,
     status: Option<WorkflowRunStatus>,
     limit: Option<u32>,
+    from: &Pos,
 ) -> Done {
     let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
     if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
@@ -439,9 +441,10 @@ pub fn wf_list_runs(
             "limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}"
         ))));
     }
-    let mut runs = core.state.workflows.list(namespace, name, status);
-    let truncated = runs.len() > limit as usize;
-    runs.truncate(limit as usize);
+    let (runs, truncated) =
+        core.state
+            .workflows
+            .list(namespace, name, status, limit as usize, from);
     Done {
         wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
         result: Ok(Reply::WorkflowRuns {
@@ -450,6 +453,7 @@ pub fn wf_list_runs(
                 .map(|(id, r)| run_info(namespace, id, r))
                 .collect(),
             truncated,
+            next_cursor: None,
         }),
     }
 }

@@ -11,10 +11,10 @@ mod state;
 mod validate;
 
 pub use advance::{
-    CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, SIGNALS_QUEUED_MAX, check_run_id, history_page,
-    idempotent_workflow_run_id, open_runs, wf_advance, wf_cancel, wf_fire_timers, wf_history,
-    wf_info, wf_list, wf_list_runs, wf_notify_parent, wf_on_action_final, wf_plan_create,
-    wf_plan_set_enabled, wf_resume, wf_signal, wf_start, wf_status,
+    CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, SIGNALS_QUEUED_MAX, STEP_OUTPUT_BYTES_MAX, check_run_id,
+    history_page, idempotent_workflow_run_id, open_runs, wf_advance, wf_cancel, wf_fire_timers,
+    wf_history, wf_info, wf_list, wf_list_runs, wf_notify_parent, wf_on_action_final,
+    wf_plan_create, wf_plan_set_enabled, wf_resume, wf_signal, wf_start, wf_status,
 };
 pub use def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,

@@ -3,6 +3,7 @@
 //! appends the events it stands for.
 
 use super::def::{START_STEP, WorkflowDef};
+use crate::pages::{self, Pos};
 use crate::record::{StepNext, StepRef, StepWait};
 use crate::tables::HashMap;
 use flo_protocol::{HistoryEvent, WorkflowRunStatus};
@@ -609,28 +610,27 @@ impl Workflows {
         run.lsn = lsn;
     }
 
-    /// Runs of a workflow, newest first.
+    /// Runs of a workflow after `from` (see `pages`), newest first: at most `limit`, and
+    /// whether more remain.
     pub fn list(
         &self,
         namespace: &str,
         name: &str,
         status: Option<WorkflowRunStatus>,
-    ) -> Vec<(&str, &WfRun)> {
+        limit: usize,
+        from: &Pos,
+    ) -> (Vec<(&str, &WfRun)>, bool) {
         let Some(runs) = self.runs.get(namespace) else {
-            return Vec::new();
+            return (Vec::new(), false);
         };
-        let mut out: Vec<(&str, &WfRun)> = runs
+        let out: Vec<(&str, &WfRun)> = runs
             .iter()
             .filter(|(_, r)| r.workflow == name)
             .filter(|(_, r)| status.is_none_or(|s| r.status == s))
+            .filter(|(id, r)| from.live_after(r.created_at_ms, id))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();
-        out.sort_by(|a, b| {
-            b.1.created_at_ms
-                .cmp(&a.1.created_at_ms)
-                .then(b.1.seq.cmp(&a.1.seq))
-        });
-        out
+        pages::newest(out, limit, |(id, r)| (r.created_at_ms, id))
     }
 }
 

@@ -50,7 +50,6 @@ use crate::actions::validate_action_name;
 use crate::clock::DELAY_MS_ACCEPTED_MAX;
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
-use serde_json_path::JsonPath;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const WORKFLOW_NAME_BYTES_MAX: usize = 256;
@@ -856,7 +855,7 @@ fn check_mapping_path(path: &str, steps: &BTreeSet<String>) -> Result<(), String
              levels are allowed"
         ));
     }
-    if let Err(err) = JsonPath::parse(path) {
+    if let Err(err) = super::mapping::parse_json_path(path) {
         return Err(format!(
             "is not valid JSONPath (RFC 9535): {err}; names with characters other than letters, digits and `_` need brackets, e.g. `$.steps['check-status'].output`"
         ));

@@ -449,6 +449,9 @@ pub struct Cluster {
     /// Client replies released: (shard, to, result), in release order.
     pub replies: Vec<(u32, ClientRef, ReplyResult)>,
     pub executions: Vec<(u32, Execution)>,
+    /// Executions the engine asked to stop: (shard, exec). Their `Executed` still comes
+    /// from whoever answers `executions`.
+    pub stops: Vec<(u32, u64)>,
     pub compiles: Vec<(u32, u64)>,
     pub guest_values: Vec<(u32, u64, u64, Option<Vec<u8>>)>,
     pub logs: Vec<String>,
@@ -483,6 +486,7 @@ impl Cluster {
             links: BTreeMap::new(),
             replies: Vec::new(),
             executions: Vec::new(),
+            stops: Vec::new(),
             compiles: Vec::new(),
             guest_values: Vec::new(),
             logs: Vec::new(),
@@ -548,6 +552,7 @@ impl Cluster {
                     self.links.entry((shard, to)).or_default().push_back(*msg);
                 }
                 Effect::Execute(x) => self.executions.push((shard, *x)),
+                Effect::StopExecution { exec } => self.stops.push((shard, exec)),
                 Effect::Compile { job, .. } => self.compiles.push((shard, job)),
                 Effect::GuestValue { exec, read, value } => {
                     self.guest_values.push((shard, exec, read, value))

@@ -760,6 +760,7 @@ impl Sim {
                 namespace: NS.into(),
                 prefix: "c-".into(),
                 limit: Some(8),
+                cursor: None,
             },
             33..=52 => {
                 let all: Vec<&str> = WASM_ACTIONS.iter().chain(&USER_ACTIONS).copied().collect();
@@ -843,12 +844,14 @@ impl Sim {
                 status: None,
                 dead_letter: false,
                 limit: Some(5),
+                cursor: None,
             },
             93 => Op::WorkflowListRuns {
                 namespace: NS.into(),
                 name: "approval".into(),
                 status: None,
                 limit: Some(5),
+                cursor: None,
             },
             94..=95 => Op::Status,
             _ => {

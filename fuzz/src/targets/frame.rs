@@ -15,10 +15,10 @@ use super::{Signal, Target};
 use flo_engine::auth::{AuthTable, FileFormat, Gate, Session};
 use flo_protocol::{
     ActionInfo, ActionKind, ActionSpec, ErrorValue, FRAME_BYTES_MAX, FRAME_HEADER_BYTES,
-    HistoryEvent, InvokeSpec, KvEntry, Op, PROTOCOL_VERSION, Reply, Request, RequestId, Response,
-    RunInfo, RunStatus, ShardInfo, ShardMap, StatusInfo, TaskAssignment, Token, WorkerSpec,
-    WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
-    decode_payload, encode_frame, split_frame,
+    HistoryEvent, InvokeSpec, KvEntry, ModuleCacheInfo, Op, PROTOCOL_VERSION, Reply, Request,
+    RequestId, Response, RunInfo, RunStatus, ShardInfo, ShardMap, StatusInfo, TaskAssignment,
+    Token, WorkerSpec, WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
+    WorkflowStepInfo, decode_payload, encode_frame, split_frame,
 };
 use std::borrow::Cow;
 
@@ -303,6 +303,7 @@ fn sample_ops() -> Vec<Op> {
             namespace: ns(),
             prefix: "order:".into(),
             limit: Some(10),
+            cursor: Some("order:0".into()),
         },
         Op::ActionRegister(ActionSpec {
             namespace: ns(),
@@ -354,6 +355,7 @@ fn sample_ops() -> Vec<Op> {
             status: Some(RunStatus::Failed),
             dead_letter: true,
             limit: Some(5),
+            cursor: Some("0:12".into()),
         },
         Op::RunCancel {
             namespace: ns(),
@@ -475,6 +477,7 @@ fn sample_ops() -> Vec<Op> {
             name: "w".into(),
             status: Some(WorkflowRunStatus::Waiting),
             limit: Some(20),
+            cursor: None,
         },
         Op::TestAdvanceClock { ms: 1000 },
     ]
@@ -540,6 +543,13 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         snapshot_write_ms: 0,
         disk_bytes: 4096,
         disk_full: false,
+        executions: 1,
+        module_cache: Some(ModuleCacheInfo {
+            bytes: 4096,
+            modules: 1,
+            budget_bytes: 1 << 29,
+            generation: 2,
+        }),
     };
     vec![
         Ok(Reply::Hello {
@@ -553,6 +563,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             durability: "sync".into(),
             partitions: 256,
             shards: vec![shard],
+            module_cache: None,
         })),
         Ok(Reply::ShardMap(ShardMap {
             hash: "xxh3-64".into(),
@@ -586,6 +597,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         Ok(Reply::Runs {
             runs: vec![run],
             truncated: true,
+            next_cursor: Some("c1".into()),
         }),
         Ok(Reply::Tasks(vec![TaskAssignment {
             task_id: "charge-1".into(),

@@ -1,0 +1,3 @@
+//! What the `flo-loadtest` and `flo-chaos` binaries share: running a flo server of their own.
+
+pub mod spawn;
