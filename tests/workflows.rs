@@ -786,6 +786,14 @@ fn definitions_are_validated_and_versions_coexist() {
     let Error::Server(e) = err else { panic!() };
     assert_eq!(e.code, ErrorCode::BadRequest);
     assert!(e.message.contains("E301"), "{}", e.message);
+    // Found by fuzzing: a mapping path ending inside a `\u` escape made the JSONPath
+    // parser panic, and the panic stopped the server.
+    let err = c
+        .create_workflow("kind: Workflow\nname: bad\nversion: \"1\"\nstart:\n  run: \"@actions/a\"\n  inputMapping: '$.input[\"\\u'\n  transitions:\n    success: flo.Completed\n")
+        .unwrap_err();
+    let Error::Server(e) = err else { panic!() };
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("escape"), "{}", e.message);
     create(&mut c, SIGNALS);
     let (_, _, created, _) = c.create_workflow(SIGNALS).unwrap();
     assert!(!created, "the same definition twice is a no-op");

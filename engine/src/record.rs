@@ -86,6 +86,12 @@ pub enum StepNext {
     },
 }
 
+/// Deepest nesting of arrays and maps a record may have. A definition's `inputMapping`
+/// nests at most 128 levels (serde_yaml's limit) below a few of the record's own;
+/// rmp_serde's default (1,024 levels of a value it skips, such as an unknown field's)
+/// overflowed a 2 MiB thread stack in a debug build (found by fuzzing).
+pub const RECORD_DEPTH_MAX: usize = 256;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Record {
@@ -322,7 +328,9 @@ impl Record {
 
     /// Decodes a record read back from the log, upgrading what older versions wrote.
     pub fn decode(bytes: &[u8]) -> Result<Record, String> {
-        let mut record: Record = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+        let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+        de.set_max_depth(RECORD_DEPTH_MAX);
+        let mut record = Record::deserialize(&mut de).map_err(|e| e.to_string())?;
         if let Record::WorkflowDefined {
             yaml,
             def: def @ None,
@@ -360,6 +368,50 @@ impl Record {
             } => kv_writes.iter().any(|w| w.value.is_none()),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by fuzzing (fuzz/regressions/record): a record whose unknown field nested a
+    /// thousand maps overflowed a 2 MiB stack in a debug build.
+    #[test]
+    fn a_record_nested_too_deep_does_not_decode() {
+        let record = |extra: &[u8]| {
+            let mut bytes =
+                b"\x81\xa9kv_delete\x83\xa9namespace\xa1n\xa3key\xa1k\xa5extra".to_vec();
+            bytes.extend_from_slice(extra);
+            bytes
+        };
+        let nested = |levels: usize| [b"\x81\xa1k".repeat(levels), vec![0xc0]].concat();
+        assert!(Record::decode(&record(&nested(10))).is_ok());
+        let err = Record::decode(&record(&nested(100_000))).unwrap_err();
+        assert!(err.contains("depth"), "{err}");
+    }
+
+    /// The deepest definition the YAML parser accepts still decodes from its record.
+    #[test]
+    fn a_definition_nested_to_the_yaml_limit_round_trips() {
+        let depth = crate::yaml_depth::YAML_NESTING_MAX - 4;
+        let mapping = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        let yaml = format!(
+            "kind: Workflow\nname: w\nversion: \"1\"\nstart:\n  run: \"@actions/a\"\n  \
+             inputMapping: {{x: {mapping}}}\n  transitions:\n    success: flo.Completed\n"
+        );
+        let def = crate::workflows::parse_workflow(&yaml).unwrap().def;
+        let written = Record::WorkflowDefined {
+            namespace: "n".into(),
+            name: "w".into(),
+            version: "1".into(),
+            yaml,
+            at_ms: 1,
+            def: Some(Box::new(def)),
+        };
+        let mut bytes = Vec::new();
+        written.encode(&mut bytes);
+        assert_eq!(Record::decode(&bytes).unwrap(), written);
     }
 }
 

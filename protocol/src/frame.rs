@@ -6,6 +6,10 @@ use serde::{Serialize, de::DeserializeOwned};
 pub const FRAME_HEADER_BYTES: usize = 4;
 /// Largest payload a peer may send; checked before any allocation.
 pub const FRAME_BYTES_MAX: usize = 4 << 20;
+/// Deepest nesting of arrays and maps a payload may have. Messages nest about 8 levels;
+/// rmp_serde's default (1,024 levels of a value it skips, such as an unknown field's)
+/// overflowed a 2 MiB thread stack in a debug build (found by fuzzing).
+pub const MESSAGE_DEPTH_MAX: usize = 64;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
@@ -68,7 +72,10 @@ pub fn decode_frame<T: DeserializeOwned>(buf: &[u8]) -> Result<Option<(T, usize)
     Ok(Some((value, consumed)))
 }
 
-/// Decodes a frame payload (the bytes after the length prefix).
+/// Decodes a frame payload (the bytes after the length prefix), nested at most
+/// `MESSAGE_DEPTH_MAX` levels.
 pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
-    rmp_serde::from_slice(payload).map_err(|e| FrameError::Malformed(e.to_string()))
+    let mut de = rmp_serde::Deserializer::from_read_ref(payload);
+    de.set_max_depth(MESSAGE_DEPTH_MAX);
+    T::deserialize(&mut de).map_err(|e| FrameError::Malformed(e.to_string()))
 }

@@ -7,8 +7,8 @@ mod message;
 
 pub use error::{ErrorCode, ErrorValue, IDLE_CLOSED_PREFIX};
 pub use frame::{
-    FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, decode_frame, decode_payload, encode_frame,
-    split_frame,
+    FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameError, MESSAGE_DEPTH_MAX, decode_frame,
+    decode_payload, encode_frame, split_frame,
 };
 pub use message::{
     ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, HISTORY_LIMIT_DEFAULT,

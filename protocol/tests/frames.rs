@@ -1,8 +1,8 @@
 //! Arbitrary bytes into the decoder give a frame, "need more" or an error: never a panic.
 
 use flo_protocol::{
-    ErrorValue, FRAME_BYTES_MAX, FrameError, Op, Reply, Request, Response, decode_frame,
-    encode_frame,
+    ErrorValue, FRAME_BYTES_MAX, FrameError, MESSAGE_DEPTH_MAX, Op, Reply, Request, Response,
+    decode_frame, decode_payload, encode_frame,
 };
 use proptest::prelude::*;
 
@@ -79,6 +79,31 @@ fn garbage_payload_is_malformed() {
         decode_frame::<Request>(&buf),
         Err(FrameError::Malformed(_))
     ));
+}
+
+/// Found by fuzzing (fuzz/regressions/frame): thousands of nested maps as the value of an
+/// unknown field overflowed a 2 MiB stack in a debug build; past `MESSAGE_DEPTH_MAX` levels a
+/// payload is malformed.
+#[test]
+fn deeply_nested_payloads_are_malformed_not_recursed_into() {
+    let hello = |extra: &[u8]| {
+        let mut payload = b"\x82\xa2id\x01\xa2op\x81\xa5hello\x83\xb0protocol_version\x01\
+            \xa6client\xa1x\xa5extra"
+            .to_vec();
+        payload.extend_from_slice(extra);
+        payload
+    };
+    let nested = |levels: usize| {
+        let mut v = b"\x81\xa1k".repeat(levels);
+        v.push(0xc0);
+        v
+    };
+    let shallow = decode_payload::<Request>(&hello(&nested(MESSAGE_DEPTH_MAX - 5))).unwrap();
+    assert!(matches!(shallow.op, Op::Hello { .. }));
+    for levels in [MESSAGE_DEPTH_MAX, 100_000] {
+        let err = decode_payload::<Request>(&hello(&nested(levels))).unwrap_err();
+        assert!(matches!(err, FrameError::Malformed(_)), "{err:?}");
+    }
 }
 
 proptest! {

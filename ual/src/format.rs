@@ -30,6 +30,11 @@ pub const FLAG_BATCH_START: u16 = 1;
 pub const FLAG_GROUP_CONT: u16 = 2;
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
 pub const SEGMENT_BYTES_MIN: u64 = 64 << 10;
+/// The largest LSN a log holds (LSNs start at 1). Far beyond any real log, it bounds what a
+/// damaged segment name or snapshot may claim, so that recovery's LSN arithmetic (a
+/// segment's first LSN − 1, a snapshot's LSN + 1, plus the records a segment can hold)
+/// never overflows.
+pub const LSN_MAX: u64 = (1 << 62) - 1;
 
 pub fn align_up(v: u64) -> u64 {
     v.div_ceil(BLOCK_BYTES) * BLOCK_BYTES

@@ -10,7 +10,7 @@ mod recovery;
 
 pub use buffer::{Batch, LogBuffer};
 pub use format::{
-    AppendError, BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, RECORD_HEADER_BYTES,
+    AppendError, BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, LSN_MAX, RECORD_HEADER_BYTES,
     RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MIN, align_up,
     parse_segment_file_name, segment_file_name,
 };

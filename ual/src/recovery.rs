@@ -9,7 +9,7 @@
 //! starts (in this segment or a later one) means acknowledged records were lost: refused.
 
 use crate::format::{
-    BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, Parsed, align_up, parse_record,
+    BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, LSN_MAX, Parsed, align_up, parse_record,
     parse_segment_file_name,
 };
 use crate::read::MARK_SPACING_BYTES;
@@ -92,6 +92,11 @@ pub enum RecoveryError {
         snapshot: u64,
     },
     #[error(
+        "{what} says LSN {lsn}, outside the LSNs a log holds (1 to {LSN_MAX}): it was not \
+         written by flo; move it away"
+    )]
+    LsnOutOfRange { what: String, lsn: u64 },
+    #[error(
         "record {lsn} in {file} at offset {offset} does not decode ({reason}); it was written by a newer or broken flo"
     )]
     Undecodable {
@@ -115,6 +120,12 @@ fn list_segments(dir: &Path) -> Result<Vec<SegmentInfo>, RecoveryError> {
         let entry = entry.map_err(io_err(dir))?;
         let name = entry.file_name();
         if let Some(first_lsn) = name.to_str().and_then(parse_segment_file_name) {
+            if !(1..=LSN_MAX).contains(&first_lsn) {
+                return Err(RecoveryError::LsnOutOfRange {
+                    what: format!("the name of segment {}", entry.path().display()),
+                    lsn: first_lsn,
+                });
+            }
             segments.push(SegmentInfo {
                 first_lsn,
                 path: entry.path(),
@@ -159,6 +170,12 @@ pub fn recover_from(
     after_lsn: u64,
     mut apply: impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
 ) -> Result<RecoveredLog, RecoveryError> {
+    if after_lsn > LSN_MAX {
+        return Err(RecoveryError::LsnOutOfRange {
+            what: format!("the snapshot of {}", dir.display()),
+            lsn: after_lsn,
+        });
+    }
     let mut segments = list_segments(dir)?;
     if let Some(first) = segments.first()
         && first.first_lsn > after_lsn + 1
@@ -980,6 +997,31 @@ mod tests {
                     ..
                 }
             ),
+            "{err}"
+        );
+    }
+
+    /// Found by fuzzing (fuzz/regressions/record): `first LSN − 1` and `snapshot LSN + 1`
+    /// overflowed on such names and snapshots.
+    #[test]
+    fn a_segment_name_or_snapshot_outside_the_lsn_range_is_refused() {
+        for first_lsn in [0, LSN_MAX + 1, u64::MAX] {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join(segment_file_name(first_lsn)), b"").unwrap();
+            let err = replay(dir.path()).unwrap_err();
+            assert!(
+                matches!(err, RecoveryError::LsnOutOfRange { lsn, .. } if lsn == first_lsn),
+                "{err}"
+            );
+            assert!(err.to_string().contains("the name of segment"), "{err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        SegmentWriter::new(dir.path(), LSN_MAX).batch(&groups(3, 1, 100));
+        let (rec, _) = replay_from(dir.path(), LSN_MAX - 1).unwrap();
+        assert_eq!(rec.last_lsn, LSN_MAX + 2);
+        let err = replay_from(dir.path(), u64::MAX).unwrap_err();
+        assert!(
+            matches!(err, RecoveryError::LsnOutOfRange { lsn: u64::MAX, .. }),
             "{err}"
         );
     }

@@ -13,6 +13,7 @@
 //! or the same in TOML (`[[tokens]]` tables). Tokens are kept as SHA-256 digests and a
 //! presented token is compared with every one of them in constant time.
 
+use crate::yaml_depth::{YAML_NESTING_MAX, nests_deeper_than};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
@@ -151,6 +152,11 @@ pub struct AuthTable {
 impl AuthTable {
     pub fn parse(text: &str, format: FileFormat) -> Result<AuthTable, AuthFileError> {
         let raw: RawFile = match format {
+            FileFormat::Yaml if nests_deeper_than(text, YAML_NESTING_MAX) => {
+                return Err(AuthFileError::Parse(format!(
+                    "it nests collections more than {YAML_NESTING_MAX} levels deep"
+                )));
+            }
             FileFormat::Yaml => {
                 serde_yaml::from_str(text).map_err(|e| AuthFileError::Parse(e.to_string()))?
             }
@@ -383,6 +389,9 @@ namespaces = ["payments"]
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("cannot parse it"), "{e}");
+        // Refused before serde_yaml reads it (libyaml is quadratic in such nesting).
+        let e = refused(&format!("tokens: {}\n", "[".repeat(1 << 20)));
+        assert!(e.contains("more than 128 levels deep"), "{e}");
     }
 
     #[test]

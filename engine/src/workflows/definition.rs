@@ -5,10 +5,13 @@ use super::def::Validated;
 use super::issues::{IssueCode, issue};
 use super::parse::parse_raw;
 use super::validate::validate;
+use crate::yaml_depth::{YAML_NESTING_MAX, nests_deeper_than};
 use flo_protocol::ValidationIssue;
 
 /// Largest definition accepted, in bytes of YAML.
 pub const DEFINITION_BYTES_MAX: usize = 1 << 20;
+/// Deepest nesting of collections accepted (see `yaml_depth`).
+pub const DEFINITION_NESTING_MAX: usize = YAML_NESTING_MAX;
 
 /// Parses and validates a workflow definition. On success, the definition and its warnings;
 /// otherwise every error found (see [`IssueCode`] for the codes).
@@ -32,6 +35,16 @@ pub fn parse_workflow(yaml: &str) -> Result<Validated, Vec<ValidationIssue>> {
             "",
             "the definition is empty: a workflow needs at least kind, name, version and start"
                 .to_string(),
+        )]);
+    }
+    if nests_deeper_than(yaml, DEFINITION_NESTING_MAX) {
+        return Err(vec![issue(
+            IssueCode::E100,
+            "",
+            format!(
+                "the definition nests collections more than {DEFINITION_NESTING_MAX} levels \
+                 deep"
+            ),
         )]);
     }
     let raw = parse_raw(yaml).map_err(|e| vec![e])?;

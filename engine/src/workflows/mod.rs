@@ -25,12 +25,12 @@ pub use state::{
     run_info, sorted_defs,
 };
 
-pub use definition::{DEFINITION_BYTES_MAX, parse_workflow};
+pub use definition::{DEFINITION_BYTES_MAX, DEFINITION_NESTING_MAX, parse_workflow};
 pub use issues::IssueCode;
 pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};
 pub use validate::{
-    ATTEMPTS_MAX, DELAY_MS_MAX, POLL_ATTEMPTS_DEFAULT, POLL_BASE_DELAY_MS_DEFAULT,
-    RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT, RETRY_WITHIN_MS_MAX,
-    SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX, VERSION_BYTES_MAX,
-    WORKFLOW_NAME_BYTES_MAX, check_version, check_workflow_name, parse_target,
+    ATTEMPTS_MAX, DELAY_MS_MAX, MAPPING_PATH_NESTING_MAX, POLL_ATTEMPTS_DEFAULT,
+    POLL_BASE_DELAY_MS_DEFAULT, RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT,
+    RETRY_WITHIN_MS_MAX, SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX,
+    VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX, check_version, check_workflow_name, parse_target,
 };

@@ -149,7 +149,10 @@ pub(super) struct RawTerminal {
 mod tests {
     use super::*;
     use crate::workflows::{Backoff, Idempotency, PollPolicy, RetryPolicy, StepAction, Target};
-    use crate::workflows::{DEFINITION_BYTES_MAX, Validated, parse_workflow};
+    use crate::workflows::{
+        DEFINITION_BYTES_MAX, DEFINITION_NESTING_MAX, MAPPING_PATH_NESTING_MAX, Validated,
+        parse_workflow,
+    };
     use flo_protocol::WorkflowRunStatus;
     use serde_json::json;
 
@@ -629,6 +632,24 @@ steps:
         refused(&big, "E100", "");
     }
 
+    /// Found by fuzzing (fuzz/regressions/yaml): libyaml took time quadratic in the
+    /// nesting of `[[[…` (a second for 8,000 levels) before serde_yaml's depth limit saw it.
+    #[test]
+    fn e100_deeply_nested_definitions_are_refused_before_they_are_read() {
+        let deep = |levels: usize| format!("{}x: {}\n", wf(START_OK), "[".repeat(levels));
+        let issues = refused(&deep(DEFINITION_BYTES_MAX / 2), "E100", "");
+        assert!(
+            issues[0].message.contains("more than 128 levels"),
+            "{issues:#?}"
+        );
+        // Below the limit, serde_yaml reads it (and finds the unknown field first).
+        let issues = errors(&deep(DEFINITION_NESTING_MAX - 10));
+        assert!(
+            issues[0].message.contains("unknown field `x`"),
+            "{issues:#?}"
+        );
+    }
+
     #[test]
     fn e101_kind_must_be_workflow() {
         refused(
@@ -877,6 +898,44 @@ steps:
         ] {
             let issues = refused(&with_mapping(bad), "E203", "start.inputMapping");
             assert!(issues[0].message.contains(bad), "{issues:#?}");
+        }
+    }
+
+    /// Found by fuzzing (fuzz/regressions/yaml): the JSONPath parser took time exponential
+    /// in the nesting of filters (`$.s[?@[?@[?@…`, 20 levels: a second) and overflowed the
+    /// shard thread's stack on about 1,000 levels of parentheses.
+    #[test]
+    fn e203_deeply_nested_mapping_paths_are_refused_not_parsed() {
+        let with_mapping = |path: &str| {
+            wf(&format!(
+                "start:\n  run: \"@actions/a\"\n  inputMapping: '{{\"x\": \"{}\"}}'\n  transitions: {{success: flo.Completed}}\n",
+                // Quotes doubled: the mapping sits in a single-quoted YAML scalar.
+                path.replace('\'', "''")
+            ))
+        };
+        let parens = |depth: usize| {
+            format!(
+                "$.input[?{}@.a{}]",
+                "(".repeat(depth - 1),
+                ")".repeat(depth - 1)
+            )
+        };
+        ok(&with_mapping(&parens(MAPPING_PATH_NESTING_MAX)));
+        ok(&with_mapping("$.input[?@.a[?@.b == ']]]]']]"));
+        for deep in [
+            parens(100_000),
+            format!("$.input{}", "[?@".repeat(40)),
+            // Closing brackets in string literals do not hide the nesting.
+            format!("$.input{}", "[?@ == ']]]' && @".repeat(40)),
+        ] {
+            let start = std::time::Instant::now();
+            let issues = refused(&with_mapping(&deep), "E203", "start.inputMapping");
+            assert!(
+                issues[0].message.contains("nests brackets and parentheses"),
+                "{}",
+                issues[0].message
+            );
+            assert!(start.elapsed() < std::time::Duration::from_secs(5));
         }
     }
 

@@ -19,7 +19,7 @@
 //! | E109 | a step or terminal name that is reserved (`_start`, `flo.` prefix) or invalid |
 //! | E201 | malformed target (`@actions/NAME`, `@workflow/NAME[:VERSION]`, `@plan/NAME`) |
 //! | E202 | `inputMapping` is not valid JSON (as text) or cannot be turned into JSON (as YAML) |
-//! | E203 | a `$.` path in `inputMapping` that is not an allowed form or names an unknown step |
+//! | E203 | a `$.` path in `inputMapping` that is not an allowed form, names an unknown step or nests brackets too deep |
 //! | E301 | a transition target that is not a step, custom terminal or built-in terminal |
 //! | E302 | an `onTimeout` target that is not a step, custom terminal or built-in terminal |
 //! | E303 | a `run` step without transitions |
@@ -50,7 +50,6 @@ use crate::actions::validate_action_name;
 use crate::clock::DELAY_MS_ACCEPTED_MAX;
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
-use serde_json_path::JsonPath;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const WORKFLOW_NAME_BYTES_MAX: usize = 256;
@@ -64,6 +63,12 @@ pub const ATTEMPTS_MAX: u64 = 100;
 pub const DELAY_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
 pub const RETRY_WITHIN_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
 pub const SIGNAL_TIMEOUT_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
+/// Deepest nesting of brackets and parentheses in an `inputMapping` path. The JSONPath
+/// parser backtracks through nested filters: its time doubles with each level of `[?@[?@…`
+/// (20 levels took a second, 30 would take a quarter of an hour), and it recurses once per
+/// level (about 1,000 overflow a shard thread's stack) — found by fuzzing. Real paths nest
+/// two or three.
+pub const MAPPING_PATH_NESTING_MAX: usize = 4;
 pub const RETRY_ATTEMPTS_DEFAULT: u32 = 3;
 pub const RETRY_INITIAL_DELAY_MS_DEFAULT: u64 = 1000;
 pub const POLL_ATTEMPTS_DEFAULT: u32 = 10;
@@ -843,7 +848,14 @@ const MAPPING_PATH_FORMS: &str = "`$.input...`, `$.steps.NAME.output...`, `$.ste
 
 /// Whether a `$.` mapping string is valid JSONPath of an allowed form naming a known step.
 fn check_mapping_path(path: &str, steps: &BTreeSet<String>) -> Result<(), String> {
-    if let Err(err) = JsonPath::parse(path) {
+    let nesting = nesting(path);
+    if nesting > MAPPING_PATH_NESTING_MAX {
+        return Err(format!(
+            "nests brackets and parentheses {nesting} deep; at most {MAPPING_PATH_NESTING_MAX} \
+             levels are allowed"
+        ));
+    }
+    if let Err(err) = super::mapping::parse_json_path(path) {
         return Err(format!(
             "is not valid JSONPath (RFC 9535): {err}; names with characters other than letters, digits and `_` need brackets, e.g. `$.steps['check-status'].output`"
         ));
@@ -868,6 +880,29 @@ fn check_mapping_path(path: &str, steps: &BTreeSet<String>) -> Result<(), String
             "is not one of the paths allowed: {MAPPING_PATH_FORMS}"
         )),
     }
+}
+
+/// How deep `(` and `[` nest in `path`. Never less than the parser's nesting: every opening
+/// bracket counts (even in a string literal), a closing one only outside string literals.
+fn nesting(path: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut quote = None::<char>;
+    let mut escaped = false;
+    for c in path.chars() {
+        if matches!(c, '(' | '[') {
+            depth += 1;
+            deepest = deepest.max(depth);
+        }
+        match (quote, c) {
+            (Some(_), _) if escaped => escaped = false,
+            (Some(_), '\\') => escaped = true,
+            (Some(q), c) if c == q => quote = None,
+            (None, '\'' | '"') => quote = Some(c),
+            (None, ')' | ']') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Up to `max` leading member names of a JSONPath after its `$` (`.name`, `['name']`,
