@@ -194,6 +194,49 @@ fn a_request_waiting_on_a_stuck_shard_answers_unavailable_after_the_peer_timeout
     server.stop();
 }
 
+/// A shard that stays silent although the watchdog wakes it (a thread stuck where no signal
+/// helps: here, the test fault's uninterruptible sleep) stops the server after
+/// `STALL_EXIT_AFTER` (60 s; `FLO_STALL_EXIT_MS` shortens it for this test), so that a
+/// supervisor restarts it instead of its clients hanging.
+#[test]
+fn a_shard_silent_although_woken_stops_the_server_and_a_restart_works() {
+    let dir = temp_dir();
+    let args: Vec<String> = ["--listen", "127.0.0.1:0", "--shards", "2"]
+        .map(String::from)
+        .to_vec();
+    let server = TestServer::try_start_with_env(
+        dir.path(),
+        &args,
+        &[
+            ("FLO_FAULT_STALL_SHARD", "1:60000"),
+            ("FLO_STALL_EXIT_MS", "5000"),
+        ],
+    )
+    .expect("server starts");
+    // Acknowledged unless it went to shard 1 after its stall began (a loaded machine).
+    let acknowledged = server
+        .client()
+        .kv_put("before", b"1", Default::default())
+        .is_ok();
+    let (status, stderr) = server.wait_exit(std::time::Duration::from_secs(30));
+    assert_eq!(status.code(), Some(101), "{stderr}");
+    assert!(
+        stderr.contains("showed no sign of life") && stderr.contains("woke it"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("fatal: shard 1 showed no sign of life for"),
+        "{stderr}"
+    );
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    if acknowledged {
+        assert_eq!(c.kv_get("before").unwrap().unwrap().value, b"1");
+    }
+    c.kv_put("after", b"2", Default::default()).unwrap();
+    server.stop();
+}
+
 #[test]
 fn a_reply_over_the_frame_limit_says_how_to_ask_for_less() {
     let dir = temp_dir();

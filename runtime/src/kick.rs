@@ -88,29 +88,66 @@ impl Pulse {
 /// A shard whose pulse stopped this long is woken (its alarm task wakes every second).
 const STALL_KICK_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// A shard still silent this long, woken every `STALL_KICK_AFTER` meanwhile, stops the
+/// server (fail-stop, exit 101): its clients' calls would hang, and a restart recovers
+/// everything acknowledged in well under a second — a supervisor's restart beats a hang.
+/// No work of a live shard keeps its executor from its alarm task this long (guests yield
+/// at every epoch tick, a snapshot's image pauses it for well under a second).
+pub const STALL_EXIT_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Test knob: `FLO_STALL_EXIT_MS` shortens `STALL_EXIT_AFTER`.
+fn stall_exit_after() -> std::time::Duration {
+    std::env::var("FLO_STALL_EXIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(STALL_EXIT_AFTER, std::time::Duration::from_millis)
+}
+
 /// Watches the shards' pulses until `stop`: a shard silent for `STALL_KICK_AFTER` is sent
-/// the signal (again every `STALL_KICK_AFTER` while it stays silent) and a line says so.
+/// the signal (again every `STALL_KICK_AFTER` while it stays silent) and a line says so; one
+/// silent for `STALL_EXIT_AFTER` stops the server.
 pub(crate) fn watch(
     pulses: std::sync::Arc<Vec<Pulse>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     use std::sync::atomic::Ordering;
     use std::time::Instant;
+    let exit_after = stall_exit_after();
     std::thread::Builder::new()
         .name("flo-watchdog".into())
         .spawn(move || {
-            let mut seen: Vec<(u64, Instant)> = pulses
+            // Per shard: the beats last seen, since when they have not moved, and the last
+            // wake-up sent.
+            let mut seen: Vec<(u64, Instant, Instant)> = pulses
                 .iter()
-                .map(|p| (p.beats.load(Ordering::Relaxed), Instant::now()))
+                .map(|p| {
+                    (
+                        p.beats.load(Ordering::Relaxed),
+                        Instant::now(),
+                        Instant::now(),
+                    )
+                })
                 .collect();
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(250));
-                for (shard, (pulse, (last, since))) in pulses.iter().zip(&mut seen).enumerate() {
+                for (shard, (pulse, (last, silent, since))) in
+                    pulses.iter().zip(&mut seen).enumerate()
+                {
                     let beats = pulse.beats.load(Ordering::Relaxed);
                     let tid = pulse.tid.load(Ordering::Relaxed);
                     if beats != *last || tid == 0 {
-                        (*last, *since) = (beats, Instant::now());
+                        (*last, *silent, *since) = (beats, Instant::now(), Instant::now());
                         continue;
+                    }
+                    if silent.elapsed() >= exit_after && !stop.load(Ordering::Relaxed) {
+                        crate::stderr::say!(
+                            "fatal: shard {shard} showed no sign of life for {} ms although \
+                             woken every {} ms; stopping the server (a restart recovers \
+                             everything acknowledged)",
+                            silent.elapsed().as_millis(),
+                            STALL_KICK_AFTER.as_millis()
+                        );
+                        std::process::exit(crate::boot::PANIC_EXIT_CODE);
                     }
                     if since.elapsed() < STALL_KICK_AFTER {
                         continue;
