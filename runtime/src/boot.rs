@@ -244,10 +244,6 @@ pub struct Ready {
     pub partitions: u32,
 }
 
-/// Runs the server until `stop` is set. `on_ready` is called once every shard serves.
-/// Exit status of a server stopped by a panic.
-pub const PANIC_EXIT_CODE: i32 = 101;
-
 /// Fail-stop: a panic on any thread (a shard, the blocking pool) stops the whole process
 /// with a message naming the thread and the cause. A half-alive server, whose other
 /// shards wait forever on the dead one, is worse than a restart: recovery restores every
@@ -276,7 +272,7 @@ fn fail_stop_on_panic() {
             .unwrap_or_default();
         crate::stderr::say!("fatal: {who} panicked: {cause}{at}; stopping the server");
         default(info);
-        std::process::exit(PANIC_EXIT_CODE);
+        std::process::exit(crate::stderr::FATAL_EXIT_CODE);
     }));
 }
 
@@ -306,6 +302,7 @@ fn injected_faults(shard: u32) {
     }
 }
 
+/// Runs the server until `stop` is set. `on_ready` is called once every shard serves.
 pub fn run_server(
     config: ServerConfig,
     stop: Arc<AtomicBool>,

@@ -147,7 +147,7 @@ pub(crate) fn watch(
                             silent.elapsed().as_millis(),
                             STALL_KICK_AFTER.as_millis()
                         );
-                        std::process::exit(crate::boot::PANIC_EXIT_CODE);
+                        std::process::exit(crate::stderr::FATAL_EXIT_CODE);
                     }
                     if since.elapsed() < STALL_KICK_AFTER {
                         continue;

@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 /// Lines waiting for the writer thread; beyond, lines are dropped and counted.
 pub const QUEUED_LINES_MAX: usize = 4096;
 
+/// Exit status of a server stopped by a fatal condition: a panic on any thread
+/// (`boot::fail_stop_on_panic`), a shard that stays silent although woken (`kick`).
+pub const FATAL_EXIT_CODE: i32 = 101;
+
 /// `Effect::Log` lines one shard writes per second; beyond, they are counted and the count
 /// is reported before the next line written.
 pub const LOG_LINES_PER_SECOND: u32 = 1000;
