@@ -825,29 +825,9 @@ fn guest_log_lines_appear_on_server_stderr() {
 /// serving everyone; now they wait in a bounded queue for a writer thread of their own.
 #[test]
 fn a_guest_logging_to_a_stderr_nobody_reads_does_not_stall_its_shard() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
     let dir = temp_dir();
-    let mut child = Command::new(common::FLO_BIN)
-        .args([
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--shards",
-            "1",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the flo binary");
+    let (mut child, addr) = common::spawn_with_own_stderr(dir.path(), 1);
     let _unread_stderr = child.stderr.take();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut ready = String::new();
-    stdout.read_line(&mut ready).unwrap();
-    let addr = common::parse_ready_line(ready.trim()).expect("a ready line");
     // A 900-byte line per run: 256 runs log 230 KB, over three times what the pipe holds.
     let line = "x".repeat(900);
     let (done_tx, done_rx) = std::sync::mpsc::channel();

@@ -343,29 +343,9 @@ fn idle_connections_are_told_and_closed_and_the_client_connects_again() {
 /// lines are written or lost, never a panic (which would stop the server).
 #[test]
 fn a_server_whose_stderr_is_closed_serves_and_stops_cleanly() {
-    use std::io::BufRead;
     let dir = temp_dir();
-    let mut child = Command::new(FLO_BIN)
-        .args([
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--shards",
-            "2",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn flo server");
+    let (mut child, addr) = common::spawn_with_own_stderr(dir.path(), 2);
     drop(child.stderr.take());
-    let mut ready = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let addr = parse_ready_line(&ready).unwrap_or_else(|| panic!("ready line: {ready:?}"));
     let mut c = flo::Client::connect(addr).unwrap();
     c.kv_put("k", b"v", Default::default()).unwrap();
     // SIGTERM: the stop writes its lines to the closed pipe.

@@ -12,7 +12,7 @@ use std::fmt;
 use std::io::Write;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 /// Lines waiting for the writer thread; beyond, lines are dropped and counted.
@@ -96,7 +96,7 @@ pub fn queued(text: String) {
         return line(format_args!("{text}"));
     };
     q.pending.fetch_add(1, Ordering::Relaxed);
-    if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = q.lines.try_send(text) {
+    if q.lines.try_send(text).is_err() {
         q.pending.fetch_sub(1, Ordering::Relaxed);
         q.dropped.fetch_add(1, Ordering::Relaxed);
     }

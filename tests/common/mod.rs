@@ -296,6 +296,28 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// Starts `flo server --listen 127.0.0.1:0 --shards N` on `dir` whose stderr the caller
+/// handles (`child.stderr`: left unread, or closed), unlike `TestServer`, which drains it.
+/// Returns once the server says it listens. The caller kills or stops the child.
+pub fn spawn_with_own_stderr(dir: &Path, shards: u32) -> (Child, SocketAddr) {
+    let mut child = Command::new(FLO_BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--shards"])
+        .arg(shards.to_string())
+        .arg("--data-dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the flo binary");
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let addr = parse_ready_line(ready.trim()).unwrap_or_else(|| panic!("ready line: {ready:?}"));
+    (child, addr)
+}
+
 /// `flo 0.1.0 listening on 127.0.0.1:PORT (2 shards, durability sync, data DIR)` → address.
 pub fn parse_ready_line(line: &str) -> Option<SocketAddr> {
     let rest = line.split_once(" listening on ")?.1;

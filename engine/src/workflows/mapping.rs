@@ -93,6 +93,15 @@ mod tests {
             assert_eq!(resolve_path(path, &ctx()), Value::Null);
         }
         assert!(parse_json_path(r#"$.input["\u0041"]"#).is_ok());
+        // Every prefix of paths full of escapes: an error or a path, never a panic.
+        for path in [
+            r#"$.input["a\u0041\uD83D\uDE00\n\"b"]"#,
+            r#"$.input['\ud83d\ude00\'\\u']"#,
+        ] {
+            for end in (0..=path.len()).filter(|&i| path.is_char_boundary(i)) {
+                let _ = parse_json_path(&path[..end]);
+            }
+        }
     }
 
     fn ctx() -> Value {
