@@ -243,7 +243,7 @@ fn validate(options: &WorkerOptions, handlers: &[(String, Handler)]) -> Result<(
         return Err("the heartbeat interval must be positive".into());
     }
     if let Some(labels) = &options.labels {
-        validate_labels(labels)?;
+        flo_protocol::check_labels(labels).map_err(|e| e.to_string())?;
     }
     if let Some(metadata) = &options.metadata {
         if metadata.len() > WORKER_METADATA_BYTES_MAX {
@@ -253,24 +253,6 @@ fn validate(options: &WorkerOptions, handlers: &[(String, Handler)]) -> Result<(
         }
         serde_json::from_str::<serde_json::Value>(metadata)
             .map_err(|e| format!("metadata must be JSON: {e}"))?;
-    }
-    Ok(())
-}
-
-fn validate_labels(labels: &str) -> Result<(), String> {
-    if labels.len() > WORKER_METADATA_BYTES_MAX {
-        return Err(format!(
-            "labels must have at most {WORKER_METADATA_BYTES_MAX} bytes"
-        ));
-    }
-    let map: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(labels).map_err(|e| format!("labels must be a JSON object: {e}"))?;
-    for (key, value) in &map {
-        if !(value.is_string() || value.is_number() || value.is_boolean()) {
-            return Err(format!(
-                "label {key} must be a string, number or boolean (labels are flat)"
-            ));
-        }
     }
     Ok(())
 }

@@ -4,9 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Longest delay accepted anywhere a client or a definition gives one (a signed 64-bit
-/// count of milliseconds, what other clients' languages send).
-pub const DELAY_MS_ACCEPTED_MAX: u64 = i64::MAX as u64;
 /// How far ahead a deadline may be set: a delay longer than this (about 100 years) means
 /// "never" (no deadline, no timer), so no addition can overflow.
 pub const TIMER_HORIZON_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
@@ -91,7 +88,10 @@ mod tests {
             Some(1000 + TIMER_HORIZON_MS)
         );
         assert_eq!(deadline_after(1000, TIMER_HORIZON_MS + 1), None);
-        assert_eq!(deadline_after(u64::MAX, DELAY_MS_ACCEPTED_MAX), None);
+        assert_eq!(
+            deadline_after(u64::MAX, flo_protocol::DELAY_MS_ACCEPTED_MAX),
+            None
+        );
         assert_eq!(deadline_after(u64::MAX, 5), Some(u64::MAX));
     }
 }

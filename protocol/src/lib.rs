@@ -4,6 +4,7 @@
 mod error;
 mod frame;
 mod message;
+mod rules;
 
 pub use error::{ErrorCode, ErrorValue, IDLE_CLOSED_PREFIX};
 pub use frame::{
@@ -21,4 +22,8 @@ pub use message::{
     WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
     WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowInfo, WorkflowRunInfo,
     WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
+};
+pub use rules::{
+    DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, check_action_name, check_idempotency_key,
+    check_labels, check_namespace, check_worker_id,
 };

@@ -14,10 +14,9 @@ pub use attempts::{
 pub use ops::{action_get, action_list, cancel, invoke, run_list, run_status};
 pub use registry::{
     ActionDef, MEMORY_LIMIT_MB_DEFAULT, MEMORY_LIMIT_MB_MAX, Registry, action_info,
-    validate_action_name,
 };
 pub use runs::{
     Lease, PRIORITY_DEFAULT, Run, Runs, idempotent_run_id, retry_at, retry_delay_ms, run_info,
-    run_not_found, validate_idempotency_key, validate_labels,
+    run_not_found,
 };
 pub use scheduler::{ActionKey, Queue, RunKey, Scheduler, TaskEntry};

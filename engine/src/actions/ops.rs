@@ -1,14 +1,12 @@
 //! Client operations on action runs, on the shard owning the run.
 
 use super::attempts::Executions;
-use super::{
-    action_info, idempotent_run_id, run_info, validate_action_name, validate_idempotency_key,
-};
+use super::{action_info, idempotent_run_id, run_info};
 use crate::archive::{self, RunKind};
 use crate::core::cx::{Core, Task};
 use crate::core::io::Done;
-use crate::kv::validate_namespace;
 use flo_protocol::{ErrorValue, InvokeSpec, Reply, RunStatus};
+use flo_protocol::{check_action_name, check_idempotency_key, check_namespace};
 
 /// Definition reads wait for the last definition change (on the coordinator it is applied
 /// before it is durable).
@@ -55,10 +53,10 @@ pub fn run_status(core: &Core, execs: &Executions, namespace: &str, run_id: &str
 pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
     let now = core.now_ms();
     let planned = (|| -> Result<(String, bool), ErrorValue> {
-        validate_namespace(&spec.namespace)?;
-        validate_action_name(&spec.action)?;
+        check_namespace(&spec.namespace)?;
+        check_action_name(&spec.action)?;
         if let Some(key) = &spec.idempotency_key {
-            validate_idempotency_key(key)?;
+            check_idempotency_key(key)?;
         }
         core.state
             .registry

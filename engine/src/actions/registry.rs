@@ -3,7 +3,9 @@
 
 use crate::record::{ActionDefRecord, Record};
 use crate::tables::HashMap;
-use flo_protocol::{ACTION_NAME_BYTES_MAX, ActionInfo, ActionKind, ActionSpec, ErrorValue};
+use flo_protocol::{
+    ActionInfo, ActionKind, ActionSpec, ErrorValue, check_action_name, check_namespace,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -34,19 +36,6 @@ pub struct ActionDef {
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Registry {
     spaces: HashMap<String, BTreeMap<String, ActionDef>>,
-}
-
-/// Names: 1 to 256 bytes of letters, digits, `-`, `_`, `.`.
-pub fn validate_action_name(name: &str) -> Result<(), ErrorValue> {
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if name.is_empty() || name.len() > ACTION_NAME_BYTES_MAX || !ok_chars {
-        return Err(ErrorValue::bad_request(format!(
-            "action name {name:?} is invalid: use 1 to {ACTION_NAME_BYTES_MAX} letters, digits, '-', '_' or '.'"
-        )));
-    }
-    Ok(())
 }
 
 fn bounded(
@@ -111,8 +100,8 @@ impl Registry {
         wasm_describe: Option<String>,
         now_ms: u64,
     ) -> Result<Record, ErrorValue> {
-        crate::kv::validate_namespace(&spec.namespace)?;
-        validate_action_name(&spec.name)?;
+        check_namespace(&spec.namespace)?;
+        check_action_name(&spec.name)?;
         match (spec.kind, &spec.wasm) {
             (ActionKind::Wasm, None) => {
                 return Err(ErrorValue::bad_request(

@@ -1,19 +1,18 @@
 //! Runs of actions on this shard: created, attempted, completed, failed, cancelled.
 
-use crate::clock::{DELAY_MS_ACCEPTED_MAX, deadline_after};
+use crate::clock::deadline_after;
 use crate::pages::{self, Pos};
 use crate::record::{ActionDefRecord, Record};
 use crate::tables::HashMap;
 use flo_protocol::{
-    ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
-    RunInfo, RunStatus,
+    DELAY_MS_ACCEPTED_MAX, ErrorValue, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
+    RunInfo, RunStatus, check_labels,
 };
 
 pub const PRIORITY_DEFAULT: u8 = 10;
 /// Longest invocation delay; one beyond the timer horizon never ends (the run stays
 /// pending until cancelled).
 pub const DELAY_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
-pub const LABELS_BYTES_MAX: usize = 4096;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Run {
@@ -96,27 +95,6 @@ pub fn run_not_found(namespace: &str, run_id: &str) -> ErrorValue {
     ))
 }
 
-pub fn validate_labels(labels: &str) -> Result<(), ErrorValue> {
-    if labels.len() > LABELS_BYTES_MAX {
-        return Err(ErrorValue::bad_request(format!(
-            "labels must be at most {LABELS_BYTES_MAX} bytes"
-        )));
-    }
-    let value: serde_json::Value = serde_json::from_str(labels)
-        .map_err(|e| ErrorValue::bad_request(format!("labels must be a JSON object: {e}")))?;
-    let Some(map) = value.as_object() else {
-        return Err(ErrorValue::bad_request(
-            "labels must be a JSON object like {\"gpu\":true}",
-        ));
-    };
-    if let Some((k, _)) = map.iter().find(|(_, v)| v.is_object() || v.is_array()) {
-        return Err(ErrorValue::bad_request(format!(
-            "label {k:?} must be a string, number or boolean (labels are flat)"
-        )));
-    }
-    Ok(())
-}
-
 impl Runs {
     pub fn get(&self, namespace: &str, run_id: &str) -> Option<&Run> {
         self.spaces.get(namespace)?.get(run_id).map(|r| &**r)
@@ -185,7 +163,7 @@ impl Runs {
             )));
         }
         if let Some(labels) = &spec.labels {
-            validate_labels(labels)?;
+            check_labels(labels)?;
         }
         Ok(Record::RunCreated {
             namespace: spec.namespace,
@@ -303,15 +281,6 @@ impl Runs {
     }
 }
 
-pub fn validate_idempotency_key(key: &str) -> Result<(), ErrorValue> {
-    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
-        return Err(ErrorValue::bad_request(format!(
-            "idempotency key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"
-        )));
-    }
-    Ok(())
-}
-
 pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunInfo {
     let status = if running && run.status == RunStatus::Pending {
         RunStatus::Running
@@ -349,13 +318,5 @@ mod tests {
         assert_eq!(retry_delay_ms(1000, 2), 2000);
         assert_eq!(retry_delay_ms(1000, 3), 4000);
         assert_eq!(retry_delay_ms(u64::MAX, 90), u64::MAX);
-    }
-
-    #[test]
-    fn labels_must_be_a_flat_object() {
-        assert!(validate_labels(r#"{"gpu":true,"vram_gb":24,"region":"us"}"#).is_ok());
-        assert!(validate_labels("[1]").is_err());
-        assert!(validate_labels(r#"{"a":{"b":1}}"#).is_err());
-        assert!(validate_labels("nope").is_err());
     }
 }

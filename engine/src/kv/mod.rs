@@ -9,7 +9,7 @@ mod waits;
 
 pub use forward::{Forwarder, on_forwarded, on_remote_writes, start_forwards};
 pub use ops::{get, guest_read, guest_value, kv_delete, kv_list, kv_put, sweep_expired};
-pub use store::{Entry, KV_TTL_MS_MAX, KvPage, KvStore, PutCondition, validate_namespace};
+pub use store::{Entry, KV_TTL_MS_MAX, KvPage, KvStore, PutCondition};
 pub use waits::{
     KV_WAITS_MAX, KvWaits, abandon_wait, conn_closed, expire_waits, forward_wait, get_or_wait,
     keys_written, on_wait_relayed, serve_waits,

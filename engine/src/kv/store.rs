@@ -1,13 +1,11 @@
 //! Namespaced key-value store: versions for compare-and-set, optional TTL, ordered keys
 //! for prefix listing. `plan_*` validate and build records; `apply_*` change state.
 
-use crate::clock::{DELAY_MS_ACCEPTED_MAX, deadline_after};
+use crate::clock::deadline_after;
 use crate::record::Record;
 use crate::tables::HashMap;
-use flo_protocol::{
-    ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry,
-    NAMESPACE_BYTES_MAX,
-};
+use flo_protocol::{DELAY_MS_ACCEPTED_MAX, check_namespace};
+use flo_protocol::{ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Longest TTL accepted; one beyond the timer horizon (about 100 years) never expires.
@@ -71,18 +69,8 @@ pub struct KvStore {
     expiries: BTreeSet<(u64, String, String)>,
 }
 
-pub fn validate_namespace(namespace: &str) -> Result<(), ErrorValue> {
-    if namespace.is_empty() || namespace.len() > NAMESPACE_BYTES_MAX {
-        return Err(ErrorValue::bad_request(format!(
-            "namespace must be 1 to {NAMESPACE_BYTES_MAX} bytes, got {}",
-            namespace.len()
-        )));
-    }
-    Ok(())
-}
-
 fn validate_key(namespace: &str, key: &str) -> Result<(), ErrorValue> {
-    validate_namespace(namespace)?;
+    check_namespace(namespace)?;
     if key.is_empty() || key.len() > KV_KEY_BYTES_MAX {
         return Err(ErrorValue::bad_request(format!(
             "key must be 1 to {KV_KEY_BYTES_MAX} bytes, got {}",
@@ -234,7 +222,7 @@ impl KvStore {
         limit: u32,
         now_ms: u64,
     ) -> Result<KvPage<'_>, ErrorValue> {
-        validate_namespace(namespace)?;
+        check_namespace(namespace)?;
         if limit == 0 || limit > KV_LIST_LIMIT_MAX {
             return Err(ErrorValue::bad_request(format!(
                 "limit must be 1 to {KV_LIST_LIMIT_MAX}, got {limit}"

@@ -17,16 +17,15 @@
 
 use super::registry::WorkerRegistry;
 use super::tasks::{WantSpec, lease_tasks, release_tasks};
-use super::validate_worker_id;
 use crate::actions::ActionKey;
 use crate::core::cx::{Core, Task, Waiting};
 use crate::core::io::{ConnId, DiskSpace, PeerRequest, ReplyResult, ReplyTo, WantMsg, WorkerKey};
-use crate::kv::validate_namespace;
 use crate::tables::{HashMap, HashSet};
 use flo_protocol::{
     ActionKind, ErrorValue, Reply, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment,
     WORKER_PROCESSES_MAX,
 };
+use flo_protocol::{check_namespace, check_worker_id};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -312,8 +311,8 @@ fn check_await(
     actions: &[String],
     max_tasks: u32,
 ) -> Result<Option<Option<Map<String, Value>>>, ErrorValue> {
-    validate_namespace(namespace)?;
-    validate_worker_id(worker_id)?;
+    check_namespace(namespace)?;
+    check_worker_id(worker_id)?;
     if actions.is_empty() || actions.len() > WORKER_PROCESSES_MAX {
         return Err(ErrorValue::bad_request(format!(
             "name 1 to {WORKER_PROCESSES_MAX} actions to await"

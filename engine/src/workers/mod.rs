@@ -15,7 +15,7 @@ pub use awaits::{
 pub use ops::{note_task_done, report};
 pub use registry::{
     HEARTBEAT_TIMEOUT_MS, MAX_CONCURRENCY_DEFAULT, WORKERS_PER_SHARD_MAX, Worker, WorkerRegistry,
-    labels_match, validate_worker_id, worker_info,
+    labels_match, worker_info,
 };
 pub use tasks::{
     Failed, LEASE_SCAN_MAX, TASK_ERROR_BYTES_MAX, TaskReport, WantSpec, expire_leases, lease_tasks,

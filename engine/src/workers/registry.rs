@@ -2,13 +2,12 @@
 //! reference product: after a restart workers register again (their tasks' leases are
 //! durable, the registry is not).
 
-use crate::actions::validate_labels;
-use crate::kv::validate_namespace;
 use crate::tables::HashMap;
 use flo_protocol::{
-    ErrorValue, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
-    WorkerProcess, WorkerSpec, WorkerStatus, WorkerType,
+    ErrorValue, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo, WorkerProcess,
+    WorkerSpec, WorkerStatus, WorkerType,
 };
+use flo_protocol::{check_labels, check_namespace, check_worker_id};
 use serde_json::{Map, Value};
 
 /// Most workers registered on one shard.
@@ -48,16 +47,6 @@ impl Worker {
 #[derive(Default)]
 pub struct WorkerRegistry {
     workers: HashMap<(String, String), Worker>,
-}
-
-pub fn validate_worker_id(worker_id: &str) -> Result<(), ErrorValue> {
-    if worker_id.is_empty() || worker_id.len() > WORKER_ID_BYTES_MAX {
-        return Err(ErrorValue::bad_request(format!(
-            "worker id must be 1 to {WORKER_ID_BYTES_MAX} bytes, got {}",
-            worker_id.len()
-        )));
-    }
-    Ok(())
 }
 
 /// Whether a worker with `worker` labels may run a task requiring `required`: every
@@ -104,8 +93,8 @@ impl WorkerRegistry {
 
     /// Registers a worker, replacing an earlier registration of the same id.
     pub fn register(&mut self, spec: WorkerSpec, now_ms: u64) -> Result<WorkerInfo, ErrorValue> {
-        validate_namespace(&spec.namespace)?;
-        validate_worker_id(&spec.worker_id)?;
+        check_namespace(&spec.namespace)?;
+        check_worker_id(&spec.worker_id)?;
         let max_concurrency = spec.max_concurrency.unwrap_or(MAX_CONCURRENCY_DEFAULT);
         if max_concurrency == 0 {
             return Err(ErrorValue::bad_request(
@@ -146,7 +135,7 @@ impl WorkerRegistry {
         }
         let label_map = match &spec.labels {
             Some(labels) => {
-                validate_labels(labels)?;
+                check_labels(labels)?;
                 match serde_json::from_str::<Value>(labels) {
                     Ok(Value::Object(map)) => Some(map),
                     _ => None,

@@ -18,9 +18,9 @@ use crate::archive::{self, RunKind};
 use crate::clock::deadline_after;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, RunKey};
-use crate::kv::validate_namespace;
 use crate::pages::Pos;
 use crate::record::{Record, StepNext, StepRef, StepWait};
+use flo_protocol::check_namespace;
 use flo_protocol::{
     ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, IDEMPOTENCY_KEY_BYTES_MAX,
     RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply,
@@ -92,7 +92,7 @@ pub fn wf_plan_create(
     yaml: &str,
     now_ms: u64,
 ) -> Result<(Option<Record>, String, String, Vec<ValidationIssue>), ErrorValue> {
-    validate_namespace(namespace)?;
+    check_namespace(namespace)?;
     if yaml.len() > WORKFLOW_YAML_BYTES_MAX {
         return Err(ErrorValue::bad_request(format!(
             "a workflow definition must be at most {WORKFLOW_YAML_BYTES_MAX} bytes"
@@ -257,7 +257,7 @@ fn wf_plan_start(
     core: &Core,
     spec: &WorkflowStartSpec,
 ) -> Result<Result<PlannedStart, String>, ErrorValue> {
-    validate_namespace(&spec.namespace)?;
+    check_namespace(&spec.namespace)?;
     let entry = wf_entry(core, &spec.namespace, &spec.name)?;
     if !entry.enabled {
         return Err(ErrorValue::conflict(format!(

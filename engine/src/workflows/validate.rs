@@ -46,8 +46,7 @@ use super::def::{
 use super::issues::{IssueCode, issue};
 use super::mapping::{is_mapping_path, mapping_paths};
 use super::parse::{Entries, RawPoll, RawRetry, RawSignalWait, RawStep, RawWorkflow};
-use crate::actions::validate_action_name;
-use crate::clock::DELAY_MS_ACCEPTED_MAX;
+use flo_protocol::{DELAY_MS_ACCEPTED_MAX, check_action_name};
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -748,7 +747,7 @@ impl Checker {
 /// A run target: `@actions/NAME`, `@workflow/NAME`, `@workflow/NAME:VERSION` or `@plan/NAME`.
 pub fn parse_target(run: &str) -> Result<Target, String> {
     if let Some(name) = run.strip_prefix("@actions/") {
-        validate_action_name(name).map_err(|e| format!("`{run}`: {}", e.message))?;
+        check_action_name(name).map_err(|e| format!("`{run}`: {e}"))?;
         return Ok(Target::Action(name.to_owned()));
     }
     if let Some(rest) = run.strip_prefix("@workflow/") {
