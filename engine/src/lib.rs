@@ -22,7 +22,6 @@ pub mod state;
 pub mod tables;
 pub mod workers;
 pub mod workflows;
-pub mod yaml_depth;
 
 pub use crate::core::cx::Durability;
 pub use crate::core::io::{

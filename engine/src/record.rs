@@ -394,7 +394,7 @@ mod tests {
     /// The deepest definition the YAML parser accepts still decodes from its record.
     #[test]
     fn a_definition_nested_to_the_yaml_limit_round_trips() {
-        let depth = crate::yaml_depth::YAML_NESTING_MAX - 4;
+        let depth = flo_workflow::yaml_depth::YAML_NESTING_MAX - 4;
         let mapping = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
         let yaml = format!(
             "kind: Workflow\nname: w\nversion: \"1\"\nstart:\n  run: \"@actions/a\"\n  \

@@ -263,7 +263,7 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
 pub fn validate(cmd: &ValidateCommand, out: &Output) -> Result<(), CliError> {
     let ValidateCommand::Workflow { file } = cmd;
     let yaml = read_definition(file)?;
-    match flo_engine::workflows::parse_workflow(&yaml) {
+    match flo_workflow::parse_workflow(&yaml) {
         Ok(valid) => {
             let doc = json!({
                 "valid": true,

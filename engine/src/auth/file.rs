@@ -13,7 +13,7 @@
 //! or the same in TOML (`[[tokens]]` tables). Tokens are kept as SHA-256 digests and a
 //! presented token is compared with every one of them in constant time.
 
-use crate::yaml_depth::{YAML_NESTING_MAX, nests_deeper_than};
+use flo_workflow::yaml_depth::{YAML_NESTING_MAX, nests_deeper_than};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};

@@ -11,9 +11,7 @@
 //! also on this shard. Everything a run touches is local, so advancing never waits on
 //! another shard.
 
-use super::def::{Idempotency, Next, StepAction, Target, WorkflowDef};
 use super::state::{WfRun, json_value, run_info};
-use super::validate::SIGNAL_TYPE_BYTES_MAX;
 use crate::archive::{self, RunKind};
 use crate::clock::deadline_after;
 use crate::core::cx::{Core, Task};
@@ -26,6 +24,7 @@ use flo_protocol::{
     RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply,
     RunStatus, ValidationIssue, WorkflowInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
+use flo_workflow::{Idempotency, Next, SIGNAL_TYPE_BYTES_MAX, StepAction, Target, WorkflowDef};
 use serde_json::{Value, json};
 
 /// Steps a run (with its children) may take in one burst of work without waiting on

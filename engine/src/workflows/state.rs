@@ -2,11 +2,11 @@
 //! by `ShardState::apply` of the workflow records. History is part of the fold: each record
 //! appends the events it stands for.
 
-use super::def::{START_STEP, WorkflowDef};
 use crate::pages::{self, Pos};
 use crate::record::{StepNext, StepRef, StepWait};
 use crate::tables::HashMap;
 use flo_protocol::{HistoryEvent, WorkflowRunStatus};
+use flo_workflow::{START_STEP, WorkflowDef};
 use serde_json::Value;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

@@ -402,7 +402,7 @@ fn sample_records() -> Vec<Record> {
         updated_at_ms: 9,
     };
     let yaml = super::yaml::SAMPLE.to_string();
-    let def = flo_engine::workflows::parse_workflow(&yaml)
+    let def = flo_workflow::parse_workflow(&yaml)
         .expect("the sample workflow is valid")
         .def;
     vec![

@@ -9,7 +9,7 @@
 
 use super::{Signal, Target};
 use flo_engine::record::Record;
-use flo_engine::workflows::parse_workflow;
+use flo_workflow::parse_workflow;
 
 pub const TARGET: Target = Target {
     name: "yaml",

@@ -6,7 +6,7 @@
 //! report each duplicate. Values that validation judges (`kind`, `idempotency`, `backoff`,
 //! terminal `status`, ...) are kept as text here; numbers are `u64`.
 
-use super::issues::{IssueCode, issue};
+use crate::issues::{IssueCode, issue};
 use flo_protocol::ValidationIssue;
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -148,8 +148,8 @@ pub(super) struct RawTerminal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workflows::{Backoff, Idempotency, PollPolicy, RetryPolicy, StepAction, Target};
-    use crate::workflows::{
+    use crate::{Backoff, Idempotency, PollPolicy, RetryPolicy, StepAction, Target};
+    use crate::{
         DEFINITION_BYTES_MAX, DEFINITION_NESTING_MAX, MAPPING_PATH_NESTING_MAX, Validated,
         parse_workflow,
     };
@@ -413,7 +413,7 @@ steps:
         );
         assert_eq!(
             def.steps["await_approval"].action,
-            StepAction::WaitForSignal(crate::workflows::SignalWait {
+            StepAction::WaitForSignal(crate::SignalWait {
                 signal_type: "approval".into(),
                 timeout_ms: Some(3_600_000),
                 on_timeout: Some("OrderRejected".into()),
@@ -1241,7 +1241,7 @@ steps:
         assert_eq!(codes(&v.warnings), [("W102", "start.waitForSignal")]);
         assert_eq!(
             v.def.start.action,
-            StepAction::WaitForSignal(crate::workflows::SignalWait {
+            StepAction::WaitForSignal(crate::SignalWait {
                 signal_type: "approval".into(),
                 timeout_ms: None,
                 on_timeout: None,

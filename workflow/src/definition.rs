@@ -1,10 +1,10 @@
 //! A workflow definition from YAML: parsed into raw structs (`parse`), then checked and
 //! normalised (`validate`).
 
-use super::def::Validated;
-use super::issues::{IssueCode, issue};
-use super::parse::parse_raw;
-use super::validate::validate;
+use crate::def::Validated;
+use crate::issues::{IssueCode, issue};
+use crate::parse::parse_raw;
+use crate::validate::validate;
 use crate::yaml_depth::{YAML_NESTING_MAX, nests_deeper_than};
 use flo_protocol::ValidationIssue;
 

@@ -39,13 +39,13 @@
 //! Delays and timeouts may be anything up to 2^63-1 ms (`i64::MAX`); one beyond the timer
 //! horizon (about 100 years, `clock::TIMER_HORIZON_MS`) never fires.
 
-use super::def::{
+use crate::def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, PollPolicy, RetryPolicy, START_STEP, SignalWait, Step,
     StepAction, Target, Validated, WorkflowDef,
 };
-use super::issues::{IssueCode, issue};
-use super::mapping::{is_mapping_path, mapping_paths};
-use super::parse::{Entries, RawPoll, RawRetry, RawSignalWait, RawStep, RawWorkflow};
+use crate::issues::{IssueCode, issue};
+use crate::mapping::{is_mapping_path, mapping_paths};
+use crate::parse::{Entries, RawPoll, RawRetry, RawSignalWait, RawStep, RawWorkflow};
 use flo_protocol::{DELAY_MS_ACCEPTED_MAX, check_action_name};
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
@@ -326,7 +326,7 @@ impl Checker {
 
     fn terminals(
         &mut self,
-        raw: Vec<(String, super::parse::RawTerminal)>,
+        raw: Vec<(String, crate::parse::RawTerminal)>,
         steps: &BTreeSet<String>,
     ) -> BTreeMap<String, WorkflowRunStatus> {
         let mut terminals = BTreeMap::new();
@@ -854,7 +854,7 @@ fn check_mapping_path(path: &str, steps: &BTreeSet<String>) -> Result<(), String
              levels are allowed"
         ));
     }
-    if let Err(err) = super::mapping::parse_json_path(path) {
+    if let Err(err) = crate::mapping::parse_json_path(path) {
         return Err(format!(
             "is not valid JSONPath (RFC 9535): {err}; names with characters other than letters, digits and `_` need brackets, e.g. `$.steps['check-status'].output`"
         ));
