@@ -5,10 +5,10 @@
 //! answer the client once all have. At start-up the coordinator brings every shard's
 //! definitions to its own (a crash mid-change may have reached some shards only).
 
-use crate::actions::action_info;
 use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Effect, PeerRequest, ReplyResult, ReplyTo};
-use crate::record::Record;
+use crate::fold::record::Record;
+use crate::fold::registry::action_info;
 use crate::workflows::{wf_info, wf_plan_create, wf_plan_set_enabled};
 use flo_protocol::{ActionSpec, ErrorValue, Op, Reply};
 use std::collections::VecDeque;
@@ -377,8 +377,8 @@ pub fn sync_all(core: &mut Core) {
 pub fn apply_sync(
     core: &mut Core,
     to: ReplyTo,
-    actions: Option<Vec<(String, String, crate::actions::ActionDef)>>,
-    workflows: Vec<crate::workflows::WfSyncEntry>,
+    actions: Option<Vec<(String, String, crate::fold::registry::ActionDef)>>,
+    workflows: Vec<crate::fold::workflows::WfSyncEntry>,
 ) {
     let now = core.now_ms();
     let mut records = match actions {

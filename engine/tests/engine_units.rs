@@ -7,7 +7,8 @@ mod cluster;
 
 use cluster::{Cluster, new_engine};
 use flo_engine::actions::WASM_SLOTS;
-use flo_engine::archive::{self, RunKind};
+use flo_engine::fold::archive::RunKind;
+use flo_engine::fold::archived as archive;
 use flo_engine::{DiskSpace, ExecFailure, ExecResult, Execution, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunInfo, RunStatus, TaskAssignment, WorkerSpec,
@@ -563,19 +564,13 @@ fn cancel_cascades_to_the_child_and_its_group_applies_whole_on_replay() {
         let s = e.state();
         let wf = |id: &str| match s.workflows.run(NS, id) {
             Some(run) => run.status,
-            None => archive::workflow_status(
-                archive::lookup(s, RunKind::Workflow, NS, id)
-                    .unwrap()
-                    .status,
-            ),
+            None => archive::workflow_status(s.archived(RunKind::Workflow, NS, id).unwrap().status),
         };
         let action = match s.runs.get(NS, &action) {
             Some(run) => run.status,
-            None => archive::action_status(
-                archive::lookup(s, RunKind::Action, NS, &action)
-                    .unwrap()
-                    .status,
-            ),
+            None => {
+                archive::action_status(s.archived(RunKind::Action, NS, &action).unwrap().status)
+            }
         };
         (wf(&outer), wf(&inner), action)
     };

@@ -345,7 +345,7 @@ pub fn run_server(
     let cpus = allowed_cpus();
     let wasm_engine = WasmEngine::new(WasmConfig {
         max_instances: meta.shards * WASM_SLOTS as u32 + 4,
-        memory_limit_bytes_max: u64::from(flo_engine::actions::MEMORY_LIMIT_MB_MAX) << 20,
+        memory_limit_bytes_max: u64::from(flo_engine::fold::registry::MEMORY_LIMIT_MB_MAX) << 20,
     })
     .map_err(|e| ServerError::Shard {
         shard: 0,

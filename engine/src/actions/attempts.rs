@@ -2,11 +2,11 @@
 //! and the record each execution's result becomes — a completion (with the guest's KV
 //! writes) or a failed attempt (retried after backoff, or final and dead-lettered).
 
-use super::runs::retry_at;
-use super::scheduler::RunKey;
 use crate::core::cx::{Core, Task};
 use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
-use crate::record::{GuestKvWrite, Record};
+use crate::fold::record::{GuestKvWrite, Record};
+use crate::fold::runs::retry_at;
+use crate::fold::scheduler::RunKey;
 use crate::tables::HashMap;
 use flo_protocol::RunStatus;
 

@@ -1,10 +1,12 @@
 //! Client operations on action runs, on the shard owning the run.
 
 use super::attempts::Executions;
-use super::{action_info, idempotent_run_id, run_info};
-use crate::archive::{self, RunKind};
+use crate::archive;
 use crate::core::cx::{Core, Task};
 use crate::core::io::Done;
+use crate::fold::archive::RunKind;
+use crate::fold::registry::action_info;
+use crate::fold::runs::{idempotent_run_id, run_info};
 use flo_protocol::{ErrorValue, InvokeSpec, Reply, RunStatus};
 use flo_protocol::{check_action_name, check_idempotency_key, check_namespace};
 
@@ -80,7 +82,9 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
     let existing = idempotent
         .then(|| match core.state.runs.get(&spec.namespace, &run_id) {
             Some(run) => Some(run.lsn),
-            None => archive::lookup(&core.state, RunKind::Action, &spec.namespace, &run_id)
+            None => core
+                .state
+                .archived(RunKind::Action, &spec.namespace, &run_id)
                 .map(|e| e.lsn),
         })
         .flatten();
@@ -143,11 +147,11 @@ pub fn run_list(
 /// Cancels a pending or running run; the workflow step it executes (if any) moves on.
 pub fn cancel(core: &mut Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {
     let now = core.now_ms();
-    if let Some(e) = archive::lookup(&core.state, RunKind::Action, namespace, run_id) {
+    if let Some(e) = core.state.archived(RunKind::Action, namespace, run_id) {
         return Done {
             result: Err(ErrorValue::conflict(format!(
                 "run {run_id:?} is already {}; only pending or running runs can be cancelled",
-                archive::action_status(e.status).as_str()
+                crate::fold::archived::action_status(e.status).as_str()
             ))),
             wait_lsn: e.lsn,
         };

@@ -1,20 +1,14 @@
 //! Finished runs leave memory. Once a run is final and nothing waits on it any more, its
 //! final document is logged once (`Record::RunArchived`) and `apply` drops the run from
-//! the fold, keeping a few bytes in the run index (`RunIndex`): where in the log the
-//! document is. Reads of an archived run read that record back (`Effect::ReadLog`).
+//! the fold, keeping a few bytes in the run index (`fold::archive::RunIndex`): where in
+//! the log the document is. Reads of an archived run read that record back
+//! (`Effect::ReadLog`).
 
 /// Finished runs are kept (their status, history, idempotency key) this long by default.
 pub const RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3600 * 1000;
 
-mod index;
 mod plan;
 mod reads;
 
-pub use index::{Entry, RunIndex, RunKind, name_tag, run_key};
-pub use plan::{
-    ArchivedRun, WfArchived, action_status, action_status_code, archive_if_done, final_runs,
-    forget_expired, plan_archive, workflow_status, workflow_status_code,
-};
-pub use reads::{
-    LIST_SCAN_MAX, ListQuery, Live, Reads, Want, lookup, on_read, read_list, read_one,
-};
+pub use plan::{archive_if_done, final_runs, forget_expired, plan_archive};
+pub use reads::{LIST_SCAN_MAX, ListQuery, Live, Reads, Want, on_read, read_list, read_one};

@@ -2,13 +2,12 @@
 //! until it is durable, answered by `Input::LogRead`), checked against the run asked for,
 //! and turned into the reply a live run would get.
 
-use super::index::{Entry, RunKind, name_tag, run_key};
-use super::plan::{ArchivedRun, action_status_code, workflow_status_code};
 use crate::core::cx::Core;
 use crate::core::io::{Dest, Done};
+use crate::fold::archive::{Entry, RunKind, name_tag};
+use crate::fold::archived::{ArchivedRun, action_status_code, workflow_status_code};
+use crate::fold::record::Record;
 use crate::pages::{Part, Pos};
-use crate::record::Record;
-use crate::state::ShardState;
 use crate::tables::HashMap;
 use flo_protocol::{ErrorValue, Reply, RunInfo, WorkflowRunInfo};
 
@@ -121,18 +120,6 @@ impl Reads {
     pub fn in_flight(&self) -> usize {
         self.slots.len()
     }
-}
-
-/// The index entry of a run that is archived (not in memory).
-pub fn lookup(state: &ShardState, kind: RunKind, namespace: &str, run_id: &str) -> Option<Entry> {
-    let live = match kind {
-        RunKind::Action => state.runs.get(namespace, run_id).is_some(),
-        RunKind::Workflow => state.workflows.run(namespace, run_id).is_some(),
-    };
-    if live {
-        return None;
-    }
-    state.archive.get(run_key(kind, namespace, run_id))
 }
 
 /// Reads one archived run; `dest` gets the answer `want` asks for.

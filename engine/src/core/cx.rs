@@ -2,12 +2,13 @@
 //! effect that depends on a record leaves the shard only once that record is durable.
 //! Domain handlers get a `&mut Core`; they change state only through `commit`.
 
-use super::io::{DiskSpace, Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo, RunKey, WorkerKey};
+use super::io::{DiskSpace, Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
 use crate::clock::Clock;
+use crate::fold::index::{Index, Touch};
+use crate::fold::record::Record;
+use crate::fold::state::ShardState;
 use crate::hash::Partitioning;
-use crate::index::{Index, Touch};
-use crate::record::Record;
-use crate::state::ShardState;
+use crate::ids::{RunKey, WorkerKey};
 use crate::tables::HashMap;
 use flo_protocol::{ErrorCode, TaskAssignment};
 use flo_ual::{Batch, LogBuffer};
@@ -44,7 +45,7 @@ pub enum Task {
     /// After recovery: an in-flight workflow run continues where it was.
     WfResume(RunKey),
     /// A run may be final and unreferenced: archive it (`archive::plan_archive`).
-    Archive(crate::archive::RunKind, RunKey),
+    Archive(crate::fold::archive::RunKind, RunKey),
     /// Tasks leased here (now durable) for an await of a worker homed here.
     Delivered {
         worker: WorkerKey,
@@ -203,7 +204,7 @@ impl Core {
         let definition = record.is_definition();
         let forgets = matches!(record, Record::RunsForgotten { .. });
         if let Some(written) = &mut self.kv_written {
-            crate::kv::keys_written(&record, written);
+            record.keys_written(written);
         }
         let lsn = self
             .log

@@ -2,9 +2,9 @@
 //! (`Effect`), as plain data. Messages between shards (`PeerMsg`) travel inside effects
 //! and inputs; the runtime carries them and looks at nothing inside.
 
-use crate::actions::ActionDef;
-use crate::record::{GuestKvWrite, Record};
-use crate::workflows::WfSyncEntry;
+use crate::fold::record::{GuestKvWrite, Record};
+use crate::fold::registry::ActionDef;
+use crate::fold::workflows::WfSyncEntry;
 use flo_protocol::{ErrorValue, ModuleCacheInfo, Op, Reply, TaskAssignment};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -12,10 +12,6 @@ use std::sync::Arc;
 pub type ReplyResult = Result<Reply, ErrorValue>;
 /// A client connection, numbered by the runtime (unique per shard for its lifetime).
 pub type ConnId = u64;
-/// (namespace, run id).
-pub type RunKey = (String, String);
-/// (namespace, worker id).
-pub type WorkerKey = (String, String);
 
 /// A client request: the connection it came on and the id its reply carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

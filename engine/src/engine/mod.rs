@@ -3,6 +3,8 @@
 //! async runtime: the runtime feeds it and performs what it asks; the simulation drives it
 //! without either.
 
+#[cfg(test)]
+mod bounds;
 mod fanout;
 mod routing;
 mod step;
@@ -15,11 +17,11 @@ use crate::actions::Executions;
 use crate::clock::Clock;
 use crate::core::cx::{Core, Durability};
 use crate::definitions::Definitions;
+use crate::fold::index::Index;
+use crate::fold::record::Record;
+use crate::fold::state::ShardState;
 use crate::hash::Partitioning;
-use crate::index::Index;
 use crate::kv::{Forwarder, KvWaits};
-use crate::record::Record;
-use crate::state::ShardState;
 use crate::workers::{Awaits, WorkerRegistry};
 use fanout::FanOuts;
 use flo_ual::Batch;
@@ -112,7 +114,7 @@ impl Engine {
     /// Before replay: starts from a snapshot (`snapshot::encode`'s bytes) instead of an
     /// empty fold; the log is then replayed from the LSN it returns + 1.
     pub fn restore(&mut self, image: &[u8]) -> Result<u64, String> {
-        let state = crate::snapshot::decode(image, self.core.shard, self.core.partitioning)?;
+        let state = crate::fold::snapshot::decode(image, self.core.shard, self.core.partitioning)?;
         let lsn = state.applied_lsn;
         self.core.restore(state);
         Ok(lsn)
@@ -129,7 +131,7 @@ impl Engine {
     pub fn snapshot(&self) -> (u64, crate::image::Image) {
         (
             self.core.last_lsn(),
-            crate::snapshot::encode(&self.core.state),
+            crate::fold::snapshot::encode(&self.core.state),
         )
     }
 

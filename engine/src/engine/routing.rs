@@ -1,7 +1,7 @@
 //! Where a client operation executes: the one place that classifies an `Op`.
 
-use crate::actions::idempotent_run_id;
 use crate::definitions::COORDINATOR;
+use crate::fold::runs::idempotent_run_id;
 use crate::hash::Partitioning;
 use crate::workflows::idempotent_workflow_run_id;
 use flo_protocol::{InvokeSpec, Op, WorkflowStartSpec};

@@ -7,12 +7,13 @@ use super::routing::{Target, mutates, target};
 use super::watches::Watched;
 use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS, LOG_BACKLOG_BYTES_MAX};
 use crate::actions::{self, on_executed, start_executions};
-use crate::archive::{self, ListQuery, Live, RunKind, Want};
+use crate::archive::{self, ListQuery, Live, Want};
 use crate::core::cx::{STEPS_PER_INPUT_MAX, Task, Waiting};
 use crate::core::io::{
     Dest, DiskSpace, Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, ReplyTo,
 };
 use crate::definitions;
+use crate::fold::archive::RunKind;
 use crate::hash::HASH_NAME;
 use crate::kv;
 use crate::pages::{self, Pos};
@@ -382,7 +383,7 @@ impl Engine {
                     kind: RunKind::Action,
                     namespace,
                     name: action,
-                    status: status.map(archive::action_status_code),
+                    status: status.map(crate::fold::archived::action_status_code),
                     dead_letter,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
                     from,
@@ -410,7 +411,7 @@ impl Engine {
                     kind: RunKind::Workflow,
                     namespace,
                     name,
-                    status: status.map(archive::workflow_status_code),
+                    status: status.map(crate::fold::archived::workflow_status_code),
                     dead_letter: false,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
                     from,
@@ -458,7 +459,7 @@ impl Engine {
         id: &str,
         to: ReplyTo,
     ) -> bool {
-        let Some(entry) = archive::lookup(&self.core.state, kind, ns, id) else {
+        let Some(entry) = self.core.state.archived(kind, ns, id) else {
             return false;
         };
         let dest = Dest::Reply(to);
@@ -534,7 +535,7 @@ impl Engine {
                 if_version,
                 if_exists,
             } => {
-                let condition = kv::PutCondition {
+                let condition = crate::fold::kv::PutCondition {
                     if_version,
                     if_exists,
                 };

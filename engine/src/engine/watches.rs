@@ -1,7 +1,8 @@
 //! Clients waiting for a run to become final (`RunWait`, `WorkflowWait`, invoke/start with
 //! wait): answered when it does, or with its current status at their deadline.
 
-use crate::core::io::{ReplyTo, RunKey};
+use crate::core::io::ReplyTo;
+use crate::ids::RunKey;
 use crate::tables::HashMap;
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 
 use crate::core::cx::{Core, Waiting};
 use crate::core::io::PeerRequest;
-use crate::record::{GuestKvWrite, Record};
+use crate::fold::record::{GuestKvWrite, Record};
 use std::collections::BTreeMap;
 
 /// Completions whose writes are sent per round.

@@ -1,16 +1,14 @@
-//! The namespaced key-value store: its state (part of the fold), the client operations on
-//! it, blocking reads parked until a key is written, and the delivery of guest writes to
-//! the shards owning their keys.
+//! The namespaced key-value store's operations: client reads and writes, blocking reads
+//! parked until a key is written, and the delivery of guest writes to the shards owning
+//! their keys. The store itself is `fold::kv`.
 
 mod forward;
 mod ops;
-mod store;
 mod waits;
 
 pub use forward::{Forwarder, on_forwarded, on_remote_writes, start_forwards};
 pub use ops::{get, guest_read, guest_value, kv_delete, kv_list, kv_put, sweep_expired};
-pub use store::{Entry, KV_TTL_MS_MAX, KvPage, KvStore, PutCondition};
 pub use waits::{
     KV_WAITS_MAX, KvWaits, abandon_wait, conn_closed, expire_waits, forward_wait, get_or_wait,
-    keys_written, on_wait_relayed, serve_waits,
+    on_wait_relayed, serve_waits,
 };

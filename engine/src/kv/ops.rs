@@ -1,16 +1,16 @@
 //! KV operations on the shard owning the key: plan a record, commit it, answer once the
 //! record the answer depends on is durable.
 
-use super::store::PutCondition;
 use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Done, Effect, PeerRequest};
-use crate::record::Record;
+use crate::fold::kv::PutCondition;
+use crate::fold::record::Record;
 use flo_protocol::{ErrorValue, KV_LIST_LIMIT_DEFAULT, Reply};
 
 /// A read: the value once the put that wrote it is durable; an absence once the delete
 /// that made it (if any) is durable.
 pub fn get(core: &Core, namespace: &str, key: &str) -> Done {
-    if let Err(e) = super::KvStore::validate_get(namespace, key) {
+    if let Err(e) = crate::fold::kv::KvStore::validate_get(namespace, key) {
         return Done::now(Err(e));
     }
     let entry = core.state.kv.get(namespace, key, core.now_ms());

@@ -12,7 +12,6 @@
 use super::ops::{absence_lsn, get};
 use crate::core::cx::{Core, Waiting};
 use crate::core::io::{ConnId, Done, PeerRequest, ReplyResult, ReplyTo};
-use crate::record::Record;
 use crate::tables::HashMap;
 use flo_protocol::{ErrorCode, ErrorValue, KV_WAIT_MS_MAX, Op, Reply};
 use std::collections::BTreeMap;
@@ -180,30 +179,6 @@ fn read_newer(core: &Core, namespace: &str, key: &str, after_version: Option<u64
             result,
             wait_lsn: done.wait_lsn,
         },
-    }
-}
-
-/// The keys `record` writes (over-approximated: a guest's writes to other shards' keys
-/// too), appended to `out`.
-pub fn keys_written(record: &Record, out: &mut Vec<(String, String)>) {
-    match record {
-        Record::KvPut { namespace, key, .. } => out.push((namespace.clone(), key.clone())),
-        Record::RunCompleted {
-            namespace,
-            kv_writes,
-            ..
-        }
-        | Record::KvRemoteWrites {
-            namespace,
-            writes: kv_writes,
-            ..
-        } => out.extend(
-            kv_writes
-                .iter()
-                .filter(|w| w.value.is_some())
-                .map(|w| (namespace.clone(), w.key.clone())),
-        ),
-        _ => {}
     }
 }
 

@@ -17,9 +17,10 @@
 
 use super::registry::WorkerRegistry;
 use super::tasks::{WantSpec, lease_tasks, release_tasks};
-use crate::actions::ActionKey;
 use crate::core::cx::{Core, Task, Waiting};
-use crate::core::io::{ConnId, DiskSpace, PeerRequest, ReplyResult, ReplyTo, WantMsg, WorkerKey};
+use crate::core::io::{ConnId, DiskSpace, PeerRequest, ReplyResult, ReplyTo, WantMsg};
+use crate::fold::scheduler::ActionKey;
+use crate::ids::WorkerKey;
 use crate::tables::{HashMap, HashSet};
 use flo_protocol::{
     ActionKind, ErrorValue, Reply, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX, TaskAssignment,

@@ -3,11 +3,12 @@
 //! is a record committed through `Core::commit` (whose `observe` queues and times runs).
 
 use super::registry::labels_match;
-use crate::actions::{ActionKey, Run, retry_at};
-use crate::archive::{self, RunKind};
 use crate::core::cx::{Core, Task};
 use crate::core::io::DiskSpace;
-use crate::record::{LeasedTask, Record};
+use crate::fold::archive::RunKind;
+use crate::fold::record::{LeasedTask, Record};
+use crate::fold::runs::{Run, retry_at};
+use crate::fold::scheduler::ActionKey;
 use crate::tables::HashSet;
 use flo_protocol::{
     ACTION_NAME_BYTES_MAX, ErrorValue, LEASE_EXTEND_MS_MAX, RunStatus, TaskAssignment,
@@ -157,13 +158,13 @@ fn leased_run<'a>(core: &'a Core, r: &TaskReport, now_ms: u64) -> Result<&'a Run
     let id = r.task_id;
     let Some(run) = core.state.runs.get(r.namespace, id) else {
         // Finished and archived: say how it ended.
-        if let Some(e) = archive::lookup(&core.state, RunKind::Action, r.namespace, id) {
+        if let Some(e) = core.state.archived(RunKind::Action, r.namespace, id) {
             return Err(ErrorValue::conflict(format!(
                 "task {id:?} is already {}; there is nothing to report",
-                archive::action_status(e.status).as_str()
+                crate::fold::archived::action_status(e.status).as_str()
             )));
         }
-        return Err(crate::actions::run_not_found(r.namespace, id));
+        return Err(crate::fold::runs::run_not_found(r.namespace, id));
     };
     if run.action != r.action {
         return Err(ErrorValue::bad_request(format!(

@@ -11,13 +11,14 @@
 //! also on this shard. Everything a run touches is local, so advancing never waits on
 //! another shard.
 
-use super::state::{WfRun, json_value, run_info};
-use crate::archive::{self, RunKind};
 use crate::clock::deadline_after;
 use crate::core::cx::{Core, Task};
-use crate::core::io::{Done, RunKey};
+use crate::core::io::Done;
+use crate::fold::archive::RunKind;
+use crate::fold::record::{Record, StepNext, StepRef, StepWait};
+use crate::fold::workflows::{WfRun, json_value, run_info};
+use crate::ids::RunKey;
 use crate::pages::Pos;
-use crate::record::{Record, StepNext, StepRef, StepWait};
 use flo_protocol::check_namespace;
 use flo_protocol::{
     ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, IDEMPOTENCY_KEY_BYTES_MAX,
@@ -153,7 +154,7 @@ fn wf_entry<'a>(
     core: &'a Core,
     namespace: &str,
     name: &str,
-) -> Result<&'a super::WfEntry, ErrorValue> {
+) -> Result<&'a crate::fold::workflows::WfEntry, ErrorValue> {
     core.state.workflows.def(namespace, name).ok_or_else(|| {
         ErrorValue::not_found(format!(
             "workflow {name:?} is not defined in namespace {namespace:?} \
@@ -179,7 +180,7 @@ pub fn wf_info(
 }
 
 pub fn wf_list(core: &Core, namespace: &str) -> Vec<WorkflowInfo> {
-    super::sorted_defs(&core.state.workflows.defs, namespace)
+    crate::fold::workflows::sorted_defs(&core.state.workflows.defs, namespace)
         .into_iter()
         .filter_map(|(name, entry)| {
             entry
@@ -209,7 +210,8 @@ pub fn wf_start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
                 .run(&spec.namespace, &existing)
                 .map(|r| r.lsn)
                 .or_else(|| {
-                    archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, &existing)
+                    core.state
+                        .archived(RunKind::Workflow, &spec.namespace, &existing)
                         .map(|e| e.lsn)
                 })
                 .unwrap_or(0);
@@ -310,7 +312,7 @@ fn wf_plan_start(
     // The caller's id: refused when taken, unless the key says this start is a repeat.
     if let Some(id) = &spec.run_id {
         check_run_id(id)?;
-        if let Some(e) = archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, id) {
+        if let Some(e) = core.state.archived(RunKind::Workflow, &spec.namespace, id) {
             // Finished and archived: its key is in the log, not in memory. A start that
             // carries a key is taken as its repeat; one without is refused.
             if key.is_some() {
@@ -319,7 +321,7 @@ fn wf_plan_start(
             return Err(ErrorValue::conflict(format!(
                 "workflow run {id:?} exists already ({}); choose another run id, or start \
                  with its idempotency key to get that run back",
-                archive::workflow_status(e.status).as_str()
+                crate::fold::archived::workflow_status(e.status).as_str()
             )));
         }
         let Some(existing) = core.state.workflows.run(&spec.namespace, id) else {
@@ -337,7 +339,7 @@ fn wf_plan_start(
     }
     if let Some(key) = key {
         let id = idempotent_workflow_run_id(&spec.name, &key);
-        let archived = archive::lookup(&core.state, RunKind::Workflow, &spec.namespace, &id);
+        let archived = core.state.archived(RunKind::Workflow, &spec.namespace, &id);
         if core.state.workflows.run(&spec.namespace, &id).is_some() || archived.is_some() {
             return Ok(Err(id));
         }
@@ -360,8 +362,9 @@ fn wf_run<'a>(core: &'a Core, namespace: &str, run_id: &str) -> Result<&'a WfRun
 
 /// The status of an archived (so final) run, for the conflicts that answer changes to it.
 fn archived_status(core: &Core, namespace: &str, run_id: &str) -> Option<WorkflowRunStatus> {
-    archive::lookup(&core.state, RunKind::Workflow, namespace, run_id)
-        .map(|e| archive::workflow_status(e.status))
+    core.state
+        .archived(RunKind::Workflow, namespace, run_id)
+        .map(|e| crate::fold::archived::workflow_status(e.status))
 }
 
 pub fn wf_status(core: &Core, namespace: &str, run_id: &str) -> Done {
@@ -855,7 +858,7 @@ fn wf_run_target(
                 action: name.clone(),
                 action_version: version,
                 input,
-                priority: crate::actions::PRIORITY_DEFAULT,
+                priority: crate::fold::runs::PRIORITY_DEFAULT,
                 labels: None,
                 idempotency_key: None,
                 created_at_ms: now,
@@ -1283,8 +1286,8 @@ fn transition(def: &WorkflowDef, step_def: &super::Step, step: &str, outcome: &s
 fn workflow_info(
     namespace: &str,
     name: &str,
-    entry: &super::WfEntry,
-    v: &super::WfVersion,
+    entry: &crate::fold::workflows::WfEntry,
+    v: &crate::fold::workflows::WfVersion,
 ) -> WorkflowInfo {
     WorkflowInfo {
         namespace: namespace.to_string(),

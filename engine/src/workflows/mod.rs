@@ -2,7 +2,6 @@
 //! the shard its id hashes to) that walk a definition's steps.
 
 mod advance;
-mod state;
 
 pub use advance::{
     CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, SIGNALS_QUEUED_MAX, STEP_OUTPUT_BYTES_MAX, check_run_id,
@@ -13,10 +12,6 @@ pub use advance::{
 pub use flo_workflow::{
     BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
     Step, StepAction, Target, Validated, WorkflowDef,
-};
-pub use state::{
-    StepState, WfEntry, WfRun, WfSyncEntry, WfSyncVersion, WfVersion, Workflows, json_value,
-    run_info, sorted_defs,
 };
 
 pub use flo_workflow::{parse_workflow, resolve_mapping};

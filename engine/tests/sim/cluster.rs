@@ -10,10 +10,10 @@
 #[path = "storage.rs"]
 pub mod storage;
 
-use flo_engine::archive::RunKind;
 use flo_engine::clock::ManualClock;
+use flo_engine::fold::archive::RunKind;
+use flo_engine::fold::record::Record;
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
-use flo_engine::record::Record;
 use flo_engine::{
     ClientRef, Durability, Effect, Engine, EngineConfig, Execution, Input, PeerMsg, ReplyResult,
 };
@@ -99,7 +99,7 @@ pub fn facts_of(record: &Record, shard_facts: &mut HashMap<String, u64>) {
         Record::WfStepFinished {
             namespace,
             run_id,
-            next: flo_engine::record::StepNext::End { .. },
+            next: flo_engine::fold::record::StepNext::End { .. },
             ..
         }
         | Record::WfRunCancelled {

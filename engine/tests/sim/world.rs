@@ -3,8 +3,8 @@
 
 use crate::cluster::storage::{CrashPlan, SnapPhase};
 use crate::cluster::{Cluster, Node, StorageConfig, assert_same_fold, new_engine_with, replayed};
-use flo_engine::archive::RunKind;
-use flo_engine::record::{Record, StepWait};
+use flo_engine::fold::archive::RunKind;
+use flo_engine::fold::record::{Record, StepWait};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, ErrorCode, InvokeSpec, Op, Reply, RunStatus, TaskAssignment,
@@ -1752,21 +1752,28 @@ impl Sim {
 }
 
 /// An action run's status, live or archived.
-fn run_status(state: &flo_engine::state::ShardState, run_id: &str) -> Option<RunStatus> {
-    use flo_engine::archive::{self, RunKind};
+fn run_status(state: &flo_engine::fold::state::ShardState, run_id: &str) -> Option<RunStatus> {
+    use flo_engine::fold::archive::RunKind;
+    use flo_engine::fold::archived as archive;
     match state.runs.get(NS, run_id) {
         Some(run) => Some(run.status),
-        None => archive::lookup(state, RunKind::Action, NS, run_id)
+        None => state
+            .archived(RunKind::Action, NS, run_id)
             .map(|e| archive::action_status(e.status)),
     }
 }
 
 /// A workflow run's status, live or archived.
-fn wf_status(state: &flo_engine::state::ShardState, run_id: &str) -> Option<WorkflowRunStatus> {
-    use flo_engine::archive::{self, RunKind};
+fn wf_status(
+    state: &flo_engine::fold::state::ShardState,
+    run_id: &str,
+) -> Option<WorkflowRunStatus> {
+    use flo_engine::fold::archive::RunKind;
+    use flo_engine::fold::archived as archive;
     match state.workflows.run(NS, run_id) {
         Some(run) => Some(run.status),
-        None => archive::lookup(state, RunKind::Workflow, NS, run_id)
+        None => state
+            .archived(RunKind::Workflow, NS, run_id)
             .map(|e| archive::workflow_status(e.status)),
     }
 }

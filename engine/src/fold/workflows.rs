@@ -2,8 +2,8 @@
 //! by `ShardState::apply` of the workflow records. History is part of the fold: each record
 //! appends the events it stands for.
 
+use crate::fold::record::{StepNext, StepRef, StepWait};
 use crate::pages::{self, Pos};
-use crate::record::{StepNext, StepRef, StepWait};
 use crate::tables::HashMap;
 use flo_protocol::{HistoryEvent, WorkflowRunStatus};
 use flo_workflow::{START_STEP, WorkflowDef};
@@ -160,8 +160,8 @@ impl Workflows {
 
     /// The records that bring this shard's definitions to `entries` (the coordinator's):
     /// versions it lacks, and the enabled flag.
-    pub fn plan_sync(&self, entries: &[WfSyncEntry]) -> Vec<crate::record::Record> {
-        use crate::record::Record;
+    pub fn plan_sync(&self, entries: &[WfSyncEntry]) -> Vec<crate::fold::record::Record> {
+        use crate::fold::record::Record;
         let mut records = Vec::new();
         for e in entries {
             let mine = self.def(&e.namespace, &e.name);
@@ -705,10 +705,10 @@ pub fn sorted_defs<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Record;
+    use crate::fold::record::Record;
 
     fn parsed(yaml: &str) -> Option<Box<WorkflowDef>> {
-        super::super::parse_workflow(yaml)
+        flo_workflow::parse_workflow(yaml)
             .ok()
             .map(|v| Box::new(v.def))
     }

@@ -1,7 +1,7 @@
 //! Action definitions. Changes are ordered by the coordinator shard and logged on every
 //! shard; each shard's registry is the fold of those records.
 
-use crate::record::{ActionDefRecord, Record};
+use crate::fold::record::{ActionDefRecord, Record};
 use crate::tables::HashMap;
 use flo_protocol::{
     ActionInfo, ActionKind, ActionSpec, ErrorValue, check_action_name, check_namespace,

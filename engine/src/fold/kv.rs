@@ -2,7 +2,7 @@
 //! for prefix listing. `plan_*` validate and build records; `apply_*` change state.
 
 use crate::clock::deadline_after;
-use crate::record::Record;
+use crate::fold::record::Record;
 use crate::tables::HashMap;
 use flo_protocol::{DELAY_MS_ACCEPTED_MAX, check_namespace};
 use flo_protocol::{ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry};
@@ -363,7 +363,7 @@ impl KvStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::ShardState;
+    use crate::fold::state::ShardState;
 
     fn put(
         s: &mut ShardState,

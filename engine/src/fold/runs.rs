@@ -1,8 +1,8 @@
 //! Runs of actions on this shard: created, attempted, completed, failed, cancelled.
 
 use crate::clock::deadline_after;
+use crate::fold::record::{ActionDefRecord, Record};
 use crate::pages::{self, Pos};
-use crate::record::{ActionDefRecord, Record};
 use crate::tables::HashMap;
 use flo_protocol::{
     DELAY_MS_ACCEPTED_MAX, ErrorValue, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
@@ -39,7 +39,7 @@ pub struct Run {
     /// The worker holding a user-hosted run (status `running`).
     pub lease: Option<Lease>,
     /// The workflow step this run executes.
-    pub step: Option<crate::record::StepRef>,
+    pub step: Option<crate::fold::record::StepRef>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -58,7 +58,7 @@ pub fn retry_delay_ms(base_ms: u64, failed_attempt: u32) -> u64 {
 /// `retry_delay_ms × 2^(attempt-1)` after `now_ms`, while `attempt <= max_retries`. A
 /// workflow step's run has a single attempt: the step's own `retry:` decides.
 pub fn retry_at(
-    registry: &super::Registry,
+    registry: &super::registry::Registry,
     namespace: &str,
     run: &Run,
     now_ms: u64,

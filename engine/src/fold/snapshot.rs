@@ -4,14 +4,15 @@
 //! runs (`relink`). Layout: one MessagePack value (everything but the run index), then the
 //! run index as raw words (`RunIndex::write_image`).
 
-use crate::actions::{Registry, Runs};
-use crate::archive::RunIndex;
+use crate::fold::archive::RunIndex;
+use crate::fold::kv::KvStore;
+use crate::fold::registry::Registry;
+use crate::fold::runs::Runs;
+use crate::fold::state::{PendingForward, ShardState};
+use crate::fold::workflows::Workflows;
 use crate::hash::Partitioning;
 use crate::image::Image;
-use crate::kv::KvStore;
-use crate::state::{PendingForward, ShardState};
 use crate::tables::HashMap;
-use crate::workflows::Workflows;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 

@@ -1,10 +1,12 @@
 //! Shard state is a fold of the log: `apply` is the one place it changes, used by live
 //! requests (right after their records are appended) and by recovery alike.
 
-use crate::actions::{Lease, Registry, Run, Runs};
+use crate::fold::archive::{Entry, RunKind, run_key};
+use crate::fold::kv::KvStore;
+use crate::fold::record::{GuestKvWrite, Record};
+use crate::fold::registry::Registry;
+use crate::fold::runs::{Lease, Run, Runs};
 use crate::hash::Partitioning;
-use crate::kv::KvStore;
-use crate::record::{GuestKvWrite, Record};
 use crate::tables::HashMap;
 use flo_protocol::RunStatus;
 use std::collections::VecDeque;
@@ -27,9 +29,9 @@ pub struct ShardState {
     pub forwards: VecDeque<PendingForward>,
     /// Highest origin LSN applied from each other shard's forwarded writes.
     pub remote_applied: HashMap<u32, u64>,
-    pub workflows: crate::workflows::Workflows,
+    pub workflows: crate::fold::workflows::Workflows,
     /// Finished runs: where their archive records are.
-    pub archive: crate::archive::RunIndex,
+    pub archive: crate::fold::archive::RunIndex,
     /// LSN of the last record applied.
     pub applied_lsn: u64,
 }
@@ -64,6 +66,18 @@ impl ShardState {
 
     pub fn owns(&self, namespace: &str, key: &str) -> bool {
         self.partitioning.shard_of(namespace, key) == self.shard
+    }
+
+    /// The index entry of a run that is archived (not in memory).
+    pub fn archived(&self, kind: RunKind, namespace: &str, run_id: &str) -> Option<Entry> {
+        let live = match kind {
+            RunKind::Action => self.runs.get(namespace, run_id).is_some(),
+            RunKind::Workflow => self.workflows.run(namespace, run_id).is_some(),
+        };
+        if live {
+            return None;
+        }
+        self.archive.get(run_key(kind, namespace, run_id))
     }
 
     /// Applies the record at `lsn` (the next one: LSNs have no gaps). Never reads the clock
@@ -125,7 +139,7 @@ impl ShardState {
                         .is_some_and(|d| d.kind == flo_protocol::ActionKind::User);
                     (
                         sr.clone(),
-                        crate::record::StepWait::ActionRun {
+                        crate::fold::record::StepWait::ActionRun {
                             run_id: run_id.clone(),
                             worker,
                         },
@@ -396,10 +410,10 @@ impl ShardState {
                 run,
             } => {
                 let gone = match run.kind() {
-                    crate::archive::RunKind::Action => {
+                    crate::fold::archive::RunKind::Action => {
                         self.runs.remove(&namespace, &run_id).is_some()
                     }
-                    crate::archive::RunKind::Workflow => {
+                    crate::fold::archive::RunKind::Workflow => {
                         self.workflows.remove(&namespace, &run_id).is_some()
                     }
                 };
@@ -511,7 +525,7 @@ impl ShardState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{StepRef, StepWait};
+    use crate::fold::record::{StepRef, StepWait};
 
     /// Logs from before the action run's creation started its step hold a WfStepStarted
     /// after the RunCreated; replaying them starts the step once.
@@ -526,7 +540,7 @@ mod tests {
                 version: "1".into(),
                 yaml: yaml.into(),
                 at_ms: 1,
-                def: crate::workflows::parse_workflow(yaml)
+                def: flo_workflow::parse_workflow(yaml)
                     .ok()
                     .map(|v| Box::new(v.def)),
             },

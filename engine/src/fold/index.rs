@@ -3,10 +3,10 @@
 //! after a restart holds what it held live (up to stale entries, which every reader checks
 //! against the fold and `compact` drops).
 
-use crate::actions::{Queue, Scheduler};
-use crate::core::io::RunKey;
-use crate::record::{Record, StepWait};
-use crate::state::ShardState;
+use crate::fold::record::{Record, StepWait};
+use crate::fold::scheduler::{Queue, Scheduler};
+use crate::fold::state::ShardState;
+use crate::ids::RunKey;
 use flo_protocol::RunStatus;
 use std::collections::BTreeMap;
 

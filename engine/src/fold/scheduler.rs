@@ -8,7 +8,7 @@ use flo_protocol::ActionKind;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-pub type RunKey = (String, String);
+pub use crate::ids::RunKey;
 /// (namespace, action).
 pub type ActionKey = (String, String);
 /// A queued user task: priority (higher first), then creation order (older first).

@@ -1,0 +1,16 @@
+//! Below the commit path: the log's records, the state they fold into (`ShardState::apply`,
+//! one store per domain) and the index derived from it (`Index::observe`). Nothing here
+//! sends, waits or answers: handlers above read this state, plan records against it and
+//! commit them (`core::cx::Core::commit`).
+
+pub mod archive;
+pub mod archived;
+pub mod index;
+pub mod kv;
+pub mod record;
+pub mod registry;
+pub mod runs;
+pub mod scheduler;
+pub mod snapshot;
+pub mod state;
+pub mod workflows;
