@@ -9,7 +9,7 @@ use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Effect, PeerRequest, ReplyResult, ReplyTo};
 use crate::fold::record::Record;
 use crate::fold::registry::action_info;
-use crate::workflows::{wf_info, wf_plan_create, wf_plan_set_enabled};
+use crate::workflows;
 use flo_protocol::{ActionSpec, ErrorValue, Op, Reply};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -141,7 +141,8 @@ fn plan(
             (Some(record), After::Action { namespace, name })
         }
         Op::WorkflowCreate { namespace, yaml } => {
-            let (record, name, version, warnings) = wf_plan_create(core, &namespace, &yaml, now)?;
+            let (record, name, version, warnings) =
+                workflows::plan_create(core, &namespace, &yaml, now)?;
             let reply = Reply::WorkflowCreated {
                 name,
                 version,
@@ -155,7 +156,7 @@ fn plan(
             name,
             enabled,
         } => {
-            let record = wf_plan_set_enabled(core, &namespace, &name, enabled, now)?;
+            let record = workflows::plan_set_enabled(core, &namespace, &name, enabled, now)?;
             (Some(record), After::Workflow { namespace, name })
         }
         _ => return Err(ErrorValue::internal("not a definition change")),
@@ -340,7 +341,7 @@ fn answer(core: &Core, after: After) -> ReplyResult {
             ))),
         },
         After::Workflow { namespace, name } => {
-            wf_info(core, &namespace, &name, None).map(Reply::Workflow)
+            workflows::info(core, &namespace, &name, None).map(Reply::Workflow)
         }
     }
 }

@@ -106,23 +106,21 @@ impl Engine {
                 let key = (run, false);
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;
-                workflows::wf_on_action_final(&mut self.core, &namespace, &run_id);
+                workflows::on_action_final(&mut self.core, &namespace, &run_id);
                 archive::archive_if_done(&mut self.core, RunKind::Action, &namespace, &run_id);
             }
-            Task::WfAdvance((namespace, run_id)) => {
-                workflows::wf_advance(core, &namespace, &run_id)
-            }
+            Task::WfAdvance((namespace, run_id)) => workflows::advance(core, &namespace, &run_id),
             Task::WfFinal((namespace, run_id)) => {
                 let key = ((namespace, run_id), true);
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;
-                workflows::wf_notify_parent(&mut self.core, &namespace, &run_id);
+                workflows::notify_parent(&mut self.core, &namespace, &run_id);
                 archive::archive_if_done(&mut self.core, RunKind::Workflow, &namespace, &run_id);
             }
             Task::Archive(kind, (namespace, run_id)) => {
                 archive::archive_if_done(core, kind, &namespace, &run_id)
             }
-            Task::WfResume((namespace, run_id)) => workflows::wf_resume(core, &namespace, &run_id),
+            Task::WfResume((namespace, run_id)) => workflows::resume(core, &namespace, &run_id),
             Task::Delivered {
                 worker,
                 want_id,
@@ -152,7 +150,7 @@ impl Engine {
         let state = &self.core.state;
         self.core.index.fire_due_runs(now, state);
         workers::expire_leases(&mut self.core);
-        let mut more = workflows::wf_fire_timers(&mut self.core);
+        let mut more = workflows::fire_timers(&mut self.core);
         let wall = self.core.wall_ms();
         for (run, to) in self.watches.expire(wall) {
             self.answer_watch(&run, to);
@@ -406,7 +404,7 @@ impl Engine {
                     Ok(from) => from,
                     Err(e) => return Some(Done::now(Err(e))),
                 };
-                let live = workflows::wf_list_runs(core, &namespace, &name, status, limit, &from);
+                let live = workflows::list_runs(core, &namespace, &name, status, limit, &from);
                 let query = ListQuery {
                     kind: RunKind::Workflow,
                     namespace,
@@ -653,17 +651,17 @@ impl Engine {
                 name,
                 version,
             } => Done {
-                result: workflows::wf_info(&self.core, &namespace, &name, version.as_deref())
+                result: workflows::info(&self.core, &namespace, &name, version.as_deref())
                     .map(Reply::Workflow),
                 wait_lsn: self.core.definitions_lsn(),
             },
             Op::WorkflowList { namespace } => Done {
-                result: Ok(Reply::Workflows(workflows::wf_list(&self.core, &namespace))),
+                result: Ok(Reply::Workflows(workflows::list(&self.core, &namespace))),
                 wait_lsn: self.core.definitions_lsn(),
             },
             Op::WorkflowStart(spec) => {
                 let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
-                let done = workflows::wf_start(&mut self.core, spec);
+                let done = workflows::start(&mut self.core, spec);
                 match (wait_ms, done.result) {
                     (Some(wait_ms), Ok(Reply::WorkflowStarted { run_id, .. })) => {
                         return self.wait_for((namespace, run_id), true, wait_ms, to);
@@ -679,7 +677,7 @@ impl Engine {
                 if self.read_archived(wf, Want::WfStatus, &namespace, &run_id, to) {
                     return;
                 }
-                let done = workflows::wf_status(&self.core, &namespace, &run_id);
+                let done = workflows::status(&self.core, &namespace, &run_id);
                 self.explain_forgotten(wf, &namespace, &run_id, done)
             }
             Op::WorkflowWait {
@@ -698,7 +696,7 @@ impl Engine {
                 if self.read_archived(wf, want, &namespace, &run_id, to) {
                     return;
                 }
-                let done = workflows::wf_history(&self.core, &namespace, &run_id, limit, after);
+                let done = workflows::history(&self.core, &namespace, &run_id, limit, after);
                 self.explain_forgotten(wf, &namespace, &run_id, done)
             }
             Op::WorkflowSignal {
@@ -706,12 +704,12 @@ impl Engine {
                 run_id,
                 signal_type,
                 payload,
-            } => workflows::wf_signal(&mut self.core, &namespace, &run_id, signal_type, payload),
+            } => workflows::signal(&mut self.core, &namespace, &run_id, signal_type, payload),
             Op::WorkflowCancel {
                 namespace,
                 run_id,
                 reason,
-            } => workflows::wf_cancel(&mut self.core, &namespace, &run_id, reason),
+            } => workflows::cancel(&mut self.core, &namespace, &run_id, reason),
             op @ (Op::Status
             | Op::KvList { .. }
             | Op::RunList { .. }
@@ -756,7 +754,7 @@ impl Engine {
     fn status_of(&self, run: &Watched) -> Done {
         let ((namespace, run_id), workflow) = run;
         if *workflow {
-            workflows::wf_status(&self.core, namespace, run_id)
+            workflows::status(&self.core, namespace, run_id)
         } else {
             actions::run_status(&self.core, &self.executions, namespace, run_id)
         }

@@ -98,7 +98,7 @@ impl WfRun {
             step: step.map(str::to_string),
             detail,
             at_ms,
-            // Numbered by position where a reply is built (`wf_history`).
+            // Numbered by position where a reply is built (`workflows::history_page`).
             seq: 0,
         });
     }

@@ -1,17 +1,22 @@
-//! Workflows: YAML definitions (parsed, validated, on every shard) and durable runs (each on
-//! the shard its id hashes to) that walk a definition's steps.
+//! Workflow runs on the shard that owns them, one file per thing a run does: start, advance
+//! through steps, finish a step, signals, cancel, timers and restarts, and the reads; the
+//! definitions' planning and reads. Every change is a record committed through
+//! `Core::commit`. Their state is `fold::workflows`; the language is `flo_workflow`.
 
 mod advance;
+mod cancel;
+mod definitions;
+mod finish;
+mod queries;
+mod signals;
+mod start;
+mod timers;
 
-pub use advance::{
-    CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, SIGNALS_QUEUED_MAX, STEP_OUTPUT_BYTES_MAX, check_run_id,
-    history_page, idempotent_workflow_run_id, open_runs, wf_advance, wf_cancel, wf_fire_timers,
-    wf_history, wf_info, wf_list, wf_list_runs, wf_notify_parent, wf_on_action_final,
-    wf_plan_create, wf_plan_set_enabled, wf_resume, wf_signal, wf_start, wf_status,
-};
-pub use flo_workflow::{
-    BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
-    Step, StepAction, Target, Validated, WorkflowDef,
-};
-
-pub use flo_workflow::{parse_workflow, resolve_mapping};
+pub use advance::{CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, advance};
+pub use cancel::cancel;
+pub use definitions::{info, list, plan_create, plan_set_enabled};
+pub use finish::{STEP_OUTPUT_BYTES_MAX, notify_parent, on_action_final};
+pub use queries::{history, history_page, list_runs, status};
+pub use signals::{SIGNALS_QUEUED_MAX, signal};
+pub use start::{check_run_id, idempotent_workflow_run_id, start};
+pub use timers::{fire_timers, open_runs, resume};

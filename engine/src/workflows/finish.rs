@@ -1,0 +1,281 @@
+//! A step finished: its outcome chooses where the run goes (a retry, a poll, a transition, the
+//! end), and what finishes steps from outside (an action run became final, a child run
+//! ended).
+
+use super::advance::advance;
+use crate::core::cx::{Core, Task};
+use crate::fold::record::{Record, StepNext, StepWait};
+use crate::fold::workflows::json_value;
+use flo_protocol::{RunStatus, WorkflowRunStatus};
+use flo_workflow::{Next, WorkflowDef};
+
+/// Largest step output kept (as JSON): it goes into the step's record. A larger one fails
+/// the step (an output that is not JSON is kept as a JSON string and may grow six-fold).
+pub const STEP_OUTPUT_BYTES_MAX: usize = 4 << 20;
+
+fn outcome_chain(outcome: &str) -> Vec<&str> {
+    match outcome {
+        "target_not_found" => vec!["target_not_found", "execution_failure", "failure"],
+        "target_disabled" => vec!["target_disabled", "execution_failure", "failure"],
+        "execution_failure" => vec!["execution_failure", "failure"],
+        other => vec![other],
+    }
+}
+
+fn jitter(seed: u64) -> f64 {
+    (xxhash_rust::xxh3::xxh3_64(&seed.to_le_bytes()) % 1000) as f64 / 1000.0
+}
+
+/// Ends the run as failed with `reason` (no transition applies).
+pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, reason: &str) {
+    let now = core.now_ms();
+    core.commit(Record::WfStepFinished {
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        step: step.to_string(),
+        outcome: "execution_failure".to_string(),
+        output: None,
+        error: None,
+        consumed_signal: None,
+        next: StepNext::End {
+            terminal: "flo.Failed".to_string(),
+            status: WorkflowRunStatus::Failed,
+            reason: Some(reason.to_string()),
+        },
+        at_ms: now,
+    });
+    after_end(core, namespace, run_id);
+}
+
+/// Records that the current step finished with `outcome`, choosing where the run goes:
+/// a retry, a poll, a transition, or the end.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn finish(
+    core: &mut Core,
+    namespace: &str,
+    run_id: &str,
+    step: &str,
+    outcome: &str,
+    output: Option<Vec<u8>>,
+    error: Option<String>,
+    consumed_signal: Option<u64>,
+) {
+    let now = core.now_ms();
+    let (outcome, output, error) = match output {
+        Some(o) if o.len() > STEP_OUTPUT_BYTES_MAX => (
+            "failure",
+            None,
+            Some(format!(
+                "the step's output of {} bytes (as JSON) exceeds the maximum of \
+                 {STEP_OUTPUT_BYTES_MAX} bytes",
+                o.len()
+            )),
+        ),
+        output => (outcome, output, error),
+    };
+    let Some(run) = core.state.workflows.run(namespace, run_id) else {
+        return;
+    };
+    let Ok(def) = run.def.clone() else {
+        return;
+    };
+    let Some(step_def) = def.step(step) else {
+        return;
+    };
+    let executions = run.step_executions + 1;
+    let mut outcome = outcome.to_string();
+    let mut next = None;
+    if let Some(retry) = &step_def.retry
+        && matches!(outcome.as_str(), "failure" | "execution_failure")
+        && executions < retry.max_attempts
+    {
+        let at =
+            now.saturating_add(retry.delay_ms(executions, jitter(run.seq ^ u64::from(executions))));
+        let in_budget = retry
+            .within_ms
+            .is_none_or(|w| at.saturating_sub(run.step_first_at_ms) <= w);
+        if in_budget {
+            next = Some(StepNext::Retry { at_ms: at });
+        }
+    }
+    if next.is_none()
+        && outcome == "pending"
+        && let Some(poll) = &step_def.poll
+    {
+        if run.step_polls < poll.max_attempts {
+            let delay = poll.delay_ms(
+                run.step_polls + 1,
+                jitter(run.seq ^ u64::from(run.step_polls)),
+            );
+            next = Some(StepNext::Poll {
+                at_ms: now.saturating_add(delay),
+            });
+        } else {
+            outcome = "timeout".to_string();
+        }
+    }
+    let next = next.unwrap_or_else(|| transition(&def, step_def, step, &outcome));
+    let ends = matches!(next, StepNext::End { .. });
+    // A retry or poll timer is set by the record's observe.
+    core.commit(Record::WfStepFinished {
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        step: step.to_string(),
+        outcome,
+        output,
+        error,
+        consumed_signal,
+        next,
+        at_ms: now,
+    });
+    if ends {
+        after_end(core, namespace, run_id);
+    }
+}
+
+/// The run ended: its waiters and its parent hear of it from the agenda.
+pub(super) fn after_end(core: &mut Core, namespace: &str, run_id: &str) {
+    core.schedule(Task::WfFinal((namespace.to_string(), run_id.to_string())));
+}
+
+/// A run ended: if it is a child, its parent's step finishes (completed → success, else
+/// failure) and the parent moves on.
+pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
+    let Some(child) = core.state.workflows.run(namespace, run_id) else {
+        return;
+    };
+    let Some(parent) = child.parent.clone() else {
+        return;
+    };
+    let (outcome, error) = match child.status {
+        WorkflowRunStatus::Completed => ("success", None),
+        s => (
+            "failure",
+            Some(format!(
+                "child workflow run {run_id} ended {}{}",
+                s.as_str(),
+                child
+                    .error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            )),
+        ),
+    };
+    let output = child
+        .output
+        .as_ref()
+        .map(|v| serde_json::to_vec(v).unwrap_or_default());
+    let waiting = core
+        .state
+        .workflows
+        .run(namespace, &parent.run_id)
+        .is_some_and(|p| {
+            !p.status.is_final()
+                && matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id)
+        });
+    if !waiting {
+        return;
+    }
+    finish(
+        core,
+        namespace,
+        &parent.run_id,
+        &parent.step,
+        outcome,
+        output,
+        error,
+        None,
+    );
+    advance(core, namespace, &parent.run_id);
+}
+
+/// An action run became final: the workflow step it executes finishes.
+pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
+    let Some(run) = core.state.runs.get(namespace, action_run) else {
+        return;
+    };
+    let Some(step_ref) = run.step.clone() else {
+        return;
+    };
+    let (outcome, output, error) = match run.status {
+        RunStatus::Completed => (
+            run.outcome.clone().unwrap_or_else(|| "success".to_string()),
+            run.output
+                .as_ref()
+                .map(|o| serde_json::to_vec(&json_value(o)).unwrap_or_default()),
+            None,
+        ),
+        RunStatus::TimedOut => ("timeout".to_string(), None, run.error.clone()),
+        RunStatus::Cancelled => (
+            "failure".to_string(),
+            None,
+            Some(format!("action run {action_run} was cancelled")),
+        ),
+        RunStatus::Failed => ("failure".to_string(), None, run.error.clone()),
+        RunStatus::Pending | RunStatus::Running => return,
+    };
+    let waiting = core
+        .state
+        .workflows
+        .run(namespace, &step_ref.run_id)
+        .is_some_and(|w| {
+            !w.status.is_final()
+                && matches!(&w.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
+        });
+    if !waiting {
+        return;
+    }
+    finish(
+        core,
+        namespace,
+        &step_ref.run_id,
+        &step_ref.step,
+        &outcome,
+        output,
+        error,
+        None,
+    );
+    advance(core, namespace, &step_ref.run_id);
+}
+
+/// Where `outcome` of `step` leads: the first transition of its fallback chain, else the
+/// run fails naming step and outcome.
+pub(super) fn transition(
+    def: &WorkflowDef,
+    step_def: &flo_workflow::Step,
+    step: &str,
+    outcome: &str,
+) -> StepNext {
+    for candidate in outcome_chain(outcome) {
+        let Some(target) = step_def.transitions.get(candidate) else {
+            continue;
+        };
+        match def.resolve(target) {
+            Some(Next::Step(s)) => return StepNext::Step(s.to_string()),
+            Some(Next::Terminal { name, status }) => {
+                return StepNext::End {
+                    terminal: name.to_string(),
+                    status,
+                    reason: None,
+                };
+            }
+            None => {
+                return StepNext::End {
+                    terminal: "flo.Failed".to_string(),
+                    status: WorkflowRunStatus::Failed,
+                    reason: Some(format!(
+                        "step {step:?}: transition {candidate:?} leads to unknown {target:?}"
+                    )),
+                };
+            }
+        }
+    }
+    StepNext::End {
+        terminal: "flo.Failed".to_string(),
+        status: WorkflowRunStatus::Failed,
+        reason: Some(format!(
+            "step {step:?} has no transition for outcome {outcome:?}"
+        )),
+    }
+}

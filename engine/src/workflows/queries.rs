@@ -1,0 +1,127 @@
+//! Reads of live runs: status, history (paged), the runs of a workflow.
+
+use crate::core::cx::Core;
+use crate::core::io::Done;
+use crate::fold::archive::RunKind;
+use crate::fold::workflows::{WfRun, run_info};
+use crate::pages::Pos;
+use flo_protocol::{
+    ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, RUN_LIST_LIMIT_DEFAULT,
+    RUN_LIST_LIMIT_MAX, Reply, WorkflowRunStatus,
+};
+
+pub(super) fn find_run<'a>(
+    core: &'a Core,
+    namespace: &str,
+    run_id: &str,
+) -> Result<&'a WfRun, ErrorValue> {
+    core.state.workflows.run(namespace, run_id).ok_or_else(|| {
+        ErrorValue::not_found(format!(
+            "workflow run {run_id:?} not found in namespace {namespace:?}"
+        ))
+    })
+}
+
+/// The status of an archived (so final) run, for the conflicts that answer changes to it.
+pub(super) fn archived_status(
+    core: &Core,
+    namespace: &str,
+    run_id: &str,
+) -> Option<WorkflowRunStatus> {
+    core.state
+        .archived(RunKind::Workflow, namespace, run_id)
+        .map(|e| crate::fold::archived::workflow_status(e.status))
+}
+
+pub fn status(core: &Core, namespace: &str, run_id: &str) -> Done {
+    match find_run(core, namespace, run_id) {
+        Ok(run) => Done {
+            wait_lsn: run.lsn,
+            result: Ok(Reply::WorkflowRun(run_info(namespace, run_id, run))),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// A run's history, oldest first: all of it, or (with `limit` or `after`) the page of at
+/// most `limit` events after event `after`, with the cursor of the next page.
+pub fn history(
+    core: &Core,
+    namespace: &str,
+    run_id: &str,
+    limit: Option<u32>,
+    after: Option<u64>,
+) -> Done {
+    match find_run(core, namespace, run_id) {
+        Ok(run) => Done {
+            wait_lsn: run.lsn,
+            result: history_page(&run.history, limit, after),
+        },
+        Err(e) => Done::now(Err(e)),
+    }
+}
+
+/// A run's history as the reply shows it (live or archived): events numbered from 1; with
+/// `limit` or `after`, one page of it and the cursor of the next.
+pub fn history_page(
+    history: &[HistoryEvent],
+    limit: Option<u32>,
+    after: Option<u64>,
+) -> Result<Reply, ErrorValue> {
+    let numbered = |(i, e): (usize, &HistoryEvent)| HistoryEvent {
+        seq: i as u64 + 1,
+        ..e.clone()
+    };
+    if limit.is_none() && after.is_none() {
+        let events = history.iter().enumerate().map(numbered).collect();
+        return Ok(Reply::WorkflowHistory(events));
+    }
+    let limit = limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
+    if limit == 0 || limit > HISTORY_LIMIT_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "limit must be 1 to {HISTORY_LIMIT_MAX}, got {limit}"
+        )));
+    }
+    let skip = usize::try_from(after.unwrap_or(0)).unwrap_or(usize::MAX);
+    let events: Vec<HistoryEvent> = history
+        .iter()
+        .enumerate()
+        .skip(skip)
+        .take(limit as usize)
+        .map(numbered)
+        .collect();
+    let last = events.last().map_or(skip as u64, |e| e.seq);
+    let next_after = (last < history.len() as u64).then_some(last);
+    Ok(Reply::WorkflowHistoryPage { events, next_after })
+}
+
+pub fn list_runs(
+    core: &Core,
+    namespace: &str,
+    name: &str,
+    status: Option<WorkflowRunStatus>,
+    limit: Option<u32>,
+    from: &Pos,
+) -> Done {
+    let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
+    if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
+        return Done::now(Err(ErrorValue::bad_request(format!(
+            "limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}"
+        ))));
+    }
+    let (runs, truncated) =
+        core.state
+            .workflows
+            .list(namespace, name, status, limit as usize, from);
+    Done {
+        wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
+        result: Ok(Reply::WorkflowRuns {
+            runs: runs
+                .iter()
+                .map(|(id, r)| run_info(namespace, id, r))
+                .collect(),
+            truncated,
+            next_cursor: None,
+        }),
+    }
+}

@@ -1,0 +1,205 @@
+//! Starting a run on the shard that owns its id: the definition and version, the input, the
+//! run id (a new `wfrun-N`, the caller's, or one an idempotency key derives), then the first
+//! steps.
+
+use super::advance::advance;
+use super::definitions::find_entry;
+use crate::core::cx::Core;
+use crate::core::io::Done;
+use crate::fold::archive::RunKind;
+use crate::fold::record::Record;
+use flo_protocol::check_namespace;
+use flo_protocol::{
+    ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, Reply,
+    WorkflowStartSpec,
+};
+use flo_workflow::Idempotency;
+use serde_json::Value;
+
+/// The prefix of the ids idempotency keys map to (reserved: callers cannot choose them).
+const IDEMPOTENT_RUN_ID_PREFIX: &str = "wfrun:";
+
+/// The id an idempotency key maps to (the same key always reaches the same shard).
+pub fn idempotent_workflow_run_id(workflow: &str, key: &str) -> String {
+    format!("{IDEMPOTENT_RUN_ID_PREFIX}{workflow}:{key}")
+}
+
+/// A run id chosen by the caller: 1 to `RUN_ID_BYTES_MAX` ASCII letters, digits, `-`, `_`,
+/// `.`, `:`, not starting with `wfrun:` (the ids idempotency keys map to).
+pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
+    let ok_chars = id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if id.is_empty() || id.len() > RUN_ID_BYTES_MAX || !ok_chars {
+        return Err(ErrorValue::bad_request(format!(
+            "run id {id:?} is invalid: use 1 to {RUN_ID_BYTES_MAX} letters, digits, '-', '_', \
+             '.' or ':'"
+        )));
+    }
+    if id.starts_with(IDEMPOTENT_RUN_ID_PREFIX) {
+        return Err(ErrorValue::bad_request(format!(
+            "run id {id:?} is invalid: ids starting with {IDEMPOTENT_RUN_ID_PREFIX:?} are \
+             reserved for runs started with an idempotency key"
+        )));
+    }
+    Ok(())
+}
+
+/// Starts a run on this shard (the caller routed it here) and advances it.
+pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
+    let now = core.now_ms();
+    let planned = plan_start(core, &spec);
+    let PlannedStart {
+        run_id,
+        version,
+        idempotency_key,
+    } = match planned {
+        Ok(Ok(v)) => v,
+        Ok(Err(existing)) => {
+            let lsn = core
+                .state
+                .workflows
+                .run(&spec.namespace, &existing)
+                .map(|r| r.lsn)
+                .or_else(|| {
+                    core.state
+                        .archived(RunKind::Workflow, &spec.namespace, &existing)
+                        .map(|e| e.lsn)
+                })
+                .unwrap_or(0);
+            return Done {
+                result: Ok(Reply::WorkflowStarted {
+                    run_id: existing,
+                    created: false,
+                }),
+                wait_lsn: lsn,
+            };
+        }
+        Err(e) => return Done::now(Err(e)),
+    };
+    core.commit(Record::WfRunStarted {
+        namespace: spec.namespace.clone(),
+        run_id: run_id.clone(),
+        workflow: spec.name,
+        version,
+        input: spec.input,
+        idempotency_key,
+        parent: None,
+        at_ms: now,
+    });
+    advance(core, &spec.namespace, &run_id);
+    Done {
+        result: Ok(Reply::WorkflowStarted {
+            run_id,
+            created: true,
+        }),
+        wait_lsn: core.last_lsn(),
+    }
+}
+
+/// What a start creates.
+struct PlannedStart {
+    run_id: String,
+    version: String,
+    /// The key kept with the run (when the definition uses idempotency keys).
+    idempotency_key: Option<String>,
+}
+
+/// The run a start creates, or `Ok(Err(id))` for an idempotent repeat.
+fn plan_start(
+    core: &Core,
+    spec: &WorkflowStartSpec,
+) -> Result<Result<PlannedStart, String>, ErrorValue> {
+    check_namespace(&spec.namespace)?;
+    let entry = find_entry(core, &spec.namespace, &spec.name)?;
+    if !entry.enabled {
+        return Err(ErrorValue::conflict(format!(
+            "workflow {:?} is disabled; enable it with flo workflow enable {}",
+            spec.name, spec.name
+        )));
+    }
+    let version = entry.get(spec.version.as_deref()).ok_or_else(|| {
+        ErrorValue::not_found(format!(
+            "workflow {:?} has no version {:?}",
+            spec.name,
+            spec.version.as_deref().unwrap_or_default()
+        ))
+    })?;
+    let def = version
+        .def
+        .as_ref()
+        .map_err(|e| ErrorValue::conflict(e.clone()))?;
+    if spec.input.len() > RUN_INPUT_BYTES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "input of {} bytes exceeds the maximum of {RUN_INPUT_BYTES_MAX} bytes",
+            spec.input.len()
+        )));
+    }
+    if !spec.input.is_empty() {
+        serde_json::from_slice::<Value>(&spec.input)
+            .map_err(|e| ErrorValue::bad_request(format!("input must be JSON: {e}")))?;
+    }
+    if let Some(key) = &spec.idempotency_key
+        && (key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX)
+    {
+        return Err(ErrorValue::bad_request(format!(
+            "idempotency key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"
+        )));
+    }
+    let key = match (def.idempotency, &spec.idempotency_key) {
+        (Idempotency::Required, None) => {
+            return Err(ErrorValue::bad_request(format!(
+                "workflow {:?} requires an idempotency key (--idempotency-key KEY)",
+                spec.name
+            )));
+        }
+        (Idempotency::None, _) | (_, None) => None,
+        (_, Some(key)) => Some(key.clone()),
+    };
+    let planned = |run_id: String, idempotency_key: Option<String>| PlannedStart {
+        run_id,
+        version: version.version.clone(),
+        idempotency_key,
+    };
+    // The caller's id: refused when taken, unless the key says this start is a repeat.
+    if let Some(id) = &spec.run_id {
+        check_run_id(id)?;
+        if let Some(e) = core.state.archived(RunKind::Workflow, &spec.namespace, id) {
+            // Finished and archived: its key is in the log, not in memory. A start that
+            // carries a key is taken as its repeat; one without is refused.
+            if key.is_some() {
+                return Ok(Err(id.clone()));
+            }
+            return Err(ErrorValue::conflict(format!(
+                "workflow run {id:?} exists already ({}); choose another run id, or start \
+                 with its idempotency key to get that run back",
+                crate::fold::archived::workflow_status(e.status).as_str()
+            )));
+        }
+        let Some(existing) = core.state.workflows.run(&spec.namespace, id) else {
+            return Ok(Ok(planned(id.clone(), key)));
+        };
+        if key.is_some() && existing.idempotency_key == key && existing.workflow == spec.name {
+            return Ok(Err(id.clone()));
+        }
+        return Err(ErrorValue::conflict(format!(
+            "workflow run {id:?} exists already (workflow {:?}, {}); choose another run id, \
+             or start with its idempotency key to get that run back",
+            existing.workflow,
+            existing.status.as_str()
+        )));
+    }
+    if let Some(key) = key {
+        let id = idempotent_workflow_run_id(&spec.name, &key);
+        let archived = core.state.archived(RunKind::Workflow, &spec.namespace, &id);
+        if core.state.workflows.run(&spec.namespace, &id).is_some() || archived.is_some() {
+            return Ok(Err(id));
+        }
+        return Ok(Ok(planned(id, Some(key))));
+    }
+    let state = &core.state;
+    let id = state
+        .workflows
+        .next_run_id(&spec.namespace, |id| state.owns(&spec.namespace, id));
+    Ok(Ok(planned(id, None)))
+}
