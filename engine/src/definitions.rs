@@ -5,8 +5,8 @@
 //! answer the client once all have. At start-up the coordinator brings every shard's
 //! definitions to its own (a crash mid-change may have reached some shards only).
 
-use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Effect, PeerRequest, ReplyResult, ReplyTo};
+use crate::core::{Core, Waiting};
 use crate::fold::record::Record;
 use crate::fold::registry::action_info;
 use crate::workflows;
@@ -119,7 +119,7 @@ fn plan(
     describe: Option<String>,
 ) -> Result<(Option<Record>, After), ErrorValue> {
     let now = core.now_ms();
-    let registry = &core.state.registry;
+    let registry = &core.state().registry;
     Ok(match op {
         Op::ActionRegister(spec) => {
             let after = After::Action {
@@ -204,7 +204,7 @@ fn confirm(
     };
     let entry = namespace
         .zip(name)
-        .and_then(|(ns, name)| core.state.workflows.sync_entry(&ns, &name));
+        .and_then(|(ns, name)| core.state().workflows.sync_entry(&ns, &name));
     let Some(entry) = entry else {
         core.reply_op(to, 0, Err(ErrorValue::internal("nothing to change")));
         return;
@@ -227,8 +227,8 @@ fn fan_out(
     req: PeerRequest,
     after: After,
 ) {
-    let others: Vec<u32> = (0..core.partitioning.shards)
-        .filter(|&s| s != core.shard)
+    let others: Vec<u32> = (0..core.partitioning().shards)
+        .filter(|&s| s != core.shard())
         .collect();
     for &s in &others {
         core.call(s, lsn, req.clone(), Waiting::Definition(id));
@@ -334,7 +334,7 @@ fn finish_if_done(core: &mut Core, defs: &mut Definitions) {
 fn answer(core: &Core, after: After) -> ReplyResult {
     match after {
         After::Reply(reply) => Ok(*reply),
-        After::Action { namespace, name } => match core.state.registry.get(&namespace, &name) {
+        After::Action { namespace, name } => match core.state().registry.get(&namespace, &name) {
             Some(def) => Ok(Reply::Action(action_info(&namespace, &name, def))),
             None => Err(ErrorValue::not_found(format!(
                 "action {name:?} is not registered in namespace {namespace:?}"
@@ -354,18 +354,18 @@ pub fn apply_change(core: &mut Core, to: ReplyTo, record: Record) {
 
 /// At start-up, on the coordinator: send every shard this shard's definitions.
 pub fn sync_all(core: &mut Core) {
-    if core.shard != COORDINATOR {
+    if core.shard() != COORDINATOR {
         return;
     }
     let actions: Vec<_> = core
-        .state
+        .state()
         .registry
         .all()
         .map(|(ns, name, def)| (ns.to_string(), name.to_string(), def.clone()))
         .collect();
-    let workflows = core.state.workflows.sync_entries();
-    let me = core.shard;
-    for s in (0..core.partitioning.shards).filter(|&s| s != me) {
+    let workflows = core.state().workflows.sync_entries();
+    let me = core.shard();
+    for s in (0..core.partitioning().shards).filter(|&s| s != me) {
         let req = PeerRequest::DefinitionSync {
             actions: Some(actions.clone()),
             workflows: workflows.clone(),
@@ -383,10 +383,10 @@ pub fn apply_sync(
 ) {
     let now = core.now_ms();
     let mut records = match actions {
-        Some(actions) => core.state.registry.plan_sync(actions, now),
+        Some(actions) => core.state().registry.plan_sync(actions, now),
         None => Vec::new(),
     };
-    records.extend(core.state.workflows.plan_sync(&workflows));
+    records.extend(core.state().workflows.plan_sync(&workflows));
     for record in records {
         core.commit(record);
     }

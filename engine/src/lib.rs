@@ -21,7 +21,7 @@ pub mod tables;
 pub mod workers;
 pub mod workflows;
 
-pub use crate::core::cx::Durability;
+pub use crate::core::Durability;
 pub use crate::core::io::{
     ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg,
     ReplyResult, StorageInfo,

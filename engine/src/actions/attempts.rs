@@ -2,8 +2,8 @@
 //! and the record each execution's result becomes — a completion (with the guest's KV
 //! writes) or a failed attempt (retried after backoff, or final and dead-lettered).
 
-use crate::core::cx::{Core, Task};
 use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
+use crate::core::{Core, Task};
 use crate::fold::record::{GuestKvWrite, Record};
 use crate::fold::runs::retry_at;
 use crate::fold::scheduler::RunKey;
@@ -54,18 +54,18 @@ impl Executions {
 /// Starts executions while slots and runnable runs remain.
 pub fn start_executions(core: &mut Core, execs: &mut Executions) {
     while execs.running.len() < WASM_SLOTS {
-        let Some(key) = core.index.runs.pop_ready() else {
+        let Some(key) = core.index_mut().runs.pop_ready() else {
             return;
         };
-        let Some(run) = core.state.runs.get(&key.0, &key.1) else {
+        let Some(run) = core.state().runs.get(&key.0, &key.1) else {
             continue;
         };
         if run.status != RunStatus::Pending || execs.executing.contains_key(&key) {
             continue;
         }
         let (attempt, action) = (run.attempt, run.action.clone());
-        let def = core.state.registry.get(&key.0, &action);
-        let module = core.state.registry.module(&key.0, &action);
+        let def = core.state().registry.get(&key.0, &action);
+        let module = core.state().registry.module(&key.0, &action);
         let (def, wasm) = match (def, module) {
             (Some(def), Some(wasm)) => (
                 (
@@ -135,7 +135,7 @@ pub fn on_executed(core: &mut Core, execs: &mut Executions, exec: u64, result: E
     };
     execs.executing.remove(&key);
     let action = core
-        .state
+        .state()
         .runs
         .get(&key.0, &key.1)
         .map(|r| r.action.clone())
@@ -176,13 +176,13 @@ fn record_attempt(
 ) {
     let now = core.now_ms();
     let (namespace, run_id) = key;
-    let Some(run) = core.state.runs.get(namespace, run_id) else {
+    let Some(run) = core.state().runs.get(namespace, run_id) else {
         return;
     };
     if run.status != RunStatus::Pending || run.attempt != attempt {
         return;
     }
-    let retry_at_ms = retry_at(&core.state.registry, namespace, run, now);
+    let retry_at_ms = retry_at(&core.state().registry, namespace, run, now);
     let record = match output {
         Ok(output) => Record::RunCompleted {
             namespace: namespace.clone(),

@@ -2,8 +2,8 @@
 
 use super::attempts::Executions;
 use crate::archive;
-use crate::core::cx::{Core, Task};
 use crate::core::io::Done;
+use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
 use crate::fold::registry::action_info;
 use crate::fold::runs::{idempotent_run_id, run_info};
@@ -15,7 +15,7 @@ use flo_protocol::{check_action_name, check_idempotency_key, check_namespace};
 pub fn action_get(core: &Core, namespace: &str, name: &str) -> Done {
     Done {
         wait_lsn: core.definitions_lsn(),
-        result: match core.state.registry.get(namespace, name) {
+        result: match core.state().registry.get(namespace, name) {
             Some(def) => Ok(Reply::Action(action_info(namespace, name, def))),
             None => Err(ErrorValue::not_found(format!(
                 "action {name:?} is not registered in namespace {namespace:?}"
@@ -25,7 +25,7 @@ pub fn action_get(core: &Core, namespace: &str, name: &str) -> Done {
 }
 
 pub fn action_list(core: &Core, namespace: &str) -> Done {
-    let list = core.state.registry.list(namespace);
+    let list = core.state().registry.list(namespace);
     Done {
         wait_lsn: core.definitions_lsn(),
         result: Ok(Reply::Actions(
@@ -37,7 +37,7 @@ pub fn action_list(core: &Core, namespace: &str) -> Done {
 }
 
 pub fn run_status(core: &Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {
-    match core.state.runs.require(namespace, run_id) {
+    match core.state().runs.require(namespace, run_id) {
         Ok(run) => Done {
             wait_lsn: run.lsn,
             result: Ok(Reply::Run(run_info(
@@ -60,13 +60,13 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
         if let Some(key) = &spec.idempotency_key {
             check_idempotency_key(key)?;
         }
-        core.state
+        core.state()
             .registry
             .invocable(&spec.namespace, &spec.action)?;
         Ok(match &spec.idempotency_key {
             Some(key) => (idempotent_run_id(&spec.action, key), true),
             None => {
-                let state = &core.state;
+                let state = core.state();
                 let id = state.runs.next_run_id(&spec.namespace, &spec.action, |id| {
                     state.owns(&spec.namespace, id)
                 });
@@ -80,10 +80,10 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
     };
     // A fresh id exists nowhere: only a key's id is looked up (live, then archived).
     let existing = idempotent
-        .then(|| match core.state.runs.get(&spec.namespace, &run_id) {
+        .then(|| match core.state().runs.get(&spec.namespace, &run_id) {
             Some(run) => Some(run.lsn),
             None => core
-                .state
+                .state()
                 .archived(RunKind::Action, &spec.namespace, &run_id)
                 .map(|e| e.lsn),
         })
@@ -97,12 +97,16 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
             }),
         };
     }
-    let Some(def) = core.state.registry.get(&spec.namespace, &spec.action) else {
+    let Some(def) = core.state().registry.get(&spec.namespace, &spec.action) else {
         return Done::now(Err(ErrorValue::internal(
             "the action vanished while invoked",
         )));
     };
-    match core.state.runs.plan_create(spec, def, run_id.clone(), now) {
+    match core
+        .state()
+        .runs
+        .plan_create(spec, def, run_id.clone(), now)
+    {
         Ok(record) => Done {
             wait_lsn: core.commit(record),
             result: Ok(Reply::Invoked {
@@ -125,7 +129,7 @@ pub fn run_list(
     let namespace = query.namespace.as_str();
     let (action, dead_letter, limit) = (&query.name, query.dead_letter, query.limit);
     match core
-        .state
+        .state()
         .runs
         .list(namespace, action, status, dead_letter, limit, &query.from)
     {
@@ -147,7 +151,7 @@ pub fn run_list(
 /// Cancels a pending or running run; the workflow step it executes (if any) moves on.
 pub fn cancel(core: &mut Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {
     let now = core.now_ms();
-    if let Some(e) = core.state.archived(RunKind::Action, namespace, run_id) {
+    if let Some(e) = core.state().archived(RunKind::Action, namespace, run_id) {
         return Done {
             result: Err(ErrorValue::conflict(format!(
                 "run {run_id:?} is already {}; only pending or running runs can be cancelled",
@@ -156,7 +160,7 @@ pub fn cancel(core: &mut Core, execs: &Executions, namespace: &str, run_id: &str
             wait_lsn: e.lsn,
         };
     }
-    match core.state.runs.plan_cancel(namespace, run_id, now) {
+    match core.state().runs.plan_cancel(namespace, run_id, now) {
         Ok(record) => {
             core.commit(record);
             core.schedule(Task::ActionFinal((

@@ -1,6 +1,6 @@
 //! When a run is archived and what its archive record holds.
 
-use crate::core::cx::{Core, Task};
+use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
 use crate::fold::archived::{ArchivedRun, WfArchived};
 use crate::fold::record::{Record, StepWait};
@@ -129,7 +129,7 @@ fn fit(doc: &mut WfArchived) {
 
 /// Archives the run if it is done (see `plan_archive`).
 pub fn archive_if_done(core: &mut Core, kind: RunKind, namespace: &str, run_id: &str) {
-    if let Some(record) = plan_archive(&core.state, kind, namespace, run_id) {
+    if let Some(record) = plan_archive(core.state(), kind, namespace, run_id) {
         core.commit(record);
     }
 }
@@ -137,7 +137,7 @@ pub fn archive_if_done(core: &mut Core, kind: RunKind, namespace: &str, run_id: 
 /// Forgets the archived runs that finished more than `retention_ms` ago (one record).
 pub fn forget_expired(core: &mut Core, retention_ms: u64) {
     let cutoff = core.now_ms().saturating_sub(retention_ms);
-    if let Some(before_lsn) = core.state.archive.forget_before(cutoff) {
+    if let Some(before_lsn) = core.state().archive.forget_before(cutoff) {
         core.commit(Record::RunsForgotten { before_lsn });
     }
 }

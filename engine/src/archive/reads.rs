@@ -2,7 +2,7 @@
 //! until it is durable, answered by `Input::LogRead`), checked against the run asked for,
 //! and turned into the reply a live run would get.
 
-use crate::core::cx::Core;
+use crate::core::Core;
 use crate::core::io::{Dest, Done};
 use crate::fold::archive::{Entry, RunKind, name_tag};
 use crate::fold::archived::{ArchivedRun, action_status_code, workflow_status_code};
@@ -208,7 +208,7 @@ fn archive_candidates(
     let tag = name_tag(&query.namespace, &query.name);
     let mut candidates = Vec::new();
     let mut last_scanned = None;
-    for (scanned, (_, entry)) in core.state.archive.newest_below(below_lsn).enumerate() {
+    for (scanned, (_, entry)) in core.state().archive.newest_below(below_lsn).enumerate() {
         if scanned == LIST_SCAN_MAX {
             // The scan stopped at its bound: the next page goes on below.
             let below_lsn = last_scanned.unwrap_or(below_lsn);

@@ -1,5 +1,15 @@
-//! What the engine is made of below the domains: the inputs and effects it exchanges with
-//! the runtime (`io`) and the commit path every domain changes state through (`cx`).
+//! What the engine is made of between the fold and the domains: the inputs and effects it
+//! exchanges with the runtime (`io`), the commit path every domain changes state through
+//! and reaches the rest by (`commit`: `Core`), the durability gate (`gate`), the agenda of
+//! work and its budgets (`agenda`) and calls to other shards (`calls`).
 
-pub mod cx;
+mod agenda;
+mod calls;
+mod commit;
+mod gate;
 pub mod io;
+
+pub use agenda::{STEPS_PER_INPUT_MAX, Task};
+pub use calls::Waiting;
+pub use commit::Core;
+pub use gate::Durability;

@@ -1,8 +1,8 @@
 //! Operations that run on every shard: each shard answers its part, the shard that took the
 //! request merges them — the one place that says how each fan-out merges.
 
-use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Done, PeerRequest, ReplyResult, ReplyTo};
+use crate::core::{Core, Waiting};
 use crate::pages::{self, Part, Pos};
 use crate::tables::HashMap;
 use flo_protocol::{
@@ -33,8 +33,8 @@ pub struct FanOuts {
 pub fn open(core: &mut Core, fo: &mut FanOuts, to: ReplyTo, op: Op, req: PeerRequest) -> u64 {
     fo.next_id += 1;
     let id = fo.next_id;
-    let others: Vec<u32> = (0..core.partitioning.shards)
-        .filter(|&s| s != core.shard)
+    let others: Vec<u32> = (0..core.partitioning().shards)
+        .filter(|&s| s != core.shard())
         .collect();
     let fan = FanOut {
         to,
@@ -239,8 +239,8 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
                 .max_by_key(|m| m.generation);
             Ok(Reply::Status(StatusInfo {
                 server_version: SERVER_VERSION.to_string(),
-                durability: core.durability.as_str().to_string(),
-                partitions: core.partitioning.partitions,
+                durability: core.durability().as_str().to_string(),
+                partitions: core.partitioning().partitions,
                 shards,
                 module_cache,
             }))
@@ -258,7 +258,7 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
             Ok(Reply::Workers(workers))
         }
         Op::WorkflowListRuns { limit, cursor, .. } => {
-            let shards = core.partitioning.shards;
+            let shards = core.partitioning().shards;
             let (runs, next_cursor) =
                 merge_runs(shards, cursor.as_deref(), parts, *limit, |p| match p {
                     Reply::WorkflowRuns {
@@ -273,7 +273,7 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
             })
         }
         Op::RunList { limit, cursor, .. } => {
-            let shards = core.partitioning.shards;
+            let shards = core.partitioning().shards;
             let (runs, next_cursor) =
                 merge_runs(shards, cursor.as_deref(), parts, *limit, |p| match p {
                     Reply::Runs {

@@ -15,7 +15,7 @@ pub use routing::{Target, route_key, target};
 
 use crate::actions::Executions;
 use crate::clock::Clock;
-use crate::core::cx::{Core, Durability};
+use crate::core::{Core, Durability};
 use crate::definitions::Definitions;
 use crate::fold::index::Index;
 use crate::fold::record::Record;
@@ -114,7 +114,8 @@ impl Engine {
     /// Before replay: starts from a snapshot (`snapshot::encode`'s bytes) instead of an
     /// empty fold; the log is then replayed from the LSN it returns + 1.
     pub fn restore(&mut self, image: &[u8]) -> Result<u64, String> {
-        let state = crate::fold::snapshot::decode(image, self.core.shard, self.core.partitioning)?;
+        let state =
+            crate::fold::snapshot::decode(image, self.core.shard(), self.core.partitioning())?;
         let lsn = state.applied_lsn;
         self.core.restore(state);
         Ok(lsn)
@@ -123,7 +124,7 @@ impl Engine {
     /// The first LSN the log must keep for the runs this shard retains (their archive
     /// records are read back from it); None when it retains none.
     pub fn retained_from_lsn(&self) -> Option<u64> {
-        self.core.state.archive.oldest_lsn()
+        self.core.state().archive.oldest_lsn()
     }
 
     /// The fold as a snapshot image, and the LSN it stands at (the last record appended,
@@ -131,7 +132,7 @@ impl Engine {
     pub fn snapshot(&self) -> (u64, crate::image::Image) {
         (
             self.core.last_lsn(),
-            crate::fold::snapshot::encode(&self.core.state),
+            crate::fold::snapshot::encode(self.core.state()),
         )
     }
 
@@ -151,11 +152,11 @@ impl Engine {
     }
 
     pub fn shard(&self) -> u32 {
-        self.core.shard
+        self.core.shard()
     }
 
     pub fn partitioning(&self) -> Partitioning {
-        self.core.partitioning
+        self.core.partitioning()
     }
 
     pub fn last_lsn(&self) -> u64 {
@@ -168,12 +169,12 @@ impl Engine {
 
     /// The fold (for checks: simulation, tests).
     pub fn state(&self) -> &ShardState {
-        &self.core.state
+        self.core.state()
     }
 
     /// The derived index (for checks).
     pub fn index(&self) -> &Index {
-        &self.core.index
+        self.core.index()
     }
 
     /// Work or effects still waiting (for checks): calls in flight, held effects,

@@ -8,10 +8,10 @@ use super::watches::Watched;
 use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS, LOG_BACKLOG_BYTES_MAX};
 use crate::actions::{self, on_executed, start_executions};
 use crate::archive::{self, ListQuery, Live, Want};
-use crate::core::cx::{STEPS_PER_INPUT_MAX, Task, Waiting};
 use crate::core::io::{
     Dest, DiskSpace, Done, Effect, Input, PeerMsg, PeerRequest, ReplyResult, ReplyTo,
 };
+use crate::core::{Task, Waiting};
 use crate::definitions;
 use crate::fold::archive::RunKind;
 use crate::hash::HASH_NAME;
@@ -27,8 +27,7 @@ use flo_protocol::{
 impl Engine {
     /// Handles one input; appends the effects it released to `out`.
     pub fn step(&mut self, input: Input, out: &mut Vec<Effect>) {
-        self.core.read_clocks();
-        self.core.steps_left = STEPS_PER_INPUT_MAX;
+        self.core.begin_input();
         match input {
             Input::Started => self.started(),
             Input::Client { from, op } => self.client(ReplyTo::Client(from), op),
@@ -84,13 +83,7 @@ impl Engine {
 
     /// Runs queued tasks until none is left or the input's budget is spent.
     fn drain_agenda(&mut self) {
-        while self.core.steps_left > 0 {
-            let Some(task) = self.core.next_task() else {
-                // A burst of work ended: the next one gets fresh per-run budgets.
-                self.core.root_steps.clear();
-                return;
-            };
-            self.core.steps_left -= 1;
+        while let Some(task) = self.core.next_task() {
             self.run_task(task);
         }
         if self.core.has_tasks() {
@@ -138,7 +131,7 @@ impl Engine {
             self.core.schedule(Task::WfResume(key));
         }
         // After the resumed runs took the steps they waited on.
-        for task in archive::final_runs(&self.core.state) {
+        for task in archive::final_runs(self.core.state()) {
             self.core.schedule(task);
         }
         self.tick();
@@ -147,8 +140,7 @@ impl Engine {
     fn tick(&mut self) {
         self.wake_asked = None;
         let now = self.core.now_ms();
-        let state = &self.core.state;
-        self.core.index.fire_due_runs(now, state);
+        self.core.fire_due_runs(now);
         workers::expire_leases(&mut self.core);
         let mut more = workflows::fire_timers(&mut self.core);
         let wall = self.core.wall_ms();
@@ -203,7 +195,7 @@ impl Engine {
         // Deadlines on the shard's clock, moved to the wall clock the runtime sleeps on.
         let to_wall = |due: u64| wall.saturating_add(due.saturating_sub(now));
         let next = [
-            self.core.index.next_due_ms().map(to_wall),
+            self.core.index().next_due_ms().map(to_wall),
             Some(to_wall(self.next_housekeeping_ms)),
             self.watches.next_deadline(),
             self.awaits.next_deadline(),
@@ -225,8 +217,8 @@ impl Engine {
     /// The log writer found the disk full, or space again: read-only while full; once
     /// space returns, the wants parked meanwhile get the tasks that wait for them.
     fn disk_space(&mut self, space: DiskSpace) {
-        let returned = self.core.disk == DiskSpace::Full && space == DiskSpace::Available;
-        self.core.disk = space;
+        let returned = self.core.disk() == DiskSpace::Full && space == DiskSpace::Available;
+        self.core.set_disk(space);
         if returned {
             workers::serve_parked(&mut self.core, &mut self.awaits);
         }
@@ -249,8 +241,8 @@ impl Engine {
         if self.refuse_if_stopping(to) {
             return;
         }
-        let me = self.core.shard;
-        match target(&op, me, &self.core.partitioning) {
+        let me = self.core.shard();
+        match target(&op, me, &self.core.partitioning()) {
             Target::Here => {
                 let result = self.connection_op(op);
                 self.core.reply_op(to, 0, result);
@@ -273,7 +265,7 @@ impl Engine {
     }
 
     fn connection_op(&self, op: Op) -> ReplyResult {
-        let partitioning = self.core.partitioning;
+        let partitioning = self.core.partitioning();
         match op {
             Op::Hello {
                 protocol_version, ..
@@ -340,22 +332,22 @@ impl Engine {
         let core = &self.core;
         Some(match op {
             Op::Status => Done::now(Ok(Reply::ShardStatus(ShardInfo {
-                shard: core.shard,
+                shard: core.shard(),
                 lsn: core.last_lsn(),
                 durable_lsn: core.durable_lsn(),
                 segments: self.segments,
-                kv_keys: core.state.kv.key_count(),
-                runs: core.state.runs.len() as u64,
-                workflow_runs: core.state.workflows.run_count() as u64,
-                archived_runs: core.state.archive.len() as u64,
-                run_index_bytes: core.state.archive.memory_bytes(),
+                kv_keys: core.state().kv.key_count(),
+                runs: core.state().runs.len() as u64,
+                workflow_runs: core.state().workflows.run_count() as u64,
+                archived_runs: core.state().archive.len() as u64,
+                run_index_bytes: core.state().archive.memory_bytes(),
                 snapshot_lsn: self.storage.snapshot_lsn,
                 snapshot_age_ms: (self.storage.snapshot_lsn > 0)
                     .then(|| core.wall_ms().saturating_sub(self.storage.snapshot_at_ms)),
                 snapshot_pause_ms: self.storage.snapshot_pause_ms,
                 snapshot_write_ms: self.storage.snapshot_write_ms,
                 disk_bytes: self.storage.disk_bytes,
-                disk_full: core.disk == DiskSpace::Full,
+                disk_full: core.disk() == DiskSpace::Full,
                 executions: self.executions.len() as u32,
                 module_cache: self.module_cache,
             }))),
@@ -385,7 +377,7 @@ impl Engine {
                     dead_letter,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
                     from,
-                    shard: core.shard,
+                    shard: core.shard(),
                 };
                 let live = actions::run_list(core, &self.executions, &query, status);
                 return self.with_archived(query, live, dest);
@@ -413,7 +405,7 @@ impl Engine {
                     dead_letter: false,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
                     from,
-                    shard: core.shard,
+                    shard: core.shard(),
                 };
                 return self.with_archived(query, live, dest);
             }
@@ -424,8 +416,8 @@ impl Engine {
     /// Where this shard's part of a run list starts, from the client's cursor.
     fn list_position(&self, cursor: Option<&str>) -> Result<Pos, ErrorValue> {
         let core = &self.core;
-        let mut positions = pages::decode_cursor(cursor, core.partitioning.shards)?;
-        Ok(positions.swap_remove(core.shard as usize))
+        let mut positions = pages::decode_cursor(cursor, core.partitioning().shards)?;
+        Ok(positions.swap_remove(core.shard() as usize))
     }
 
     /// A list of live runs, completed with the archived runs that match `query`.
@@ -457,7 +449,7 @@ impl Engine {
         id: &str,
         to: ReplyTo,
     ) -> bool {
-        let Some(entry) = self.core.state.archived(kind, ns, id) else {
+        let Some(entry) = self.core.state().archived(kind, ns, id) else {
             return false;
         };
         let dest = Dest::Reply(to);
@@ -482,8 +474,8 @@ impl Engine {
         if !mutates(op) {
             return false;
         }
-        let shard = self.core.shard;
-        let e = if self.core.disk == DiskSpace::Full {
+        let shard = self.core.shard();
+        let e = if self.core.disk() == DiskSpace::Full {
             ErrorValue::unavailable(format!(
                 "disk full on shard {shard}: it is read-only until space is freed (reads \
                  still work); retry later"
@@ -729,7 +721,7 @@ impl Engine {
     /// A run that is not found but whose id this shard handed out finished and was
     /// forgotten after the retention window: say so.
     fn explain_forgotten(&self, kind: RunKind, namespace: &str, run_id: &str, done: Done) -> Done {
-        let state = &self.core.state;
+        let state = self.core.state();
         let issued = match kind {
             RunKind::Action => state.runs.was_issued(namespace, run_id),
             RunKind::Workflow => state.workflows.was_issued(namespace, run_id),
@@ -927,7 +919,7 @@ impl Engine {
                 if let Err(e) = result {
                     core.emit(Effect::Log(format!(
                         "warning: shard {}: a request to another shard failed: {e}",
-                        core.shard
+                        core.shard()
                     )));
                 }
             }

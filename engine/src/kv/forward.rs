@@ -3,8 +3,8 @@
 //! their owners, which apply each origin LSN at most once; when every owner acknowledged,
 //! `KvForwarded` retires them. After a crash the unretired ones are sent again.
 
-use crate::core::cx::{Core, Waiting};
 use crate::core::io::PeerRequest;
+use crate::core::{Core, Waiting};
 use crate::fold::record::{GuestKvWrite, Record};
 use std::collections::BTreeMap;
 
@@ -29,7 +29,7 @@ pub fn start_forwards(core: &mut Core, fw: &mut Forwarder) {
     }
     if fw.failed
         || core
-            .state
+            .state()
             .forwards
             .back()
             .is_none_or(|f| f.lsn <= fw.sent_up_to)
@@ -37,7 +37,7 @@ pub fn start_forwards(core: &mut Core, fw: &mut Forwarder) {
         return;
     }
     let batch: Vec<_> = core
-        .state
+        .state()
         .forwards
         .iter()
         .filter(|f| f.lsn > fw.sent_up_to)
@@ -48,7 +48,7 @@ pub fn start_forwards(core: &mut Core, fw: &mut Forwarder) {
         let mut by_shard: BTreeMap<u32, Vec<GuestKvWrite>> = BTreeMap::new();
         for w in f.writes {
             by_shard
-                .entry(core.partitioning.shard_of(&f.namespace, &w.key))
+                .entry(core.partitioning().shard_of(&f.namespace, &w.key))
                 .or_default()
                 .push(w);
         }
@@ -96,7 +96,7 @@ pub fn on_remote_writes(
     namespace: String,
     writes: Vec<GuestKvWrite>,
 ) -> u64 {
-    let seen = core.state.remote_applied.get(&from).copied().unwrap_or(0);
+    let seen = core.state().remote_applied.get(&from).copied().unwrap_or(0);
     if origin_lsn <= seen {
         // Applied before (a resend after a crash of the origin): acknowledge once that is
         // durable.

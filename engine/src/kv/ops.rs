@@ -1,8 +1,8 @@
 //! KV operations on the shard owning the key: plan a record, commit it, answer once the
 //! record the answer depends on is durable.
 
-use crate::core::cx::{Core, Waiting};
 use crate::core::io::{Done, Effect, PeerRequest};
+use crate::core::{Core, Waiting};
 use crate::fold::kv::PutCondition;
 use crate::fold::record::Record;
 use flo_protocol::{ErrorValue, KV_LIST_LIMIT_DEFAULT, Reply};
@@ -13,7 +13,7 @@ pub fn get(core: &Core, namespace: &str, key: &str) -> Done {
     if let Err(e) = crate::fold::kv::KvStore::validate_get(namespace, key) {
         return Done::now(Err(e));
     }
-    let entry = core.state.kv.get(namespace, key, core.now_ms());
+    let entry = core.state().kv.get(namespace, key, core.now_ms());
     Done {
         wait_lsn: entry.map_or_else(|| absence_lsn(core, namespace, key), |e| e.lsn),
         result: Ok(Reply::KvValue(entry.map(|e| e.to_wire(key)))),
@@ -23,7 +23,7 @@ pub fn get(core: &Core, namespace: &str, key: &str) -> Done {
 /// The LSN an answer that finds `key` absent waits for: the last record that removed a key,
 /// and the put of an entry that expired (a crash could bring back the value before it).
 pub(super) fn absence_lsn(core: &Core, namespace: &str, key: &str) -> u64 {
-    let expired = core.state.kv.entry(namespace, key).map_or(0, |e| e.lsn);
+    let expired = core.state().kv.entry(namespace, key).map_or(0, |e| e.lsn);
     core.absence_lsn().max(expired)
 }
 
@@ -37,7 +37,7 @@ pub fn kv_put(
 ) -> Done {
     let now = core.now_ms();
     match core
-        .state
+        .state()
         .kv
         .plan_put(namespace, key, value, ttl_ms, condition, now)
     {
@@ -57,7 +57,7 @@ pub fn kv_put(
 
 pub fn kv_delete(core: &mut Core, namespace: &str, key: &str, if_version: Option<u64>) -> Done {
     let now = core.now_ms();
-    match core.state.kv.plan_delete(namespace, key, if_version, now) {
+    match core.state().kv.plan_delete(namespace, key, if_version, now) {
         Ok(Some(record)) => Done {
             wait_lsn: core.commit(record),
             result: Ok(Reply::KvDeleted { deleted: true }),
@@ -81,7 +81,7 @@ pub fn kv_list(
 ) -> Done {
     let limit = limit.unwrap_or(KV_LIST_LIMIT_DEFAULT);
     match core
-        .state
+        .state()
         .kv
         .list(namespace, prefix, cursor, limit, core.now_ms())
     {
@@ -105,7 +105,7 @@ pub fn kv_list(
 
 /// Logs the deletion of up to `max` expired keys; returns how many.
 pub fn sweep_expired(core: &mut Core, max: usize) -> usize {
-    let records = core.state.kv.expired(core.now_ms(), max);
+    let records = core.state().kv.expired(core.now_ms(), max);
     let n = records.len();
     for record in records {
         core.commit(record);
@@ -117,10 +117,10 @@ pub fn sweep_expired(core: &mut Core, max: usize) -> usize {
 /// (A guest's result is committed after the value it read, so it needs no durability
 /// wait of its own.)
 pub fn guest_read(core: &mut Core, exec: u64, read: u64, namespace: &str, key: &str) {
-    let owner = core.partitioning.shard_of(namespace, key);
-    if owner == core.shard {
+    let owner = core.partitioning().shard_of(namespace, key);
+    if owner == core.shard() {
         let value = core
-            .state
+            .state()
             .kv
             .get(namespace, key, core.now_ms())
             .map(|e| e.value.clone());

@@ -10,8 +10,8 @@
 //! writes (`keys_written`); after every input `serve_waits` looks at those keys only.
 
 use super::ops::{absence_lsn, get};
-use crate::core::cx::{Core, Waiting};
 use crate::core::io::{ConnId, Done, PeerRequest, ReplyResult, ReplyTo};
+use crate::core::{Core, Waiting};
 use crate::tables::HashMap;
 use flo_protocol::{ErrorCode, ErrorValue, KV_WAIT_MS_MAX, Op, Reply};
 use std::collections::BTreeMap;
@@ -160,7 +160,7 @@ pub fn get_or_wait(
     };
     waits.park((namespace, key), parked);
     // From now on the commit path notes written keys for `serve_waits`.
-    core.kv_written.get_or_insert_with(Vec::new);
+    core.note_keys_written(Vec::new());
 }
 
 /// A read of `key` that shows only a version newer than `after_version`: the entry, or
@@ -185,7 +185,7 @@ fn read_newer(core: &Core, namespace: &str, key: &str, after_version: Option<u64
 /// After an input: answers the reads parked on keys written since the last call, and
 /// tells the commit path whether to keep noting written keys.
 pub fn serve_waits(core: &mut Core, waits: &mut KvWaits) {
-    let written = core.kv_written.take().unwrap_or_default();
+    let written = core.take_keys_written();
     if waits.is_empty() {
         return;
     }
@@ -194,7 +194,7 @@ pub fn serve_waits(core: &mut Core, waits: &mut KvWaits) {
         let Some(list) = waits.by_key.get(key) else {
             continue;
         };
-        let Some(entry) = core.state.kv.get(&key.0, &key.1, now) else {
+        let Some(entry) = core.state().kv.get(&key.0, &key.1, now) else {
             continue;
         };
         let ready: Vec<u64> = list
@@ -210,9 +210,7 @@ pub fn serve_waits(core: &mut Core, waits: &mut KvWaits) {
             }
         }
     }
-    let mut written = written;
-    written.clear();
-    core.kv_written = Some(written);
+    core.note_keys_written(written);
 }
 
 /// Answers the reads whose deadline passed: empty (nothing newer came in time).
@@ -234,7 +232,7 @@ pub fn expire_waits(core: &mut Core, waits: &mut KvWaits) {
 /// What an empty answer at the deadline waits for: the absence (or the older entry) it
 /// reports must be durable.
 fn timed_out_lsn(core: &Core, key: &KeyRef) -> u64 {
-    let entry_lsn = core.state.kv.entry(&key.0, &key.1).map_or(0, |e| e.lsn);
+    let entry_lsn = core.state().kv.entry(&key.0, &key.1).map_or(0, |e| e.lsn);
     absence_lsn(core, &key.0, &key.1).max(entry_lsn)
 }
 

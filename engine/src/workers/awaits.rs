@@ -17,8 +17,8 @@
 
 use super::registry::WorkerRegistry;
 use super::tasks::{WantSpec, lease_tasks, release_tasks};
-use crate::core::cx::{Core, Task, Waiting};
 use crate::core::io::{ConnId, DiskSpace, PeerRequest, ReplyResult, ReplyTo, WantMsg};
+use crate::core::{Core, Task, Waiting};
 use crate::fold::scheduler::ActionKey;
 use crate::ids::WorkerKey;
 use crate::tables::{HashMap, HashSet};
@@ -222,10 +222,10 @@ pub fn await_tasks(
     let want_id = aw.next_want_id;
     let block_ms = block_ms.min(TASK_AWAIT_MS_MAX);
     let deadline_ms = core.wall_ms() + block_ms;
-    let shards = core.partitioning.shards;
+    let shards = core.partitioning().shards;
     let shares = split(max_tasks, shards, aw.rotate);
     aw.rotate = aw.rotate.wrapping_add(1);
-    let me = core.shard;
+    let me = core.shard();
 
     let now = core.now_ms();
     let (tasks, lsn) = lease_tasks(
@@ -328,7 +328,7 @@ fn check_await(
     for action in actions {
         // An action not registered (yet) has no tasks: the await waits for them like for
         // any other (its tasks come once it is registered and invoked).
-        let Some(def) = core.state.registry.get(namespace, action) else {
+        let Some(def) = core.state().registry.get(namespace, action) else {
             if worker.processes_action(action) {
                 continue;
             }
@@ -463,7 +463,7 @@ pub fn release_assignments(
 ) {
     let mut by_owner: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for task in tasks {
-        let owner = core.partitioning.shard_of(namespace, &task.task_id);
+        let owner = core.partitioning().shard_of(namespace, &task.task_id);
         by_owner.entry(owner).or_default().push(task.task_id);
     }
     for (owner, ids) in by_owner {
@@ -497,9 +497,9 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, want_id: u64, answer: bool) {
     // (the cancel follows the want on the same ordered link).
     let mut cancel = open.parked;
     if open.immediate_pending > 0 {
-        cancel = (0..core.partitioning.shards).collect();
+        cancel = (0..core.partitioning().shards).collect();
     }
-    let me = core.shard;
+    let me = core.shard();
     for s in cancel {
         if s == me {
             cancel_want(aw, me, want_id);
@@ -603,10 +603,10 @@ pub fn cancel_want(aw: &mut Awaits, origin: u32, want_id: u64) {
 /// of inputs, so a burst of invocations is leased in one record).
 pub fn dispatch(core: &mut Core, aw: &mut Awaits) {
     // A full shard leases nothing: the marks wait for space (`serve_parked`).
-    if core.disk == DiskSpace::Full || !core.index.runs.has_user_dirty() {
+    if core.disk() == DiskSpace::Full || !core.index_mut().runs.has_user_dirty() {
         return;
     }
-    let dirty = core.index.runs.take_user_dirty();
+    let dirty = core.index_mut().runs.take_user_dirty();
     if aw.wants.is_empty() {
         return;
     }
@@ -629,7 +629,7 @@ fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
     let now_real = core.wall_ms();
     let mut misses = 0usize;
     loop {
-        if core.index.runs.user_queued(action) == 0 {
+        if core.index_mut().runs.user_queued(action) == 0 {
             return;
         }
         let candidates = aw.wants_by_action.get(action).map_or(0, VecDeque::len);
@@ -706,8 +706,8 @@ fn deliver(
     tasks: Vec<TaskAssignment>,
     lsn: u64,
 ) {
-    if origin == core.shard {
-        let from = core.shard;
+    if origin == core.shard() {
+        let from = core.shard();
         core.schedule_after(
             lsn,
             Task::Delivered {
@@ -730,7 +730,7 @@ fn deliver(
 
 /// Hands leased tasks back to the shard owning them.
 fn release(core: &mut Core, owner: u32, namespace: &str, worker_id: &str, run_ids: Vec<String>) {
-    if owner != core.shard {
+    if owner != core.shard() {
         let req = PeerRequest::ReleaseLeases {
             namespace: namespace.to_string(),
             worker_id: worker_id.to_string(),

@@ -4,8 +4,8 @@
 use super::registry::WorkerRegistry;
 use super::tasks::{TaskReport, complete_task, fail_task, touch_task};
 use crate::actions::{Executions, run_status};
-use crate::core::cx::{Core, Task};
 use crate::core::io::{Done, PeerRequest};
+use crate::core::{Core, Task};
 use flo_protocol::{ErrorValue, Op, Reply};
 
 /// A worker's report on a task: `TaskComplete`, `TaskFail` or `TaskTouch`.
@@ -144,9 +144,9 @@ pub fn note_task_done(
     action: &str,
     ok: bool,
 ) {
-    let home = core.partitioning.shard_of(namespace, worker_id);
+    let home = core.partitioning().shard_of(namespace, worker_id);
     let at_ms = core.now_ms();
-    if home == core.shard {
+    if home == core.shard() {
         registry.record_task(namespace, worker_id, action, ok, at_ms);
         return;
     }

@@ -3,8 +3,8 @@
 //! is a record committed through `Core::commit` (whose `observe` queues and times runs).
 
 use super::registry::labels_match;
-use crate::core::cx::{Core, Task};
 use crate::core::io::DiskSpace;
+use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
 use crate::fold::record::{LeasedTask, Record};
 use crate::fold::runs::{Run, retry_at};
@@ -55,7 +55,7 @@ pub struct Failed {
 /// the lease record (0 when none). A shard whose disk is full leases nothing: the worker
 /// could not report on the task here; wants stay parked until space returns.
 pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAssignment>, u64) {
-    if core.disk == DiskSpace::Full {
+    if core.disk() == DiskSpace::Full {
         return (Vec::new(), 0);
     }
     let keys: Vec<ActionKey> = want
@@ -71,15 +71,15 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
     while chosen.len() < want.max && scanned < LEASE_SCAN_MAX && bytes < LEASE_BATCH_BYTES_MAX {
         let best = keys
             .iter()
-            .filter_map(|k| core.index.runs.peek_user(k).map(|e| (k, (e.0, e.1))))
+            .filter_map(|k| core.index_mut().runs.peek_user(k).map(|e| (k, (e.0, e.1))))
             .max_by_key(|(_, order)| *order)
             .map(|(k, _)| k.clone());
         let Some(key) = best else {
             break;
         };
-        let entry = core.index.runs.pop_user(&key).expect("peeked");
+        let entry = core.index_mut().runs.pop_user(&key).expect("peeked");
         scanned += 1;
-        let Some(run) = core.state.runs.get(want.namespace, &entry.2) else {
+        let Some(run) = core.state().runs.get(want.namespace, &entry.2) else {
             continue;
         };
         if run.status != RunStatus::Pending || seen.contains(&entry.2) {
@@ -98,7 +98,7 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
         chosen.push(entry.2);
     }
     for (key, entry) in skipped {
-        core.index.runs.push_user(key, entry);
+        core.index_mut().runs.push_user(key, entry);
     }
     if chosen.is_empty() {
         return (Vec::new(), 0);
@@ -107,12 +107,12 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
         .into_iter()
         .map(|run_id| {
             let run = core
-                .state
+                .state()
                 .runs
                 .get(want.namespace, &run_id)
                 .expect("chosen");
             let lease_ms = core
-                .state
+                .state()
                 .registry
                 .get(want.namespace, &run.action)
                 .map_or(LEASE_MS_FALLBACK, |d| d.timeout_ms);
@@ -136,7 +136,7 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
     });
     let mut assignments = Vec::with_capacity(expiries.len());
     for (run_id, expires_at_ms) in expiries {
-        let Some(run) = core.state.runs.get(want.namespace, &run_id) else {
+        let Some(run) = core.state().runs.get(want.namespace, &run_id) else {
             continue;
         };
         assignments.push(TaskAssignment {
@@ -156,9 +156,9 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
 /// The run a report is about, if `r.worker_id` holds its current lease.
 fn leased_run<'a>(core: &'a Core, r: &TaskReport, now_ms: u64) -> Result<&'a Run, ErrorValue> {
     let id = r.task_id;
-    let Some(run) = core.state.runs.get(r.namespace, id) else {
+    let Some(run) = core.state().runs.get(r.namespace, id) else {
         // Finished and archived: say how it ended.
-        if let Some(e) = core.state.archived(RunKind::Action, r.namespace, id) {
+        if let Some(e) = core.state().archived(RunKind::Action, r.namespace, id) {
             return Err(ErrorValue::conflict(format!(
                 "task {id:?} is already {}; there is nothing to report",
                 crate::fold::archived::action_status(e.status).as_str()
@@ -252,7 +252,7 @@ pub fn fail_task(
     let (attempt, version) = (run.attempt, run.action_version);
     let error = truncate(error, TASK_ERROR_BYTES_MAX);
     let retry_at_ms = (retry && !non_retryable)
-        .then(|| retry_at(&core.state.registry, r.namespace, run, now_ms))
+        .then(|| retry_at(&core.state().registry, r.namespace, run, now_ms))
         .flatten();
     let lsn = core.commit(Record::AttemptFailed {
         namespace: r.namespace.to_string(),
@@ -301,8 +301,8 @@ pub fn touch_task(
 /// Fails the attempts whose lease expired (a final one moves its run's step on).
 pub fn expire_leases(core: &mut Core) {
     let now_ms = core.now_ms();
-    for (namespace, run_id) in core.index.runs.due_leases(now_ms) {
-        let Some(run) = core.state.runs.get(&namespace, &run_id) else {
+    for (namespace, run_id) in core.index_mut().runs.due_leases(now_ms) {
+        let Some(run) = core.state().runs.get(&namespace, &run_id) else {
             continue;
         };
         let Some(lease) = &run.lease else {
@@ -316,7 +316,7 @@ pub fn expire_leases(core: &mut Core) {
             "lease expired: worker {:?} did not report attempt {attempt} in time",
             lease.worker_id
         );
-        let retry_at_ms = retry_at(&core.state.registry, &namespace, run, now_ms);
+        let retry_at_ms = retry_at(&core.state().registry, &namespace, run, now_ms);
         core.commit(Record::AttemptFailed {
             namespace: namespace.clone(),
             run_id: run_id.clone(),
@@ -345,7 +345,7 @@ pub fn release_tasks(
     let run_ids: Vec<String> = run_ids
         .into_iter()
         .filter(|id| {
-            core.state.runs.get(namespace, id).is_some_and(|r| {
+            core.state().runs.get(namespace, id).is_some_and(|r| {
                 r.status == RunStatus::Running
                     && r.lease.as_ref().is_some_and(|l| l.worker_id == worker_id)
             })

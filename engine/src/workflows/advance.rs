@@ -7,7 +7,7 @@
 
 use super::finish::{end, finish};
 use crate::clock::deadline_after;
-use crate::core::cx::{Core, Task};
+use crate::core::{Core, Task};
 use crate::fold::record::{Record, StepRef, StepWait};
 use crate::ids::RunKey;
 use flo_protocol::RUN_INPUT_BYTES_MAX;
@@ -27,7 +27,7 @@ fn root_of(core: &Core, namespace: &str, run_id: &str) -> RunKey {
     let mut id = run_id.to_string();
     for _ in 0..=CHILD_DEPTH_MAX {
         match core
-            .state
+            .state()
             .workflows
             .run(namespace, &id)
             .and_then(|r| r.parent.as_ref())
@@ -46,14 +46,14 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
     let root = root_of(core, namespace, run_id);
     loop {
         let now = core.now_ms();
-        let Some(run) = core.state.workflows.run(namespace, run_id) else {
+        let Some(run) = core.state().workflows.run(namespace, run_id) else {
             return;
         };
         if run.status.is_final() || run.wait.is_some() || run.timer_ms.is_some_and(|at| at > now) {
             return;
         }
         let current_step = run.current_step.clone().unwrap_or_default();
-        if core.steps_left == 0 {
+        if core.budget_spent() {
             core.schedule(Task::WfAdvance((namespace.to_string(), run_id.to_string())));
             return;
         }
@@ -66,7 +66,7 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
             end(core, namespace, run_id, &step, &reason);
             return;
         }
-        let Some(run) = core.state.workflows.run(namespace, run_id) else {
+        let Some(run) = core.state().workflows.run(namespace, run_id) else {
             return;
         };
         let def = match &run.def {
@@ -138,7 +138,7 @@ fn step_input(
     step: &flo_workflow::Step,
     now: u64,
 ) -> Vec<u8> {
-    let Some(run) = core.state.workflows.run(namespace, run_id) else {
+    let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return Vec::new();
     };
     let Some(mapping) = &step.input_mapping else {
@@ -188,7 +188,7 @@ fn run_target(
             "target_not_found",
             format!("plan {name:?}: inline plans are not supported yet"),
         )),
-        Target::Action(name) => match core.state.registry.get(namespace, name) {
+        Target::Action(name) => match core.state().registry.get(namespace, name) {
             None => Some(fail(
                 "target_not_found",
                 format!("action {name:?} is not registered"),
@@ -201,11 +201,11 @@ fn run_target(
         },
         Target::Workflow { name, version } => {
             let depth = core
-                .state
+                .state()
                 .workflows
                 .run(namespace, run_id)
                 .map_or(0, |r| r.depth);
-            match core.state.workflows.def(namespace, name) {
+            match core.state().workflows.def(namespace, name) {
                 None => Some(fail(
                     "target_not_found",
                     format!("workflow {name:?} is not defined"),
@@ -248,11 +248,11 @@ fn run_target(
     };
     match target {
         Target::Action(name) => {
-            let Some(def) = core.state.registry.get(namespace, name) else {
+            let Some(def) = core.state().registry.get(namespace, name) else {
                 return false;
             };
             let version = def.version;
-            let state = &core.state;
+            let state = core.state();
             let action_run = state
                 .runs
                 .next_run_id(namespace, name, |id| state.owns(namespace, id));
@@ -275,7 +275,7 @@ fn run_target(
         }
         Target::Workflow { name, version } => {
             let Some(version) = core
-                .state
+                .state()
                 .workflows
                 .def(namespace, name)
                 .and_then(|e| e.get(version.as_deref()))
@@ -283,7 +283,7 @@ fn run_target(
             else {
                 return false;
             };
-            let state = &core.state;
+            let state = core.state();
             let child = state
                 .workflows
                 .next_run_id(namespace, |id| state.owns(namespace, id));

@@ -2,8 +2,8 @@
 //! atomic group.
 
 use super::queries::{archived_status, find_run};
-use crate::core::cx::{Core, Task};
 use crate::core::io::Done;
+use crate::core::{Core, Task};
 use crate::fold::record::{Record, StepWait};
 use flo_protocol::ErrorValue;
 
@@ -36,7 +36,7 @@ pub fn cancel(core: &mut Core, namespace: &str, run_id: &str, reason: Option<Str
 
 fn cancel_tree(core: &mut Core, namespace: &str, run_id: &str, reason: Option<String>) {
     let now = core.now_ms();
-    let Some(run) = core.state.workflows.run(namespace, run_id) else {
+    let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
     if run.status.is_final() {
@@ -55,7 +55,7 @@ fn cancel_tree(core: &mut Core, namespace: &str, run_id: &str, reason: Option<St
     });
     core.schedule(Task::WfFinal((namespace.to_string(), run_id.to_string())));
     if let Some(action) = action
-        && let Ok(record) = core.state.runs.plan_cancel(namespace, &action, now)
+        && let Ok(record) = core.state().runs.plan_cancel(namespace, &action, now)
     {
         core.commit(record);
         core.schedule(Task::ActionFinal((namespace.to_string(), action)));

@@ -1,7 +1,7 @@
 //! Workflow definitions on this shard: a creation or an enable/disable planned against what the
 //! shard has (the coordinator commits it, `definitions.rs`), and their reads.
 
-use crate::core::cx::Core;
+use crate::core::Core;
 use crate::fold::record::Record;
 use flo_protocol::check_namespace;
 use flo_protocol::{ErrorValue, ValidationIssue, WorkflowInfo};
@@ -33,7 +33,7 @@ pub fn plan_create(
     })?;
     let (name, version) = (validated.def.name.clone(), validated.def.version.clone());
     if let Some(existing) = core
-        .state
+        .state()
         .workflows
         .def(namespace, &name)
         .and_then(|e| e.get(Some(&version)))
@@ -78,7 +78,7 @@ pub(super) fn find_entry<'a>(
     namespace: &str,
     name: &str,
 ) -> Result<&'a crate::fold::workflows::WfEntry, ErrorValue> {
-    core.state.workflows.def(namespace, name).ok_or_else(|| {
+    core.state().workflows.def(namespace, name).ok_or_else(|| {
         ErrorValue::not_found(format!(
             "workflow {name:?} is not defined in namespace {namespace:?} \
              (create it with flo workflow create -f FILE)"
@@ -103,7 +103,7 @@ pub fn info(
 }
 
 pub fn list(core: &Core, namespace: &str) -> Vec<WorkflowInfo> {
-    crate::fold::workflows::sorted_defs(&core.state.workflows.defs, namespace)
+    crate::fold::workflows::sorted_defs(&core.state().workflows.defs, namespace)
         .into_iter()
         .filter_map(|(name, entry)| {
             entry

@@ -3,7 +3,7 @@
 //! ended).
 
 use super::advance::advance;
-use crate::core::cx::{Core, Task};
+use crate::core::{Core, Task};
 use crate::fold::record::{Record, StepNext, StepWait};
 use crate::fold::workflows::json_value;
 use flo_protocol::{RunStatus, WorkflowRunStatus};
@@ -73,7 +73,7 @@ pub(super) fn finish(
         ),
         output => (outcome, output, error),
     };
-    let Some(run) = core.state.workflows.run(namespace, run_id) else {
+    let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
     let Ok(def) = run.def.clone() else {
@@ -141,7 +141,7 @@ pub(super) fn after_end(core: &mut Core, namespace: &str, run_id: &str) {
 /// A run ended: if it is a child, its parent's step finishes (completed → success, else
 /// failure) and the parent moves on.
 pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
-    let Some(child) = core.state.workflows.run(namespace, run_id) else {
+    let Some(child) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
     let Some(parent) = child.parent.clone() else {
@@ -167,7 +167,7 @@ pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
         .as_ref()
         .map(|v| serde_json::to_vec(v).unwrap_or_default());
     let waiting = core
-        .state
+        .state()
         .workflows
         .run(namespace, &parent.run_id)
         .is_some_and(|p| {
@@ -192,7 +192,7 @@ pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
 
 /// An action run became final: the workflow step it executes finishes.
 pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
-    let Some(run) = core.state.runs.get(namespace, action_run) else {
+    let Some(run) = core.state().runs.get(namespace, action_run) else {
         return;
     };
     let Some(step_ref) = run.step.clone() else {
@@ -216,7 +216,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         RunStatus::Pending | RunStatus::Running => return,
     };
     let waiting = core
-        .state
+        .state()
         .workflows
         .run(namespace, &step_ref.run_id)
         .is_some_and(|w| {

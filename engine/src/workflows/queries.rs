@@ -1,6 +1,6 @@
 //! Reads of live runs: status, history (paged), the runs of a workflow.
 
-use crate::core::cx::Core;
+use crate::core::Core;
 use crate::core::io::Done;
 use crate::fold::archive::RunKind;
 use crate::fold::workflows::{WfRun, run_info};
@@ -15,11 +15,14 @@ pub(super) fn find_run<'a>(
     namespace: &str,
     run_id: &str,
 ) -> Result<&'a WfRun, ErrorValue> {
-    core.state.workflows.run(namespace, run_id).ok_or_else(|| {
-        ErrorValue::not_found(format!(
-            "workflow run {run_id:?} not found in namespace {namespace:?}"
-        ))
-    })
+    core.state()
+        .workflows
+        .run(namespace, run_id)
+        .ok_or_else(|| {
+            ErrorValue::not_found(format!(
+                "workflow run {run_id:?} not found in namespace {namespace:?}"
+            ))
+        })
 }
 
 /// The status of an archived (so final) run, for the conflicts that answer changes to it.
@@ -28,7 +31,7 @@ pub(super) fn archived_status(
     namespace: &str,
     run_id: &str,
 ) -> Option<WorkflowRunStatus> {
-    core.state
+    core.state()
         .archived(RunKind::Workflow, namespace, run_id)
         .map(|e| crate::fold::archived::workflow_status(e.status))
 }
@@ -110,7 +113,7 @@ pub fn list_runs(
         ))));
     }
     let (runs, truncated) =
-        core.state
+        core.state()
             .workflows
             .list(namespace, name, status, limit as usize, from);
     Done {

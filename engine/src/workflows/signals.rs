@@ -4,7 +4,7 @@
 use super::advance::advance;
 use super::finish::{after_end, finish};
 use super::queries::{archived_status, find_run};
-use crate::core::cx::Core;
+use crate::core::Core;
 use crate::core::io::Done;
 use crate::fold::record::{Record, StepNext, StepWait};
 use flo_protocol::{ErrorValue, RUN_INPUT_BYTES_MAX, Reply, WorkflowRunStatus};
@@ -84,7 +84,7 @@ pub fn signal(
 
 /// A run waiting for a signal whose type is queued consumes the earliest and moves on.
 pub(super) fn try_signal(core: &mut Core, namespace: &str, run_id: &str) {
-    let Some(run) = core.state.workflows.run(namespace, run_id) else {
+    let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
     let Some(StepWait::Signal { signal_type, .. }) = &run.wait else {
@@ -110,7 +110,7 @@ pub(super) fn try_signal(core: &mut Core, namespace: &str, run_id: &str) {
 
 pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str) {
     let now = core.now_ms();
-    let Some(run) = core.state.workflows.run(namespace, run_id) else {
+    let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
     let Ok(def) = run.def.clone() else {

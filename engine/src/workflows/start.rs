@@ -4,7 +4,7 @@
 
 use super::advance::advance;
 use super::definitions::find_entry;
-use crate::core::cx::Core;
+use crate::core::Core;
 use crate::core::io::Done;
 use crate::fold::archive::RunKind;
 use crate::fold::record::Record;
@@ -57,12 +57,12 @@ pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
         Ok(Ok(v)) => v,
         Ok(Err(existing)) => {
             let lsn = core
-                .state
+                .state()
                 .workflows
                 .run(&spec.namespace, &existing)
                 .map(|r| r.lsn)
                 .or_else(|| {
-                    core.state
+                    core.state()
                         .archived(RunKind::Workflow, &spec.namespace, &existing)
                         .map(|e| e.lsn)
                 })
@@ -164,7 +164,10 @@ fn plan_start(
     // The caller's id: refused when taken, unless the key says this start is a repeat.
     if let Some(id) = &spec.run_id {
         check_run_id(id)?;
-        if let Some(e) = core.state.archived(RunKind::Workflow, &spec.namespace, id) {
+        if let Some(e) = core
+            .state()
+            .archived(RunKind::Workflow, &spec.namespace, id)
+        {
             // Finished and archived: its key is in the log, not in memory. A start that
             // carries a key is taken as its repeat; one without is refused.
             if key.is_some() {
@@ -176,7 +179,7 @@ fn plan_start(
                 crate::fold::archived::workflow_status(e.status).as_str()
             )));
         }
-        let Some(existing) = core.state.workflows.run(&spec.namespace, id) else {
+        let Some(existing) = core.state().workflows.run(&spec.namespace, id) else {
             return Ok(Ok(planned(id.clone(), key)));
         };
         if key.is_some() && existing.idempotency_key == key && existing.workflow == spec.name {
@@ -191,13 +194,15 @@ fn plan_start(
     }
     if let Some(key) = key {
         let id = idempotent_workflow_run_id(&spec.name, &key);
-        let archived = core.state.archived(RunKind::Workflow, &spec.namespace, &id);
-        if core.state.workflows.run(&spec.namespace, &id).is_some() || archived.is_some() {
+        let archived = core
+            .state()
+            .archived(RunKind::Workflow, &spec.namespace, &id);
+        if core.state().workflows.run(&spec.namespace, &id).is_some() || archived.is_some() {
             return Ok(Err(id));
         }
         return Ok(Ok(planned(id, Some(key))));
     }
-    let state = &core.state;
+    let state = core.state();
     let id = state
         .workflows
         .next_run_id(&spec.namespace, |id| state.owns(&spec.namespace, id));

@@ -4,7 +4,7 @@
 use super::advance::advance;
 use super::finish::{notify_parent, on_action_final};
 use super::signals::{signal_timeout, try_signal};
-use crate::core::cx::Core;
+use crate::core::Core;
 use crate::fold::record::StepWait;
 use crate::ids::RunKey;
 
@@ -15,10 +15,10 @@ const TIMERS_PER_TICK_MAX: usize = 1024;
 /// returns whether more may be due).
 pub fn fire_timers(core: &mut Core) -> bool {
     let now = core.now_ms();
-    let due = core.index.due_workflows(now, TIMERS_PER_TICK_MAX);
+    let due = core.index_mut().due_workflows(now, TIMERS_PER_TICK_MAX);
     let more = due.len() == TIMERS_PER_TICK_MAX;
     for (namespace, run_id) in due {
-        let Some(run) = core.state.workflows.run(&namespace, &run_id) else {
+        let Some(run) = core.state().workflows.run(&namespace, &run_id) else {
             continue;
         };
         if run.status.is_final() {
@@ -38,7 +38,7 @@ pub fn fire_timers(core: &mut Core) -> bool {
 
 /// Runs that are not final (to resume after recovery).
 pub fn open_runs(core: &Core) -> Vec<RunKey> {
-    core.state
+    core.state()
         .workflows
         .all_runs()
         .filter(|(_, _, r)| !r.status.is_final())
@@ -49,7 +49,7 @@ pub fn open_runs(core: &Core) -> Vec<RunKey> {
 /// After recovery: an in-flight run continues where it was (finishes whose records were
 /// lost with a crash are taken again; its timers were set again by replay's observe).
 pub fn resume(core: &mut Core, namespace: &str, run_id: &str) {
-    let Some(run) = core.state.workflows.run(namespace, run_id) else {
+    let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
     if run.status.is_final() {
@@ -58,7 +58,7 @@ pub fn resume(core: &mut Core, namespace: &str, run_id: &str) {
     match run.wait.clone() {
         Some(StepWait::ActionRun { run_id: action, .. }) => {
             let done = core
-                .state
+                .state()
                 .runs
                 .get(namespace, &action)
                 .is_some_and(|r| r.status.is_final());
@@ -68,7 +68,7 @@ pub fn resume(core: &mut Core, namespace: &str, run_id: &str) {
         }
         Some(StepWait::ChildRun { run_id: child }) => {
             let done = core
-                .state
+                .state()
                 .workflows
                 .run(namespace, &child)
                 .is_some_and(|c| c.status.is_final());
