@@ -1,29 +1,58 @@
-//! flo's shard engine: a pure state machine per shard. Inputs in (`core::io::Input`),
-//! effects out (`core::io::Effect`); state changes only through the commit path
-//! (`core::cx::Core::commit`: append → apply → observe). No async runtime, no I/O: the
-//! runtime crate performs the effects, the simulation drives it without one.
+//! flo's shard engine: a pure state machine per shard. Inputs in (`Input`), effects out
+//! (`Effect`); state changes only through the commit path (`core::Core::commit`: append →
+//! apply → observe). No async runtime, no I/O: the runtime crate performs the effects, the
+//! simulation drives it without one.
+//!
+//! Floors, from the ground: the leaves (`clock`, `hash`, `ids`, `image`, `pages`,
+//! `tables`, `line_budget`); `fold` (records, the state they fold into, the derived index:
+//! below the commit path); `core` (the commit path, the durability gate, the agenda,
+//! inputs and effects); the domains' handlers (`kv`, `actions`, `workflows`, `archive`,
+//! `workers`, `definitions`); `engine` (the step loop, routing, fan-outs). `auth` stands
+//! apart: the policy the runtime asks before a request enters the shard.
+//!
+//! This file is the runtime's face: what it may name. Everything else is private to the
+//! crate, so the runtime cannot build a record or reach the fold; the engine's own tests,
+//! the simulation and the fuzz targets see more through `testing` (feature `test-support`).
 
-pub mod actions;
-pub mod archive;
+mod actions;
+mod archive;
 pub mod auth;
 pub mod clock;
-pub mod core;
-pub mod definitions;
-pub mod engine;
-pub mod fold;
+mod core;
+mod definitions;
+mod engine;
+mod fold;
 pub mod hash;
-pub mod ids;
+mod ids;
 pub mod image;
-pub mod kv;
+mod kv;
 pub mod line_budget;
-pub mod pages;
-pub mod tables;
-pub mod workers;
-pub mod workflows;
+mod pages;
+mod tables;
+mod workers;
+mod workflows;
 
+pub use crate::actions::WASM_SLOTS;
 pub use crate::core::Durability;
 pub use crate::core::io::{
     ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg,
     ReplyResult, StorageInfo,
 };
-pub use crate::engine::{Engine, EngineConfig};
+pub use crate::engine::{Engine, EngineConfig, InFlight, PEER_TIMEOUT_MS_DEFAULT};
+pub use crate::fold::registry::MEMORY_LIMIT_MB_MAX;
+
+/// The engine's insides that its own tests, the simulation and the fuzz targets check
+/// against: records, the fold, bounds. Never for the runtime.
+#[cfg(feature = "test-support")]
+pub mod testing {
+    pub use crate::archive::RETENTION_MS_DEFAULT;
+    pub use crate::core::io::PeerRequest;
+    pub use crate::engine::{EXPIRY_SWEEP_KEYS_MAX, LOG_BACKLOG_BYTES_MAX};
+    pub use crate::fold::archive::RunKind;
+    pub use crate::fold::state::ShardState;
+    pub use crate::fold::{archived, record};
+    pub use crate::kv::KV_WAITS_MAX;
+    pub use crate::tables::fix_table_seeds;
+    pub use crate::workers::AWAITS_PER_WORKER_MAX;
+    pub use crate::workflows::SIGNALS_QUEUED_MAX;
+}

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static FIXED_SEEDS: AtomicBool = AtomicBool::new(false);
 
+#[cfg(any(test, feature = "test-support"))]
 /// From now on, tables created in this process hash with fixed keys (simulation and tests).
 pub fn fix_table_seeds() {
     FIXED_SEEDS.store(true, Ordering::SeqCst);

@@ -4,8 +4,8 @@
 //! a read or delete that observes an absence.
 
 use flo_engine::clock::ManualClock;
-use flo_engine::core::io::PeerRequest;
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
+use flo_engine::testing::PeerRequest;
 use flo_engine::{ClientRef, Durability, Effect, Engine, EngineConfig, ExecResult, Input, PeerMsg};
 use flo_protocol::{ActionKind, ActionSpec, InvokeSpec, Op, Reply};
 
@@ -27,7 +27,7 @@ impl Cluster {
                     shard,
                     partitioning,
                     durability: Durability::Sync,
-                    retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
+                    retention_ms: flo_engine::testing::RETENTION_MS_DEFAULT,
                     peer_timeout_ms: u64::MAX,
                 };
                 let mut e = Engine::new(config, Box::new(clock.clone()), Box::new(clock.clone()));

@@ -6,9 +6,9 @@
 mod cluster;
 
 use cluster::{Cluster, new_engine};
-use flo_engine::actions::WASM_SLOTS;
-use flo_engine::fold::archive::RunKind;
-use flo_engine::fold::archived as archive;
+use flo_engine::WASM_SLOTS;
+use flo_engine::testing::RunKind;
+use flo_engine::testing::archived as archive;
 use flo_engine::{DiskSpace, ExecFailure, ExecResult, Execution, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunInfo, RunStatus, TaskAssignment, WorkerSpec,
@@ -1118,7 +1118,7 @@ fn two_open_awaits_of_one_worker_each_receive_their_own_task() {
 /// with no task at once; the others stay open.
 #[test]
 fn a_worker_over_its_bound_of_open_awaits_gets_its_oldest_answered_empty() {
-    let max = flo_engine::workers::AWAITS_PER_WORKER_MAX;
+    let max = flo_engine::testing::AWAITS_PER_WORKER_MAX;
     let mut t = T::new(2);
     t.user_action("review", 60_000, 3, 1000);
     let w = worker_homed_on(&t, 0);
@@ -1285,7 +1285,7 @@ fn a_closed_connections_parked_reads_are_released_everywhere() {
 /// Parked reads are bounded per shard: one more is refused as overloaded.
 #[test]
 fn parked_reads_are_bounded_per_shard() {
-    let max = flo_engine::kv::KV_WAITS_MAX;
+    let max = flo_engine::testing::KV_WAITS_MAX;
     let mut t = T::new(1);
     for i in 0..max {
         t.send_on(0, 41, get_wait(&format!("k{i}"), 30_000, None));
@@ -1477,7 +1477,7 @@ fn a_full_shard_leases_no_task_and_a_parked_await_gets_it_once_space_returns() {
 #[test]
 fn expiry_keeps_up_with_more_keys_than_one_sweep_removes() {
     let mut t = T::new(1);
-    let n = 3 * flo_engine::engine::EXPIRY_SWEEP_KEYS_MAX + 17;
+    let n = 3 * flo_engine::testing::EXPIRY_SWEEP_KEYS_MAX + 17;
     for i in 0..n {
         let mut op = put_op(&format!("short-{i}"), "v");
         if let Op::KvPut { ttl_ms, .. } = &mut op {
@@ -1505,7 +1505,7 @@ fn a_run_holding_the_most_signals_refuses_one_more_as_overloaded() {
         signal_type: "other".into(),
         payload: b"{}".to_vec(),
     };
-    for _ in 0..flo_engine::workflows::SIGNALS_QUEUED_MAX {
+    for _ in 0..flo_engine::testing::SIGNALS_QUEUED_MAX {
         t.send(0, other());
     }
     t.settle();
@@ -1530,7 +1530,7 @@ fn mutations_answer_overloaded_while_the_log_writer_is_far_behind() {
     t.ok(0, put_op("first", "v"));
     t.c.auto_write = false;
     let value = "x".repeat(flo_protocol::KV_VALUE_BYTES_MAX - 64);
-    let n = flo_engine::engine::LOG_BACKLOG_BYTES_MAX / value.len() + 8;
+    let n = flo_engine::testing::LOG_BACKLOG_BYTES_MAX / value.len() + 8;
     let sent: Vec<u64> = (0..n)
         .map(|i| t.send(0, put_op(&format!("big-{i}"), &value)))
         .collect();

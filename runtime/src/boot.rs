@@ -12,7 +12,7 @@ use crate::shard_loop::ShardLoop;
 use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
 use crate::wasm_pool::{SharedModules, WasmPool, shared_modules};
-use flo_engine::actions::WASM_SLOTS;
+use flo_engine::WASM_SLOTS;
 use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
@@ -345,7 +345,7 @@ pub fn run_server(
     let cpus = allowed_cpus();
     let wasm_engine = WasmEngine::new(WasmConfig {
         max_instances: meta.shards * WASM_SLOTS as u32 + 4,
-        memory_limit_bytes_max: u64::from(flo_engine::fold::registry::MEMORY_LIMIT_MB_MAX) << 20,
+        memory_limit_bytes_max: u64::from(flo_engine::MEMORY_LIMIT_MB_MAX) << 20,
     })
     .map_err(|e| ServerError::Shard {
         shard: 0,

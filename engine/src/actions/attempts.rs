@@ -41,10 +41,6 @@ impl Executions {
         self.running.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.running.is_empty()
-    }
-
     /// The run an execution belongs to.
     pub fn run_of(&self, exec: u64) -> Option<&RunKey> {
         self.running.get(&exec).map(|r| &r.key)

@@ -5,7 +5,7 @@
 mod attempts;
 mod ops;
 
-pub use attempts::{
-    Executions, RUN_RESULT_BYTES_MAX, WASM_SLOTS, on_executed, start_executions, stop_if_executing,
-};
+#[cfg(test)]
+pub use attempts::RUN_RESULT_BYTES_MAX;
+pub use attempts::{Executions, WASM_SLOTS, on_executed, start_executions, stop_if_executing};
 pub use ops::{action_get, action_list, cancel, invoke, run_list, run_status};

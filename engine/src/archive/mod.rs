@@ -4,11 +4,12 @@
 //! the log the document is. Reads of an archived run read that record back
 //! (`Effect::ReadLog`).
 
+#[cfg(any(test, feature = "test-support"))]
 /// Finished runs are kept (their status, history, idempotency key) this long by default.
 pub const RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3600 * 1000;
 
 mod plan;
 mod reads;
 
-pub use plan::{archive_if_done, final_runs, forget_expired, plan_archive};
-pub use reads::{LIST_SCAN_MAX, ListQuery, Live, Reads, Want, on_read, read_list, read_one};
+pub use plan::{archive_if_done, final_runs, forget_expired};
+pub use reads::{ListQuery, Live, Reads, Want, on_read, read_list, read_one};

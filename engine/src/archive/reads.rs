@@ -31,7 +31,6 @@ pub enum Want {
 /// A list of runs on this shard: the live part is done, archived candidates are read.
 #[derive(Debug, Clone)]
 pub struct ListQuery {
-    pub kind: RunKind,
     pub namespace: String,
     /// The action or workflow.
     pub name: String,
@@ -114,11 +113,6 @@ impl Reads {
     fn token(&mut self) -> u64 {
         self.next += 1;
         self.next
-    }
-
-    /// Reads waiting for the log (for status and tests).
-    pub fn in_flight(&self) -> usize {
-        self.slots.len()
     }
 }
 

@@ -9,7 +9,7 @@ mod commit;
 mod gate;
 pub mod io;
 
-pub use agenda::{STEPS_PER_INPUT_MAX, Task};
+pub use agenda::Task;
 pub use calls::Waiting;
 pub use commit::Core;
 pub use gate::Durability;

@@ -11,7 +11,6 @@ mod step;
 mod watches;
 
 pub use fanout::SERVER_VERSION;
-pub use routing::{Target, route_key, target};
 
 use crate::actions::Executions;
 use crate::clock::Clock;

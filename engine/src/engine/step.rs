@@ -370,7 +370,6 @@ impl Engine {
                     Err(e) => return Some(Done::now(Err(e))),
                 };
                 let query = ListQuery {
-                    kind: RunKind::Action,
                     namespace,
                     name: action,
                     status: status.map(crate::fold::archived::action_status_code),
@@ -398,7 +397,6 @@ impl Engine {
                 };
                 let live = workflows::list_runs(core, &namespace, &name, status, limit, &from);
                 let query = ListQuery {
-                    kind: RunKind::Workflow,
                     namespace,
                     name,
                     status: status.map(crate::fold::archived::workflow_status_code),

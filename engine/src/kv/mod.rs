@@ -8,7 +8,9 @@ mod waits;
 
 pub use forward::{Forwarder, on_forwarded, on_remote_writes, start_forwards};
 pub use ops::{get, guest_read, guest_value, kv_delete, kv_list, kv_put, sweep_expired};
+#[cfg(feature = "test-support")]
+pub use waits::KV_WAITS_MAX;
 pub use waits::{
-    KV_WAITS_MAX, KvWaits, abandon_wait, conn_closed, expire_waits, forward_wait, get_or_wait,
-    on_wait_relayed, serve_waits,
+    KvWaits, abandon_wait, conn_closed, expire_waits, forward_wait, get_or_wait, on_wait_relayed,
+    serve_waits,
 };

@@ -83,14 +83,6 @@ impl WorkerRegistry {
             .ok_or_else(|| not_registered(namespace, worker_id))
     }
 
-    pub fn len(&self) -> usize {
-        self.workers.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.workers.is_empty()
-    }
-
     /// Registers a worker, replacing an earlier registration of the same id.
     pub fn register(&mut self, spec: WorkerSpec, now_ms: u64) -> Result<WorkerInfo, ErrorValue> {
         check_namespace(&spec.namespace)?;
@@ -402,6 +394,6 @@ mod tests {
         s.metadata = None;
         s.max_concurrency = Some(0);
         assert!(reg.register(s, 0).is_err());
-        assert!(reg.is_empty());
+        assert!(reg.info("ns", "w").is_err());
     }
 }

@@ -12,11 +12,15 @@ mod signals;
 mod start;
 mod timers;
 
-pub use advance::{CHILD_DEPTH_MAX, MAX_ADVANCE_STEPS, advance};
+pub use advance::advance;
 pub use cancel::cancel;
 pub use definitions::{info, list, plan_create, plan_set_enabled};
-pub use finish::{STEP_OUTPUT_BYTES_MAX, notify_parent, on_action_final};
+#[cfg(test)]
+pub use finish::STEP_OUTPUT_BYTES_MAX;
+pub use finish::{notify_parent, on_action_final};
 pub use queries::{history, history_page, list_runs, status};
-pub use signals::{SIGNALS_QUEUED_MAX, signal};
-pub use start::{check_run_id, idempotent_workflow_run_id, start};
+#[cfg(feature = "test-support")]
+pub use signals::SIGNALS_QUEUED_MAX;
+pub use signals::signal;
+pub use start::{idempotent_workflow_run_id, start};
 pub use timers::{fire_timers, open_runs, resume};

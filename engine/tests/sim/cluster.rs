@@ -11,9 +11,9 @@
 pub mod storage;
 
 use flo_engine::clock::ManualClock;
-use flo_engine::fold::archive::RunKind;
-use flo_engine::fold::record::Record;
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
+use flo_engine::testing::RunKind;
+use flo_engine::testing::record::Record;
 use flo_engine::{
     ClientRef, Durability, Effect, Engine, EngineConfig, Execution, Input, PeerMsg, ReplyResult,
 };
@@ -99,7 +99,7 @@ pub fn facts_of(record: &Record, shard_facts: &mut HashMap<String, u64>) {
         Record::WfStepFinished {
             namespace,
             run_id,
-            next: flo_engine::fold::record::StepNext::End { .. },
+            next: flo_engine::testing::record::StepNext::End { .. },
             ..
         }
         | Record::WfRunCancelled {
@@ -129,7 +129,7 @@ pub struct StorageConfig {
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
-            retention_ms: flo_engine::archive::RETENTION_MS_DEFAULT,
+            retention_ms: flo_engine::testing::RETENTION_MS_DEFAULT,
             segment_bytes: u64::MAX,
         }
     }
@@ -371,7 +371,7 @@ pub fn new_engine(shard: u32, part: Partitioning, clock: &ManualClock) -> Engine
         shard,
         part,
         clock,
-        flo_engine::archive::RETENTION_MS_DEFAULT,
+        flo_engine::testing::RETENTION_MS_DEFAULT,
     )
 }
 
@@ -382,7 +382,7 @@ pub fn new_engine_with(
     retention_ms: u64,
 ) -> Engine {
     // Tables iterate in the same order in every run: a seed replays exactly.
-    flo_engine::tables::fix_table_seeds();
+    flo_engine::testing::fix_table_seeds();
     Engine::new(
         EngineConfig {
             shard,

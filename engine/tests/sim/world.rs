@@ -3,8 +3,8 @@
 
 use crate::cluster::storage::{CrashPlan, SnapPhase};
 use crate::cluster::{Cluster, Node, StorageConfig, assert_same_fold, new_engine_with, replayed};
-use flo_engine::fold::archive::RunKind;
-use flo_engine::fold::record::{Record, StepWait};
+use flo_engine::testing::RunKind;
+use flo_engine::testing::record::{Record, StepWait};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, ErrorCode, InvokeSpec, Op, Reply, RunStatus, TaskAssignment,
@@ -25,7 +25,7 @@ const FINAL_JUMP_MS: u64 = 15_000;
 const FINAL_ROUNDS_MAX: u32 = 60;
 /// Retention of finished runs, one per seed: most seeds forget runs within the run.
 const RETENTIONS_MS: [u64; 5] = [
-    flo_engine::archive::RETENTION_MS_DEFAULT,
+    flo_engine::testing::RETENTION_MS_DEFAULT,
     3_000,
     20_000,
     120_000,
@@ -1752,9 +1752,9 @@ impl Sim {
 }
 
 /// An action run's status, live or archived.
-fn run_status(state: &flo_engine::fold::state::ShardState, run_id: &str) -> Option<RunStatus> {
-    use flo_engine::fold::archive::RunKind;
-    use flo_engine::fold::archived as archive;
+fn run_status(state: &flo_engine::testing::ShardState, run_id: &str) -> Option<RunStatus> {
+    use flo_engine::testing::RunKind;
+    use flo_engine::testing::archived as archive;
     match state.runs.get(NS, run_id) {
         Some(run) => Some(run.status),
         None => state
@@ -1764,12 +1764,9 @@ fn run_status(state: &flo_engine::fold::state::ShardState, run_id: &str) -> Opti
 }
 
 /// A workflow run's status, live or archived.
-fn wf_status(
-    state: &flo_engine::fold::state::ShardState,
-    run_id: &str,
-) -> Option<WorkflowRunStatus> {
-    use flo_engine::fold::archive::RunKind;
-    use flo_engine::fold::archived as archive;
+fn wf_status(state: &flo_engine::testing::ShardState, run_id: &str) -> Option<WorkflowRunStatus> {
+    use flo_engine::testing::RunKind;
+    use flo_engine::testing::archived as archive;
     match state.workflows.run(NS, run_id) {
         Some(run) => Some(run.status),
         None => state

@@ -15,8 +15,8 @@
 //!   edits reach the record decoder instead of stopping at the checksum.
 
 use super::{Signal, Target};
-use flo_engine::fold::archived::{ArchivedRun, WfArchived};
-use flo_engine::fold::record::{
+use flo_engine::testing::archived::{ArchivedRun, WfArchived};
+use flo_engine::testing::record::{
     ActionDefRecord, GuestKvWrite, LeasedTask, Record, StepNext, StepRef, StepWait,
 };
 use flo_protocol::{

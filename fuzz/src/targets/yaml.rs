@@ -8,7 +8,7 @@
 //! UTF-8 strings).
 
 use super::{Signal, Target};
-use flo_engine::fold::record::Record;
+use flo_engine::testing::record::Record;
 use flo_workflow::parse_workflow;
 
 pub const TARGET: Target = Target {
