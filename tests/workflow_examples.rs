@@ -270,7 +270,7 @@ fn order_processing_with_signals_runs_on_sdk_workers() {
         .workflow_history(&ignored)
         .unwrap()
         .into_iter()
-        .map(|e| e.event_type)
+        .map(|e| e.event_type.to_string())
         .collect();
     assert!(events.contains(&"signal_timeout".to_string()), "{events:?}");
 

@@ -143,7 +143,7 @@ fn events(c: &mut Client, run_id: &str) -> Vec<String> {
     c.workflow_history(run_id)
         .unwrap()
         .into_iter()
-        .map(|e| e.event_type)
+        .map(|e| e.event_type.to_string())
         .collect()
 }
 

@@ -563,7 +563,7 @@ fn cancel_cascades_to_the_child_and_its_group_applies_whole_on_replay() {
     let statuses = |e: &flo_engine::Engine| {
         let s = e.state();
         let wf = |id: &str| match s.workflows.run(NS, id) {
-            Some(run) => run.status,
+            Some(run) => run.status(),
             None => archive::workflow_status(s.archived(RunKind::Workflow, NS, id).unwrap().status),
         };
         let action = match s.runs.get(NS, &action) {

@@ -621,14 +621,109 @@ pub struct WorkflowRunInfo {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEvent {
-    /// `workflow_started`, `step_started`, ... (see the spec's history table).
-    pub event_type: String,
+    pub event_type: HistoryEventType,
     pub step: Option<String>,
     pub detail: String,
     pub at_ms: u64,
     /// Position in the run's history, from 1 (the cursor of history pages).
     #[serde(default)]
     pub seq: u64,
+}
+
+/// What a history event records (the spec's history table). On the wire its name, a string;
+/// a name this version does not know (from a newer server) reads as `Other`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HistoryEventType {
+    WorkflowStarted,
+    StepStarted,
+    StepCompleted,
+    StepRetry,
+    WaitingForSignal,
+    SignalReceived,
+    SignalMatched,
+    SignalTimeout,
+    ActionNotFound,
+    ActionDisabled,
+    AwaitingAction,
+    ActionCompleted,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowCancelled,
+    WorkflowTimedOut,
+    /// A type this version does not know.
+    Other(String),
+}
+
+impl HistoryEventType {
+    pub fn as_str(&self) -> &str {
+        match self {
+            HistoryEventType::WorkflowStarted => "workflow_started",
+            HistoryEventType::StepStarted => "step_started",
+            HistoryEventType::StepCompleted => "step_completed",
+            HistoryEventType::StepRetry => "step_retry",
+            HistoryEventType::WaitingForSignal => "waiting_for_signal",
+            HistoryEventType::SignalReceived => "signal_received",
+            HistoryEventType::SignalMatched => "signal_matched",
+            HistoryEventType::SignalTimeout => "signal_timeout",
+            HistoryEventType::ActionNotFound => "action_not_found",
+            HistoryEventType::ActionDisabled => "action_disabled",
+            HistoryEventType::AwaitingAction => "awaiting_action",
+            HistoryEventType::ActionCompleted => "action_completed",
+            HistoryEventType::WorkflowCompleted => "workflow_completed",
+            HistoryEventType::WorkflowFailed => "workflow_failed",
+            HistoryEventType::WorkflowCancelled => "workflow_cancelled",
+            HistoryEventType::WorkflowTimedOut => "workflow_timed_out",
+            HistoryEventType::Other(name) => name,
+        }
+    }
+
+    /// The type named `name` (`Other` for a name this version does not know).
+    pub fn from_name(name: &str) -> HistoryEventType {
+        match name {
+            "workflow_started" => HistoryEventType::WorkflowStarted,
+            "step_started" => HistoryEventType::StepStarted,
+            "step_completed" => HistoryEventType::StepCompleted,
+            "step_retry" => HistoryEventType::StepRetry,
+            "waiting_for_signal" => HistoryEventType::WaitingForSignal,
+            "signal_received" => HistoryEventType::SignalReceived,
+            "signal_matched" => HistoryEventType::SignalMatched,
+            "signal_timeout" => HistoryEventType::SignalTimeout,
+            "action_not_found" => HistoryEventType::ActionNotFound,
+            "action_disabled" => HistoryEventType::ActionDisabled,
+            "awaiting_action" => HistoryEventType::AwaitingAction,
+            "action_completed" => HistoryEventType::ActionCompleted,
+            "workflow_completed" => HistoryEventType::WorkflowCompleted,
+            "workflow_failed" => HistoryEventType::WorkflowFailed,
+            "workflow_cancelled" => HistoryEventType::WorkflowCancelled,
+            "workflow_timed_out" => HistoryEventType::WorkflowTimedOut,
+            other => HistoryEventType::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for HistoryEventType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for HistoryEventType {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for HistoryEventType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for HistoryEventType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(HistoryEventType::from_name(&name))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -898,4 +993,44 @@ pub struct ShardMap {
     pub shard_count: u32,
     /// `owners[partition]` = shard owning it.
     pub owners: Vec<u32>,
+}
+
+#[cfg(test)]
+mod history_event_type {
+    use super::*;
+
+    /// Written as a plain string (as when the type was a `String`), read back from one;
+    /// a name this version does not know survives as `Other`.
+    #[test]
+    fn a_history_event_type_is_its_name_on_the_wire() {
+        #[derive(Serialize)]
+        struct Before {
+            event_type: String,
+            step: Option<String>,
+            detail: String,
+            at_ms: u64,
+            seq: u64,
+        }
+        for name in ["step_retry", "plan_breaker_skip"] {
+            let before = Before {
+                event_type: name.to_string(),
+                step: None,
+                detail: "d".into(),
+                at_ms: 1,
+                seq: 2,
+            };
+            let bytes = rmp_serde::to_vec(&before).unwrap();
+            let event: HistoryEvent = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(event.event_type, name);
+            assert_eq!(rmp_serde::to_vec(&event).unwrap(), bytes);
+        }
+        assert_eq!(
+            HistoryEventType::from_name("signal_timeout"),
+            HistoryEventType::SignalTimeout
+        );
+        assert!(matches!(
+            HistoryEventType::from_name("later"),
+            HistoryEventType::Other(n) if n == "later"
+        ));
+    }
 }

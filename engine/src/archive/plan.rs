@@ -23,8 +23,8 @@ pub fn plan_archive(
             }
             if let Some(step) = &run.step
                 && let Some(wf) = state.workflows.run(namespace, &step.run_id)
-                && !wf.status.is_final()
-                && matches!(&wf.wait, Some(StepWait::ActionRun { run_id: r, .. }) if r == run_id)
+                && !wf.status().is_final()
+                && matches!(wf.phase.wait(), Some(StepWait::ActionRun { run_id: r, .. }) if r == run_id)
             {
                 return None;
             }
@@ -33,13 +33,13 @@ pub fn plan_archive(
         }
         RunKind::Workflow => {
             let run = state.workflows.run(namespace, run_id)?;
-            if !run.status.is_final() {
+            if !run.status().is_final() {
                 return None;
             }
             if let Some(parent) = &run.parent
                 && let Some(p) = state.workflows.run(namespace, &parent.run_id)
-                && !p.status.is_final()
-                && matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id)
+                && !p.status().is_final()
+                && matches!(p.phase.wait(), Some(StepWait::ChildRun { run_id: c }) if c == run_id)
             {
                 return None;
             }
@@ -74,7 +74,11 @@ fn size_bound(doc: &WfArchived) -> usize {
     let history: usize = doc
         .history
         .iter()
-        .map(|e| 64 + e.event_type.len() + e.step.as_ref().map_or(0, String::len) + e.detail.len())
+        .map(|e| {
+            64 + e.event_type.as_str().len()
+                + e.step.as_ref().map_or(0, String::len)
+                + e.detail.len()
+        })
         .sum();
     let texts = [
         &info.error,
@@ -156,7 +160,7 @@ pub fn final_runs(state: &ShardState) -> Vec<Task> {
         state
             .workflows
             .all_runs()
-            .filter(|(_, _, r)| r.status.is_final())
+            .filter(|(_, _, r)| r.status().is_final())
             .map(|(ns, id, _)| Task::Archive(RunKind::Workflow, key(ns, id))),
     );
     tasks
@@ -197,7 +201,7 @@ mod tests {
             history: (0..100_000)
                 .map(|i| HistoryEvent {
                     seq: 0,
-                    event_type: "step_finished".into(),
+                    event_type: flo_protocol::HistoryEventType::StepCompleted,
                     step: Some("s".into()),
                     detail: "d".repeat(if i % 100 == 0 { 5000 } else { 10 }),
                     at_ms: i,

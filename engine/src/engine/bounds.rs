@@ -46,7 +46,7 @@ fn the_largest_records_input_can_make_fit_in_one_log_record() {
         namespace: text(NAMESPACE_BYTES_MAX),
         run_id: text(RUN_ID_BYTES_MAX),
         step: text(256),
-        outcome: text(256),
+        outcome: crate::fold::record::StepOutcome::Named(text(256)),
         output: Some(vec![b'"'; STEP_OUTPUT_BYTES_MAX]),
         error: Some(text(TASK_ERROR_BYTES_MAX)),
         consumed_signal: Some(u64::MAX),

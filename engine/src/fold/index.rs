@@ -129,16 +129,16 @@ impl Index {
         let Some(run) = state.workflows.run(&key.0, &key.1) else {
             return;
         };
-        if run.status.is_final() {
+        if run.status().is_final() {
             return;
         }
-        if let Some(at) = run.timer_ms {
+        if let Some(at) = run.phase.timer_ms() {
             self.wf_timers.insert((at, run.seq), key.clone());
         }
         if let Some(StepWait::Signal {
             deadline_ms: Some(at),
             ..
-        }) = &run.wait
+        }) = run.phase.wait()
         {
             self.wf_timers.insert((*at, run.seq), key.clone());
         }
@@ -213,7 +213,7 @@ impl Index {
             state
                 .workflows
                 .run(ns, id)
-                .is_some_and(|r| !r.status.is_final())
+                .is_some_and(|r| !r.status().is_final())
         });
     }
 

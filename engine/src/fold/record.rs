@@ -65,6 +65,87 @@ pub enum StepWait {
     },
 }
 
+/// How a workflow step ended: the outcomes the engine itself gives, or one an action names
+/// (a worker's `complete` or a guest's `flo.outcome`: `approved`, say). Logged and shown as
+/// its name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StepOutcome {
+    Success,
+    Failure,
+    /// The step could not run its target (input too large, nesting too deep...).
+    ExecutionFailure,
+    TargetNotFound,
+    TargetDisabled,
+    Timeout,
+    Pending,
+    /// An outcome the action named.
+    Named(String),
+}
+
+impl StepOutcome {
+    pub fn as_str(&self) -> &str {
+        match self {
+            StepOutcome::Success => "success",
+            StepOutcome::Failure => "failure",
+            StepOutcome::ExecutionFailure => "execution_failure",
+            StepOutcome::TargetNotFound => "target_not_found",
+            StepOutcome::TargetDisabled => "target_disabled",
+            StepOutcome::Timeout => "timeout",
+            StepOutcome::Pending => "pending",
+            StepOutcome::Named(name) => name,
+        }
+    }
+
+    /// The outcome named `name`: one of the engine's, else `Named`.
+    pub fn from_name(name: &str) -> StepOutcome {
+        match name {
+            "success" => StepOutcome::Success,
+            "failure" => StepOutcome::Failure,
+            "execution_failure" => StepOutcome::ExecutionFailure,
+            "target_not_found" => StepOutcome::TargetNotFound,
+            "target_disabled" => StepOutcome::TargetDisabled,
+            "timeout" => StepOutcome::Timeout,
+            "pending" => StepOutcome::Pending,
+            other => StepOutcome::Named(other.to_string()),
+        }
+    }
+
+    /// The transitions that may take this outcome, most specific first: a target that is
+    /// missing or disabled falls back to `execution_failure`, which falls back to
+    /// `failure`.
+    pub fn transition_names(&self) -> Vec<&str> {
+        match self {
+            StepOutcome::TargetNotFound => vec!["target_not_found", "execution_failure", "failure"],
+            StepOutcome::TargetDisabled => vec!["target_disabled", "execution_failure", "failure"],
+            StepOutcome::ExecutionFailure => vec!["execution_failure", "failure"],
+            other => vec![other.as_str()],
+        }
+    }
+
+    /// Whether a step's `retry:` retries it.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StepOutcome::Failure | StepOutcome::ExecutionFailure)
+    }
+}
+
+impl std::fmt::Display for StepOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for StepOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for StepOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(StepOutcome::from_name(&String::deserialize(d)?))
+    }
+}
+
 /// Where a workflow run goes after a step finished.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -238,7 +319,7 @@ pub enum Record {
         namespace: String,
         run_id: String,
         step: String,
-        outcome: String,
+        outcome: StepOutcome,
         /// JSON.
         #[serde(with = "serde_bytes")]
         output: Option<Vec<u8>>,

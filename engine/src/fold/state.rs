@@ -491,15 +491,10 @@ impl ShardState {
         }
         for (ns, id, r) in self.workflows.all_runs() {
             lines.push(format!(
-                "wfrun {ns}/{id} {:?} step {:?} wait {:?} timer {:?} execs {} polls {} \
-                 output {:?} error {:?} signals {} history {}",
-                r.status,
-                r.current_step,
-                r.wait,
-                r.timer_ms,
+                "wfrun {ns}/{id} {:?} execs {} polls {} error {:?} signals {} history {}",
+                r.phase,
                 r.step_executions,
                 r.step_polls,
-                r.output,
                 r.error,
                 r.signals.len(),
                 r.history.len(),
@@ -591,7 +586,9 @@ mod tests {
             .filter(|e| e.event_type == "step_started")
             .count();
         assert_eq!(started, 1, "{:?}", run.history);
-        assert!(matches!(&run.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == "a-1"));
-        assert_eq!(run.current_step.as_deref(), Some("_start"));
+        assert!(
+            matches!(run.phase.wait(), Some(StepWait::ActionRun { run_id, .. }) if run_id == "a-1")
+        );
+        assert_eq!(run.phase.step(), Some("_start"));
     }
 }

@@ -2,10 +2,10 @@
 //! by `ShardState::apply` of the workflow records. History is part of the fold: each record
 //! appends the events it stands for.
 
-use crate::fold::record::{StepNext, StepRef, StepWait};
+use crate::fold::record::{StepNext, StepOutcome, StepRef, StepWait};
 use crate::pages::{self, Pos};
 use crate::tables::HashMap;
-use flo_protocol::{HistoryEvent, WorkflowRunStatus};
+use flo_protocol::{HistoryEvent, HistoryEventType, WorkflowRunStatus};
 use flo_workflow::{START_STEP, WorkflowDef};
 use serde_json::Value;
 use std::collections::{BTreeMap, VecDeque};
@@ -41,40 +41,94 @@ impl WfEntry {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct StepState {
     pub name: String,
-    pub outcome: Option<String>,
+    pub outcome: Option<StepOutcome>,
     pub output: Option<Value>,
     pub executions: u32,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
+/// Where a run is: at a step (to start it now, waiting for what it started, or sleeping
+/// until the step runs again), or ended. One value, so that a run cannot wait and sleep at
+/// once, nor end and still be at a step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunPhase {
+    /// At `step`, to start it now.
+    Ready { step: String },
+    /// At `step`, waiting for what it started.
+    Waiting { step: String, wait: StepWait },
+    /// At `step`, to run it again at `at_ms` (a retry after a failure, or a poll).
+    Sleeping { step: String, at_ms: u64 },
+    /// Ended at `terminal` with `status` (final) and the last step's output.
+    Ended {
+        terminal: String,
+        status: WorkflowRunStatus,
+        output: Option<Value>,
+    },
+}
+
+impl RunPhase {
+    /// The step the run is at (none once ended).
+    pub fn step(&self) -> Option<&str> {
+        match self {
+            RunPhase::Ready { step }
+            | RunPhase::Waiting { step, .. }
+            | RunPhase::Sleeping { step, .. } => Some(step),
+            RunPhase::Ended { .. } => None,
+        }
+    }
+
+    pub fn wait(&self) -> Option<&StepWait> {
+        match self {
+            RunPhase::Waiting { wait, .. } => Some(wait),
+            _ => None,
+        }
+    }
+
+    /// When a sleeping run's step runs again.
+    pub fn timer_ms(&self) -> Option<u64> {
+        match self {
+            RunPhase::Sleeping { at_ms, .. } => Some(*at_ms),
+            _ => None,
+        }
+    }
+
+    /// The run's status: running while it has a step to start or a WebAssembly action
+    /// executing it, waiting on anything else, final once ended.
+    pub fn status(&self) -> WorkflowRunStatus {
+        match self {
+            RunPhase::Ready { .. } => WorkflowRunStatus::Running,
+            RunPhase::Waiting {
+                wait: StepWait::ActionRun { worker: false, .. },
+                ..
+            } => WorkflowRunStatus::Running,
+            RunPhase::Waiting { .. } | RunPhase::Sleeping { .. } => WorkflowRunStatus::Waiting,
+            RunPhase::Ended { status, .. } => *status,
+        }
+    }
+}
+
+/// A workflow run in memory. In a snapshot it is written as `RunImage` says (the fields it
+/// had before `RunPhase`: images written before stay readable).
 pub struct WfRun {
     pub workflow: String,
     pub version: String,
     /// Its version's definition (shared; set again by `relink` after a snapshot is loaded).
-    #[serde(skip, default = "unlinked")]
     pub def: Result<Arc<WorkflowDef>, String>,
-    pub status: WorkflowRunStatus,
+    pub phase: RunPhase,
     /// `input_bytes` parsed (set again by `relink`).
-    #[serde(skip)]
     pub input: Value,
     pub input_bytes: Vec<u8>,
     pub idempotency_key: Option<String>,
     pub parent: Option<StepRef>,
     /// Nesting depth (0 for a top-level run).
     pub depth: u32,
-    pub current_step: Option<String>,
-    pub wait: Option<StepWait>,
-    /// A retry or poll of the current step is due at this time.
-    pub timer_ms: Option<u64>,
     /// Executions of the current step in this visit, and polls among them.
     pub step_executions: u32,
     pub step_polls: u32,
     /// When the current visit's first execution started (for `within_ms`).
     pub step_first_at_ms: u64,
     pub steps: Vec<StepState>,
-    pub terminal: Option<String>,
+    /// The last step's error, or why the run ended.
     pub error: Option<String>,
-    pub output: Option<Value>,
     /// Signals received and not consumed: (sequence, type, payload).
     pub signals: VecDeque<(u64, String, Value)>,
     pub next_signal_seq: u64,
@@ -88,13 +142,23 @@ pub struct WfRun {
 }
 
 impl WfRun {
+    pub fn status(&self) -> WorkflowRunStatus {
+        self.phase.status()
+    }
+
     pub fn step_state(&self, name: &str) -> Option<&StepState> {
         self.steps.iter().find(|s| s.name == name)
     }
 
-    fn event(&mut self, event_type: &str, step: Option<&str>, detail: String, at_ms: u64) {
+    fn event(
+        &mut self,
+        event_type: HistoryEventType,
+        step: Option<&str>,
+        detail: String,
+        at_ms: u64,
+    ) {
         self.history.push(HistoryEvent {
-            event_type: event_type.to_string(),
+            event_type,
             step: step.map(str::to_string),
             detail,
             at_ms,
@@ -104,10 +168,164 @@ impl WfRun {
     }
 }
 
+/// A run as snapshots hold it: the phase spread over the fields runs had before it.
+#[derive(serde::Serialize)]
+struct RunImageRef<'a> {
+    workflow: &'a str,
+    version: &'a str,
+    status: WorkflowRunStatus,
+    input_bytes: &'a Vec<u8>,
+    idempotency_key: &'a Option<String>,
+    parent: &'a Option<StepRef>,
+    depth: u32,
+    current_step: Option<&'a str>,
+    wait: Option<&'a StepWait>,
+    timer_ms: Option<u64>,
+    step_executions: u32,
+    step_polls: u32,
+    step_first_at_ms: u64,
+    steps: &'a Vec<StepState>,
+    terminal: Option<&'a str>,
+    error: &'a Option<String>,
+    output: Option<&'a Value>,
+    signals: &'a VecDeque<(u64, String, Value)>,
+    next_signal_seq: u64,
+    history: &'a Vec<HistoryEvent>,
+    children: &'a Vec<String>,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    seq: u64,
+    lsn: u64,
+}
+
+/// `RunImageRef` read back.
+#[derive(serde::Deserialize)]
+struct RunImage {
+    workflow: String,
+    version: String,
+    status: WorkflowRunStatus,
+    input_bytes: Vec<u8>,
+    idempotency_key: Option<String>,
+    parent: Option<StepRef>,
+    depth: u32,
+    current_step: Option<String>,
+    wait: Option<StepWait>,
+    timer_ms: Option<u64>,
+    step_executions: u32,
+    step_polls: u32,
+    step_first_at_ms: u64,
+    steps: Vec<StepState>,
+    terminal: Option<String>,
+    error: Option<String>,
+    output: Option<Value>,
+    signals: VecDeque<(u64, String, Value)>,
+    next_signal_seq: u64,
+    history: Vec<HistoryEvent>,
+    children: Vec<String>,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    seq: u64,
+    lsn: u64,
+}
+
+impl serde::Serialize for WfRun {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (terminal, output) = match &self.phase {
+            RunPhase::Ended {
+                terminal, output, ..
+            } => (Some(terminal.as_str()), output.as_ref()),
+            _ => (None, None),
+        };
+        RunImageRef {
+            workflow: &self.workflow,
+            version: &self.version,
+            status: self.status(),
+            input_bytes: &self.input_bytes,
+            idempotency_key: &self.idempotency_key,
+            parent: &self.parent,
+            depth: self.depth,
+            current_step: self.phase.step(),
+            wait: self.phase.wait(),
+            timer_ms: self.phase.timer_ms(),
+            step_executions: self.step_executions,
+            step_polls: self.step_polls,
+            step_first_at_ms: self.step_first_at_ms,
+            steps: &self.steps,
+            terminal,
+            error: &self.error,
+            output,
+            signals: &self.signals,
+            next_signal_seq: self.next_signal_seq,
+            history: &self.history,
+            children: &self.children,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            seq: self.seq,
+            lsn: self.lsn,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for WfRun {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let r = RunImage::deserialize(d)?;
+        let phase = match (r.terminal, r.current_step, r.wait, r.timer_ms) {
+            (Some(terminal), ..) => RunPhase::Ended {
+                terminal,
+                status: r.status,
+                output: r.output,
+            },
+            (None, Some(step), Some(wait), _) => RunPhase::Waiting { step, wait },
+            (None, Some(step), None, Some(at_ms)) => RunPhase::Sleeping { step, at_ms },
+            (None, Some(step), None, None) => RunPhase::Ready { step },
+            (None, None, ..) => {
+                return Err(serde::de::Error::custom(
+                    "a workflow run with neither a step nor a terminal",
+                ));
+            }
+        };
+        Ok(WfRun {
+            workflow: r.workflow,
+            version: r.version,
+            def: unlinked(),
+            phase,
+            input: Value::Null,
+            input_bytes: r.input_bytes,
+            idempotency_key: r.idempotency_key,
+            parent: r.parent,
+            depth: r.depth,
+            step_executions: r.step_executions,
+            step_polls: r.step_polls,
+            step_first_at_ms: r.step_first_at_ms,
+            steps: r.steps,
+            error: r.error,
+            signals: r.signals,
+            next_signal_seq: r.next_signal_seq,
+            history: r.history,
+            children: r.children,
+            created_at_ms: r.created_at_ms,
+            updated_at_ms: r.updated_at_ms,
+            seq: r.seq,
+            lsn: r.lsn,
+        })
+    }
+}
+
 /// JSON bytes as a value (text that is not JSON becomes a string).
 pub fn json_value(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// A record about a run that is not in memory: a bug, not bad input (records are planned
+/// against this same state). Debug builds stop; release builds skip the record.
+fn missing(lsn: u64, run_id: &str) {
+    impossible(lsn, format_args!("workflow run {run_id:?} does not exist"));
+}
+
+fn impossible(lsn: u64, what: std::fmt::Arguments) {
+    debug_assert!(false, "record {lsn}: {what}");
 }
 
 fn unlinked() -> Result<Arc<WorkflowDef>, String> {
@@ -350,22 +568,19 @@ impl Workflows {
             workflow,
             version,
             def,
-            status: WorkflowRunStatus::Running,
+            phase: RunPhase::Ready {
+                step: START_STEP.to_string(),
+            },
             input: json_value(&input),
             input_bytes: input,
             idempotency_key,
             parent,
             depth,
-            current_step: Some(START_STEP.to_string()),
-            wait: None,
-            timer_ms: None,
             step_executions: 0,
             step_polls: 0,
             step_first_at_ms: at_ms,
             steps: Vec::new(),
-            terminal: None,
             error: None,
-            output: None,
             signals: VecDeque::new(),
             next_signal_seq: 1,
             history: Vec::new(),
@@ -376,7 +591,7 @@ impl Workflows {
             lsn,
         };
         let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
-        run.event("workflow_started", None, detail, at_ms);
+        run.event(HistoryEventType::WorkflowStarted, None, detail, at_ms);
         self.runs
             .entry(namespace)
             .or_default()
@@ -393,49 +608,59 @@ impl Workflows {
         lsn: u64,
     ) {
         let Some(run) = self.run_mut(namespace, run_id) else {
-            return;
+            return missing(lsn, run_id);
         };
         // Logs written before the action run's creation started its step carry a
         // WfStepStarted after the RunCreated: the step has started already.
         if let (
             StepWait::ActionRun { run_id: new, .. },
             Some(StepWait::ActionRun { run_id: cur, .. }),
-        ) = (&wait, &run.wait)
+        ) = (&wait, run.phase.wait())
             && new == cur
         {
             return;
         }
-        if run.step_executions == 0 && run.timer_ms.is_none() {
-            run.step_first_at_ms = at_ms;
+        match &run.phase {
+            RunPhase::Ready { .. } if run.step_executions == 0 => run.step_first_at_ms = at_ms,
+            RunPhase::Ready { .. } | RunPhase::Sleeping { .. } => {}
+            RunPhase::Waiting { .. } | RunPhase::Ended { .. } => {
+                return impossible(
+                    lsn,
+                    format_args!("run {run_id:?} starts a step while {:?}", run.phase),
+                );
+            }
         }
-        run.timer_ms = None;
-        run.current_step = Some(step.clone());
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
-        run.event("step_started", Some(&step), step.clone(), at_ms);
+        run.event(
+            HistoryEventType::StepStarted,
+            Some(&step),
+            step.clone(),
+            at_ms,
+        );
         match &wait {
-            StepWait::ActionRun { run_id: id, worker } => {
-                run.status = if *worker {
-                    WorkflowRunStatus::Waiting
-                } else {
-                    WorkflowRunStatus::Running
-                };
-                if *worker {
-                    run.event("awaiting_action", Some(&step), id.clone(), at_ms);
-                }
-            }
-            StepWait::ChildRun { .. } => run.status = WorkflowRunStatus::Waiting,
-            StepWait::Signal { signal_type, .. } => {
-                run.status = WorkflowRunStatus::Waiting;
+            StepWait::ActionRun {
+                run_id: id,
+                worker: true,
+            } => {
                 run.event(
-                    "waiting_for_signal",
+                    HistoryEventType::AwaitingAction,
+                    Some(&step),
+                    id.clone(),
+                    at_ms,
+                );
+            }
+            StepWait::ActionRun { .. } | StepWait::ChildRun { .. } => {}
+            StepWait::Signal { signal_type, .. } => {
+                run.event(
+                    HistoryEventType::WaitingForSignal,
                     Some(&step),
                     signal_type.clone(),
                     at_ms,
                 );
             }
         }
-        run.wait = Some(wait);
+        run.phase = RunPhase::Waiting { step, wait };
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -444,7 +669,7 @@ impl Workflows {
         namespace: &str,
         run_id: &str,
         step: String,
-        outcome: String,
+        outcome: StepOutcome,
         output: Option<Vec<u8>>,
         error: Option<String>,
         consumed_signal: Option<u64>,
@@ -453,25 +678,34 @@ impl Workflows {
         lsn: u64,
     ) {
         let Some(run) = self.run_mut(namespace, run_id) else {
-            return;
+            return missing(lsn, run_id);
         };
-        if run.step_executions == 0 && run.timer_ms.is_none() && run.wait.is_none() {
-            run.step_first_at_ms = at_ms;
-        }
-        let wait = run.wait.take();
-        run.timer_ms = None;
+        let wait = match &run.phase {
+            RunPhase::Ready { .. } if run.step_executions == 0 => {
+                run.step_first_at_ms = at_ms;
+                None
+            }
+            RunPhase::Ready { .. } | RunPhase::Sleeping { .. } => None,
+            RunPhase::Waiting { wait, .. } => Some(wait.clone()),
+            RunPhase::Ended { .. } => {
+                return impossible(
+                    lsn,
+                    format_args!("run {run_id:?} finishes a step once ended"),
+                );
+            }
+        };
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
         let output = output.map(|b| json_value(&b));
-        match outcome.as_str() {
-            "target_not_found" => run.event(
-                "action_not_found",
+        match outcome {
+            StepOutcome::TargetNotFound => run.event(
+                HistoryEventType::ActionNotFound,
                 Some(&step),
                 error.clone().unwrap_or_default(),
                 at_ms,
             ),
-            "target_disabled" => run.event(
-                "action_disabled",
+            StepOutcome::TargetDisabled => run.event(
+                HistoryEventType::ActionDisabled,
                 Some(&step),
                 error.clone().unwrap_or_default(),
                 at_ms,
@@ -482,20 +716,30 @@ impl Workflows {
             && let Some(pos) = run.signals.iter().position(|(s, _, _)| *s == seq)
         {
             let (_, signal_type, _) = run.signals.remove(pos).expect("found");
-            run.event("signal_matched", Some(&step), signal_type, at_ms);
+            run.event(
+                HistoryEventType::SignalMatched,
+                Some(&step),
+                signal_type,
+                at_ms,
+            );
         }
         if let Some(StepWait::ActionRun { .. }) = wait {
-            run.event("action_completed", Some(&step), outcome.clone(), at_ms);
+            run.event(
+                HistoryEventType::ActionCompleted,
+                Some(&step),
+                outcome.to_string(),
+                at_ms,
+            );
         }
         if let Some(StepWait::Signal { .. }) = wait
-            && outcome == "timeout"
+            && outcome == StepOutcome::Timeout
         {
             let target = match &next {
                 StepNext::Step(s) => s.clone(),
                 StepNext::End { terminal, .. } => terminal.clone(),
                 _ => String::new(),
             };
-            run.event("signal_timeout", Some(&step), target, at_ms);
+            run.event(HistoryEventType::SignalTimeout, Some(&step), target, at_ms);
         }
         match run.steps.iter_mut().find(|s| s.name == step) {
             Some(s) => {
@@ -511,29 +755,34 @@ impl Workflows {
             }),
         }
         run.step_executions += 1;
-        run.event("step_completed", Some(&step), outcome.clone(), at_ms);
+        run.event(
+            HistoryEventType::StepCompleted,
+            Some(&step),
+            outcome.to_string(),
+            at_ms,
+        );
         match next {
             StepNext::Step(next_step) => {
-                run.status = WorkflowRunStatus::Running;
-                run.current_step = Some(next_step);
+                run.phase = RunPhase::Ready { step: next_step };
                 run.step_executions = 0;
                 run.step_polls = 0;
                 run.error = error;
             }
             StepNext::Retry { at_ms: due } => {
-                run.status = WorkflowRunStatus::Waiting;
-                run.timer_ms = Some(due);
+                run.phase = RunPhase::Sleeping {
+                    step: step.clone(),
+                    at_ms: due,
+                };
                 run.error = error;
                 run.event(
-                    "step_retry",
+                    HistoryEventType::StepRetry,
                     Some(&step),
                     format!("attempt {} at {due}", run.step_executions + 1),
                     at_ms,
                 );
             }
             StepNext::Poll { at_ms: due } => {
-                run.status = WorkflowRunStatus::Waiting;
-                run.timer_ms = Some(due);
+                run.phase = RunPhase::Sleeping { step, at_ms: due };
                 run.step_polls += 1;
             }
             StepNext::End {
@@ -541,22 +790,27 @@ impl Workflows {
                 status,
                 reason,
             } => {
-                run.status = status;
-                run.current_step = None;
-                run.output = output;
+                debug_assert!(
+                    status.is_final(),
+                    "record {lsn}: ends run {run_id:?} {status:?}"
+                );
                 run.error = reason.or(error);
                 let event = match status {
-                    WorkflowRunStatus::Completed => "workflow_completed",
-                    WorkflowRunStatus::Cancelled => "workflow_cancelled",
-                    WorkflowRunStatus::TimedOut => "workflow_timed_out",
-                    _ => "workflow_failed",
+                    WorkflowRunStatus::Completed => HistoryEventType::WorkflowCompleted,
+                    WorkflowRunStatus::Cancelled => HistoryEventType::WorkflowCancelled,
+                    WorkflowRunStatus::TimedOut => HistoryEventType::WorkflowTimedOut,
+                    _ => HistoryEventType::WorkflowFailed,
                 };
                 let detail = match &run.error {
                     Some(e) if status != WorkflowRunStatus::Completed => format!("{terminal}: {e}"),
                     _ => terminal.clone(),
                 };
                 run.event(event, None, detail, at_ms);
-                run.terminal = Some(terminal);
+                run.phase = RunPhase::Ended {
+                    terminal,
+                    status,
+                    output,
+                };
             }
         }
     }
@@ -571,13 +825,13 @@ impl Workflows {
         lsn: u64,
     ) {
         let Some(run) = self.run_mut(namespace, run_id) else {
-            return;
+            return missing(lsn, run_id);
         };
         let seq = run.next_signal_seq;
         run.next_signal_seq += 1;
         run.event(
-            "signal_received",
-            run.current_step.clone().as_deref(),
+            HistoryEventType::SignalReceived,
+            run.phase.step().map(str::to_string).as_deref(),
             signal_type.clone(),
             at_ms,
         );
@@ -596,16 +850,16 @@ impl Workflows {
         lsn: u64,
     ) {
         let Some(run) = self.run_mut(namespace, run_id) else {
-            return;
+            return missing(lsn, run_id);
         };
-        run.status = WorkflowRunStatus::Cancelled;
-        run.wait = None;
-        run.timer_ms = None;
-        run.current_step = None;
-        run.terminal = Some("flo.Cancelled".to_string());
+        run.phase = RunPhase::Ended {
+            terminal: "flo.Cancelled".to_string(),
+            status: WorkflowRunStatus::Cancelled,
+            output: None,
+        };
         let detail = reason.clone().unwrap_or_else(|| "cancelled".to_string());
         run.error = reason;
-        run.event("workflow_cancelled", None, detail, at_ms);
+        run.event(HistoryEventType::WorkflowCancelled, None, detail, at_ms);
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
     }
@@ -626,7 +880,7 @@ impl Workflows {
         let out: Vec<(&str, &WfRun)> = runs
             .iter()
             .filter(|(_, r)| r.workflow == name)
-            .filter(|(_, r)| status.is_none_or(|s| r.status == s))
+            .filter(|(_, r)| status.is_none_or(|s| r.status() == s))
             .filter(|(id, r)| from.live_after(r.created_at_ms, id))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();
@@ -656,33 +910,40 @@ fn sync_entry(namespace: &str, name: &str, e: &WfEntry) -> WfSyncEntry {
 /// The runs of one namespace+workflow are keyed by id; this keeps the wire form in one place.
 pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::WorkflowRunInfo {
     let bytes = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
-    let waiting_for = run.wait.as_ref().map(|w| match w {
+    let waiting_for = run.phase.wait().map(|w| match w {
         StepWait::ActionRun { run_id, .. } => format!("action run {run_id}"),
         StepWait::ChildRun { run_id } => format!("workflow run {run_id}"),
         StepWait::Signal { signal_type, .. } => format!("signal {signal_type}"),
     });
-    let waiting_for = waiting_for.or_else(|| run.timer_ms.map(|at| format!("timer at {at} ms")));
+    let waiting_for =
+        waiting_for.or_else(|| run.phase.timer_ms().map(|at| format!("timer at {at} ms")));
+    let (terminal, output) = match &run.phase {
+        RunPhase::Ended {
+            terminal, output, ..
+        } => (Some(terminal.clone()), output.as_ref().map(bytes)),
+        _ => (None, None),
+    };
     flo_protocol::WorkflowRunInfo {
         run_id: run_id.to_string(),
         namespace: namespace.to_string(),
         workflow: run.workflow.clone(),
         version: run.version.clone(),
-        status: run.status,
-        current_step: run.current_step.clone(),
+        status: run.status(),
+        current_step: run.phase.step().map(str::to_string),
         waiting_for,
         input: run.input_bytes.clone(),
-        output: run.output.as_ref().map(bytes),
+        output,
         steps: run
             .steps
             .iter()
             .map(|s| flo_protocol::WorkflowStepInfo {
                 name: s.name.clone(),
-                outcome: s.outcome.clone(),
+                outcome: s.outcome.as_ref().map(|o| o.to_string()),
                 output: s.output.as_ref().map(bytes),
                 executions: s.executions,
             })
             .collect(),
-        terminal: run.terminal.clone(),
+        terminal,
         error: run.error.clone(),
         idempotency_key: run.idempotency_key.clone(),
         parent_run_id: run.parent.as_ref().map(|p| p.run_id.clone()),
@@ -717,6 +978,81 @@ mod tests {
         format!(
             "kind: Workflow\nname: w\nversion: \"{version}\"\nstart:\n  run: \"@actions/a\"\n  transitions:\n    success: flo.Completed\n"
         )
+    }
+
+    /// A run's phase is written to snapshots as the fields runs had before `RunPhase`
+    /// and read back the same, in every phase.
+    #[test]
+    fn every_run_phase_survives_a_snapshot() {
+        let mut w = Workflows::default();
+        w.apply_defined(
+            "ns".into(),
+            "w".into(),
+            "1".into(),
+            yaml("1"),
+            1,
+            parsed(&yaml("1")),
+        );
+        let start = |w: &mut Workflows, id: &str| {
+            let id = id.to_string();
+            w.apply_started(
+                "ns".into(),
+                id,
+                "w".into(),
+                "1".into(),
+                b"{}".to_vec(),
+                None,
+                None,
+                2,
+                1,
+            );
+        };
+        let signal = StepWait::Signal {
+            signal_type: "go".into(),
+            deadline_ms: Some(9),
+        };
+        start(&mut w, "ready");
+        start(&mut w, "waiting");
+        w.apply_step_started("ns", "waiting", START_STEP.into(), signal, 3, 2);
+        start(&mut w, "sleeping");
+        let finish = |w: &mut Workflows, id: &str, next: StepNext| {
+            let (outcome, output) = (StepOutcome::Failure, Some(b"{\"a\":1}".to_vec()));
+            w.apply_step_finished(
+                "ns",
+                id,
+                START_STEP.into(),
+                outcome,
+                output,
+                None,
+                None,
+                next,
+                4,
+                3,
+            );
+        };
+        finish(&mut w, "sleeping", StepNext::Retry { at_ms: 50 });
+        start(&mut w, "ended");
+        let end = StepNext::End {
+            terminal: "flo.Failed".into(),
+            status: WorkflowRunStatus::Failed,
+            reason: Some("no".into()),
+        };
+        finish(&mut w, "ended", end);
+        for id in ["ready", "waiting", "sleeping", "ended"] {
+            let run = w.run("ns", id).unwrap();
+            let bytes = rmp_serde::to_vec(run).unwrap();
+            let back: WfRun = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(back.phase, run.phase, "{id}");
+            assert_eq!(back.status(), run.status(), "{id}");
+        }
+        let phase = |id| w.run("ns", id).unwrap().phase.clone();
+        assert!(matches!(phase("ready"), RunPhase::Ready { .. }));
+        assert!(matches!(phase("waiting"), RunPhase::Waiting { .. }));
+        assert_eq!(phase("sleeping").timer_ms(), Some(50));
+        assert_eq!(
+            w.run("ns", "ended").unwrap().status(),
+            WorkflowRunStatus::Failed
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use super::finish::{end, finish};
 use crate::clock::deadline_after;
 use crate::core::{Core, Task};
-use crate::fold::record::{Record, StepRef, StepWait};
+use crate::fold::record::{Record, StepOutcome, StepRef, StepWait};
 use crate::ids::RunKey;
 use flo_protocol::RUN_INPUT_BYTES_MAX;
 use flo_workflow::{StepAction, Target};
@@ -49,10 +49,13 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
         let Some(run) = core.state().workflows.run(namespace, run_id) else {
             return;
         };
-        if run.status.is_final() || run.wait.is_some() || run.timer_ms.is_some_and(|at| at > now) {
+        if run.status().is_final()
+            || run.phase.wait().is_some()
+            || run.phase.timer_ms().is_some_and(|at| at > now)
+        {
             return;
         }
-        let current_step = run.current_step.clone().unwrap_or_default();
+        let current_step = run.phase.step().unwrap_or_default().to_string();
         if core.budget_spent() {
             core.schedule(Task::WfAdvance((namespace.to_string(), run_id.to_string())));
             return;
@@ -96,7 +99,7 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
                         namespace,
                         run_id,
                         &step_name,
-                        "success",
+                        StepOutcome::Success,
                         Some(payload),
                         None,
                         Some(seq),
@@ -174,27 +177,27 @@ fn run_target(
     input: Vec<u8>,
 ) -> bool {
     let now = core.now_ms();
-    let fail = |outcome: &str, error: String| (outcome.to_string(), error);
+    let fail = |outcome: StepOutcome, error: String| (outcome, error);
     let problem = match target {
         // An `inputMapping` may assemble an input larger than any run accepts.
         _ if input.len() > RUN_INPUT_BYTES_MAX => Some(fail(
-            "execution_failure",
+            StepOutcome::ExecutionFailure,
             format!(
                 "the step's input of {} bytes exceeds the maximum of {RUN_INPUT_BYTES_MAX} bytes",
                 input.len()
             ),
         )),
         Target::Plan(name) => Some(fail(
-            "target_not_found",
+            StepOutcome::TargetNotFound,
             format!("plan {name:?}: inline plans are not supported yet"),
         )),
         Target::Action(name) => match core.state().registry.get(namespace, name) {
             None => Some(fail(
-                "target_not_found",
+                StepOutcome::TargetNotFound,
                 format!("action {name:?} is not registered"),
             )),
             Some(def) if !def.enabled => Some(fail(
-                "target_disabled",
+                StepOutcome::TargetDisabled,
                 format!("action {name:?} is disabled"),
             )),
             Some(_) => None,
@@ -207,22 +210,22 @@ fn run_target(
                 .map_or(0, |r| r.depth);
             match core.state().workflows.def(namespace, name) {
                 None => Some(fail(
-                    "target_not_found",
+                    StepOutcome::TargetNotFound,
                     format!("workflow {name:?} is not defined"),
                 )),
                 Some(e) if e.get(version.as_deref()).is_none() => Some(fail(
-                    "target_not_found",
+                    StepOutcome::TargetNotFound,
                     format!(
                         "workflow {name:?} has no version {:?}",
                         version.as_deref().unwrap_or_default()
                     ),
                 )),
                 Some(e) if !e.enabled => Some(fail(
-                    "target_disabled",
+                    StepOutcome::TargetDisabled,
                     format!("workflow {name:?} is disabled"),
                 )),
                 Some(_) if depth + 1 > CHILD_DEPTH_MAX => Some(fail(
-                    "execution_failure",
+                    StepOutcome::ExecutionFailure,
                     format!("child workflows nest at most {CHILD_DEPTH_MAX} deep"),
                 )),
                 Some(_) => None,
@@ -235,7 +238,7 @@ fn run_target(
             namespace,
             run_id,
             step,
-            &outcome,
+            outcome,
             None,
             Some(error),
             None,

@@ -13,7 +13,7 @@ pub fn cancel(core: &mut Core, namespace: &str, run_id: &str, reason: Option<Str
         Some(status) => status,
         None => match find_run(core, namespace, run_id) {
             Err(e) => return Done::now(Err(e)),
-            Ok(run) => run.status,
+            Ok(run) => run.status(),
         },
     };
     if status.is_final() {
@@ -39,10 +39,10 @@ fn cancel_tree(core: &mut Core, namespace: &str, run_id: &str, reason: Option<St
     let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
-    if run.status.is_final() {
+    if run.status().is_final() {
         return;
     }
-    let action = match &run.wait {
+    let action = match run.phase.wait() {
         Some(StepWait::ActionRun { run_id, .. }) => Some(run_id.clone()),
         _ => None,
     };

@@ -4,23 +4,14 @@
 
 use super::advance::advance;
 use crate::core::{Core, Task};
-use crate::fold::record::{Record, StepNext, StepWait};
-use crate::fold::workflows::json_value;
+use crate::fold::record::{Record, StepNext, StepOutcome, StepWait};
+use crate::fold::workflows::{RunPhase, json_value};
 use flo_protocol::{RunStatus, WorkflowRunStatus};
 use flo_workflow::{Next, WorkflowDef};
 
 /// Largest step output kept (as JSON): it goes into the step's record. A larger one fails
 /// the step (an output that is not JSON is kept as a JSON string and may grow six-fold).
 pub const STEP_OUTPUT_BYTES_MAX: usize = 4 << 20;
-
-fn outcome_chain(outcome: &str) -> Vec<&str> {
-    match outcome {
-        "target_not_found" => vec!["target_not_found", "execution_failure", "failure"],
-        "target_disabled" => vec!["target_disabled", "execution_failure", "failure"],
-        "execution_failure" => vec!["execution_failure", "failure"],
-        other => vec![other],
-    }
-}
 
 fn jitter(seed: u64) -> f64 {
     (xxhash_rust::xxh3::xxh3_64(&seed.to_le_bytes()) % 1000) as f64 / 1000.0
@@ -33,7 +24,7 @@ pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, re
         namespace: namespace.to_string(),
         run_id: run_id.to_string(),
         step: step.to_string(),
-        outcome: "execution_failure".to_string(),
+        outcome: StepOutcome::ExecutionFailure,
         output: None,
         error: None,
         consumed_signal: None,
@@ -55,7 +46,7 @@ pub(super) fn finish(
     namespace: &str,
     run_id: &str,
     step: &str,
-    outcome: &str,
+    outcome: StepOutcome,
     output: Option<Vec<u8>>,
     error: Option<String>,
     consumed_signal: Option<u64>,
@@ -63,7 +54,7 @@ pub(super) fn finish(
     let now = core.now_ms();
     let (outcome, output, error) = match output {
         Some(o) if o.len() > STEP_OUTPUT_BYTES_MAX => (
-            "failure",
+            StepOutcome::Failure,
             None,
             Some(format!(
                 "the step's output of {} bytes (as JSON) exceeds the maximum of \
@@ -83,10 +74,10 @@ pub(super) fn finish(
         return;
     };
     let executions = run.step_executions + 1;
-    let mut outcome = outcome.to_string();
+    let mut outcome = outcome;
     let mut next = None;
     if let Some(retry) = &step_def.retry
-        && matches!(outcome.as_str(), "failure" | "execution_failure")
+        && outcome.is_retryable()
         && executions < retry.max_attempts
     {
         let at =
@@ -99,7 +90,7 @@ pub(super) fn finish(
         }
     }
     if next.is_none()
-        && outcome == "pending"
+        && outcome == StepOutcome::Pending
         && let Some(poll) = &step_def.poll
     {
         if run.step_polls < poll.max_attempts {
@@ -111,7 +102,7 @@ pub(super) fn finish(
                 at_ms: now.saturating_add(delay),
             });
         } else {
-            outcome = "timeout".to_string();
+            outcome = StepOutcome::Timeout;
         }
     }
     let next = next.unwrap_or_else(|| transition(&def, step_def, step, &outcome));
@@ -147,10 +138,10 @@ pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
     let Some(parent) = child.parent.clone() else {
         return;
     };
-    let (outcome, error) = match child.status {
-        WorkflowRunStatus::Completed => ("success", None),
+    let (outcome, error) = match child.status() {
+        WorkflowRunStatus::Completed => (StepOutcome::Success, None),
         s => (
-            "failure",
+            StepOutcome::Failure,
             Some(format!(
                 "child workflow run {run_id} ended {}{}",
                 s.as_str(),
@@ -162,17 +153,19 @@ pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
             )),
         ),
     };
-    let output = child
-        .output
-        .as_ref()
-        .map(|v| serde_json::to_vec(v).unwrap_or_default());
+    let output = match &child.phase {
+        RunPhase::Ended {
+            output: Some(v), ..
+        } => Some(serde_json::to_vec(v).unwrap_or_default()),
+        _ => None,
+    };
     let waiting = core
         .state()
         .workflows
         .run(namespace, &parent.run_id)
         .is_some_and(|p| {
-            !p.status.is_final()
-                && matches!(&p.wait, Some(StepWait::ChildRun { run_id: c }) if c == run_id)
+            !p.status().is_final()
+                && matches!(p.phase.wait(), Some(StepWait::ChildRun { run_id: c }) if c == run_id)
         });
     if !waiting {
         return;
@@ -200,19 +193,21 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
     };
     let (outcome, output, error) = match run.status {
         RunStatus::Completed => (
-            run.outcome.clone().unwrap_or_else(|| "success".to_string()),
+            run.outcome
+                .as_deref()
+                .map_or(StepOutcome::Success, StepOutcome::from_name),
             run.output
                 .as_ref()
                 .map(|o| serde_json::to_vec(&json_value(o)).unwrap_or_default()),
             None,
         ),
-        RunStatus::TimedOut => ("timeout".to_string(), None, run.error.clone()),
+        RunStatus::TimedOut => (StepOutcome::Timeout, None, run.error.clone()),
         RunStatus::Cancelled => (
-            "failure".to_string(),
+            StepOutcome::Failure,
             None,
             Some(format!("action run {action_run} was cancelled")),
         ),
-        RunStatus::Failed => ("failure".to_string(), None, run.error.clone()),
+        RunStatus::Failed => (StepOutcome::Failure, None, run.error.clone()),
         RunStatus::Pending | RunStatus::Running => return,
     };
     let waiting = core
@@ -220,8 +215,8 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         .workflows
         .run(namespace, &step_ref.run_id)
         .is_some_and(|w| {
-            !w.status.is_final()
-                && matches!(&w.wait, Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
+            !w.status().is_final()
+                && matches!(w.phase.wait(), Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
         });
     if !waiting {
         return;
@@ -231,7 +226,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         namespace,
         &step_ref.run_id,
         &step_ref.step,
-        &outcome,
+        outcome,
         output,
         error,
         None,
@@ -245,9 +240,9 @@ pub(super) fn transition(
     def: &WorkflowDef,
     step_def: &flo_workflow::Step,
     step: &str,
-    outcome: &str,
+    outcome: &StepOutcome,
 ) -> StepNext {
-    for candidate in outcome_chain(outcome) {
+    for candidate in outcome.transition_names() {
         let Some(target) = step_def.transitions.get(candidate) else {
             continue;
         };
@@ -275,7 +270,8 @@ pub(super) fn transition(
         terminal: "flo.Failed".to_string(),
         status: WorkflowRunStatus::Failed,
         reason: Some(format!(
-            "step {step:?} has no transition for outcome {outcome:?}"
+            "step {step:?} has no transition for outcome {:?}",
+            outcome.as_str()
         )),
     }
 }

@@ -6,7 +6,7 @@ use super::finish::{after_end, finish};
 use super::queries::{archived_status, find_run};
 use crate::core::Core;
 use crate::core::io::Done;
-use crate::fold::record::{Record, StepNext, StepWait};
+use crate::fold::record::{Record, StepNext, StepOutcome, StepWait};
 use flo_protocol::{ErrorValue, RUN_INPUT_BYTES_MAX, Reply, WorkflowRunStatus};
 use flo_workflow::{Next, SIGNAL_TYPE_BYTES_MAX, StepAction};
 use serde_json::Value;
@@ -28,7 +28,7 @@ pub fn signal(
             Some(status) => status,
             None => {
                 let run = find_run(core, namespace, run_id)?;
-                if run.signals.len() >= SIGNALS_QUEUED_MAX && !run.status.is_final() {
+                if run.signals.len() >= SIGNALS_QUEUED_MAX && !run.status().is_final() {
                     return Err(ErrorValue::new(
                         flo_protocol::ErrorCode::Overloaded,
                         format!(
@@ -38,7 +38,7 @@ pub fn signal(
                         ),
                     ));
                 }
-                run.status
+                run.status()
             }
         };
         if status.is_final() {
@@ -87,20 +87,20 @@ pub(super) fn try_signal(core: &mut Core, namespace: &str, run_id: &str) {
     let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
-    let Some(StepWait::Signal { signal_type, .. }) = &run.wait else {
+    let Some(StepWait::Signal { signal_type, .. }) = run.phase.wait() else {
         return;
     };
     let Some((seq, _, payload)) = run.signals.iter().find(|(_, t, _)| t == signal_type) else {
         return;
     };
     let (seq, payload) = (*seq, serde_json::to_vec(payload).unwrap_or_default());
-    let step = run.current_step.clone().unwrap_or_default();
+    let step = run.phase.step().unwrap_or_default().to_string();
     finish(
         core,
         namespace,
         run_id,
         &step,
-        "success",
+        StepOutcome::Success,
         Some(payload),
         None,
         Some(seq),
@@ -116,7 +116,7 @@ pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str) {
     let Ok(def) = run.def.clone() else {
         return;
     };
-    let step = run.current_step.clone().unwrap_or_default();
+    let step = run.phase.step().unwrap_or_default().to_string();
     // `onTimeout`, else a `timeout` transition, else the run times out.
     let on_timeout = def.step(&step).and_then(|s| match &s.action {
         StepAction::WaitForSignal(w) => w
@@ -143,7 +143,7 @@ pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str) {
         namespace: namespace.to_string(),
         run_id: run_id.to_string(),
         step,
-        outcome: "timeout".to_string(),
+        outcome: StepOutcome::Timeout,
         output: None,
         error: None,
         consumed_signal: None,

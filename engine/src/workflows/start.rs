@@ -189,7 +189,7 @@ fn plan_start(
             "workflow run {id:?} exists already (workflow {:?}, {}); choose another run id, \
              or start with its idempotency key to get that run back",
             existing.workflow,
-            existing.status.as_str()
+            existing.status().as_str()
         )));
     }
     if let Some(key) = key {

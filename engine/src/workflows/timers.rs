@@ -21,15 +21,17 @@ pub fn fire_timers(core: &mut Core) -> bool {
         let Some(run) = core.state().workflows.run(&namespace, &run_id) else {
             continue;
         };
-        if run.status.is_final() {
+        if run.status().is_final() {
             continue;
         }
-        match &run.wait {
+        match run.phase.wait() {
             Some(StepWait::Signal {
                 deadline_ms: Some(deadline),
                 ..
             }) if *deadline <= now => signal_timeout(core, &namespace, &run_id),
-            None if run.timer_ms.is_some_and(|at| at <= now) => advance(core, &namespace, &run_id),
+            None if run.phase.timer_ms().is_some_and(|at| at <= now) => {
+                advance(core, &namespace, &run_id)
+            }
             _ => {}
         }
     }
@@ -41,7 +43,7 @@ pub fn open_runs(core: &Core) -> Vec<RunKey> {
     core.state()
         .workflows
         .all_runs()
-        .filter(|(_, _, r)| !r.status.is_final())
+        .filter(|(_, _, r)| !r.status().is_final())
         .map(|(ns, id, _)| (ns.to_string(), id.to_string()))
         .collect()
 }
@@ -52,10 +54,10 @@ pub fn resume(core: &mut Core, namespace: &str, run_id: &str) {
     let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
     };
-    if run.status.is_final() {
+    if run.status().is_final() {
         return;
     }
-    match run.wait.clone() {
+    match run.phase.wait().cloned() {
         Some(StepWait::ActionRun { run_id: action, .. }) => {
             let done = core
                 .state()
@@ -71,13 +73,13 @@ pub fn resume(core: &mut Core, namespace: &str, run_id: &str) {
                 .state()
                 .workflows
                 .run(namespace, &child)
-                .is_some_and(|c| c.status.is_final());
+                .is_some_and(|c| c.status().is_final());
             if done {
                 notify_parent(core, namespace, &child);
             }
         }
         Some(StepWait::Signal { .. }) => try_signal(core, namespace, run_id),
-        None if run.timer_ms.is_none() => advance(core, namespace, run_id),
+        None if run.phase.timer_ms().is_none() => advance(core, namespace, run_id),
         None => {}
     }
 }

@@ -1530,7 +1530,7 @@ impl Sim {
                 *runs.entry(format!("{:?}", r.status)).or_insert(0) += 1;
             }
             for (_, _, r) in st.workflows.all_runs() {
-                *wf.entry(format!("{:?}", r.status)).or_insert(0) += 1;
+                *wf.entry(format!("{:?}", r.status())).or_insert(0) += 1;
             }
             records.push(n.engine.last_lsn());
             *runs.entry("archived".to_string()).or_insert(0) += st.archive.len();
@@ -1701,21 +1701,20 @@ impl Sim {
             }
             for (ns, id, run) in state.workflows.all_runs() {
                 assert!(
-                    !run.status.is_final(),
+                    !run.status().is_final(),
                     "shard {s}: workflow run {ns}/{id} is {:?} at rest and not archived",
-                    run.status
+                    run.status()
                 );
                 assert!(
-                    run.timer_ms.is_none_or(|t| t > now),
+                    run.phase.timer_ms().is_none_or(|t| t > now),
                     "shard {s}: workflow run {ns}/{id} timer at {:?} never fired (now {now})",
-                    run.timer_ms
+                    run.phase.timer_ms()
                 );
                 assert!(
                     waits_for_a_signal_only(e, ns, id),
-                    "shard {s}: workflow run {ns}/{id} is {:?} at rest, step {:?}, wait {:?}",
-                    run.status,
-                    run.current_step,
-                    run.wait
+                    "shard {s}: workflow run {ns}/{id} is {:?} at rest, phase {:?}",
+                    run.status(),
+                    run.phase
                 );
             }
             check_index(s, e, 0, "at rest");
@@ -1768,7 +1767,7 @@ fn wf_status(state: &flo_engine::testing::ShardState, run_id: &str) -> Option<Wo
     use flo_engine::testing::RunKind;
     use flo_engine::testing::archived as archive;
     match state.workflows.run(NS, run_id) {
-        Some(run) => Some(run.status),
+        Some(run) => Some(run.status()),
         None => state
             .archived(RunKind::Workflow, NS, run_id)
             .map(|e| archive::workflow_status(e.status)),
@@ -1783,7 +1782,7 @@ fn waits_for_a_signal_only(e: &Engine, ns: &str, id: &str) -> bool {
         let Some(run) = state.workflows.run(ns, &id) else {
             return false;
         };
-        match &run.wait {
+        match run.phase.wait() {
             Some(StepWait::Signal {
                 deadline_ms: None, ..
             }) => return true,
@@ -1853,23 +1852,23 @@ fn check_index(shard: u32, e: &Engine, executing: usize, when: &str) {
          ({executing} executing)"
     );
     for (ns, id, run) in state.workflows.all_runs() {
-        if run.status.is_final() {
+        if run.status().is_final() {
             continue;
         }
         let deadline = matches!(
-            run.wait,
+            run.phase.wait(),
             Some(StepWait::Signal {
                 deadline_ms: Some(_),
                 ..
             })
         );
-        if run.timer_ms.is_some() || deadline {
+        if run.phase.timer_ms().is_some() || deadline {
             assert!(
                 timed.contains(&(ns.to_string(), id.to_string())),
                 "{when}: shard {shard}: workflow run {ns}/{id} (timer {:?}, wait {:?}) has no \
                  timer entry",
-                run.timer_ms,
-                run.wait
+                run.phase.timer_ms(),
+                run.phase.wait()
             );
         }
     }

@@ -612,7 +612,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         Ok(Reply::WorkflowRun(wf_run)),
         Ok(Reply::WorkflowHistoryPage {
             events: vec![HistoryEvent {
-                event_type: "step_started".into(),
+                event_type: flo_protocol::HistoryEventType::from_name("step_started"),
                 step: Some("_start".into()),
                 detail: "run charge-1".into(),
                 at_ms: 1,

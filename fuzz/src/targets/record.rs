@@ -577,7 +577,7 @@ fn sample_records() -> Vec<Record> {
             namespace: ns(),
             run_id: "wfrun-1".into(),
             step: "charge".into(),
-            outcome: "failure".into(),
+            outcome: flo_engine::testing::record::StepOutcome::from_name("failure"),
             output: Some(b"{}".to_vec()),
             error: Some("declined".into()),
             consumed_signal: Some(2),
@@ -588,7 +588,7 @@ fn sample_records() -> Vec<Record> {
             namespace: ns(),
             run_id: "wfrun-1".into(),
             step: "ship".into(),
-            outcome: "success".into(),
+            outcome: flo_engine::testing::record::StepOutcome::from_name("success"),
             output: None,
             error: None,
             consumed_signal: None,
@@ -623,7 +623,7 @@ fn sample_records() -> Vec<Record> {
             run: ArchivedRun::Workflow(Box::new(WfArchived {
                 info: wf_info,
                 history: vec![HistoryEvent {
-                    event_type: "workflow_started".into(),
+                    event_type: flo_protocol::HistoryEventType::from_name("workflow_started"),
                     step: None,
                     detail: String::new(),
                     at_ms: 1,

@@ -120,7 +120,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, (event_type, step))| HistoryEvent {
-                event_type: event_type.to_string(),
+                event_type: flo::protocol::HistoryEventType::from_name(event_type),
                 step: step.map(str::to_string),
                 detail: String::new(),
                 at_ms: 0,
