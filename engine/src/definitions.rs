@@ -204,7 +204,7 @@ fn confirm(
     };
     let entry = namespace
         .zip(name)
-        .and_then(|(ns, name)| core.state().workflows.sync_entry(&ns, &name));
+        .and_then(|(ns, name)| core.state().workflows.defs.sync_entry(&ns, &name));
     let Some(entry) = entry else {
         core.reply_op(to, 0, Err(ErrorValue::internal("nothing to change")));
         return;
@@ -363,7 +363,7 @@ pub fn sync_all(core: &mut Core) {
         .all()
         .map(|(ns, name, def)| (ns.to_string(), name.to_string(), def.clone()))
         .collect();
-    let workflows = core.state().workflows.sync_entries();
+    let workflows = core.state().workflows.defs.sync_entries();
     let me = core.shard();
     for s in (0..core.partitioning().shards).filter(|&s| s != me) {
         let req = PeerRequest::DefinitionSync {
@@ -379,14 +379,14 @@ pub fn apply_sync(
     core: &mut Core,
     to: ReplyTo,
     actions: Option<Vec<(String, String, crate::fold::registry::ActionDef)>>,
-    workflows: Vec<crate::fold::workflows::WfSyncEntry>,
+    workflows: Vec<crate::fold::workflow_defs::WfSyncEntry>,
 ) {
     let now = core.now_ms();
     let mut records = match actions {
         Some(actions) => core.state().registry.plan_sync(actions, now),
         None => Vec::new(),
     };
-    records.extend(core.state().workflows.plan_sync(&workflows));
+    records.extend(core.state().workflows.defs.plan_sync(&workflows));
     for record in records {
         core.commit(record);
     }

@@ -4,7 +4,7 @@
 
 use crate::fold::record::{GuestKvWrite, Record};
 use crate::fold::registry::ActionDef;
-use crate::fold::workflows::WfSyncEntry;
+use crate::fold::workflow_defs::WfSyncEntry;
 use flo_protocol::{ErrorValue, ModuleCacheInfo, Op, Reply, TaskAssignment};
 use serde_json::{Map, Value};
 use std::sync::Arc;

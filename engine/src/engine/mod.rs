@@ -5,8 +5,12 @@
 
 #[cfg(test)]
 mod bounds;
+mod clients;
+mod execute;
 mod fanout;
+mod peers;
 mod routing;
+mod run_waits;
 mod step;
 mod watches;
 

@@ -3,14 +3,17 @@
 //! sends, waits or answers: handlers above read this state, plan records against it and
 //! commit them (`core::cx::Core::commit`).
 
+mod apply;
 pub mod archive;
 pub mod archived;
 pub mod index;
 pub mod kv;
 pub mod record;
 pub mod registry;
+pub mod run_image;
 pub mod runs;
 pub mod scheduler;
 pub mod snapshot;
 pub mod state;
+pub mod workflow_defs;
 pub mod workflows;

@@ -3,40 +3,14 @@
 //! appends the events it stands for.
 
 use crate::fold::record::{StepNext, StepOutcome, StepRef, StepWait};
+use crate::fold::workflow_defs::{WfEntry, WorkflowDefs};
 use crate::pages::{self, Pos};
 use crate::tables::HashMap;
 use flo_protocol::{HistoryEvent, HistoryEventType, WorkflowRunStatus};
 use flo_workflow::{START_STEP, WorkflowDef};
 use serde_json::Value;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
-
-/// One version of a workflow.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct WfVersion {
-    pub version: String,
-    pub yaml: String,
-    /// None when the YAML no longer parses (a run of it fails with the reason).
-    pub def: Result<Arc<WorkflowDef>, String>,
-    pub created_at_ms: u64,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct WfEntry {
-    /// Oldest first; the last is the latest.
-    pub versions: Vec<WfVersion>,
-    pub enabled: bool,
-    pub updated_at_ms: u64,
-}
-
-impl WfEntry {
-    pub fn get(&self, version: Option<&str>) -> Option<&WfVersion> {
-        match version {
-            Some(v) => self.versions.iter().find(|x| x.version == v),
-            None => self.versions.last(),
-        }
-    }
-}
 
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct StepState {
@@ -168,150 +142,6 @@ impl WfRun {
     }
 }
 
-/// A run as snapshots hold it: the phase spread over the fields runs had before it.
-#[derive(serde::Serialize)]
-struct RunImageRef<'a> {
-    workflow: &'a str,
-    version: &'a str,
-    status: WorkflowRunStatus,
-    input_bytes: &'a Vec<u8>,
-    idempotency_key: &'a Option<String>,
-    parent: &'a Option<StepRef>,
-    depth: u32,
-    current_step: Option<&'a str>,
-    wait: Option<&'a StepWait>,
-    timer_ms: Option<u64>,
-    step_executions: u32,
-    step_polls: u32,
-    step_first_at_ms: u64,
-    steps: &'a Vec<StepState>,
-    terminal: Option<&'a str>,
-    error: &'a Option<String>,
-    output: Option<&'a Value>,
-    signals: &'a VecDeque<(u64, String, Value)>,
-    next_signal_seq: u64,
-    history: &'a Vec<HistoryEvent>,
-    children: &'a Vec<String>,
-    created_at_ms: u64,
-    updated_at_ms: u64,
-    seq: u64,
-    lsn: u64,
-}
-
-/// `RunImageRef` read back.
-#[derive(serde::Deserialize)]
-struct RunImage {
-    workflow: String,
-    version: String,
-    status: WorkflowRunStatus,
-    input_bytes: Vec<u8>,
-    idempotency_key: Option<String>,
-    parent: Option<StepRef>,
-    depth: u32,
-    current_step: Option<String>,
-    wait: Option<StepWait>,
-    timer_ms: Option<u64>,
-    step_executions: u32,
-    step_polls: u32,
-    step_first_at_ms: u64,
-    steps: Vec<StepState>,
-    terminal: Option<String>,
-    error: Option<String>,
-    output: Option<Value>,
-    signals: VecDeque<(u64, String, Value)>,
-    next_signal_seq: u64,
-    history: Vec<HistoryEvent>,
-    children: Vec<String>,
-    created_at_ms: u64,
-    updated_at_ms: u64,
-    seq: u64,
-    lsn: u64,
-}
-
-impl serde::Serialize for WfRun {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let (terminal, output) = match &self.phase {
-            RunPhase::Ended {
-                terminal, output, ..
-            } => (Some(terminal.as_str()), output.as_ref()),
-            _ => (None, None),
-        };
-        RunImageRef {
-            workflow: &self.workflow,
-            version: &self.version,
-            status: self.status(),
-            input_bytes: &self.input_bytes,
-            idempotency_key: &self.idempotency_key,
-            parent: &self.parent,
-            depth: self.depth,
-            current_step: self.phase.step(),
-            wait: self.phase.wait(),
-            timer_ms: self.phase.timer_ms(),
-            step_executions: self.step_executions,
-            step_polls: self.step_polls,
-            step_first_at_ms: self.step_first_at_ms,
-            steps: &self.steps,
-            terminal,
-            error: &self.error,
-            output,
-            signals: &self.signals,
-            next_signal_seq: self.next_signal_seq,
-            history: &self.history,
-            children: &self.children,
-            created_at_ms: self.created_at_ms,
-            updated_at_ms: self.updated_at_ms,
-            seq: self.seq,
-            lsn: self.lsn,
-        }
-        .serialize(s)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for WfRun {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let r = RunImage::deserialize(d)?;
-        let phase = match (r.terminal, r.current_step, r.wait, r.timer_ms) {
-            (Some(terminal), ..) => RunPhase::Ended {
-                terminal,
-                status: r.status,
-                output: r.output,
-            },
-            (None, Some(step), Some(wait), _) => RunPhase::Waiting { step, wait },
-            (None, Some(step), None, Some(at_ms)) => RunPhase::Sleeping { step, at_ms },
-            (None, Some(step), None, None) => RunPhase::Ready { step },
-            (None, None, ..) => {
-                return Err(serde::de::Error::custom(
-                    "a workflow run with neither a step nor a terminal",
-                ));
-            }
-        };
-        Ok(WfRun {
-            workflow: r.workflow,
-            version: r.version,
-            def: unlinked(),
-            phase,
-            input: Value::Null,
-            input_bytes: r.input_bytes,
-            idempotency_key: r.idempotency_key,
-            parent: r.parent,
-            depth: r.depth,
-            step_executions: r.step_executions,
-            step_polls: r.step_polls,
-            step_first_at_ms: r.step_first_at_ms,
-            steps: r.steps,
-            error: r.error,
-            signals: r.signals,
-            next_signal_seq: r.next_signal_seq,
-            history: r.history,
-            children: r.children,
-            created_at_ms: r.created_at_ms,
-            updated_at_ms: r.updated_at_ms,
-            seq: r.seq,
-            lsn: r.lsn,
-        })
-    }
-}
-
 /// JSON bytes as a value (text that is not JSON becomes a string).
 pub fn json_value(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)
@@ -328,13 +158,13 @@ fn impossible(lsn: u64, what: std::fmt::Arguments) {
     debug_assert!(false, "record {lsn}: {what}");
 }
 
-fn unlinked() -> Result<Arc<WorkflowDef>, String> {
+pub(super) fn unlinked() -> Result<Arc<WorkflowDef>, String> {
     Err("the run's definition was not linked after a snapshot".to_string())
 }
 
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Workflows {
-    pub defs: HashMap<(String, String), WfEntry>,
+    pub defs: WorkflowDefs,
     /// Namespace → run id → run (boxed: resizing a large table moves pointers only).
     runs: HashMap<String, HashMap<String, Box<WfRun>>>,
     /// Last number used in `wfrun-N` ids, per namespace.
@@ -342,81 +172,9 @@ pub struct Workflows {
     next_seq: u64,
 }
 
-/// One workflow's definitions as the coordinator has them (start-up sync).
-#[derive(Debug, Clone)]
-pub struct WfSyncEntry {
-    pub namespace: String,
-    pub name: String,
-    pub enabled: bool,
-    pub updated_at_ms: u64,
-    /// Oldest first.
-    pub versions: Vec<WfSyncVersion>,
-}
-
-#[derive(Debug, Clone)]
-pub struct WfSyncVersion {
-    pub version: String,
-    pub yaml: String,
-    pub created_at_ms: u64,
-    pub def: Option<Arc<WorkflowDef>>,
-}
-
 impl Workflows {
-    /// Every definition, for `plan_sync` on the other shards.
-    pub fn sync_entries(&self) -> Vec<WfSyncEntry> {
-        self.defs
-            .iter()
-            .map(|((namespace, name), e)| sync_entry(namespace, name, e))
-            .collect()
-    }
-
-    /// One workflow's definitions, for `plan_sync` on the other shards.
-    pub fn sync_entry(&self, namespace: &str, name: &str) -> Option<WfSyncEntry> {
-        self.def(namespace, name)
-            .map(|e| sync_entry(namespace, name, e))
-    }
-
-    /// The records that bring this shard's definitions to `entries` (the coordinator's):
-    /// versions it lacks, and the enabled flag.
-    pub fn plan_sync(&self, entries: &[WfSyncEntry]) -> Vec<crate::fold::record::Record> {
-        use crate::fold::record::Record;
-        let mut records = Vec::new();
-        for e in entries {
-            let mine = self.def(&e.namespace, &e.name);
-            // From the first version that differs (absent, other YAML, other place), log
-            // the coordinator's versions in its order: `apply_defined` appends, so the
-            // latest ends up the same as the coordinator's.
-            let same = mine.map_or(0, |m| {
-                m.versions
-                    .iter()
-                    .zip(&e.versions)
-                    .take_while(|(v, theirs)| v.version == theirs.version && v.yaml == theirs.yaml)
-                    .count()
-            });
-            for v in &e.versions[same..] {
-                records.push(Record::WorkflowDefined {
-                    namespace: e.namespace.clone(),
-                    name: e.name.clone(),
-                    version: v.version.clone(),
-                    yaml: v.yaml.clone(),
-                    at_ms: v.created_at_ms,
-                    def: v.def.as_ref().map(|d| Box::new((**d).clone())),
-                });
-            }
-            if mine.is_none_or(|m| m.enabled) != e.enabled {
-                records.push(Record::WorkflowEnabled {
-                    namespace: e.namespace.clone(),
-                    name: e.name.clone(),
-                    enabled: e.enabled,
-                    at_ms: e.updated_at_ms,
-                });
-            }
-        }
-        records
-    }
-
     pub fn def(&self, namespace: &str, name: &str) -> Option<&WfEntry> {
-        self.defs.get(&(namespace.to_string(), name.to_string()))
+        self.defs.def(namespace, name)
     }
 
     pub fn run(&self, namespace: &str, run_id: &str) -> Option<&WfRun> {
@@ -438,7 +196,7 @@ impl Workflows {
             for run in runs.values_mut() {
                 // As `apply_started` found it.
                 run.def = defs
-                    .get(&(ns.clone(), run.workflow.clone()))
+                    .def(ns, &run.workflow)
                     .and_then(|e| e.get(Some(&run.version)))
                     .map(|v| v.def.clone())
                     .unwrap_or_else(|| {
@@ -486,46 +244,6 @@ impl Workflows {
             if owned(&id) {
                 return id;
             }
-        }
-    }
-
-    pub fn apply_defined(
-        &mut self,
-        namespace: String,
-        name: String,
-        version: String,
-        yaml: String,
-        at_ms: u64,
-        def: Option<Box<WorkflowDef>>,
-    ) {
-        let def = def.map(|d| Arc::new(*d)).ok_or_else(|| {
-            format!(
-                "version {version:?} of this workflow no longer validates; create it again \
-                 with a new version"
-            )
-        });
-        let entry = self.defs.entry((namespace, name)).or_insert(WfEntry {
-            versions: Vec::new(),
-            enabled: true,
-            updated_at_ms: at_ms,
-        });
-        entry.versions.retain(|v| v.version != version);
-        entry.versions.push(WfVersion {
-            version,
-            yaml,
-            def,
-            created_at_ms: at_ms,
-        });
-        entry.updated_at_ms = at_ms;
-    }
-
-    pub fn apply_enabled(&mut self, namespace: &str, name: &str, enabled: bool, at_ms: u64) {
-        if let Some(entry) = self
-            .defs
-            .get_mut(&(namespace.to_string(), name.to_string()))
-        {
-            entry.enabled = enabled;
-            entry.updated_at_ms = at_ms;
         }
     }
 
@@ -888,25 +606,6 @@ impl Workflows {
     }
 }
 
-fn sync_entry(namespace: &str, name: &str, e: &WfEntry) -> WfSyncEntry {
-    WfSyncEntry {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        enabled: e.enabled,
-        updated_at_ms: e.updated_at_ms,
-        versions: e
-            .versions
-            .iter()
-            .map(|v| WfSyncVersion {
-                version: v.version.clone(),
-                yaml: v.yaml.clone(),
-                created_at_ms: v.created_at_ms,
-                def: v.def.as_ref().ok().cloned(),
-            })
-            .collect(),
-    }
-}
-
 /// The runs of one namespace+workflow are keyed by id; this keeps the wire form in one place.
 pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::WorkflowRunInfo {
     let bytes = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
@@ -952,21 +651,9 @@ pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::Wor
     }
 }
 
-/// Definitions as sorted (name → entry) for listing.
-pub fn sorted_defs<'a>(
-    defs: &'a HashMap<(String, String), WfEntry>,
-    namespace: &str,
-) -> BTreeMap<&'a str, &'a WfEntry> {
-    defs.iter()
-        .filter(|((ns, _), _)| ns == namespace)
-        .map(|((_, name), e)| (name.as_str(), e))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fold::record::Record;
 
     fn parsed(yaml: &str) -> Option<Box<WorkflowDef>> {
         flo_workflow::parse_workflow(yaml)
@@ -985,7 +672,7 @@ mod tests {
     #[test]
     fn every_run_phase_survives_a_snapshot() {
         let mut w = Workflows::default();
-        w.apply_defined(
+        w.defs.apply_defined(
             "ns".into(),
             "w".into(),
             "1".into(),
@@ -1053,114 +740,5 @@ mod tests {
             w.run("ns", "ended").unwrap().status(),
             WorkflowRunStatus::Failed
         );
-    }
-
-    #[test]
-    fn sync_adds_missing_versions_and_the_enabled_flag_only() {
-        let mut coordinator = Workflows::default();
-        let mut other = Workflows::default();
-        for (at, v) in [(1, "1"), (2, "2")] {
-            coordinator.apply_defined(
-                "ns".into(),
-                "w".into(),
-                v.into(),
-                yaml(v),
-                at,
-                parsed(&yaml(v)),
-            );
-        }
-        coordinator.apply_enabled("ns", "w", false, 3);
-        other.apply_defined(
-            "ns".into(),
-            "w".into(),
-            "1".into(),
-            yaml("1"),
-            1,
-            parsed(&yaml("1")),
-        );
-
-        let records = other.plan_sync(&coordinator.sync_entries());
-        assert_eq!(records.len(), 2, "{records:?}");
-        assert!(
-            matches!(&records[0], Record::WorkflowDefined { version, at_ms: 2, .. } if version == "2")
-        );
-        assert!(matches!(
-            &records[1],
-            Record::WorkflowEnabled { enabled: false, .. }
-        ));
-        for r in records {
-            match r {
-                Record::WorkflowDefined {
-                    namespace,
-                    name,
-                    version,
-                    yaml,
-                    at_ms,
-                    def,
-                } => other.apply_defined(namespace, name, version, yaml, at_ms, def),
-                Record::WorkflowEnabled {
-                    namespace,
-                    name,
-                    enabled,
-                    at_ms,
-                } => other.apply_enabled(&namespace, &name, enabled, at_ms),
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        assert!(other.plan_sync(&coordinator.sync_entries()).is_empty());
-        let entry = other.def("ns", "w").unwrap();
-        assert!(!entry.enabled);
-        assert_eq!(entry.get(None).unwrap().version, "2");
-    }
-
-    #[test]
-    fn sync_keeps_the_coordinators_latest_when_a_version_differs() {
-        let mut coordinator = Workflows::default();
-        let mut other = Workflows::default();
-        let changed = yaml("2").replace("flo.Completed", "flo.Failed");
-        for (w, two) in [(&mut coordinator, yaml("2")), (&mut other, changed)] {
-            w.apply_defined(
-                "ns".into(),
-                "w".into(),
-                "1".into(),
-                yaml("1"),
-                1,
-                parsed(&yaml("1")),
-            );
-            let def = parsed(&two);
-            w.apply_defined("ns".into(), "w".into(), "2".into(), two, 2, def);
-            w.apply_defined(
-                "ns".into(),
-                "w".into(),
-                "3".into(),
-                yaml("3"),
-                3,
-                parsed(&yaml("3")),
-            );
-        }
-        for r in other.plan_sync(&coordinator.sync_entries()) {
-            let Record::WorkflowDefined {
-                namespace,
-                name,
-                version,
-                yaml,
-                at_ms,
-                def,
-            } = r
-            else {
-                panic!("unexpected {r:?}");
-            };
-            other.apply_defined(namespace, name, version, yaml, at_ms, def);
-        }
-        let versions = |w: &Workflows| -> Vec<(String, String)> {
-            let entry = w.def("ns", "w").unwrap();
-            entry
-                .versions
-                .iter()
-                .map(|v| (v.version.clone(), v.yaml.clone()))
-                .collect()
-        };
-        assert_eq!(versions(&other), versions(&coordinator));
-        assert!(other.plan_sync(&coordinator.sync_entries()).is_empty());
     }
 }

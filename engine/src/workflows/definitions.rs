@@ -77,7 +77,7 @@ pub(super) fn find_entry<'a>(
     core: &'a Core,
     namespace: &str,
     name: &str,
-) -> Result<&'a crate::fold::workflows::WfEntry, ErrorValue> {
+) -> Result<&'a crate::fold::workflow_defs::WfEntry, ErrorValue> {
     core.state().workflows.def(namespace, name).ok_or_else(|| {
         ErrorValue::not_found(format!(
             "workflow {name:?} is not defined in namespace {namespace:?} \
@@ -103,7 +103,7 @@ pub fn info(
 }
 
 pub fn list(core: &Core, namespace: &str) -> Vec<WorkflowInfo> {
-    crate::fold::workflows::sorted_defs(&core.state().workflows.defs, namespace)
+    crate::fold::workflow_defs::sorted_defs(&core.state().workflows.defs, namespace)
         .into_iter()
         .filter_map(|(name, entry)| {
             entry
@@ -117,8 +117,8 @@ pub fn list(core: &Core, namespace: &str) -> Vec<WorkflowInfo> {
 fn workflow_info(
     namespace: &str,
     name: &str,
-    entry: &crate::fold::workflows::WfEntry,
-    v: &crate::fold::workflows::WfVersion,
+    entry: &crate::fold::workflow_defs::WfEntry,
+    v: &crate::fold::workflow_defs::WfVersion,
 ) -> WorkflowInfo {
     WorkflowInfo {
         namespace: namespace.to_string(),

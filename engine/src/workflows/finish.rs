@@ -1,14 +1,10 @@
 //! A step finished: its outcome chooses where the run goes (a retry, a poll, a transition, the
-//! end), and what finishes steps from outside (an action run became final, a child run
-//! ended).
+//! end).
 
-use super::advance::advance;
 use crate::core::{Core, Task};
-use crate::fold::record::{Record, StepNext, StepOutcome, StepWait};
-use crate::fold::workflows::{RunPhase, json_value};
-use flo_protocol::{RunStatus, WorkflowRunStatus};
+use crate::fold::record::{Record, StepNext, StepOutcome};
+use flo_protocol::WorkflowRunStatus;
 use flo_workflow::{Next, WorkflowDef};
-
 /// Largest step output kept (as JSON): it goes into the step's record. A larger one fails
 /// the step (an output that is not JSON is kept as a JSON string and may grow six-fold).
 pub const STEP_OUTPUT_BYTES_MAX: usize = 4 << 20;
@@ -127,111 +123,6 @@ pub(super) fn finish(
 /// The run ended: its waiters and its parent hear of it from the agenda.
 pub(super) fn after_end(core: &mut Core, namespace: &str, run_id: &str) {
     core.schedule(Task::WfFinal((namespace.to_string(), run_id.to_string())));
-}
-
-/// A run ended: if it is a child, its parent's step finishes (completed → success, else
-/// failure) and the parent moves on.
-pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
-    let Some(child) = core.state().workflows.run(namespace, run_id) else {
-        return;
-    };
-    let Some(parent) = child.parent.clone() else {
-        return;
-    };
-    let (outcome, error) = match child.status() {
-        WorkflowRunStatus::Completed => (StepOutcome::Success, None),
-        s => (
-            StepOutcome::Failure,
-            Some(format!(
-                "child workflow run {run_id} ended {}{}",
-                s.as_str(),
-                child
-                    .error
-                    .as_ref()
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default()
-            )),
-        ),
-    };
-    let output = match &child.phase {
-        RunPhase::Ended {
-            output: Some(v), ..
-        } => Some(serde_json::to_vec(v).unwrap_or_default()),
-        _ => None,
-    };
-    let waiting = core
-        .state()
-        .workflows
-        .run(namespace, &parent.run_id)
-        .is_some_and(|p| {
-            !p.status().is_final()
-                && matches!(p.phase.wait(), Some(StepWait::ChildRun { run_id: c }) if c == run_id)
-        });
-    if !waiting {
-        return;
-    }
-    finish(
-        core,
-        namespace,
-        &parent.run_id,
-        &parent.step,
-        outcome,
-        output,
-        error,
-        None,
-    );
-    advance(core, namespace, &parent.run_id);
-}
-
-/// An action run became final: the workflow step it executes finishes.
-pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
-    let Some(run) = core.state().runs.get(namespace, action_run) else {
-        return;
-    };
-    let Some(step_ref) = run.step.clone() else {
-        return;
-    };
-    let (outcome, output, error) = match run.status {
-        RunStatus::Completed => (
-            run.outcome
-                .as_deref()
-                .map_or(StepOutcome::Success, StepOutcome::from_name),
-            run.output
-                .as_ref()
-                .map(|o| serde_json::to_vec(&json_value(o)).unwrap_or_default()),
-            None,
-        ),
-        RunStatus::TimedOut => (StepOutcome::Timeout, None, run.error.clone()),
-        RunStatus::Cancelled => (
-            StepOutcome::Failure,
-            None,
-            Some(format!("action run {action_run} was cancelled")),
-        ),
-        RunStatus::Failed => (StepOutcome::Failure, None, run.error.clone()),
-        RunStatus::Pending | RunStatus::Running => return,
-    };
-    let waiting = core
-        .state()
-        .workflows
-        .run(namespace, &step_ref.run_id)
-        .is_some_and(|w| {
-            !w.status().is_final()
-                && matches!(w.phase.wait(), Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
-        });
-    if !waiting {
-        return;
-    }
-    finish(
-        core,
-        namespace,
-        &step_ref.run_id,
-        &step_ref.step,
-        outcome,
-        output,
-        error,
-        None,
-    );
-    advance(core, namespace, &step_ref.run_id);
 }
 
 /// Where `outcome` of `step` leads: the first transition of its fallback chain, else the

@@ -8,6 +8,7 @@ mod cancel;
 mod definitions;
 mod finish;
 mod queries;
+mod results;
 mod signals;
 mod start;
 mod timers;
@@ -17,8 +18,8 @@ pub use cancel::cancel;
 pub use definitions::{info, list, plan_create, plan_set_enabled};
 #[cfg(test)]
 pub use finish::STEP_OUTPUT_BYTES_MAX;
-pub use finish::{notify_parent, on_action_final};
 pub use queries::{history, history_page, list_runs, status};
+pub use results::{notify_parent, on_action_final};
 #[cfg(feature = "test-support")]
 pub use signals::SIGNALS_QUEUED_MAX;
 pub use signals::signal;

@@ -2,7 +2,7 @@
 //! resume after recovery.
 
 use super::advance::advance;
-use super::finish::{notify_parent, on_action_final};
+use super::results::{notify_parent, on_action_final};
 use super::signals::{signal_timeout, try_signal};
 use crate::core::Core;
 use crate::fold::record::StepWait;

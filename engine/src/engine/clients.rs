@@ -1,0 +1,317 @@
+//! A client's request: refused while stopping or while the disk is full, routed (here, to
+//! its owner, to every shard), and the listings each shard answers its part of.
+
+use super::fanout;
+use super::routing::{Target, mutates, target};
+use super::{Engine, LOG_BACKLOG_BYTES_MAX};
+use crate::actions::{self};
+use crate::archive::{self, ListQuery, Live, Want};
+use crate::core::Waiting;
+use crate::core::io::{Dest, DiskSpace, Done, PeerRequest, ReplyResult, ReplyTo};
+use crate::fold::archive::RunKind;
+use crate::hash::HASH_NAME;
+use crate::kv;
+use crate::pages::{self, Pos};
+use crate::workers;
+use crate::workflows;
+use flo_protocol::{
+    ErrorCode, ErrorValue, Op, PROTOCOL_VERSION, RUN_LIST_LIMIT_DEFAULT, Reply, ShardInfo, ShardMap,
+};
+
+impl Engine {
+    pub(super) fn refuse_if_stopping(&mut self, to: ReplyTo) -> bool {
+        if self.stopping {
+            let e = ErrorValue::unavailable(
+                "the server is shutting down; retry against it once restarted",
+            );
+            self.core.reply_op(to, 0, Err(e));
+        }
+        self.stopping
+    }
+
+    /// A client's request on the shard it is connected to: route it.
+    pub(super) fn client(&mut self, to: ReplyTo, op: Op) {
+        if self.refuse_if_stopping(to) {
+            return;
+        }
+        let me = self.core.shard();
+        match target(&op, me, &self.core.partitioning()) {
+            Target::Here => {
+                let result = self.connection_op(op);
+                self.core.reply_op(to, 0, result);
+            }
+            Target::Shard(s) if s == me => self.execute(to, op),
+            Target::Shard(s) => match op {
+                Op::TaskAwait { .. } => {
+                    workers::forward_await(&mut self.core, &mut self.awaits, s, to, op)
+                }
+                Op::KvGet {
+                    wait_ms: Some(1..), ..
+                } => kv::forward_wait(&mut self.core, &mut self.kv_waits, s, to, op),
+                op => {
+                    self.core
+                        .call(s, 0, PeerRequest::Client(op), Waiting::Relay(to));
+                }
+            },
+            Target::All => self.fan_out(to, op),
+        }
+    }
+
+    pub(super) fn connection_op(&self, op: Op) -> ReplyResult {
+        let partitioning = self.core.partitioning();
+        match op {
+            Op::Hello {
+                protocol_version, ..
+            } => {
+                if protocol_version != PROTOCOL_VERSION {
+                    return Err(ErrorValue::bad_request(format!(
+                        "protocol version {protocol_version} is not supported; this server \
+                         speaks version {PROTOCOL_VERSION}"
+                    )));
+                }
+                Ok(Reply::Hello {
+                    protocol_version: PROTOCOL_VERSION,
+                    server_version: super::SERVER_VERSION.to_string(),
+                    shard_count: partitioning.shards,
+                    partitions: partitioning.partitions,
+                })
+            }
+            _ => Ok(Reply::ShardMap(ShardMap {
+                hash: HASH_NAME.to_string(),
+                partitions: partitioning.partitions,
+                shard_count: partitioning.shards,
+                owners: partitioning.owners(),
+            })),
+        }
+    }
+
+    fn fan_out(&mut self, to: ReplyTo, op: Op) {
+        let req = match &op {
+            Op::TestAdvanceClock { ms } => {
+                if !self.core.advance_clock(*ms) {
+                    let e = ErrorValue::new(
+                        ErrorCode::Unauthorized,
+                        "the clock can only be moved on a server started with --test-clock",
+                    );
+                    self.core.reply_op(to, 0, Err(e));
+                    return;
+                }
+                self.tick();
+                PeerRequest::ClockMoved
+            }
+            op => PeerRequest::Client(op.clone()),
+        };
+        let id = fanout::open(&mut self.core, &mut self.fanouts, to, op.clone(), req);
+        let local = match &op {
+            Op::TestAdvanceClock { .. } => Some(Done::now(Ok(Reply::Done))),
+            op => self.part(op.clone(), Dest::FanOut(id)),
+        };
+        if let Some(done) = local {
+            fanout::on_local_part(&mut self.core, &mut self.fanouts, id, done);
+        }
+    }
+
+    /// Where an answer computed later (a read of the log) goes.
+    pub(super) fn deliver(&mut self, dest: Dest, done: Done) {
+        match dest {
+            Dest::Reply(to) => self.core.reply_op(to, done.wait_lsn, done.result),
+            Dest::FanOut(id) => fanout::on_local_part(&mut self.core, &mut self.fanouts, id, done),
+        }
+    }
+
+    /// This shard's part of a fan-out; None when it goes to `dest` later (archived runs
+    /// are read from the log).
+    pub(super) fn part(&mut self, op: Op, dest: Dest) -> Option<Done> {
+        let core = &self.core;
+        Some(match op {
+            Op::Status => Done::now(Ok(Reply::ShardStatus(ShardInfo {
+                shard: core.shard(),
+                lsn: core.last_lsn(),
+                durable_lsn: core.durable_lsn(),
+                segments: self.segments,
+                kv_keys: core.state().kv.key_count(),
+                runs: core.state().runs.len() as u64,
+                workflow_runs: core.state().workflows.run_count() as u64,
+                archived_runs: core.state().archive.len() as u64,
+                run_index_bytes: core.state().archive.memory_bytes(),
+                snapshot_lsn: self.storage.snapshot_lsn,
+                snapshot_age_ms: (self.storage.snapshot_lsn > 0)
+                    .then(|| core.wall_ms().saturating_sub(self.storage.snapshot_at_ms)),
+                snapshot_pause_ms: self.storage.snapshot_pause_ms,
+                snapshot_write_ms: self.storage.snapshot_write_ms,
+                disk_bytes: self.storage.disk_bytes,
+                disk_full: core.disk() == DiskSpace::Full,
+                executions: self.executions.len() as u32,
+                module_cache: self.module_cache,
+            }))),
+            Op::KvList {
+                namespace,
+                prefix,
+                limit,
+                cursor,
+            } => kv::kv_list(core, &namespace, &prefix, limit, cursor.as_deref()),
+            Op::RunList {
+                namespace,
+                action,
+                status,
+                dead_letter,
+                limit,
+                cursor,
+            } => {
+                let from = match self.list_position(cursor.as_deref()) {
+                    Ok(from) => from,
+                    Err(e) => return Some(Done::now(Err(e))),
+                };
+                let query = ListQuery {
+                    namespace,
+                    name: action,
+                    status: status.map(crate::fold::archived::action_status_code),
+                    dead_letter,
+                    limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
+                    from,
+                    shard: core.shard(),
+                };
+                let live = actions::run_list(core, &self.executions, &query, status);
+                return self.with_archived(query, live, dest);
+            }
+            Op::WorkerList { namespace } => {
+                Done::now(Ok(Reply::Workers(self.workers.list(&namespace))))
+            }
+            Op::WorkflowListRuns {
+                namespace,
+                name,
+                status,
+                limit,
+                cursor,
+            } => {
+                let from = match self.list_position(cursor.as_deref()) {
+                    Ok(from) => from,
+                    Err(e) => return Some(Done::now(Err(e))),
+                };
+                let live = workflows::list_runs(core, &namespace, &name, status, limit, &from);
+                let query = ListQuery {
+                    namespace,
+                    name,
+                    status: status.map(crate::fold::archived::workflow_status_code),
+                    dead_letter: false,
+                    limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
+                    from,
+                    shard: core.shard(),
+                };
+                return self.with_archived(query, live, dest);
+            }
+            _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
+        })
+    }
+
+    /// Where this shard's part of a run list starts, from the client's cursor.
+    fn list_position(&self, cursor: Option<&str>) -> Result<Pos, ErrorValue> {
+        let core = &self.core;
+        let mut positions = pages::decode_cursor(cursor, core.partitioning().shards)?;
+        Ok(positions.swap_remove(core.shard() as usize))
+    }
+
+    /// A list of live runs, completed with the archived runs that match `query`.
+    fn with_archived(&mut self, query: ListQuery, live: Done, dest: Dest) -> Option<Done> {
+        let (runs, more) = match live.result {
+            Ok(Reply::Runs {
+                runs, truncated, ..
+            }) => (Live::Runs(runs), truncated),
+            Ok(Reply::WorkflowRuns {
+                runs, truncated, ..
+            }) => (Live::WfRuns(runs), truncated),
+            result => {
+                return Some(Done {
+                    result,
+                    wait_lsn: live.wait_lsn,
+                });
+            }
+        };
+        let (core, reads) = (&mut self.core, &mut self.reads);
+        archive::read_list(core, reads, query, runs, live.wait_lsn, more, dest)
+    }
+
+    /// Starts the read of an archived run for `to`: false when it is not archived.
+    pub(super) fn read_archived(
+        &mut self,
+        kind: RunKind,
+        want: Want,
+        ns: &str,
+        id: &str,
+        to: ReplyTo,
+    ) -> bool {
+        let Some(entry) = self.core.state().archived(kind, ns, id) else {
+            return false;
+        };
+        let dest = Dest::Reply(to);
+        archive::read_one(
+            &mut self.core,
+            &mut self.reads,
+            entry,
+            kind,
+            want,
+            ns,
+            id,
+            dest,
+        );
+        true
+    }
+
+    /// Refuses a client mutation while this shard's disk is full (read-only), or while
+    /// its log writer is far behind (backpressure: the records not yet handed to the disk
+    /// are held in memory): the one place they are gated, on the shard that would log
+    /// them.
+    pub(super) fn refuse_if_cannot_log(&mut self, to: ReplyTo, op: &Op) -> bool {
+        if !mutates(op) {
+            return false;
+        }
+        let shard = self.core.shard();
+        let e = if self.core.disk() == DiskSpace::Full {
+            ErrorValue::unavailable(format!(
+                "disk full on shard {shard}: it is read-only until space is freed (reads \
+                 still work); retry later"
+            ))
+        } else if self.core.pending_log_bytes() >= LOG_BACKLOG_BYTES_MAX {
+            ErrorValue::new(
+                flo_protocol::ErrorCode::Overloaded,
+                format!(
+                    "shard {shard} is {} MiB behind writing its log (a slow disk); retry later",
+                    self.core.pending_log_bytes() >> 20
+                ),
+            )
+        } else {
+            return false;
+        };
+        self.core.reply_op(to, 0, Err(e));
+        true
+    }
+
+    /// A run that is not found but whose id this shard handed out finished and was
+    /// forgotten after the retention window: say so.
+    pub(super) fn explain_forgotten(
+        &self,
+        kind: RunKind,
+        namespace: &str,
+        run_id: &str,
+        done: Done,
+    ) -> Done {
+        let state = self.core.state();
+        let issued = match kind {
+            RunKind::Action => state.runs.was_issued(namespace, run_id),
+            RunKind::Workflow => state.workflows.was_issued(namespace, run_id),
+        };
+        match done.result {
+            Err(e) if e.code == ErrorCode::NotFound && issued => {
+                Done::now(Err(ErrorValue::not_found(format!(
+                    "{} — it finished and expired after the retention window ({} s)",
+                    e.message,
+                    self.retention_ms / 1000
+                ))))
+            }
+            result => Done {
+                result,
+                wait_lsn: done.wait_lsn,
+            },
+        }
+    }
+}

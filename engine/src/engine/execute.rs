@@ -1,0 +1,312 @@
+//! An operation on the shard that owns it, executed by its domain.
+
+use super::Engine;
+use crate::actions;
+use crate::archive::Want;
+use crate::core::io::{Dest, Done, ReplyTo};
+use crate::definitions;
+use crate::fold::archive::RunKind;
+use crate::kv;
+use crate::workers;
+use crate::workflows;
+use flo_protocol::{ErrorValue, Op, Reply};
+
+impl Engine {
+    /// An operation this shard owns: to the domain that executes it.
+    pub(super) fn execute(&mut self, to: ReplyTo, op: Op) {
+        if self.refuse_if_cannot_log(to, &op) {
+            return;
+        }
+        let done = match op {
+            op @ (Op::KvGet { .. } | Op::KvPut { .. } | Op::KvDelete { .. }) => {
+                self.execute_kv(to, op)
+            }
+            op @ (Op::ActionGet { .. }
+            | Op::ActionList { .. }
+            | Op::ActionInvoke(_)
+            | Op::RunStatus { .. }
+            | Op::RunWait { .. }
+            | Op::RunCancel { .. }) => self.execute_actions(to, op),
+            op @ (Op::WorkerRegister(_)
+            | Op::WorkerHeartbeat { .. }
+            | Op::WorkerGet { .. }
+            | Op::WorkerDrain { .. }
+            | Op::WorkerDeregister { .. }
+            | Op::TaskAwait { .. }
+            | Op::TaskComplete { .. }
+            | Op::TaskFail { .. }
+            | Op::TaskTouch { .. }) => self.execute_workers(to, op),
+            op @ (Op::WorkflowGet { .. }
+            | Op::WorkflowList { .. }
+            | Op::WorkflowStart(_)
+            | Op::WorkflowStatus { .. }
+            | Op::WorkflowWait { .. }
+            | Op::WorkflowHistory { .. }
+            | Op::WorkflowSignal { .. }
+            | Op::WorkflowCancel { .. }) => self.execute_workflows(to, op),
+            Op::ActionRegister(_)
+            | Op::ActionDelete { .. }
+            | Op::ActionSetEnabled { .. }
+            | Op::WorkflowCreate { .. }
+            | Op::WorkflowSetEnabled { .. } => {
+                return definitions::submit(&mut self.core, &mut self.definitions, to, op);
+            }
+            op @ (Op::Status
+            | Op::KvList { .. }
+            | Op::RunList { .. }
+            | Op::WorkerList { .. }
+            | Op::WorkflowListRuns { .. }) => self.part(op, Dest::Reply(to)),
+            op @ (Op::Hello { .. } | Op::ShardMap) => Some(Done::now(self.connection_op(op))),
+            Op::TestAdvanceClock { .. } => Some(Done::now(Err(ErrorValue::internal(
+                "a clock move reached a shard directly",
+            )))),
+        };
+        if let Some(done) = done {
+            self.core.reply_op(to, done.wait_lsn, done.result);
+        }
+    }
+
+    /// A KV operation on a key this shard owns. None when the answer goes later.
+    fn execute_kv(&mut self, to: ReplyTo, op: Op) -> Option<Done> {
+        let done = match op {
+            Op::KvGet {
+                namespace,
+                key,
+                wait_ms,
+                after_version,
+            } => {
+                kv::get_or_wait(
+                    &mut self.core,
+                    &mut self.kv_waits,
+                    to,
+                    namespace,
+                    key,
+                    wait_ms,
+                    after_version,
+                );
+                return None;
+            }
+            Op::KvPut {
+                namespace,
+                key,
+                value,
+                ttl_ms,
+                if_version,
+                if_exists,
+            } => {
+                let condition = crate::fold::kv::PutCondition {
+                    if_version,
+                    if_exists,
+                };
+                kv::kv_put(&mut self.core, namespace, key, value, ttl_ms, condition)
+            }
+            Op::KvDelete {
+                namespace,
+                key,
+                if_version,
+            } => kv::kv_delete(&mut self.core, &namespace, &key, if_version),
+            op => misrouted(&op),
+        };
+        Some(done)
+    }
+
+    /// An operation on actions and their runs. None when the answer goes later.
+    fn execute_actions(&mut self, to: ReplyTo, op: Op) -> Option<Done> {
+        let done = match op {
+            Op::ActionGet { namespace, name } => actions::action_get(&self.core, &namespace, &name),
+            Op::ActionList { namespace } => actions::action_list(&self.core, &namespace),
+            Op::ActionInvoke(spec) => {
+                let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
+                let done = actions::invoke(&mut self.core, spec);
+                match (wait_ms, done.result) {
+                    (Some(wait_ms), Ok(Reply::Invoked { run_id, .. })) => {
+                        self.wait_for((namespace, run_id), false, wait_ms, to);
+                        return None;
+                    }
+                    (_, result) => Done {
+                        result,
+                        wait_lsn: done.wait_lsn,
+                    },
+                }
+            }
+            Op::RunStatus { namespace, run_id } => {
+                if self.read_archived(RunKind::Action, Want::RunStatus, &namespace, &run_id, to) {
+                    return None;
+                }
+                let done = actions::run_status(&self.core, &self.executions, &namespace, &run_id);
+                self.explain_forgotten(RunKind::Action, &namespace, &run_id, done)
+            }
+            Op::RunWait {
+                namespace,
+                run_id,
+                timeout_ms,
+            } => {
+                self.wait_for((namespace, run_id), false, timeout_ms, to);
+                return None;
+            }
+            Op::RunCancel { namespace, run_id } => {
+                actions::cancel(&mut self.core, &self.executions, &namespace, &run_id)
+            }
+            op => misrouted(&op),
+        };
+        Some(done)
+    }
+
+    /// An operation of a worker homed here, or a report on a task this shard owns. None when the answer goes later.
+    fn execute_workers(&mut self, to: ReplyTo, op: Op) -> Option<Done> {
+        let done = match op {
+            Op::WorkerRegister(spec) => {
+                let now = self.core.now_ms();
+                Done::now(self.workers.register(spec, now).map(Reply::Worker))
+            }
+            Op::WorkerHeartbeat {
+                namespace,
+                worker_id,
+                current_load,
+            } => {
+                let now = self.core.now_ms();
+                Done::now(
+                    self.workers
+                        .heartbeat(&namespace, &worker_id, current_load, now)
+                        .map(|status| Reply::WorkerStatus { status }),
+                )
+            }
+            Op::WorkerGet {
+                namespace,
+                worker_id,
+            } => Done::now(self.workers.info(&namespace, &worker_id).map(Reply::Worker)),
+            Op::WorkerDrain {
+                namespace,
+                worker_id,
+            } => {
+                let result = self
+                    .workers
+                    .drain(&namespace, &worker_id)
+                    .map(Reply::Worker);
+                workers::worker_gone(&mut self.core, &mut self.awaits, &namespace, &worker_id);
+                Done::now(result)
+            }
+            Op::WorkerDeregister {
+                namespace,
+                worker_id,
+            } => {
+                let result = self
+                    .workers
+                    .deregister(&namespace, &worker_id)
+                    .map(|()| Reply::Done);
+                workers::worker_gone(&mut self.core, &mut self.awaits, &namespace, &worker_id);
+                Done::now(result)
+            }
+            Op::TaskAwait {
+                namespace,
+                worker_id,
+                actions,
+                max_tasks,
+                block_ms,
+            } => {
+                workers::await_tasks(
+                    &mut self.core,
+                    &mut self.awaits,
+                    &self.workers,
+                    to,
+                    namespace,
+                    worker_id,
+                    actions,
+                    max_tasks,
+                    block_ms,
+                );
+                return None;
+            }
+            op @ (Op::TaskComplete { .. } | Op::TaskFail { .. } | Op::TaskTouch { .. }) => {
+                workers::report(&mut self.core, &mut self.workers, &self.executions, op)
+            }
+            op => misrouted(&op),
+        };
+        Some(done)
+    }
+
+    /// An operation on workflow definitions or runs this shard owns. None when the answer goes later.
+    fn execute_workflows(&mut self, to: ReplyTo, op: Op) -> Option<Done> {
+        let done = match op {
+            // Definition reads wait for the last definition change, like action reads.
+            Op::WorkflowGet {
+                namespace,
+                name,
+                version,
+            } => Done {
+                result: workflows::info(&self.core, &namespace, &name, version.as_deref())
+                    .map(Reply::Workflow),
+                wait_lsn: self.core.definitions_lsn(),
+            },
+            Op::WorkflowList { namespace } => Done {
+                result: Ok(Reply::Workflows(workflows::list(&self.core, &namespace))),
+                wait_lsn: self.core.definitions_lsn(),
+            },
+            Op::WorkflowStart(spec) => {
+                let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
+                let done = workflows::start(&mut self.core, spec);
+                match (wait_ms, done.result) {
+                    (Some(wait_ms), Ok(Reply::WorkflowStarted { run_id, .. })) => {
+                        self.wait_for((namespace, run_id), true, wait_ms, to);
+                        return None;
+                    }
+                    (_, result) => Done {
+                        result,
+                        wait_lsn: done.wait_lsn,
+                    },
+                }
+            }
+            Op::WorkflowStatus { namespace, run_id } => {
+                let wf = RunKind::Workflow;
+                if self.read_archived(wf, Want::WfStatus, &namespace, &run_id, to) {
+                    return None;
+                }
+                let done = workflows::status(&self.core, &namespace, &run_id);
+                self.explain_forgotten(wf, &namespace, &run_id, done)
+            }
+            Op::WorkflowWait {
+                namespace,
+                run_id,
+                timeout_ms,
+            } => {
+                self.wait_for((namespace, run_id), true, timeout_ms, to);
+                return None;
+            }
+            Op::WorkflowHistory {
+                namespace,
+                run_id,
+                limit,
+                after,
+            } => {
+                let wf = RunKind::Workflow;
+                let want = Want::WfHistory { limit, after };
+                if self.read_archived(wf, want, &namespace, &run_id, to) {
+                    return None;
+                }
+                let done = workflows::history(&self.core, &namespace, &run_id, limit, after);
+                self.explain_forgotten(wf, &namespace, &run_id, done)
+            }
+            Op::WorkflowSignal {
+                namespace,
+                run_id,
+                signal_type,
+                payload,
+            } => workflows::signal(&mut self.core, &namespace, &run_id, signal_type, payload),
+            Op::WorkflowCancel {
+                namespace,
+                run_id,
+                reason,
+            } => workflows::cancel(&mut self.core, &namespace, &run_id, reason),
+            op => misrouted(&op),
+        };
+        Some(done)
+    }
+}
+
+/// An operation that reached a domain that does not execute it: a bug in `execute`.
+fn misrouted(op: &Op) -> Done {
+    debug_assert!(false, "{op:?} reached the wrong domain");
+    Done::now(Err(ErrorValue::internal(
+        "an operation reached the wrong part of the server",
+    )))
+}

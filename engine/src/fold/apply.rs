@@ -1,0 +1,480 @@
+//! `ShardState::apply`, the fold's one entry: each record goes to the part of the state it
+//! changes. Live records (right after they are appended) and replayed ones alike.
+
+use crate::fold::record::Record;
+use crate::fold::runs::{Lease, Run};
+use crate::fold::state::{PendingForward, ShardState};
+use flo_protocol::RunStatus;
+
+impl ShardState {
+    /// Applies the record at `lsn` (the next one: LSNs have no gaps). Never reads the clock
+    /// or validates anything: the record says what happened.
+    pub fn apply(&mut self, lsn: u64, record: Record) {
+        debug_assert!(
+            self.applied_lsn == 0 || lsn == self.applied_lsn + 1,
+            "record {lsn} applied after {}",
+            self.applied_lsn
+        );
+        self.applied_lsn = lsn;
+        match record {
+            Record::KvPut { .. }
+            | Record::KvDelete { .. }
+            | Record::KvForwarded { .. }
+            | Record::KvRemoteWrites { .. } => self.apply_kv(lsn, record),
+            Record::ActionDefined { .. }
+            | Record::ActionRemoved { .. }
+            | Record::ActionEnabled { .. } => self.apply_registry(lsn, record),
+            Record::RunCreated { .. }
+            | Record::AttemptFailed { .. }
+            | Record::RunCompleted { .. }
+            | Record::RunCancelled { .. } => self.apply_run(lsn, record),
+            Record::TasksLeased { .. }
+            | Record::LeaseExtended { .. }
+            | Record::LeasesReleased { .. } => self.apply_lease(lsn, record),
+            Record::WorkflowDefined { .. }
+            | Record::WorkflowEnabled { .. }
+            | Record::WfRunStarted { .. }
+            | Record::WfStepStarted { .. }
+            | Record::WfStepFinished { .. }
+            | Record::WfSignalReceived { .. }
+            | Record::WfRunCancelled { .. } => self.apply_workflow(lsn, record),
+            Record::RunArchived { .. } | Record::RunsForgotten { .. } => {
+                self.apply_archive(lsn, record)
+            }
+        }
+    }
+
+    /// KV records: puts, deletes, and guest writes forwarded between shards.
+    fn apply_kv(&mut self, lsn: u64, record: Record) {
+        match record {
+            Record::KvPut {
+                namespace,
+                key,
+                value,
+                version,
+                expires_at_ms,
+            } => self
+                .kv
+                .apply_put(namespace, key, value, version, expires_at_ms, lsn),
+            Record::KvDelete { namespace, key } => self.kv.apply_delete(&namespace, &key),
+            Record::KvForwarded { up_to_lsn } => {
+                while self.forwards.front().is_some_and(|f| f.lsn <= up_to_lsn) {
+                    self.forwards.pop_front();
+                }
+            }
+            Record::KvRemoteWrites {
+                origin_shard,
+                origin_lsn,
+                namespace,
+                writes,
+                at_ms,
+            } => {
+                let seen = self.remote_applied.entry(origin_shard).or_insert(0);
+                if origin_lsn <= *seen {
+                    return;
+                }
+                *seen = origin_lsn;
+                for w in writes {
+                    self.kv
+                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                }
+            }
+            other => impossible(
+                lsn,
+                format_args!("type {} is not a kv record", other.type_code()),
+            ),
+        }
+    }
+
+    /// Action definitions (on every shard).
+    fn apply_registry(&mut self, lsn: u64, record: Record) {
+        match record {
+            Record::ActionDefined {
+                namespace,
+                name,
+                def,
+            } => self.registry.apply_defined(namespace, name, def),
+            Record::ActionRemoved {
+                namespace,
+                name,
+                at_ms,
+            } => self.registry.apply_removed(&namespace, &name, at_ms),
+            Record::ActionEnabled {
+                namespace,
+                name,
+                enabled,
+                at_ms,
+            } => self
+                .registry
+                .apply_enabled(&namespace, &name, enabled, at_ms),
+            other => impossible(
+                lsn,
+                format_args!("type {} is not a registry record", other.type_code()),
+            ),
+        }
+    }
+
+    /// Action runs: created (a workflow step's starts its step), attempted, leased, finished.
+    fn apply_run(&mut self, lsn: u64, record: Record) {
+        match record {
+            record @ Record::RunCreated { .. } => self.apply_run_created(lsn, record),
+            Record::AttemptFailed {
+                namespace,
+                run_id,
+                attempt,
+                action_version,
+                error,
+                timed_out,
+                retry_at_ms,
+                at_ms,
+                dead_letter,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                run.lease = None;
+                run.action_version = action_version;
+                run.error = Some(error);
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+                match retry_at_ms {
+                    Some(at) => {
+                        run.attempt = attempt + 1;
+                        run.available_at_ms = at;
+                        run.status = RunStatus::Pending;
+                    }
+                    None => {
+                        run.attempt = attempt;
+                        run.status = if timed_out {
+                            RunStatus::TimedOut
+                        } else {
+                            RunStatus::Failed
+                        };
+                        run.dead_lettered = dead_letter;
+                    }
+                }
+            }
+            Record::RunCompleted {
+                namespace,
+                run_id,
+                attempt,
+                action_version,
+                output,
+                outcome,
+                kv_writes,
+                at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                run.status = RunStatus::Completed;
+                run.lease = None;
+                run.action_version = action_version;
+                run.attempt = attempt;
+                run.output = Some(output);
+                run.outcome = outcome;
+                run.error = None;
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+                let (local, remote): (Vec<_>, Vec<_>) = kv_writes
+                    .into_iter()
+                    .partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
+                for w in local {
+                    self.kv
+                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                }
+                if !remote.is_empty() {
+                    self.forwards.push_back(PendingForward {
+                        lsn,
+                        namespace,
+                        writes: remote,
+                    });
+                }
+            }
+            Record::RunCancelled {
+                namespace,
+                run_id,
+                at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                run.status = RunStatus::Cancelled;
+                run.lease = None;
+                run.updated_at_ms = at_ms;
+                run.lsn = lsn;
+            }
+            other => impossible(
+                lsn,
+                format_args!("type {} is not a run record", other.type_code()),
+            ),
+        }
+    }
+
+    /// A run is created; a workflow step's run starts its step in the same record.
+    fn apply_run_created(&mut self, lsn: u64, record: Record) {
+        let Record::RunCreated {
+            namespace,
+            run_id,
+            action,
+            action_version,
+            input,
+            priority,
+            labels,
+            idempotency_key,
+            created_at_ms,
+            available_at_ms,
+            step,
+        } = record
+        else {
+            return impossible(
+                lsn,
+                format_args!("type {} is not RunCreated", record.type_code()),
+            );
+        };
+        // A workflow step's action run: the step starts with it (one record).
+        let step_started = step.as_ref().map(|sr| {
+            let worker = self
+                .registry
+                .get(&namespace, &action)
+                .is_some_and(|d| d.kind == flo_protocol::ActionKind::User);
+            (
+                sr.clone(),
+                crate::fold::record::StepWait::ActionRun {
+                    run_id: run_id.clone(),
+                    worker,
+                },
+            )
+        });
+        let run = Run {
+            action,
+            action_version,
+            status: RunStatus::Pending,
+            input,
+            output: None,
+            outcome: None,
+            error: None,
+            attempt: 1,
+            priority,
+            labels,
+            idempotency_key,
+            dead_lettered: false,
+            created_at_ms,
+            updated_at_ms: created_at_ms,
+            available_at_ms,
+            seq: self.runs.next_seq(),
+            lsn,
+            lease: None,
+            step,
+        };
+        if let Some((sr, wait)) = step_started {
+            self.workflows.apply_step_started(
+                &namespace,
+                &sr.run_id,
+                sr.step,
+                wait,
+                created_at_ms,
+                lsn,
+            );
+        }
+        self.runs.apply_created(namespace, run_id, run);
+    }
+
+    /// Leases of user-hosted tasks: taken by a worker, extended, handed back.
+    fn apply_lease(&mut self, lsn: u64, record: Record) {
+        match record {
+            Record::TasksLeased {
+                namespace,
+                worker_id,
+                tasks,
+                at_ms,
+            } => {
+                for task in tasks {
+                    let Some(run) = self.runs.get_mut(&namespace, &task.run_id) else {
+                        impossible(
+                            lsn,
+                            format_args!("leased run {:?} does not exist", task.run_id),
+                        );
+                        continue;
+                    };
+                    run.status = RunStatus::Running;
+                    run.attempt = task.attempt;
+                    run.lease = Some(Lease {
+                        worker_id: worker_id.clone(),
+                        expires_at_ms: task.expires_at_ms,
+                    });
+                    run.updated_at_ms = at_ms;
+                    run.lsn = lsn;
+                }
+            }
+            Record::LeaseExtended {
+                namespace,
+                run_id,
+                expires_at_ms,
+            } => {
+                let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                    return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+                };
+                if let Some(lease) = &mut run.lease {
+                    lease.expires_at_ms = lease.expires_at_ms.max(expires_at_ms);
+                    run.lsn = lsn;
+                }
+            }
+            Record::LeasesReleased {
+                namespace,
+                run_ids,
+                at_ms,
+            } => {
+                for run_id in run_ids {
+                    let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+                        continue;
+                    };
+                    if run.status == RunStatus::Running {
+                        run.status = RunStatus::Pending;
+                        run.lease = None;
+                        run.updated_at_ms = at_ms;
+                        run.lsn = lsn;
+                    }
+                }
+            }
+            other => impossible(
+                lsn,
+                format_args!("type {} is not a lease record", other.type_code()),
+            ),
+        }
+    }
+
+    /// Workflow definitions and runs.
+    fn apply_workflow(&mut self, lsn: u64, record: Record) {
+        match record {
+            Record::WorkflowDefined {
+                namespace,
+                name,
+                version,
+                yaml,
+                at_ms,
+                def,
+            } => self
+                .workflows
+                .defs
+                .apply_defined(namespace, name, version, yaml, at_ms, def),
+            Record::WorkflowEnabled {
+                namespace,
+                name,
+                enabled,
+                at_ms,
+            } => self
+                .workflows
+                .defs
+                .apply_enabled(&namespace, &name, enabled, at_ms),
+            Record::WfRunStarted {
+                namespace,
+                run_id,
+                workflow,
+                version,
+                input,
+                idempotency_key,
+                parent,
+                at_ms,
+            } => self.workflows.apply_started(
+                namespace,
+                run_id,
+                workflow,
+                version,
+                input,
+                idempotency_key,
+                parent,
+                at_ms,
+                lsn,
+            ),
+            Record::WfStepStarted {
+                namespace,
+                run_id,
+                step,
+                wait,
+                at_ms,
+            } => self
+                .workflows
+                .apply_step_started(&namespace, &run_id, step, wait, at_ms, lsn),
+            Record::WfStepFinished {
+                namespace,
+                run_id,
+                step,
+                outcome,
+                output,
+                error,
+                consumed_signal,
+                next,
+                at_ms,
+            } => self.workflows.apply_step_finished(
+                &namespace,
+                &run_id,
+                step,
+                outcome,
+                output,
+                error,
+                consumed_signal,
+                next,
+                at_ms,
+                lsn,
+            ),
+            Record::WfSignalReceived {
+                namespace,
+                run_id,
+                signal_type,
+                payload,
+                at_ms,
+            } => self
+                .workflows
+                .apply_signal(&namespace, &run_id, signal_type, payload, at_ms, lsn),
+            Record::WfRunCancelled {
+                namespace,
+                run_id,
+                reason,
+                at_ms,
+            } => self
+                .workflows
+                .apply_cancelled(&namespace, &run_id, reason, at_ms, lsn),
+            other => impossible(
+                lsn,
+                format_args!("type {} is not a workflow record", other.type_code()),
+            ),
+        }
+    }
+
+    /// Finished runs archived into the run index, and forgotten after retention.
+    fn apply_archive(&mut self, lsn: u64, record: Record) {
+        match record {
+            Record::RunArchived {
+                namespace,
+                run_id,
+                run,
+            } => {
+                let gone = match run.kind() {
+                    crate::fold::archive::RunKind::Action => {
+                        self.runs.remove(&namespace, &run_id).is_some()
+                    }
+                    crate::fold::archive::RunKind::Workflow => {
+                        self.workflows.remove(&namespace, &run_id).is_some()
+                    }
+                };
+                if !gone {
+                    impossible(lsn, format_args!("archived run {run_id:?} does not exist"));
+                }
+                let (key, entry) = run.entry(lsn);
+                self.archive.insert(key, entry, run.finished_at_ms());
+            }
+            Record::RunsForgotten { before_lsn } => self.archive.forget(before_lsn),
+            other => impossible(
+                lsn,
+                format_args!("type {} is not a archive record", other.type_code()),
+            ),
+        }
+    }
+}
+
+/// A record that cannot follow the records before it: a bug, not bad input (records are
+/// planned against this same state). Debug builds stop; release builds skip the record.
+fn impossible(lsn: u64, what: std::fmt::Arguments) {
+    debug_assert!(false, "record {lsn}: {what}");
+}
