@@ -39,7 +39,9 @@ pub use crate::core::io::{
     ReplyResult, StorageInfo,
 };
 pub use crate::engine::{Engine, EngineConfig, InFlight, PEER_TIMEOUT_MS_DEFAULT};
+pub use crate::fold::record::DecodeError;
 pub use crate::fold::registry::MEMORY_LIMIT_MB_MAX;
+pub use crate::fold::snapshot::SnapshotError;
 
 /// The engine's insides that its own tests, the simulation and the fuzz targets check
 /// against: records, the fold, bounds. Never for the runtime.

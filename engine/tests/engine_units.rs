@@ -817,6 +817,26 @@ fn an_await_parked_on_an_empty_queue_receives_a_task_invoked_later_once_its_leas
     assert!(t.c.nodes[1].fact(&format!("leased {NS}/{run_id} a1")) == 1);
 }
 
+/// A shard that cannot be asked for tasks (it is stopping) is not taken for one that has
+/// none: the worker hears why at once, instead of "no tasks" after its whole block.
+#[test]
+fn an_await_a_shard_cannot_answer_fails_with_the_reason() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    t.c.step(1, Input::Stop);
+    let request = t.send(0, await_op(&w, "review", 30_000));
+    t.settle();
+    match t.reply_on(t.conn, request) {
+        Some(Err(e)) => {
+            assert_eq!(e.code, flo_protocol::ErrorCode::Unavailable, "{e}");
+            assert!(e.message.contains("shard 1 could not be asked"), "{e}");
+        }
+        other => panic!("expected the shard's failure, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_closed_connections_open_await_releases_its_tasks() {
     let mut t = T::new(2);

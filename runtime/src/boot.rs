@@ -486,7 +486,7 @@ fn load_snapshot(
             .map_err(|e| e.to_string())
             .and_then(|bytes| {
                 let loaded = snapshots::decode(&bytes)?;
-                engine.restore(loaded.image)?;
+                engine.restore(loaded.image).map_err(|e| e.to_string())?;
                 Ok((loaded.lsn, loaded.marks))
             });
         let Err(e) = loaded else {

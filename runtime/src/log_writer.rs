@@ -453,7 +453,7 @@ mod tests {
             data_dir: data,
         };
         run(async move {
-            let log = flo_ual::recover(&dir, |_, _, _| Ok(())).unwrap();
+            let log = flo_ual::recover(&dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap();
             let map = LogMap::from_recovered(&log);
             let mut w = SegmentWriter::open(&dir, &log, SEGMENT, Some(fault))
                 .await
@@ -494,7 +494,7 @@ mod tests {
             let log = flo_ual::recover(&dir, |lsn, _, payload| {
                 assert_eq!(payload.len(), 3000);
                 lsns.push(lsn);
-                Ok(())
+                Ok::<(), flo_ual::ApplyError>(())
             })
             .unwrap();
             assert_eq!(log.segments.len(), 3);

@@ -8,7 +8,7 @@ use crate::module_cache::LruBytes;
 use ahash::AHashMap as HashMap;
 use flo_engine::{ExecFailure, ExecResult, Execution, Input};
 use flo_protocol::ModuleCacheInfo;
-use flo_wasm::{ExecLimits, GuestError, GuestKv, StopSignal, WasmEngine, WasmModule};
+use flo_wasm::{ExecLimits, GuestError, GuestKv, KvRead, StopSignal, WasmEngine, WasmModule};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -26,7 +26,7 @@ pub(crate) fn shared_modules(budget_bytes: u64) -> SharedModules {
 }
 
 /// Where the answer to a guest's read goes.
-type ReadReply = oneshot::Sender<Option<Vec<u8>>>;
+type ReadReply = oneshot::Sender<KvRead>;
 
 pub(crate) struct WasmPool {
     engine: WasmEngine,
@@ -182,7 +182,7 @@ impl WasmPool {
     }
 
     /// The engine's answer to a guest's read.
-    pub fn guest_value(&self, exec: u64, read: u64, value: Option<Vec<u8>>) {
+    pub fn guest_value(&self, exec: u64, read: u64, value: KvRead) {
         if let Some(tx) = self.reads.borrow_mut().remove(&(exec, read)) {
             let _ = tx.send(value);
         }
@@ -203,7 +203,7 @@ struct PoolKv {
 }
 
 impl GuestKv for PoolKv {
-    fn get(&self, key: &str) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>>>> {
+    fn get(&self, key: &str) -> Pin<Box<dyn Future<Output = KvRead>>> {
         let read = self.pool.next_read.get() + 1;
         self.pool.next_read.set(read);
         let (tx, rx) = oneshot::channel();
@@ -213,6 +213,9 @@ impl GuestKv for PoolKv {
             read,
             key: key.to_string(),
         });
-        Box::pin(async move { rx.await.ok().flatten() })
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err("the read was dropped unanswered".to_string()))
+        })
     }
 }

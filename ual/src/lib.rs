@@ -15,4 +15,4 @@ pub use format::{
     parse_segment_file_name, segment_file_name,
 };
 pub use read::{Found, MARK_SPACING_BYTES, find_record, segment_marks};
-pub use recovery::{RecoveredLog, RecoveryError, SegmentInfo, recover, recover_from};
+pub use recovery::{ApplyError, RecoveredLog, RecoveryError, SegmentInfo, recover, recover_from};

@@ -46,6 +46,10 @@ pub struct RecoveredLog {
     pub truncated: Option<(PathBuf, u64, &'static str)>,
 }
 
+/// Why the caller could not apply a record it was handed (it knows what records mean; the
+/// log does not).
+pub type ApplyError = Box<dyn std::error::Error + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
     #[error("cannot read the log in {dir}: {source}")]
@@ -97,13 +101,13 @@ pub enum RecoveryError {
     )]
     LsnOutOfRange { what: String, lsn: u64 },
     #[error(
-        "record {lsn} in {file} at offset {offset} does not decode ({reason}); it was written by a newer or broken flo"
+        "record {lsn} in {file} at offset {offset} does not decode ({source}); it was written by a newer or broken flo"
     )]
     Undecodable {
         file: PathBuf,
         offset: u64,
         lsn: u64,
-        reason: String,
+        source: ApplyError,
     },
 }
 
@@ -154,9 +158,9 @@ fn find_batch_start(buf: &[u8], from: usize) -> Option<usize> {
 /// Scans `dir`, calling `apply(lsn, rtype, payload)` for every valid record in order, the
 /// records of a group only once the whole group has been read and verified. An error from
 /// `apply` stops recovery with `RecoveryError::Undecodable`.
-pub fn recover(
+pub fn recover<E: Into<ApplyError>>(
     dir: &Path,
-    apply: impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
+    apply: impl FnMut(u64, u16, &[u8]) -> Result<(), E>,
 ) -> Result<RecoveredLog, RecoveryError> {
     recover_from(dir, 0, apply)
 }
@@ -165,10 +169,10 @@ pub fn recover(
 /// segments wholly before it are listed but not read (their `marks` are empty), the records
 /// after it are applied. The log must hold LSN `after_lsn + 1` on (LSN 1 on without a
 /// snapshot): a first segment that starts later is refused, naming the missing records.
-pub fn recover_from(
+pub fn recover_from<E: Into<ApplyError>>(
     dir: &Path,
     after_lsn: u64,
-    mut apply: impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
+    mut apply: impl FnMut(u64, u16, &[u8]) -> Result<(), E>,
 ) -> Result<RecoveredLog, RecoveryError> {
     if after_lsn > LSN_MAX {
         return Err(RecoveryError::LsnOutOfRange {
@@ -197,11 +201,11 @@ pub fn recover_from(
     let mut last_lsn = segments.get(start).map_or(after_lsn, |s| s.first_lsn - 1);
     let mut tail_end = 0u64;
     let mut truncated = None;
-    let mut apply = |lsn: u64, rtype: u16, payload: &[u8]| {
+    let mut apply = |lsn: u64, rtype: u16, payload: &[u8]| -> Result<(), ApplyError> {
         if lsn <= after_lsn {
             return Ok(());
         }
-        apply(lsn, rtype, payload)
+        apply(lsn, rtype, payload).map_err(Into::into)
     };
 
     for index in start..segments.len() {
@@ -309,7 +313,7 @@ fn scan_segment(
     file: &Path,
     last_lsn: &mut u64,
     marks: &mut Vec<(u64, u64)>,
-    apply: &mut impl FnMut(u64, u16, &[u8]) -> Result<(), String>,
+    apply: &mut impl FnMut(u64, u16, &[u8]) -> Result<(), ApplyError>,
 ) -> Result<(usize, Stop), RecoveryError> {
     let mut group: Vec<Held> = Vec::new();
     let mut pos = 0usize;
@@ -370,12 +374,12 @@ fn scan_segment(
             continue;
         }
         for held in group.drain(..) {
-            apply(held.lsn, held.rtype, &buf[held.payload]).map_err(|reason| {
+            apply(held.lsn, held.rtype, &buf[held.payload]).map_err(|source| {
                 RecoveryError::Undecodable {
                     file: file.to_path_buf(),
                     offset: held.offset as u64,
                     lsn: held.lsn,
-                    reason,
+                    source,
                 }
             })?;
         }
@@ -527,7 +531,7 @@ mod tests {
         let mut applied = Vec::new();
         let rec = recover(dir, |lsn, rtype, payload| {
             applied.push((lsn, rtype, payload.to_vec()));
-            Ok(())
+            Ok::<(), ApplyError>(())
         })?;
         Ok((rec, applied))
     }
@@ -893,7 +897,7 @@ mod tests {
         w.batch(&groups(2, 2, 100));
         let err = recover(dir.path(), |lsn, _, _| {
             if lsn == 3 {
-                Err("unknown type".into())
+                Err::<(), ApplyError>("unknown type".into())
             } else {
                 Ok(())
             }
@@ -903,13 +907,13 @@ mod tests {
             file,
             offset,
             lsn,
-            reason,
+            source,
         } = &err
         else {
             panic!("{err}");
         };
         assert_eq!(
-            (file, *offset, *lsn, reason.as_str()),
+            (file, *offset, *lsn, source.to_string().as_str()),
             (&w.path, w.record(3).start, 3, "unknown type")
         );
     }
@@ -918,7 +922,7 @@ mod tests {
         let mut applied = Vec::new();
         let rec = recover_from(dir, after, |lsn, rtype, payload| {
             applied.push((lsn, rtype, payload.to_vec()));
-            Ok(())
+            Ok::<(), ApplyError>(())
         })?;
         Ok((rec, applied))
     }

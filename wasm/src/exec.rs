@@ -53,8 +53,8 @@ impl Phase {
 struct NoKv;
 
 impl GuestKv for NoKv {
-    fn get(&self, _key: &str) -> Pin<Box<dyn std::future::Future<Output = Option<Vec<u8>>>>> {
-        Box::pin(std::future::ready(None))
+    fn get(&self, _key: &str) -> Pin<Box<dyn std::future::Future<Output = crate::KvRead>>> {
+        Box::pin(std::future::ready(Ok(None)))
     }
 }
 

@@ -339,7 +339,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
                     }
                 };
                 let value = match read {
-                    Some(read) => read.await,
+                    // A read that failed fails the execution (retried like any failure):
+                    // the guest must not build on a value it never saw.
+                    Some(read) => read
+                        .await
+                        .map_err(|e| wasmtime::Error::msg(format!("kv_get {key:?}: {e}")))?,
                     None => own,
                 };
                 let Some(value) = value else {

@@ -84,13 +84,14 @@ pub const COMPILE_TRIAL_TIMEOUT_MS: u64 = 1000;
 /// Largest `describe()` text accepted.
 pub const MAX_DESCRIBE_BYTES: usize = 64 << 10;
 
+/// A guest's read of a key: its value, none (absent), or why it could not be read (the
+/// execution then fails: a value it never saw must not read as absent).
+pub type KvRead = Result<Option<Vec<u8>>, String>;
+
 /// Reads of the caller's KV store on behalf of a guest (`flo.kv_get`). The future may be
 /// `!Send`; it is polled on the executing thread.
 pub trait GuestKv {
-    fn get(
-        &self,
-        key: &str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<u8>>>>>;
+    fn get(&self, key: &str) -> std::pin::Pin<Box<dyn std::future::Future<Output = KvRead>>>;
 }
 
 /// Engine-wide settings.

@@ -26,9 +26,18 @@ struct FakeKv {
 }
 
 impl GuestKv for FakeKv {
-    fn get(&self, key: &str) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>>>> {
+    fn get(&self, key: &str) -> Pin<Box<dyn Future<Output = crate::KvRead>>> {
         self.asked.borrow_mut().push(key.to_owned());
-        Box::pin(std::future::ready(self.map.borrow().get(key).cloned()))
+        Box::pin(std::future::ready(Ok(self.map.borrow().get(key).cloned())))
+    }
+}
+
+/// A KV whose reads fail (the key's shard could not answer).
+struct FailingKv;
+
+impl GuestKv for FailingKv {
+    fn get(&self, _key: &str) -> Pin<Box<dyn Future<Output = crate::KvRead>>> {
+        Box::pin(std::future::ready(Err("shard 1 is gone".to_string())))
     }
 }
 
@@ -36,7 +45,7 @@ impl GuestKv for FakeKv {
 struct HangingKv;
 
 impl GuestKv for HangingKv {
-    fn get(&self, _key: &str) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>>>> {
+    fn get(&self, _key: &str) -> Pin<Box<dyn Future<Output = crate::KvRead>>> {
         Box::pin(std::future::pending())
     }
 }
@@ -668,6 +677,23 @@ fn timeout_keeps_the_executor_responsive() {
             assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
             assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
         });
+}
+
+/// A read the host could not make fails the execution with the reason: the guest never
+/// takes it for an absent key.
+#[test]
+fn a_read_that_fails_fails_the_execution() {
+    let _guard = shared();
+    let module = compile(
+        r#"(data (i32.const 100) "k")
+           (func (export "handle") (param i32 i32) (result i64)
+             (drop (call $kv_get (i32.const 100) (i32.const 1) (i32.const 200) (i32.const 10)))
+             (i64.const 0))"#,
+    );
+    let r = block_on(module.execute(b"x", Rc::new(FailingKv), limits()));
+    let error = r.output.unwrap_err().to_string();
+    assert!(error.contains("kv_get \"k\": shard 1 is gone"), "{error}");
+    assert!(r.kv_writes.is_empty());
 }
 
 #[test]

@@ -233,13 +233,16 @@ pub fn on_read(
     result: Result<Vec<u8>, String>,
 ) -> Option<(Dest, Done)> {
     let slot = reads.slots.remove(&token)?;
-    let doc = result.and_then(|payload| match Record::decode(&payload)? {
-        Record::RunArchived { run, .. } => Ok(run),
-        other => Err(format!(
-            "expected an archive record, found type {}",
-            other.type_code()
-        )),
-    });
+    let doc =
+        result.and_then(
+            |payload| match Record::decode(&payload).map_err(|e| e.to_string())? {
+                Record::RunArchived { run, .. } => Ok(run),
+                other => Err(format!(
+                    "expected an archive record, found type {}",
+                    other.type_code()
+                )),
+            },
+        );
     match slot {
         Slot::Single(s) => {
             let result = doc

@@ -160,7 +160,8 @@ pub enum Effect {
     GuestValue {
         exec: u64,
         read: u64,
-        value: Option<Vec<u8>>,
+        /// The value, none (the key is absent), or why it could not be read.
+        value: Result<Option<Vec<u8>>, String>,
     },
     /// Send `Input::Tick` at this wall-clock time (or earlier).
     WakeAt {

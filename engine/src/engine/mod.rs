@@ -21,7 +21,8 @@ use crate::clock::Clock;
 use crate::core::{Core, Durability};
 use crate::definitions::Definitions;
 use crate::fold::index::Index;
-use crate::fold::record::Record;
+use crate::fold::record::{DecodeError, Record};
+use crate::fold::snapshot::SnapshotError;
 use crate::fold::state::ShardState;
 use crate::hash::Partitioning;
 use crate::kv::{Forwarder, KvWaits};
@@ -108,7 +109,7 @@ impl Engine {
     }
 
     /// Applies one record read back from the log (recovery).
-    pub fn replay(&mut self, lsn: u64, payload: &[u8]) -> Result<(), String> {
+    pub fn replay(&mut self, lsn: u64, payload: &[u8]) -> Result<(), DecodeError> {
         let record = Record::decode(payload)?;
         self.core.replay(lsn, record);
         Ok(())
@@ -116,7 +117,7 @@ impl Engine {
 
     /// Before replay: starts from a snapshot (`snapshot::encode`'s bytes) instead of an
     /// empty fold; the log is then replayed from the LSN it returns + 1.
-    pub fn restore(&mut self, image: &[u8]) -> Result<u64, String> {
+    pub fn restore(&mut self, image: &[u8]) -> Result<u64, SnapshotError> {
         let state =
             crate::fold::snapshot::decode(image, self.core.shard(), self.core.partitioning())?;
         let lsn = state.applied_lsn;

@@ -43,7 +43,7 @@ impl Engine {
                     None => self.core.emit(Effect::GuestValue {
                         exec,
                         read,
-                        value: None,
+                        value: Err("the execution is no longer running here".to_string()),
                     }),
                 }
             }

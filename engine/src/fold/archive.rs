@@ -142,6 +142,17 @@ impl Log {
     }
 }
 
+/// A run index image (`RunIndex::read_image`) that is not what `write_image` wrote.
+#[derive(Debug, thiserror::Error)]
+pub enum RunIndexError {
+    #[error("cut short in its {what}")]
+    CutShort { what: &'static str },
+    #[error("its {what} is out of range")]
+    OutOfRange { what: &'static str },
+    #[error("followed by stray bytes")]
+    StrayBytes,
+}
+
 /// Archived runs: the archive log (16 bytes per run, in order) and a hash table of 32-bit
 /// positions into it (4 bytes + a control byte per slot) from a run's key to its latest
 /// entry. An entry whose key was archived again later is stale: the table points past it
@@ -356,24 +367,26 @@ impl RunIndex {
     }
 
     /// The index `write_image` wrote; the bytes must be exactly that.
-    pub fn read_image(bytes: &[u8]) -> Result<RunIndex, String> {
+    pub fn read_image(bytes: &[u8]) -> Result<RunIndex, RunIndexError> {
         let mut at = 0usize;
-        let mut word = |what: &str| -> Result<u64, String> {
+        let mut word = |what: &'static str| -> Result<u64, RunIndexError> {
             let w = bytes
                 .get(at..at + 8)
-                .ok_or_else(|| format!("run index cut short in its {what}"))?;
+                .ok_or(RunIndexError::CutShort { what })?;
             at += 8;
             Ok(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
         };
         let bound = bytes.len() as u64 / 16;
         let n = word("entries")?;
         if n > bound {
-            return Err("run index entry count out of range".into());
+            return Err(RunIndexError::OutOfRange {
+                what: "entry count",
+            });
         }
         let any_stale = match word("entries")? {
             0 => false,
             1 => true,
-            _ => return Err("run index stale flag out of range".into()),
+            _ => return Err(RunIndexError::OutOfRange { what: "stale flag" }),
         };
         let mut index = RunIndex::default();
         index.table.reserve(n as usize, |_| 0);
@@ -392,13 +405,15 @@ impl RunIndex {
         }
         let n = word("time marks")?;
         if n > bound {
-            return Err("run index time mark count out of range".into());
+            return Err(RunIndexError::OutOfRange {
+                what: "time mark count",
+            });
         }
         index.times = (0..n)
             .map(|_| Ok((word("time marks")?, word("time marks")?)))
-            .collect::<Result<VecDeque<(u64, u64)>, String>>()?;
+            .collect::<Result<VecDeque<(u64, u64)>, RunIndexError>>()?;
         if at != bytes.len() {
-            return Err("run index followed by stray bytes".into());
+            return Err(RunIndexError::StrayBytes);
         }
         Ok(index)
     }

@@ -167,6 +167,12 @@ pub enum StepNext {
     },
 }
 
+/// A log record that does not decode (written by a newer or a broken flo, or damaged
+/// behind a valid checksum).
+#[derive(Debug, thiserror::Error)]
+#[error("the record does not decode: {0}")]
+pub struct DecodeError(#[from] rmp_serde::decode::Error);
+
 /// Deepest nesting of arrays and maps a record may have. A definition's `inputMapping`
 /// nests at most 128 levels (serde_yaml's limit) below a few of the record's own;
 /// rmp_serde's default (1,024 levels of a value it skips, such as an unknown field's)
@@ -408,10 +414,10 @@ impl Record {
     }
 
     /// Decodes a record read back from the log, upgrading what older versions wrote.
-    pub fn decode(bytes: &[u8]) -> Result<Record, String> {
+    pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
         de.set_max_depth(RECORD_DEPTH_MAX);
-        let mut record = Record::deserialize(&mut de).map_err(|e| e.to_string())?;
+        let mut record = Record::deserialize(&mut de)?;
         if let Record::WorkflowDefined {
             yaml,
             def: def @ None,
@@ -493,7 +499,7 @@ mod tests {
         let nested = |levels: usize| [b"\x81\xa1k".repeat(levels), vec![0xc0]].concat();
         assert!(Record::decode(&record(&nested(10))).is_ok());
         let err = Record::decode(&record(&nested(100_000))).unwrap_err();
-        assert!(err.contains("depth"), "{err}");
+        assert!(err.to_string().contains("depth"), "{err}");
     }
 
     /// The deepest definition the YAML parser accepts still decodes from its record.

@@ -4,7 +4,7 @@
 //! runs (`relink`). Layout: one MessagePack value (everything but the run index), then the
 //! run index as raw words (`RunIndex::write_image`).
 
-use crate::fold::archive::RunIndex;
+use crate::fold::archive::{RunIndex, RunIndexError};
 use crate::fold::kv::KvStore;
 use crate::fold::registry::Registry;
 use crate::fold::runs::Runs;
@@ -70,18 +70,37 @@ pub fn encode(state: &ShardState) -> Image {
     image
 }
 
+/// Why a snapshot image cannot be loaded (recovery then tries the one before it).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("the image does not decode: {0}")]
+    Decode(#[from] rmp_serde::decode::Error),
+    #[error("snapshot format {found} is not {SNAPSHOT_FORMAT}")]
+    Format { found: u32 },
+    #[error("a snapshot of shard {found}, not {expected}")]
+    Shard { found: u32, expected: u32 },
+    #[error("its run index: {0}")]
+    RunIndex(#[from] RunIndexError),
+}
+
 /// The fold `encode` wrote, for shard `shard`.
-pub fn decode(bytes: &[u8], shard: u32, partitioning: Partitioning) -> Result<ShardState, String> {
+pub fn decode(
+    bytes: &[u8],
+    shard: u32,
+    partitioning: Partitioning,
+) -> Result<ShardState, SnapshotError> {
     let mut rest = bytes;
-    let image: Decoded = rmp_serde::from_read(&mut rest).map_err(|e| e.to_string())?;
+    let image: Decoded = rmp_serde::from_read(&mut rest)?;
     if image.format != SNAPSHOT_FORMAT {
-        return Err(format!(
-            "snapshot format {} is not {SNAPSHOT_FORMAT}",
-            image.format
-        ));
+        return Err(SnapshotError::Format {
+            found: image.format,
+        });
     }
     if image.shard != shard {
-        return Err(format!("a snapshot of shard {}, not {shard}", image.shard));
+        return Err(SnapshotError::Shard {
+            found: image.shard,
+            expected: shard,
+        });
     }
     let mut state = ShardState::new(shard, partitioning);
     state.kv = image.kv;

@@ -124,7 +124,11 @@ pub fn guest_read(core: &mut Core, exec: u64, read: u64, namespace: &str, key: &
             .kv
             .get(namespace, key, core.now_ms())
             .map(|e| e.value.clone());
-        core.emit(Effect::GuestValue { exec, read, value });
+        core.emit(Effect::GuestValue {
+            exec,
+            read,
+            value: Ok(value),
+        });
         return;
     }
     let req = PeerRequest::KvRead {
@@ -134,10 +138,12 @@ pub fn guest_read(core: &mut Core, exec: u64, read: u64, namespace: &str, key: &
     core.call(owner, 0, req, Waiting::GuestRead { exec, read });
 }
 
-/// Guest KV errors of a read answered by another shard count as "not found".
-pub fn guest_value(result: Result<Reply, ErrorValue>) -> Option<Vec<u8>> {
+/// A guest's read answered by the key's owner: the value, none, or why the owner could not
+/// answer (never read as "absent": the execution fails instead).
+pub fn guest_value(result: Result<Reply, ErrorValue>) -> Result<Option<Vec<u8>>, String> {
     match result {
-        Ok(Reply::KvValue(entry)) => entry.map(|e| e.value),
-        _ => None,
+        Ok(Reply::KvValue(entry)) => Ok(entry.map(|e| e.value)),
+        Ok(other) => Err(format!("the key's shard answered {other:?}")),
+        Err(e) => Err(format!("the key's shard could not read it: {e}")),
     }
 }

@@ -48,6 +48,9 @@ struct OpenAwait {
     parked: Vec<u32>,
     to: ReplyTo,
     deadline_ms: u64,
+    /// A shard that could not answer the first ask: the worker hears of it if no task
+    /// comes (never "no tasks" when a shard was not asked).
+    failed: Option<ErrorValue>,
 }
 
 /// A worker's want parked on a shard that had no matching task when asked (keyed there by
@@ -287,6 +290,7 @@ pub fn await_tasks(
             parked,
             to,
             deadline_ms,
+            failed: None,
         },
     );
     maybe_answer(core, aw, want_id);
@@ -381,9 +385,27 @@ pub fn on_want_share(
 ) {
     let tasks = match result {
         Ok(Reply::Tasks(tasks)) => tasks,
-        _ => Vec::new(),
+        Ok(other) => {
+            let e = ErrorValue::internal(format!("shard {from} answered a want with {other:?}"));
+            return share_failed(core, aw, want_id, from, e);
+        }
+        Err(e) => return share_failed(core, aw, want_id, from, e),
     };
     on_delivery(core, aw, &worker, want_id, from, tasks, true);
+}
+
+/// Shard `from` could not answer an await's first ask: it counts as answered (nothing
+/// parked there), and the await answers the failure unless tasks came from elsewhere.
+fn share_failed(core: &mut Core, aw: &mut Awaits, want_id: u64, from: u32, e: ErrorValue) {
+    let Some(open) = aw.awaits.get_mut(&want_id) else {
+        return;
+    };
+    open.immediate_pending = open.immediate_pending.saturating_sub(1);
+    open.failed = Some(ErrorValue::new(
+        e.code,
+        format!("shard {from} could not be asked for tasks: {}", e.message),
+    ));
+    maybe_answer(core, aw, want_id);
 }
 
 /// Tasks for an open await arrived from shard `from` (`immediate`: its answer to the
@@ -433,10 +455,11 @@ pub fn on_delivery(
 
 fn maybe_answer(core: &mut Core, aw: &mut Awaits, want_id: u64) {
     let now = core.wall_ms();
-    let ready = aw
-        .awaits
-        .get(&want_id)
-        .is_some_and(|a| a.immediate_pending == 0 && (!a.tasks.is_empty() || a.deadline_ms <= now));
+    let ready = aw.awaits.get(&want_id).is_some_and(|a| {
+        // A shard that could not be asked ends the wait: the worker hears why.
+        let done = !a.tasks.is_empty() || a.failed.is_some() || a.deadline_ms <= now;
+        a.immediate_pending == 0 && done
+    });
     if ready {
         finish_await(core, aw, want_id, true);
     }
@@ -515,6 +538,10 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, want_id: u64, answer: bool) {
     let mut tasks = open.tasks;
     if !answer {
         release_assignments(core, &key.0, &key.1, tasks);
+        return;
+    }
+    if let (true, Some(e)) = (tasks.is_empty(), open.failed) {
+        core.reply_op(open.to, open.lsn, Err(e));
         return;
     }
     tasks.sort_by_key(|t| std::cmp::Reverse(t.priority));

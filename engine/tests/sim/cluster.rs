@@ -117,6 +117,9 @@ pub fn facts_of(record: &Record, shard_facts: &mut HashMap<String, u64>) {
     }
 }
 
+/// A guest read's answer: (shard, execution, read, value or why it failed).
+type GuestValue = (u32, u64, u64, Result<Option<Vec<u8>>, String>);
+
 /// How a cluster keeps its files and its finished runs.
 #[derive(Debug, Clone, Copy)]
 pub struct StorageConfig {
@@ -453,7 +456,7 @@ pub struct Cluster {
     /// from whoever answers `executions`.
     pub stops: Vec<(u32, u64)>,
     pub compiles: Vec<(u32, u64)>,
-    pub guest_values: Vec<(u32, u64, u64, Option<Vec<u8>>)>,
+    pub guest_values: Vec<GuestValue>,
     pub logs: Vec<String>,
     /// Reads of the log asked for: (shard, token, LSN).
     pub log_reads: Vec<(u32, u64, u64)>,

@@ -162,7 +162,7 @@ fn read_segment(first_lsn: u64, bytes: &[u8], signal: &mut Signal) {
 fn decode(payload: &[u8], signal: &mut Signal) {
     match Record::decode(payload) {
         Ok(record) => signal.add(record.type_code() as u64),
-        Err(e) => signal.add_message(&e),
+        Err(e) => signal.add_message(&e.to_string()),
     }
 }
 
