@@ -1,9 +1,9 @@
+use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorCode, ErrorValue, FRAME_BYTES_MAX, FrameError, IDLE_CLOSED_PREFIX,
-    InvokeSpec, KvEntry, Op, PROTOCOL_VERSION, Reply, Request, Response, RunInfo, RunStatus,
-    StatusInfo, TaskAssignment, Token, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus,
-    WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec, decode_payload,
-    encode_frame, split_frame,
+    KvEntry, Op, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, TaskAssignment,
+    ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo, WorkflowRunInfo,
+    WorkflowRunStatus, decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -130,15 +130,6 @@ impl Connection {
     }
 }
 
-/// The handshake of this SDK, presenting `token` when there is one.
-pub(crate) fn hello_op(token: Option<&str>) -> Op {
-    Op::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        client: format!("flo-rust/{}", env!("CARGO_PKG_VERSION")),
-        token: token.map(Token::new),
-    }
-}
-
 /// Options of a KV put.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PutOptions {
@@ -200,18 +191,15 @@ impl Client {
     }
 
     fn hello(&mut self) -> Result<(), Error> {
-        match self.send(&hello_op(self.token.as_deref()))? {
-            Reply::Hello {
-                shard_count,
-                server_version,
-                ..
-            } => {
-                self.shard_count = shard_count;
-                self.server_version = server_version;
-                Ok(())
-            }
-            other => Err(unexpected(other)),
-        }
+        let hello = requests::Hello {
+            token: self.token.as_deref(),
+        };
+        // The handshake is in no namespace.
+        let op = hello.op("");
+        let hello = requests::Hello::output(self.round_trip(&op)?)?;
+        self.shard_count = hello.shard_count;
+        self.server_version = hello.server_version;
+        Ok(())
     }
 
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
@@ -234,20 +222,21 @@ impl Client {
     /// Sends one operation and waits for its reply. A connection the server closed as
     /// idle (it says no request was taken) is replaced and the operation sent again.
     pub fn call(&mut self, op: Op) -> Result<Reply, Error> {
-        match self.send(&op) {
+        match self.round_trip(&op) {
             Err(Error::Server(e))
                 if e.code == ErrorCode::Unavailable
                     && e.message.starts_with(IDLE_CLOSED_PREFIX) =>
             {
                 self.conn = Connection::connect(self.addr)?;
                 self.hello()?;
-                self.send(&op)
+                self.round_trip(&op)
             }
             result => result,
         }
     }
 
-    fn send(&mut self, op: &Op) -> Result<Reply, Error> {
+    /// Sends one operation on the current connection and waits for its reply.
+    fn round_trip(&mut self, op: &Op) -> Result<Reply, Error> {
         let id = self.next_id;
         self.next_id += 1;
         // The wire form of `Request { id, op }`, without taking the operation.
@@ -267,26 +256,31 @@ impl Client {
     }
 
     pub fn status(&mut self) -> Result<StatusInfo, Error> {
-        match self.call(Op::Status)? {
-            Reply::Status(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::Status)
     }
 
+    /// Moves the server's clock forward (servers started with `--test-clock` only).
+    pub fn advance_clock(&mut self, ms: u64) -> Result<(), Error> {
+        send(self, requests::AdvanceClock { ms })
+    }
+}
+
+/// The table sends its requests through `call`, so they reconnect like any call.
+impl Transport for &mut Client {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn call(self, op: Op) -> Result<Reply, Error> {
+        Client::call(self, op)
+    }
+}
+
+/// Key-value operations.
+impl Client {
     /// Stores `value` under `key`; returns the key's new version.
     pub fn kv_put(&mut self, key: &str, value: &[u8], opts: PutOptions) -> Result<u64, Error> {
-        let op = Op::KvPut {
-            namespace: self.namespace.clone(),
-            key: key.into(),
-            value: value.to_vec(),
-            ttl_ms: opts.ttl_ms,
-            if_version: opts.if_version,
-            if_exists: opts.if_exists,
-        };
-        match self.call(op)? {
-            Reply::KvPut { version } => Ok(version),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::KvPut { key, value, opts })
     }
 
     pub fn kv_get(&mut self, key: &str) -> Result<Option<KvEntry>, Error> {
@@ -302,27 +296,17 @@ impl Client {
         wait_ms: u64,
         after_version: Option<u64>,
     ) -> Result<Option<KvEntry>, Error> {
-        match self.call(Op::KvGet {
-            namespace: self.namespace.clone(),
-            key: key.into(),
-            wait_ms: (wait_ms > 0).then_some(wait_ms),
+        let get = requests::KvGet {
+            key,
+            wait_ms,
             after_version,
-        })? {
-            Reply::KvValue(entry) => Ok(entry),
-            other => Err(unexpected(other)),
-        }
+        };
+        send(self, get)
     }
 
     /// Deletes `key`; returns whether it existed.
     pub fn kv_delete(&mut self, key: &str, if_version: Option<u64>) -> Result<bool, Error> {
-        match self.call(Op::KvDelete {
-            namespace: self.namespace.clone(),
-            key: key.into(),
-            if_version,
-        })? {
-            Reply::KvDeleted { deleted } => Ok(deleted),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::KvDelete { key, if_version })
     }
 
     /// Entries whose key starts with `prefix`, in key order; the flag says more matched.
@@ -344,22 +328,12 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<Page<KvEntry>, Error> {
-        match self.call(Op::KvList {
-            namespace: self.namespace.clone(),
-            prefix: prefix.into(),
+        let list = requests::KvListPage {
+            prefix,
             limit,
-            cursor: cursor.map(str::to_string),
-        })? {
-            Reply::KvList {
-                entries,
-                next_cursor,
-                ..
-            } => Ok(Page {
-                items: entries,
-                next_cursor,
-            }),
-            other => Err(unexpected(other)),
-        }
+            cursor,
+        };
+        send(self, list)
     }
 }
 
@@ -380,74 +354,27 @@ pub struct InvokeOptions {
     pub labels: Option<String>,
 }
 
+/// Action operations: definitions, invocations and their runs.
 impl Client {
     /// Registers an action (`spec.namespace` is replaced by the client's namespace).
-    pub fn register_action(&mut self, mut spec: ActionSpec) -> Result<ActionInfo, Error> {
-        spec.namespace = self.namespace.clone();
-        match self.call(Op::ActionRegister(spec))? {
-            Reply::Action(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+    pub fn register_action(&mut self, spec: ActionSpec) -> Result<ActionInfo, Error> {
+        send(self, requests::RegisterAction { spec })
     }
 
     pub fn action(&mut self, name: &str) -> Result<ActionInfo, Error> {
-        match self.call(Op::ActionGet {
-            namespace: self.namespace.clone(),
-            name: name.into(),
-        })? {
-            Reply::Action(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::GetAction { name })
     }
 
     pub fn list_actions(&mut self) -> Result<Vec<ActionInfo>, Error> {
-        match self.call(Op::ActionList {
-            namespace: self.namespace.clone(),
-        })? {
-            Reply::Actions(list) => Ok(list),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::ListActions)
     }
 
     pub fn delete_action(&mut self, name: &str) -> Result<(), Error> {
-        match self.call(Op::ActionDelete {
-            namespace: self.namespace.clone(),
-            name: name.into(),
-        })? {
-            Reply::ActionDeleted { .. } => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::DeleteAction { name })
     }
 
     pub fn set_action_enabled(&mut self, name: &str, enabled: bool) -> Result<ActionInfo, Error> {
-        let op = Op::ActionSetEnabled {
-            namespace: self.namespace.clone(),
-            name: name.into(),
-            enabled,
-        };
-        match self.call(op)? {
-            Reply::Action(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    fn invoke_spec(
-        &self,
-        action: &str,
-        input: &[u8],
-        opts: InvokeOptions,
-        wait_ms: Option<u64>,
-    ) -> InvokeSpec {
-        InvokeSpec {
-            namespace: self.namespace.clone(),
-            action: action.into(),
-            input: input.to_vec(),
-            priority: opts.priority,
-            delay_ms: opts.delay_ms,
-            idempotency_key: opts.idempotency_key,
-            labels: opts.labels,
-            wait_ms,
-        }
+        send(self, requests::SetActionEnabled { name, enabled })
     }
 
     /// Creates a run; returns its id (the existing run's id when the idempotency key was
@@ -458,11 +385,12 @@ impl Client {
         input: &[u8],
         opts: InvokeOptions,
     ) -> Result<String, Error> {
-        let spec = self.invoke_spec(action, input, opts, None);
-        match self.call(Op::ActionInvoke(spec))? {
-            Reply::Invoked { run_id, .. } => Ok(run_id),
-            other => Err(unexpected(other)),
-        }
+        let invoke = requests::Invoke {
+            action,
+            input,
+            opts,
+        };
+        send(self, invoke)
     }
 
     /// Creates a run and waits up to `wait_ms` for it to finish; returns its status.
@@ -473,34 +401,22 @@ impl Client {
         opts: InvokeOptions,
         wait_ms: u64,
     ) -> Result<RunInfo, Error> {
-        let spec = self.invoke_spec(action, input, opts, Some(wait_ms));
-        match self.call(Op::ActionInvoke(spec))? {
-            Reply::Run(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        let invoke = requests::InvokeAndWait {
+            action,
+            input,
+            opts,
+            wait_ms,
+        };
+        send(self, invoke)
     }
 
     pub fn run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
-        match self.call(Op::RunStatus {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-        })? {
-            Reply::Run(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::GetRun { run_id })
     }
 
     /// Waits up to `timeout_ms` for the run to be final; returns its status either way.
     pub fn wait_run(&mut self, run_id: &str, timeout_ms: u64) -> Result<RunInfo, Error> {
-        let op = Op::RunWait {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-            timeout_ms,
-        };
-        match self.call(op)? {
-            Reply::Run(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::WaitRun { run_id, timeout_ms })
     }
 
     /// Runs of an action, newest first; `dead_letter` keeps only those that exhausted
@@ -527,41 +443,18 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<Page<RunInfo>, Error> {
-        let op = Op::RunList {
-            namespace: self.namespace.clone(),
-            action: action.into(),
+        let list = requests::ListRunsPage {
+            action,
             status,
             dead_letter,
             limit,
-            cursor: cursor.map(str::to_string),
+            cursor,
         };
-        match self.call(op)? {
-            Reply::Runs {
-                runs, next_cursor, ..
-            } => Ok(Page {
-                items: runs,
-                next_cursor,
-            }),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// Moves the server's clock forward (servers started with `--test-clock` only).
-    pub fn advance_clock(&mut self, ms: u64) -> Result<(), Error> {
-        match self.call(Op::TestAdvanceClock { ms })? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        send(self, list)
     }
 
     pub fn cancel_run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
-        match self.call(Op::RunCancel {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-        })? {
-            Reply::Run(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::CancelRun { run_id })
     }
 }
 
@@ -601,68 +494,34 @@ pub(crate) fn hostname() -> Option<String> {
 /// Worker operations: registry, long-poll for tasks, and reporting their results.
 impl Client {
     /// Registers (or re-registers, replacing) a worker in the client's namespace.
-    pub fn register_worker(&mut self, mut spec: WorkerSpec) -> Result<WorkerInfo, Error> {
-        spec.namespace = self.namespace.clone();
-        match self.call(Op::WorkerRegister(spec))? {
-            Reply::Worker(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+    pub fn register_worker(&mut self, spec: WorkerSpec) -> Result<WorkerInfo, Error> {
+        send(self, requests::RegisterWorker { spec })
     }
 
     /// Reports liveness and load; returns the worker's status (`Draining`: take no more
     /// tasks).
     pub fn heartbeat(&mut self, worker_id: &str, current_load: u32) -> Result<WorkerStatus, Error> {
-        let op = Op::WorkerHeartbeat {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
+        let heartbeat = requests::Heartbeat {
+            worker_id,
             current_load,
         };
-        match self.call(op)? {
-            Reply::WorkerStatus { status } => Ok(status),
-            other => Err(unexpected(other)),
-        }
+        send(self, heartbeat)
     }
 
     pub fn drain_worker(&mut self, worker_id: &str) -> Result<WorkerInfo, Error> {
-        let op = Op::WorkerDrain {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-        };
-        match self.call(op)? {
-            Reply::Worker(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::DrainWorker { worker_id })
     }
 
     pub fn deregister_worker(&mut self, worker_id: &str) -> Result<(), Error> {
-        let op = Op::WorkerDeregister {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-        };
-        match self.call(op)? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::DeregisterWorker { worker_id })
     }
 
     pub fn worker(&mut self, worker_id: &str) -> Result<WorkerInfo, Error> {
-        let op = Op::WorkerGet {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-        };
-        match self.call(op)? {
-            Reply::Worker(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::GetWorker { worker_id })
     }
 
     pub fn list_workers(&mut self) -> Result<Vec<WorkerInfo>, Error> {
-        match self.call(Op::WorkerList {
-            namespace: self.namespace.clone(),
-        })? {
-            Reply::Workers(list) => Ok(list),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::ListWorkers)
     }
 
     /// Waits up to `block_ms` for tasks of `actions`; returns up to `max_tasks` tasks
@@ -674,17 +533,8 @@ impl Client {
         max_tasks: u32,
         block_ms: u64,
     ) -> Result<Vec<TaskAssignment>, Error> {
-        let op = Op::TaskAwait {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-            actions: actions.iter().map(|a| a.to_string()).collect(),
-            max_tasks,
-            block_ms,
-        };
-        match self.call(op)? {
-            Reply::Tasks(tasks) => Ok(tasks),
-            other => Err(unexpected(other)),
-        }
+        let poll = requests::AwaitTasks::new(worker_id, actions, max_tasks, block_ms);
+        send(self, poll)
     }
 
     /// Completes a task leased to `worker_id` with `result` (and a named outcome).
@@ -695,19 +545,13 @@ impl Client {
         result: &[u8],
         outcome: Option<&str>,
     ) -> Result<(), Error> {
-        let op = Op::TaskComplete {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-            task_id: task.task_id.into(),
-            action: task.action.into(),
-            attempt: task.attempt,
-            result: result.to_vec(),
-            outcome: outcome.map(str::to_string),
+        let complete = requests::CompleteTask {
+            worker_id,
+            task,
+            result,
+            outcome,
         };
-        match self.call(op)? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        send(self, complete)
     }
 
     /// Fails a task leased to `worker_id`; returns the run as it is afterwards (pending
@@ -719,20 +563,13 @@ impl Client {
         error: &str,
         mode: FailMode,
     ) -> Result<RunInfo, Error> {
-        let op = Op::TaskFail {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-            task_id: task.task_id.into(),
-            action: task.action.into(),
-            attempt: task.attempt,
-            error: error.into(),
-            retry: mode == FailMode::Retry,
-            non_retryable: mode == FailMode::NonRetryable,
+        let fail = requests::FailTask {
+            worker_id,
+            task,
+            error,
+            mode,
         };
-        match self.call(op)? {
-            Reply::Run(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, fail)
     }
 
     /// Extends the lease of a task leased to `worker_id` to `extend_ms` from now; returns
@@ -743,17 +580,12 @@ impl Client {
         task: &TaskRef<'_>,
         extend_ms: u64,
     ) -> Result<u64, Error> {
-        let op = Op::TaskTouch {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-            task_id: task.task_id.into(),
-            action: task.action.into(),
+        let touch = requests::TouchTask {
+            worker_id,
+            task,
             extend_ms,
         };
-        match self.call(op)? {
-            Reply::Lease { expires_at_ms } => Ok(expires_at_ms),
-            other => Err(unexpected(other)),
-        }
+        send(self, touch)
     }
 }
 
@@ -774,41 +606,16 @@ impl Client {
         &mut self,
         yaml: &str,
     ) -> Result<(String, String, bool, Vec<ValidationIssue>), Error> {
-        let op = Op::WorkflowCreate {
-            namespace: self.namespace.clone(),
-            yaml: yaml.into(),
-        };
-        match self.call(op)? {
-            Reply::WorkflowCreated {
-                name,
-                version,
-                created,
-                warnings,
-            } => Ok((name, version, created, warnings)),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::CreateWorkflow { yaml })
     }
 
     /// A definition: `version`, or the latest.
     pub fn workflow(&mut self, name: &str, version: Option<&str>) -> Result<WorkflowInfo, Error> {
-        let op = Op::WorkflowGet {
-            namespace: self.namespace.clone(),
-            name: name.into(),
-            version: version.map(str::to_string),
-        };
-        match self.call(op)? {
-            Reply::Workflow(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::GetWorkflow { name, version })
     }
 
     pub fn list_workflows(&mut self) -> Result<Vec<WorkflowInfo>, Error> {
-        match self.call(Op::WorkflowList {
-            namespace: self.namespace.clone(),
-        })? {
-            Reply::Workflows(list) => Ok(list),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::ListWorkflows)
     }
 
     pub fn set_workflow_enabled(
@@ -816,27 +623,7 @@ impl Client {
         name: &str,
         enabled: bool,
     ) -> Result<WorkflowInfo, Error> {
-        let op = Op::WorkflowSetEnabled {
-            namespace: self.namespace.clone(),
-            name: name.into(),
-            enabled,
-        };
-        match self.call(op)? {
-            Reply::Workflow(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    fn start_spec(&self, name: &str, input: &[u8], opts: StartOptions, wait_ms: Option<u64>) -> Op {
-        Op::WorkflowStart(WorkflowStartSpec {
-            namespace: self.namespace.clone(),
-            name: name.into(),
-            version: opts.version,
-            input: input.to_vec(),
-            idempotency_key: opts.idempotency_key,
-            wait_ms,
-            run_id: opts.run_id,
-        })
+        send(self, requests::SetWorkflowEnabled { name, enabled })
     }
 
     /// Starts a run (input is JSON); returns its id (the existing run's id when the
@@ -847,10 +634,7 @@ impl Client {
         input: &[u8],
         opts: StartOptions,
     ) -> Result<String, Error> {
-        match self.call(self.start_spec(name, input, opts, None))? {
-            Reply::WorkflowStarted { run_id, .. } => Ok(run_id),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::StartWorkflow { name, input, opts })
     }
 
     /// Starts a run and waits up to `wait_ms` for it to finish; returns its status.
@@ -861,20 +645,17 @@ impl Client {
         opts: StartOptions,
         wait_ms: u64,
     ) -> Result<WorkflowRunInfo, Error> {
-        match self.call(self.start_spec(name, input, opts, Some(wait_ms)))? {
-            Reply::WorkflowRun(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        let start = requests::StartWorkflowAndWait {
+            name,
+            input,
+            opts,
+            wait_ms,
+        };
+        send(self, start)
     }
 
     pub fn workflow_run(&mut self, run_id: &str) -> Result<WorkflowRunInfo, Error> {
-        match self.call(Op::WorkflowStatus {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-        })? {
-            Reply::WorkflowRun(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::GetWorkflowRun { run_id })
     }
 
     /// Waits up to `timeout_ms` for the run to be final; returns its status either way.
@@ -883,29 +664,14 @@ impl Client {
         run_id: &str,
         timeout_ms: u64,
     ) -> Result<WorkflowRunInfo, Error> {
-        match self.call(Op::WorkflowWait {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-            timeout_ms,
-        })? {
-            Reply::WorkflowRun(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::WaitWorkflow { run_id, timeout_ms })
     }
 
     pub fn workflow_history(
         &mut self,
         run_id: &str,
     ) -> Result<Vec<flo_protocol::HistoryEvent>, Error> {
-        match self.call(Op::WorkflowHistory {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-            limit: None,
-            after: None,
-        })? {
-            Reply::WorkflowHistory(events) => Ok(events),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::WorkflowHistory { run_id })
     }
 
     /// One page of a run's history, oldest first: at most `limit` events (None: the
@@ -916,18 +682,14 @@ impl Client {
         limit: Option<u32>,
         after: Option<u64>,
     ) -> Result<HistoryPage, Error> {
-        let op = Op::WorkflowHistory {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-            limit: Some(limit.unwrap_or(flo_protocol::HISTORY_LIMIT_DEFAULT)),
-            after,
-        };
-        match self.call(op)? {
-            Reply::WorkflowHistoryPage { events, next_after } => {
-                Ok(HistoryPage { events, next_after })
-            }
-            other => Err(unexpected(other)),
-        }
+        send(
+            self,
+            requests::WorkflowHistoryPage {
+                run_id,
+                limit,
+                after,
+            },
+        )
     }
 
     /// Sends a typed signal (payload is JSON) to a run.
@@ -937,15 +699,12 @@ impl Client {
         signal_type: &str,
         payload: &[u8],
     ) -> Result<(), Error> {
-        match self.call(Op::WorkflowSignal {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-            signal_type: signal_type.into(),
-            payload: payload.to_vec(),
-        })? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        let signal = requests::SignalWorkflow {
+            run_id,
+            signal_type,
+            payload,
+        };
+        send(self, signal)
     }
 
     pub fn cancel_workflow(
@@ -953,14 +712,7 @@ impl Client {
         run_id: &str,
         reason: Option<&str>,
     ) -> Result<WorkflowRunInfo, Error> {
-        match self.call(Op::WorkflowCancel {
-            namespace: self.namespace.clone(),
-            run_id: run_id.into(),
-            reason: reason.map(str::to_string),
-        })? {
-            Reply::WorkflowRun(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::CancelWorkflow { run_id, reason })
     }
 
     /// Runs of a workflow, newest first; the flag says more matched than `limit`.
@@ -984,21 +736,13 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<Page<WorkflowRunInfo>, Error> {
-        match self.call(Op::WorkflowListRuns {
-            namespace: self.namespace.clone(),
-            name: name.into(),
+        let list = requests::ListWorkflowRunsPage {
+            name,
             status,
             limit,
-            cursor: cursor.map(str::to_string),
-        })? {
-            Reply::WorkflowRuns {
-                runs, next_cursor, ..
-            } => Ok(Page {
-                items: runs,
-                next_cursor,
-            }),
-            other => Err(unexpected(other)),
-        }
+            cursor,
+        };
+        send(self, list)
     }
 }
 
@@ -1019,8 +763,4 @@ impl<'a> From<&'a TaskAssignment> for TaskRef<'a> {
             attempt: Some(task.attempt),
         }
     }
-}
-
-pub(crate) fn unexpected(reply: Reply) -> Error {
-    Error::Protocol(format!("unexpected reply: {reply:?}"))
 }

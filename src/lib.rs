@@ -11,6 +11,7 @@ mod client;
 mod fake_server;
 mod handler;
 mod mux;
+mod requests;
 mod worker;
 
 pub use client::{

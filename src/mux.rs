@@ -3,10 +3,13 @@
 //! for its id, so a long poll holds up nobody else. When the connection is lost, every
 //! waiting call fails with `Error::Io`.
 
-use crate::client::{Connection, Error, FailMode, TaskRef, hello_op, unexpected};
+use crate::client::{Connection, Error, FailMode, TaskRef};
+#[cfg(test)]
+use crate::requests::task_await_op;
+use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
-    ErrorCode, ErrorValue, Op, RUN_WAIT_MS_MAX, Reply, Request, Response, RunInfo,
-    TASK_AWAIT_MS_MAX, TaskAssignment, WorkerInfo, WorkerSpec, WorkerStatus, encode_frame,
+    Op, RUN_WAIT_MS_MAX, Reply, Request, Response, RunInfo, TASK_AWAIT_MS_MAX, TaskAssignment,
+    WorkerInfo, WorkerSpec, WorkerStatus, encode_frame,
 };
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -128,8 +131,7 @@ impl MuxClient {
     /// Connects, performs the handshake and starts the reader thread.
     pub fn connect_with(addr: impl ToSocketAddrs, options: MuxOptions) -> Result<Self, Error> {
         let mut conn = Connection::connect_timeout(addr, options.connect_timeout)?;
-        let (shard_count, server_version) =
-            handshake(&mut conn, options.reply_timeout, options.token.as_deref())?;
+        let hello = handshake(&mut conn, options.reply_timeout, options.token.as_deref())?;
         let writer = conn.try_clone_stream()?;
         writer.set_write_timeout(Some(options.reply_timeout))?;
         let shared = Arc::new(Shared {
@@ -152,8 +154,8 @@ impl MuxClient {
             reader: Mutex::new(Some(reader)),
             namespace: options.namespace,
             reply_timeout: options.reply_timeout,
-            shard_count,
-            server_version,
+            shard_count: hello.shard_count,
+            server_version: hello.server_version,
         })
     }
 
@@ -325,16 +327,19 @@ impl Shared {
     }
 }
 
+/// Performs the handshake on `conn` before the reader thread takes it; returns what the
+/// server tells of itself.
 fn handshake(
     conn: &mut Connection,
     timeout: Duration,
     token: Option<&str>,
-) -> Result<(u32, String), Error> {
+) -> Result<requests::ServerHello, Error> {
     conn.set_read_timeout(Some(timeout))?;
-    let hello = hello_op(token);
+    // The handshake is in no namespace.
+    let op = requests::Hello { token }.op("");
     conn.queue(&Request {
         id: HELLO_REQUEST_ID,
-        op: hello,
+        op,
     })?;
     conn.flush()?;
     let response = conn.recv()?;
@@ -346,14 +351,7 @@ fn handshake(
     }
     let reply = response.result.map_err(Error::Server)?;
     conn.set_read_timeout(None)?;
-    match reply {
-        Reply::Hello {
-            shard_count,
-            server_version,
-            ..
-        } => Ok((shard_count, server_version)),
-        other => Err(unexpected(other)),
-    }
+    requests::Hello::output(reply)
 }
 
 fn read_loop(mut conn: Connection, shared: &Shared) {
@@ -397,52 +395,41 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The table sends its requests through `call`, bounded by the reply timeout like any call.
+impl Transport for &MuxClient {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn call(self, op: Op) -> Result<Reply, Error> {
+        MuxClient::call(self, op)
+    }
+}
+
 /// Worker operations, as on `Client`, callable from many threads at once.
 impl MuxClient {
     /// Registers (or re-registers, replacing) a worker in the client's namespace.
-    pub fn register_worker(&self, mut spec: WorkerSpec) -> Result<WorkerInfo, Error> {
-        spec.namespace = self.namespace.clone();
-        match self.call(Op::WorkerRegister(spec))? {
-            Reply::Worker(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+    pub fn register_worker(&self, spec: WorkerSpec) -> Result<WorkerInfo, Error> {
+        send(self, requests::RegisterWorker { spec })
     }
 
     /// Reports liveness and load; returns the worker's status (`Draining`: take no more
     /// tasks).
     pub fn heartbeat(&self, worker_id: &str, current_load: u32) -> Result<WorkerStatus, Error> {
-        let op = Op::WorkerHeartbeat {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
+        let heartbeat = requests::Heartbeat {
+            worker_id,
             current_load,
         };
-        match self.call(op)? {
-            Reply::WorkerStatus { status } => Ok(status),
-            other => Err(unexpected(other)),
-        }
+        send(self, heartbeat)
     }
 
     /// Asks the server to give the worker no more tasks (sticky).
     pub fn drain_worker(&self, worker_id: &str) -> Result<WorkerInfo, Error> {
-        let op = Op::WorkerDrain {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-        };
-        match self.call(op)? {
-            Reply::Worker(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::DrainWorker { worker_id })
     }
 
     pub fn deregister_worker(&self, worker_id: &str) -> Result<(), Error> {
-        let op = Op::WorkerDeregister {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-        };
-        match self.call(op)? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        send(self, requests::DeregisterWorker { worker_id })
     }
 
     /// Waits up to `block_ms` for tasks of `actions`; returns up to `max_tasks` tasks
@@ -454,8 +441,8 @@ impl MuxClient {
         max_tasks: u32,
         block_ms: u64,
     ) -> Result<Vec<TaskAssignment>, Error> {
-        let op = task_await_op(&self.namespace, worker_id, actions, max_tasks, block_ms);
-        tasks_of(self.call(op))
+        let poll = requests::AwaitTasks::new(worker_id, actions, max_tasks, block_ms);
+        send(self, poll)
     }
 
     /// Completes a task leased to `worker_id` with `result` (and a named outcome).
@@ -466,19 +453,13 @@ impl MuxClient {
         result: &[u8],
         outcome: Option<&str>,
     ) -> Result<(), Error> {
-        let op = Op::TaskComplete {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-            task_id: task.task_id.into(),
-            action: task.action.into(),
-            attempt: task.attempt,
-            result: result.to_vec(),
-            outcome: outcome.map(str::to_string),
+        let complete = requests::CompleteTask {
+            worker_id,
+            task,
+            result,
+            outcome,
         };
-        match self.call(op)? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        send(self, complete)
     }
 
     /// Fails a task leased to `worker_id`; returns the run as it is afterwards.
@@ -489,20 +470,13 @@ impl MuxClient {
         error: &str,
         mode: FailMode,
     ) -> Result<RunInfo, Error> {
-        let op = Op::TaskFail {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-            task_id: task.task_id.into(),
-            action: task.action.into(),
-            attempt: task.attempt,
-            error: error.into(),
-            retry: mode == FailMode::Retry,
-            non_retryable: mode == FailMode::NonRetryable,
+        let fail = requests::FailTask {
+            worker_id,
+            task,
+            error,
+            mode,
         };
-        match self.call(op)? {
-            Reply::Run(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        send(self, fail)
     }
 
     /// Extends the lease of a task leased to `worker_id` to `extend_ms` from now; returns
@@ -513,54 +487,13 @@ impl MuxClient {
         task: &TaskRef<'_>,
         extend_ms: u64,
     ) -> Result<u64, Error> {
-        let op = Op::TaskTouch {
-            namespace: self.namespace.clone(),
-            worker_id: worker_id.into(),
-            task_id: task.task_id.into(),
-            action: task.action.into(),
+        let touch = requests::TouchTask {
+            worker_id,
+            task,
             extend_ms,
         };
-        match self.call(op)? {
-            Reply::Lease { expires_at_ms } => Ok(expires_at_ms),
-            other => Err(unexpected(other)),
-        }
+        send(self, touch)
     }
-}
-
-pub(crate) fn task_await_op(
-    namespace: &str,
-    worker_id: &str,
-    actions: &[impl AsRef<str>],
-    max_tasks: u32,
-    block_ms: u64,
-) -> Op {
-    Op::TaskAwait {
-        namespace: namespace.into(),
-        worker_id: worker_id.into(),
-        actions: actions.iter().map(|a| a.as_ref().to_string()).collect(),
-        max_tasks,
-        block_ms,
-    }
-}
-
-/// The tasks of a `TaskAwait` reply.
-pub(crate) fn tasks_of(reply: Result<Reply, Error>) -> Result<Vec<TaskAssignment>, Error> {
-    match reply? {
-        Reply::Tasks(tasks) => Ok(tasks),
-        other => Err(unexpected(other)),
-    }
-}
-
-/// Whether a call failed because the server does not know the object it names (for a
-/// worker: it is not registered, e.g. after a server restart).
-pub(crate) fn is_not_found(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::Server(ErrorValue {
-            code: ErrorCode::NotFound,
-            ..
-        })
-    )
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 
 use crate::client::{Error, FailMode, generate_worker_id, hostname};
 use crate::handler::{ActionContext, Handler, HandlerResult, Report, Session, run_handler};
-use crate::mux::{MuxClient, MuxOptions, PendingReply, is_not_found, task_await_op, tasks_of};
+use crate::mux::{MuxClient, MuxOptions, PendingReply};
+use crate::requests::{is_not_found, task_await_op, tasks_of};
 use flo_protocol::{
     ACTION_NAME_BYTES_MAX, NAMESPACE_BYTES_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
     TaskAssignment, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX,

@@ -742,26 +742,6 @@ pub struct InvokeSpec {
     pub wait_ms: Option<u64>,
 }
 
-impl Op {
-    /// Whether the operation changes state (and so is answered only once durable).
-    pub fn is_mutation(&self) -> bool {
-        matches!(
-            self,
-            Op::KvPut { .. }
-                | Op::KvDelete { .. }
-                | Op::ActionRegister(_)
-                | Op::ActionDelete { .. }
-                | Op::ActionSetEnabled { .. }
-                | Op::ActionInvoke(_)
-                | Op::RunCancel { .. }
-                | Op::TaskAwait { .. }
-                | Op::TaskComplete { .. }
-                | Op::TaskFail { .. }
-                | Op::TaskTouch { .. }
-        )
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Response {
     pub id: u64,

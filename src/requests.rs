@@ -1,0 +1,31 @@
+//! The one table of typed requests both clients serve. Each operation the SDK offers is a
+//! type here: the caller's arguments, the `Op` they become in a namespace, and the output
+//! its reply carries. `Client` and `MuxClient` implement `Transport` (send one `Op`, wait
+//! for the `Reply`), so each of their methods is `send(self, SomeRequest { .. })`.
+
+mod actions;
+mod kv;
+mod request;
+mod server;
+mod workers;
+mod workflows;
+
+pub(crate) use actions::{
+    CancelRun, DeleteAction, GetAction, GetRun, Invoke, InvokeAndWait, ListActions, ListRunsPage,
+    RegisterAction, SetActionEnabled, WaitRun,
+};
+pub(crate) use kv::{KvDelete, KvGet, KvListPage, KvPut};
+pub(crate) use request::{Transport, TypedRequest, is_not_found, send};
+pub(crate) use server::{AdvanceClock, Hello, ServerHello, Status};
+pub(crate) use workers::{
+    AwaitTasks, CompleteTask, DeregisterWorker, DrainWorker, FailTask, GetWorker, Heartbeat,
+    ListWorkers, RegisterWorker, TouchTask, task_await_op, tasks_of,
+};
+pub(crate) use workflows::{
+    CancelWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun, ListWorkflowRunsPage,
+    ListWorkflows, SetWorkflowEnabled, SignalWorkflow, StartWorkflow, StartWorkflowAndWait,
+    WaitWorkflow, WorkflowHistory, WorkflowHistoryPage,
+};
+
+#[cfg(test)]
+mod tests;
