@@ -3,14 +3,23 @@
 //! a step's input is built with (`mapping`). No engine, no I/O: `flo workflow validate`
 //! and the server use the same code.
 
+mod bounds;
 mod def;
 mod definition;
 mod issues;
 mod mapping;
+mod names;
 mod parse;
+mod policies;
 mod validate;
 pub mod yaml_depth;
 
+pub use bounds::{
+    ATTEMPTS_MAX, DELAY_MS_MAX, MAPPING_PATH_NESTING_MAX, POLL_ATTEMPTS_DEFAULT,
+    POLL_BASE_DELAY_MS_DEFAULT, RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT,
+    RETRY_WITHIN_MS_MAX, SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX,
+    VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX,
+};
 pub use def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
     Step, StepAction, Target, Validated, WorkflowDef,
@@ -18,9 +27,4 @@ pub use def::{
 pub use definition::{DEFINITION_BYTES_MAX, DEFINITION_NESTING_MAX, parse_workflow};
 pub use issues::IssueCode;
 pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};
-pub use validate::{
-    ATTEMPTS_MAX, DELAY_MS_MAX, MAPPING_PATH_NESTING_MAX, POLL_ATTEMPTS_DEFAULT,
-    POLL_BASE_DELAY_MS_DEFAULT, RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT,
-    RETRY_WITHIN_MS_MAX, SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX,
-    VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX, check_version, check_workflow_name, parse_target,
-};
+pub use names::{check_version, check_workflow_name, parse_target};

@@ -40,40 +40,20 @@
 //! horizon (about 100 years, `clock::TIMER_HORIZON_MS`) never fires.
 
 use crate::def::{
-    BUILTIN_TERMINALS, Backoff, Idempotency, PollPolicy, RetryPolicy, START_STEP, SignalWait, Step,
-    StepAction, Target, Validated, WorkflowDef,
+    BUILTIN_TERMINALS, Idempotency, START_STEP, SignalWait, Step, StepAction, Target, Validated,
+    WorkflowDef,
 };
 use crate::issues::{IssueCode, issue};
 use crate::mapping::{is_mapping_path, mapping_paths};
-use crate::parse::{Entries, RawPoll, RawRetry, RawSignalWait, RawStep, RawWorkflow};
-use flo_protocol::{DELAY_MS_ACCEPTED_MAX, check_action_name};
+use crate::parse::{Entries, RawSignalWait, RawStep, RawWorkflow};
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub const WORKFLOW_NAME_BYTES_MAX: usize = 256;
-pub const VERSION_BYTES_MAX: usize = 128;
-/// Step and custom terminal names.
-pub const STEP_NAME_BYTES_MAX: usize = 256;
-pub const SIGNAL_TYPE_BYTES_MAX: usize = 256;
-/// `max_attempts` / `maxAttempts` of retries and polls.
-pub const ATTEMPTS_MAX: u64 = 100;
-/// Any retry or poll delay (beyond the timer horizon: never).
-pub const DELAY_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
-pub const RETRY_WITHIN_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
-pub const SIGNAL_TIMEOUT_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
-/// Deepest nesting of brackets and parentheses in an `inputMapping` path. The JSONPath
-/// parser backtracks through nested filters: its time doubles with each level of `[?@[?@…`
-/// (20 levels took a second, 30 would take a quarter of an hour), and it recurses once per
-/// level (about 1,000 overflow a shard thread's stack) — found by fuzzing. Real paths nest
-/// two or three.
-pub const MAPPING_PATH_NESTING_MAX: usize = 4;
-pub const RETRY_ATTEMPTS_DEFAULT: u32 = 3;
-pub const RETRY_INITIAL_DELAY_MS_DEFAULT: u64 = 1000;
-pub const POLL_ATTEMPTS_DEFAULT: u32 = 10;
-pub const POLL_BASE_DELAY_MS_DEFAULT: u64 = 1000;
-/// Names listed in a message before it says "...".
-const NAMES_LISTED_MAX: usize = 20;
+use crate::bounds::{SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX};
+use crate::names::{
+    check_mapping_path, check_step_name, check_version, check_workflow_name, listed, parse_target,
+};
 
 /// Checks the raw definition and builds the [`WorkflowDef`] if it has no error.
 pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssue>> {
@@ -187,23 +167,6 @@ impl Scope {
     }
 }
 
-/// `a, b, c` (at most [`NAMES_LISTED_MAX`], then `...`), or `none`.
-fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    let mut names = names.peekable();
-    if names.peek().is_none() {
-        return "none".to_owned();
-    }
-    let mut out: Vec<String> = names
-        .by_ref()
-        .take(NAMES_LISTED_MAX)
-        .map(str::to_owned)
-        .collect();
-    if names.next().is_some() {
-        out.push("...".to_owned());
-    }
-    out.join(", ")
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum StepKind {
     Run,
@@ -213,17 +176,27 @@ enum StepKind {
 }
 
 #[derive(Default)]
-struct Checker {
+pub(crate) struct Checker {
     errors: Vec<ValidationIssue>,
     warnings: Vec<ValidationIssue>,
 }
 
 impl Checker {
-    fn error(&mut self, code: IssueCode, path: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn error(
+        &mut self,
+        code: IssueCode,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.errors.push(issue(code, path, message));
     }
 
-    fn warn(&mut self, code: IssueCode, path: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn warn(
+        &mut self,
+        code: IssueCode,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.warnings.push(issue(code, path, message));
     }
 
@@ -526,140 +499,6 @@ impl Checker {
         }
     }
 
-    fn retry(&mut self, path: &str, raw: RawRetry) -> RetryPolicy {
-        let code = IssueCode::E501;
-        let max_attempts = self.attempts(
-            code,
-            path,
-            "max_attempts",
-            raw.max_attempts,
-            RETRY_ATTEMPTS_DEFAULT,
-        );
-        let backoff = self.backoff(code, path, raw.backoff.as_deref());
-        let initial_delay_ms = raw
-            .initial_delay_ms
-            .unwrap_or(RETRY_INITIAL_DELAY_MS_DEFAULT);
-        self.delay(code, path, "initial_delay_ms", initial_delay_ms);
-        if let Some(max) = raw.max_delay_ms {
-            self.delay(code, path, "max_delay_ms", max);
-            self.cap(
-                code,
-                path,
-                ("max_delay_ms", max),
-                ("initial_delay_ms", initial_delay_ms),
-            );
-        }
-        match raw.within_ms {
-            Some(ms) if ms == 0 || ms > RETRY_WITHIN_MS_MAX => self.error(
-                code,
-                format!("{path}.within_ms"),
-                format!("`within_ms` is {ms}; use 1 to {RETRY_WITHIN_MS_MAX}, or leave it out for no time budget"),
-            ),
-            _ => {}
-        }
-        RetryPolicy {
-            max_attempts,
-            backoff,
-            initial_delay_ms,
-            max_delay_ms: raw.max_delay_ms,
-            within_ms: raw.within_ms,
-        }
-    }
-
-    fn poll(&mut self, path: &str, raw: RawPoll) -> PollPolicy {
-        let code = IssueCode::E502;
-        let max_attempts = self.attempts(
-            code,
-            path,
-            "maxAttempts",
-            raw.max_attempts,
-            POLL_ATTEMPTS_DEFAULT,
-        );
-        let backoff = self.backoff(code, path, raw.backoff.as_deref());
-        let base_delay_ms = raw.base_delay_ms.unwrap_or(POLL_BASE_DELAY_MS_DEFAULT);
-        self.delay(code, path, "baseDelayMs", base_delay_ms);
-        let initial_delay_ms = raw.initial_delay_ms.unwrap_or(base_delay_ms);
-        self.delay(code, path, "initialDelayMs", initial_delay_ms);
-        if let Some(max) = raw.max_delay_ms {
-            self.delay(code, path, "maxDelayMs", max);
-            self.cap(
-                code,
-                path,
-                ("maxDelayMs", max),
-                ("baseDelayMs", base_delay_ms),
-            );
-        }
-        PollPolicy {
-            initial_delay_ms,
-            max_attempts,
-            backoff,
-            base_delay_ms,
-            max_delay_ms: raw.max_delay_ms,
-        }
-    }
-
-    fn attempts(
-        &mut self,
-        code: IssueCode,
-        path: &str,
-        field: &str,
-        value: Option<u64>,
-        default: u32,
-    ) -> u32 {
-        let Some(n) = value else {
-            return default;
-        };
-        if n == 0 || n > ATTEMPTS_MAX {
-            self.error(
-                code,
-                format!("{path}.{field}"),
-                format!("`{field}` is {n}; use 1 to {ATTEMPTS_MAX}"),
-            );
-        }
-        u32::try_from(n).unwrap_or(u32::MAX)
-    }
-
-    fn backoff(&mut self, code: IssueCode, path: &str, backoff: Option<&str>) -> Backoff {
-        match backoff {
-            None | Some("exponential") => Backoff::Exponential,
-            Some("constant") => Backoff::Constant,
-            Some("linear") => Backoff::Linear,
-            Some("exponential_jitter") => Backoff::ExponentialJitter,
-            Some(other) => {
-                self.error(
-                    code,
-                    format!("{path}.backoff"),
-                    format!("found `backoff: {other}`; use `constant`, `linear`, `exponential` or `exponential_jitter`"),
-                );
-                Backoff::Exponential
-            }
-        }
-    }
-
-    fn delay(&mut self, code: IssueCode, path: &str, field: &str, ms: u64) {
-        if ms > DELAY_MS_MAX {
-            self.error(
-                code,
-                format!("{path}.{field}"),
-                format!("`{field}` is {ms} ms; at most {DELAY_MS_MAX} is allowed"),
-            );
-        }
-    }
-
-    /// A cap on delays must not be below the delay it caps.
-    fn cap(&mut self, code: IssueCode, path: &str, cap: (&str, u64), base: (&str, u64)) {
-        if cap.1 < base.1 {
-            self.error(
-                code,
-                format!("{path}.{}", cap.0),
-                format!(
-                    "`{}` ({}) is below `{}` ({}); raise it or lower `{}`",
-                    cap.0, cap.1, base.0, base.1, base.0
-                ),
-            );
-        }
-    }
-
     /// The mapping as JSON, its paths checked (E203); `None` if absent or not JSON.
     fn input_mapping(
         &mut self,
@@ -742,200 +581,6 @@ impl Checker {
         }
         transitions
     }
-}
-
-/// A run target: `@actions/NAME`, `@workflow/NAME`, `@workflow/NAME:VERSION` or `@plan/NAME`.
-pub fn parse_target(run: &str) -> Result<Target, String> {
-    if let Some(name) = run.strip_prefix("@actions/") {
-        check_action_name(name).map_err(|e| format!("`{run}`: {e}"))?;
-        return Ok(Target::Action(name.to_owned()));
-    }
-    if let Some(rest) = run.strip_prefix("@workflow/") {
-        let (name, version) = match rest.split_once(':') {
-            Some((name, version)) => (name, Some(version)),
-            None => (rest, None),
-        };
-        check_workflow_name(name).map_err(|why| format!("`{run}`: the workflow name {why}"))?;
-        if let Some(version) = version {
-            check_version(version).map_err(|why| format!("`{run}`: the version {why}"))?;
-        }
-        return Ok(Target::Workflow {
-            name: name.to_owned(),
-            version: version.map(str::to_owned),
-        });
-    }
-    if let Some(name) = run.strip_prefix("@plan/") {
-        if name.is_empty() || name.contains(char::is_whitespace) {
-            return Err(format!(
-                "`{run}`: the plan name must be non-empty and without whitespace"
-            ));
-        }
-        return Ok(Target::Plan(name.to_owned()));
-    }
-    Err(format!(
-        "`{run}` is not a target: use `@actions/NAME`, `@workflow/NAME`, `@workflow/NAME:VERSION` or `@plan/NAME`"
-    ))
-}
-
-/// Workflow names: 1 to [`WORKFLOW_NAME_BYTES_MAX`] bytes, no whitespace or control characters,
-/// no `:` (it separates the version in `@workflow/NAME:VERSION`). Err: why, to follow "the name".
-pub fn check_workflow_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("is empty".to_owned());
-    }
-    if name.len() > WORKFLOW_NAME_BYTES_MAX {
-        return Err(format!(
-            "is {} bytes; at most {WORKFLOW_NAME_BYTES_MAX} are allowed",
-            name.len()
-        ));
-    }
-    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{name:?} contains whitespace or control characters; use e.g. `-` instead"
-        ));
-    }
-    if name.contains(':') {
-        return Err(format!(
-            "{name:?} contains `:`, which separates the version in `@workflow/NAME:VERSION`"
-        ));
-    }
-    Ok(())
-}
-
-/// Versions: 1 to [`VERSION_BYTES_MAX`] bytes, no whitespace or control characters.
-pub fn check_version(version: &str) -> Result<(), String> {
-    if version.is_empty() {
-        return Err("is empty".to_owned());
-    }
-    if version.len() > VERSION_BYTES_MAX {
-        return Err(format!(
-            "is {} bytes; at most {VERSION_BYTES_MAX} are allowed",
-            version.len()
-        ));
-    }
-    if version.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{version:?} contains whitespace or control characters"
-        ));
-    }
-    Ok(())
-}
-
-/// Step and custom terminal names: 1 to [`STEP_NAME_BYTES_MAX`] ASCII letters, digits, `_`,
-/// `-`, `.`; not `_start`, not starting with `flo.`.
-fn check_step_name(name: &str) -> Result<(), String> {
-    if name == START_STEP {
-        return Err(
-            "`_start` is reserved for the start step, which is defined under `start:`".to_owned(),
-        );
-    }
-    if name.starts_with("flo.") {
-        return Err("names starting with `flo.` are reserved for built-in terminals".to_owned());
-    }
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
-    if name.is_empty() || name.len() > STEP_NAME_BYTES_MAX || !ok_chars {
-        return Err(format!(
-            "the name is invalid: use 1 to {STEP_NAME_BYTES_MAX} letters, digits, `_`, `-` or `.`"
-        ));
-    }
-    Ok(())
-}
-
-const MAPPING_PATH_FORMS: &str = "`$.input...`, `$.steps.NAME.output...`, `$.steps.NAME.outcome`, `$.flo.run_id`, `$.flo.timestamp`";
-
-/// Whether a `$.` mapping string is valid JSONPath of an allowed form naming a known step.
-fn check_mapping_path(path: &str, steps: &BTreeSet<String>) -> Result<(), String> {
-    let nesting = nesting(path);
-    if nesting > MAPPING_PATH_NESTING_MAX {
-        return Err(format!(
-            "nests brackets and parentheses {nesting} deep; at most {MAPPING_PATH_NESTING_MAX} \
-             levels are allowed"
-        ));
-    }
-    if let Err(err) = crate::mapping::parse_json_path(path) {
-        return Err(format!(
-            "is not valid JSONPath (RFC 9535): {err}; names with characters other than letters, digits and `_` need brackets, e.g. `$.steps['check-status'].output`"
-        ));
-    }
-    let known_step = |step: &str| {
-        if step == START_STEP || steps.contains(step) {
-            Ok(())
-        } else {
-            Err(format!(
-                "names step `{step}`, which is not defined (steps: {})",
-                listed(std::iter::once(START_STEP).chain(steps.iter().map(String::as_str)))
-            ))
-        }
-    };
-    let (names, rest) = leading_names(&path[1..], 3);
-    match names[..] {
-        ["input", ..] => Ok(()),
-        ["steps", step, "output", ..] => known_step(step),
-        ["steps", step, "outcome"] if rest.is_empty() => known_step(step),
-        ["flo", "run_id" | "timestamp"] if rest.is_empty() => Ok(()),
-        _ => Err(format!(
-            "is not one of the paths allowed: {MAPPING_PATH_FORMS}"
-        )),
-    }
-}
-
-/// How deep `(` and `[` nest in `path`. Never less than the parser's nesting: every opening
-/// bracket counts (even in a string literal), a closing one only outside string literals.
-fn nesting(path: &str) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let mut quote = None::<char>;
-    let mut escaped = false;
-    for c in path.chars() {
-        if matches!(c, '(' | '[') {
-            depth += 1;
-            deepest = deepest.max(depth);
-        }
-        match (quote, c) {
-            (Some(_), _) if escaped => escaped = false,
-            (Some(_), '\\') => escaped = true,
-            (Some(q), c) if c == q => quote = None,
-            (None, '\'' | '"') => quote = Some(c),
-            (None, ')' | ']') => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
-
-/// Up to `max` leading member names of a JSONPath after its `$` (`.name`, `['name']`,
-/// `["name"]`), and the rest of it.
-fn leading_names(mut rest: &str, max: usize) -> (Vec<&str>, &str) {
-    let mut names = Vec::new();
-    while names.len() < max {
-        let (name, after) = if let Some(r) = rest.strip_prefix('.') {
-            if r.starts_with('.') {
-                break; // `..`: descendants
-            }
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            (&r[..end], &r[end..])
-        } else if let Some(r) = rest.strip_prefix("['").or_else(|| rest.strip_prefix("[\"")) {
-            let quote = if rest.as_bytes()[1] == b'\'' {
-                '\''
-            } else {
-                '"'
-            };
-            let Some(end) = r.find(quote) else { break };
-            let Some(after) = r[end + 1..].strip_prefix(']') else {
-                break;
-            };
-            if r[..end].contains('\\') {
-                break;
-            }
-            (&r[..end], after)
-        } else {
-            break;
-        };
-        names.push(name);
-        rest = after;
-    }
-    (names, rest)
 }
 
 /// Named steps that no transition or `onTimeout` leads to from the start step.

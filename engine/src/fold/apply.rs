@@ -79,10 +79,7 @@ impl ShardState {
                         .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
                 }
             }
-            other => impossible(
-                lsn,
-                format_args!("type {} is not a kv record", other.type_code()),
-            ),
+            other => wrong_domain(lsn, &other, "kv"),
         }
     }
 
@@ -107,10 +104,7 @@ impl ShardState {
             } => self
                 .registry
                 .apply_enabled(&namespace, &name, enabled, at_ms),
-            other => impossible(
-                lsn,
-                format_args!("type {} is not a registry record", other.type_code()),
-            ),
+            other => wrong_domain(lsn, &other, "registry"),
         }
     }
 
@@ -204,10 +198,7 @@ impl ShardState {
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
             }
-            other => impossible(
-                lsn,
-                format_args!("type {} is not a run record", other.type_code()),
-            ),
+            other => wrong_domain(lsn, &other, "run"),
         }
     }
 
@@ -337,10 +328,7 @@ impl ShardState {
                     }
                 }
             }
-            other => impossible(
-                lsn,
-                format_args!("type {} is not a lease record", other.type_code()),
-            ),
+            other => wrong_domain(lsn, &other, "lease"),
         }
     }
 
@@ -435,10 +423,7 @@ impl ShardState {
             } => self
                 .workflows
                 .apply_cancelled(&namespace, &run_id, reason, at_ms, lsn),
-            other => impossible(
-                lsn,
-                format_args!("type {} is not a workflow record", other.type_code()),
-            ),
+            other => wrong_domain(lsn, &other, "workflow"),
         }
     }
 
@@ -465,12 +450,17 @@ impl ShardState {
                 self.archive.insert(key, entry, run.finished_at_ms());
             }
             Record::RunsForgotten { before_lsn } => self.archive.forget(before_lsn),
-            other => impossible(
-                lsn,
-                format_args!("type {} is not a archive record", other.type_code()),
-            ),
+            other => wrong_domain(lsn, &other, "archive"),
         }
     }
+}
+
+/// A record handed to the wrong domain's `apply_*`: a bug in `apply`'s dispatch.
+fn wrong_domain(lsn: u64, record: &Record, domain: &str) {
+    impossible(
+        lsn,
+        format_args!("type {} is not a {domain} record", record.type_code()),
+    );
 }
 
 /// A record that cannot follow the records before it: a bug, not bad input (records are
