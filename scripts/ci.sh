@@ -2,11 +2,15 @@
 # Usage: scripts/ci.sh
 #
 # Exactly what CI runs: every test of the workspace (unit tests, the engine's simulation,
-# integration tests against a real server). Each shard locks --io-memory-mb of memory for
-# its disk buffers, so lift the locked-memory limit where we may (see README, "Locked
-# memory"); where we may not, the tests run with whatever limit there is.
+# integration tests against a real server), then a build of the runtime on its own. Each
+# shard locks --io-memory-mb of memory for its disk buffers, so lift the locked-memory
+# limit where we may (see README, "Locked memory"); where we may not, the tests run with
+# whatever limit there is.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ulimit -l unlimited 2>/dev/null || true
 cargo test --workspace
+# The runtime builds against the engine's face alone (without `test-support`): it cannot
+# name a record, the fold or the commit path (ARCHITECTURE.md, "The crates").
+cargo build -p flo-runtime
