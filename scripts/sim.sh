@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/sim.sh SEEDS
 #
-# Runs the engine's deterministic simulation (engine/tests/sim.rs) with seeds 1..=SEEDS, in
+# Runs the engine's deterministic simulation (shards/engine/tests/sim.rs) with seeds 1..=SEEDS, in
 # a release build (debug assertions on) so that many seeds take little time. The simulation drives bare engines
 # (no sockets, no runtime) from one seed: random clients, workers, executions, message
 # interleavings, disk syncs, clock jumps, retention of finished runs, segment rolls,

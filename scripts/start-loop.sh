@@ -8,7 +8,7 @@
 # thread was doing (kernel wait channel and stack, and gdb's backtraces when gdb is there)
 # to hang-<N>.txt in the working directory, kills it, and goes on. Prints the counts and
 # the slowest starts, and the starts the server had to wake (a stall it got over, see
-# runtime/src/kick.rs); exits 1 if any start hung or failed.
+# shards/runtime/src/kick.rs); exits 1 if any start hung or failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

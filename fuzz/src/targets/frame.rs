@@ -1,5 +1,5 @@
 //! `frame`: the bytes a client sends on a connection, taken as the server's listener takes
-//! them (`runtime/src/listener.rs`: `read_loop` → `split_frame`, `handle_frame` →
+//! them (`shards/runtime/src/listener.rs`: `read_loop` → `split_frame`, `handle_frame` →
 //! `decode_payload::<Request>`, on failure `decode_payload::<RequestId>` for the id to answer,
 //! and with an auth file the connection's `Gate::check`, whose first request is the `Hello`
 //! handshake), plus the client's side of the same frames (`decode_payload::<Response>`, as

@@ -99,7 +99,7 @@ fn split_segments(mut rest: &[u8]) -> Vec<(u64, Vec<u8>)> {
 }
 
 /// Recomputes the checksum of every record whose header and payload are all there, walking
-/// the segment as the log's parser does (`ual/src/format.rs`).
+/// the segment as the log's parser does (`shards/ual/src/format.rs`).
 fn reseal(buf: &mut [u8]) {
     let mut pos = 0usize;
     while pos < buf.len() {
@@ -130,7 +130,7 @@ fn reseal(buf: &mut [u8]) {
 }
 
 /// The runtime's readers of segment bytes: the marks of a segment recovery did not read,
-/// and a record found from a mark (`runtime/src/log_reader.rs`).
+/// and a record found from a mark (`shards/runtime/src/log_reader.rs`).
 fn read_segment(first_lsn: u64, bytes: &[u8], signal: &mut Signal) {
     let marks = segment_marks(bytes);
     signal.add(marks.len() as u64);

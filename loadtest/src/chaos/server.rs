@@ -21,7 +21,7 @@ const STDERR_TAIL_LINES: usize = 30;
 /// Ports tried for the first start before giving up.
 const PORT_ATTEMPTS_MAX: u64 = 20;
 
-/// The servers' notes of a shard thread woken by the watchdog (`runtime/src/kick.rs`): at
+/// The servers' notes of a shard thread woken by the watchdog (`shards/runtime/src/kick.rs`): at
 /// run time, and during a start-up. A stall the wake-up ended is no violation, but it is
 /// counted for the summary and each note is printed as it comes.
 pub static WOKEN_AT_RUN_TIME: AtomicU64 = AtomicU64::new(0);

@@ -1,5 +1,5 @@
 //! A shard's files in the simulation, made and dropped as the runtime makes and drops them
-//! (`runtime/src/log_writer.rs`, `runtime/src/snapshots.rs`):
+//! (`shards/runtime/src/log_writer.rs`, `shards/runtime/src/snapshots.rs`):
 //!
 //! - log segments named by their first LSN; the writer rolls to a new one (created, the
 //!   directory synced) when the next batch would not fit in `segment_bytes`;
@@ -17,7 +17,7 @@
 use super::{Node, parse_log};
 use flo_ual::{Found, align_up, find_record};
 
-/// Snapshots kept on disk (`runtime/src/snapshots.rs`: `SNAPSHOTS_KEPT`).
+/// Snapshots kept on disk (`shards/runtime/src/snapshots.rs`: `SNAPSHOTS_KEPT`).
 pub const SNAPSHOTS_KEPT: usize = 2;
 
 /// A segment file the writer moved past: it no longer changes.
@@ -104,7 +104,7 @@ pub struct CrashFiles {
     pub snaps: Vec<SnapFile>,
 }
 
-/// The runtime's deletion rule (`Snapshotter::start` in `runtime/src/snapshots.rs`): with
+/// The runtime's deletion rule (`Snapshotter::start` in `shards/runtime/src/snapshots.rs`): with
 /// `kept` the snapshots on disk after the write (newest first) and `retained_from` the
 /// first LSN retained runs need, the segments (by first LSN, in order) wholly before
 /// min(the older kept snapshot + 1 — or 1 with one only —, `retained_from`).
