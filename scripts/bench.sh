@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/bench.sh [--ops N] [WORKLOAD...]
 #
-# Builds the release binaries, then runs the load-test rows of README.md's Benchmarks
+# Builds the release binaries, then runs the load-test rows of docs/benchmarks.md's
 # table, each against a server of its own (`flo-loadtest --spawn`), and prints each row's
 # figures followed by a summary.
 #
@@ -17,14 +17,13 @@
 #   FLO_BENCH_OUT       keep each row's JSON report in this directory (default: a temporary
 #                       directory, removed at the end)
 #
-# The rows share the machine with the load generator (as in the README); figures vary by
+# The rows share the machine with the load generator (as in docs/benchmarks.md); figures vary by
 # ±30% from run to run on a shared machine. The full table takes several minutes of CPU.
 set -euo pipefail
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 cd "$(dirname "$self")/.."
 
-# The rows of README.md's Benchmarks table (the workflow row measured twice there is run
-# once). Keep them in step with the README.
+# The rows of docs/benchmarks.md's table. Keep them in step with it.
 ROWS=(
     "--workload kv-put --ops 600000 --shards 1 --durability sync --connections 2 --pipeline 256"
     "--workload kv-put --ops 600000 --shards 2 --durability sync --connections 8 --pipeline 256"
