@@ -14,57 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-const ORDER_PROCESSING: &str = r#"
-kind: Workflow
-name: order-processing
-version: "1.0.0"
-idempotency: required
-
-terminals:
-  OrderCompleted:
-    status: completed
-  OrderRejected:
-    status: failed
-  PaymentFailed:
-    status: failed
-
-start:
-  run: "@actions/validate-order"
-  transitions:
-    success: process_payment
-    failure: flo.Failed
-
-steps:
-  process_payment:
-    run: "@actions/charge-payment"
-    retry:
-      max_attempts: 3
-      backoff: exponential
-      initial_delay_ms: 1000
-    transitions:
-      success: check_approval
-      failure: PaymentFailed
-
-  check_approval:
-    run: "@actions/check-approval-needed"
-    transitions:
-      success: fulfill          # no approval needed
-      failure: await_approval   # high-value order, needs approval
-
-  await_approval:
-    waitForSignal:
-      type: approval
-      timeoutMs: 3600000        # 1 hour
-      onTimeout: OrderRejected
-    transitions:
-      success: fulfill
-
-  fulfill:
-    run: "@actions/ship-order"
-    transitions:
-      success: OrderCompleted
-      failure: flo.Failed
-"#;
+const ORDER_PROCESSING: &str = include_str!("../testdata/workflows/order-processing.yaml");
 
 /// "Payment Processing" with its plan replaced by one action (plans come in a later issue).
 const PAYMENT_PROCESSING: &str = r#"

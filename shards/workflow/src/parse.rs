@@ -202,88 +202,9 @@ mod tests {
             .collect()
     }
 
-    const QUICK_START: &str = r#"
-kind: Workflow
-name: process-order
-version: "1.0.0"
-idempotency: required
+    const QUICK_START: &str = include_str!("../../../testdata/workflows/process-order.yaml");
 
-start:
-  run: "@actions/validate-order"
-  transitions:
-    success: charge
-    failure: flo.Failed
-
-steps:
-  charge:
-    run: "@actions/charge-payment"
-    retry:
-      max_attempts: 3
-      backoff: exponential
-      initial_delay_ms: 1000
-      max_delay_ms: 30000
-    transitions:
-      success: ship
-      failure: flo.Failed
-
-  ship:
-    run: "@actions/create-shipment"
-    transitions:
-      success: flo.Completed
-      failure: flo.Failed
-"#;
-
-    const ORDER_SIGNALS: &str = r#"
-kind: Workflow
-name: order-processing
-version: "1.0.0"
-idempotency: required
-
-terminals:
-  OrderCompleted:
-    status: completed
-  OrderRejected:
-    status: failed
-  PaymentFailed:
-    status: failed
-
-start:
-  run: "@actions/validate-order"
-  transitions:
-    success: process_payment
-    failure: flo.Failed
-
-steps:
-  process_payment:
-    run: "@actions/charge-payment"
-    retry:
-      max_attempts: 3
-      backoff: exponential
-      initial_delay_ms: 1000
-    transitions:
-      success: check_approval
-      failure: PaymentFailed
-
-  check_approval:
-    run: "@actions/check-approval-needed"
-    transitions:
-      success: fulfill          # no approval needed
-      failure: await_approval   # high-value order, needs approval
-
-  await_approval:
-    waitForSignal:
-      type: approval
-      timeoutMs: 3600000        # 1 hour
-      onTimeout: OrderRejected
-    transitions:
-      success: fulfill
-
-  fulfill:
-    run: "@actions/ship-order"
-    transitions:
-      success: OrderCompleted
-      failure: flo.Failed
-"#;
+    const ORDER_SIGNALS: &str = include_str!("../../../testdata/workflows/order-processing.yaml");
 
     const PAYMENT_PLANS: &str = r#"
 plans:
