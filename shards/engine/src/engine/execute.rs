@@ -152,7 +152,8 @@ impl Engine {
         Some(done)
     }
 
-    /// An operation of a worker homed here, or a report on a task this shard owns. None when the answer goes later.
+    /// An operation of a worker homed here, or a report on a task this shard owns. None
+    /// when the answer goes later.
     fn execute_workers(&mut self, to: ReplyTo, op: Op) -> Option<Done> {
         let done = match op {
             Op::WorkerRegister(spec) => {
@@ -225,7 +226,8 @@ impl Engine {
         Some(done)
     }
 
-    /// An operation on workflow definitions or runs this shard owns. None when the answer goes later.
+    /// An operation on workflow definitions or runs this shard owns. None when the answer
+    /// goes later.
     fn execute_workflows(&mut self, to: ReplyTo, op: Op) -> Option<Done> {
         let done = match op {
             // Definition reads wait for the last definition change, like action reads.
