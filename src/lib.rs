@@ -12,6 +12,7 @@ mod fake_server;
 mod handler;
 mod mux;
 mod requests;
+mod streams;
 mod worker;
 
 pub use client::{
@@ -24,6 +25,7 @@ pub use handler::{
     NonRetryableError,
 };
 pub use mux::{MUX_PENDING_CALLS_MAX, MuxClient, MuxOptions, PendingReply};
+pub use requests::RecordsPage;
 pub use worker::{
     ActionWorker, ActionWorkerBuilder, RunningWorker, StopHandle, WORKER_CONCURRENCY_MAX,
     WorkerError, WorkerOptions, WorkerStats,

@@ -7,6 +7,7 @@ mod actions;
 mod kv;
 mod request;
 mod server;
+mod streams;
 mod workers;
 mod workflows;
 
@@ -17,6 +18,10 @@ pub(crate) use actions::{
 pub(crate) use kv::{KvDelete, KvGet, KvListPage, KvPut};
 pub(crate) use request::{Transport, TypedRequest, is_not_found, send};
 pub(crate) use server::{AdvanceClock, Hello, ServerHello, Status};
+pub use streams::RecordsPage;
+pub(crate) use streams::{
+    Append, CreateStream, DeleteStream, GetStream, ListStreams, ReadStream, TrimStream,
+};
 pub(crate) use workers::{
     AwaitTasks, CompleteTask, DeregisterWorker, DrainWorker, FailTask, GetWorker, Heartbeat,
     ListWorkers, RegisterWorker, TouchTask, task_await_op, tasks_of,

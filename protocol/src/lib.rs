@@ -5,6 +5,7 @@ mod error;
 mod frame;
 mod message;
 mod rules;
+mod streams;
 
 pub use error::{ErrorCode, ErrorValue, IDLE_CLOSED_PREFIX};
 pub use frame::{
@@ -25,5 +26,11 @@ pub use message::{
 };
 pub use rules::{
     DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, check_action_name, check_idempotency_key,
-    check_labels, check_namespace, check_worker_id,
+    check_labels, check_namespace, check_stream_name, check_stream_record, check_worker_id,
+};
+pub use streams::{
+    STREAM_APPEND_RECORDS_MAX, STREAM_HEADERS_BYTES_MAX, STREAM_HEADERS_MAX, STREAM_KEY_BYTES_MAX,
+    STREAM_NAME_BYTES_MAX, STREAM_PARTITIONS_MAX, STREAM_PAYLOAD_BYTES_MAX,
+    STREAM_READ_COUNT_DEFAULT, STREAM_READ_COUNT_MAX, StreamConfig, StreamId, StreamInfo,
+    StreamReadSpec, StreamRecord, StreamRecordIn,
 };

@@ -2,6 +2,9 @@
 //! Responses may arrive in any order (pipelining).
 
 use crate::ErrorValue;
+use crate::streams::{
+    StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecord, StreamRecordIn,
+};
 use serde::{Deserialize, Serialize};
 
 /// Version of this message set; the handshake refuses any other.
@@ -282,6 +285,43 @@ pub enum Op {
         /// Where the previous page ended (its `next_cursor`); none: the first page.
         #[serde(default)]
         cursor: Option<String>,
+    },
+    /// Create a stream (a repeat with the same settings answers `created: false`).
+    StreamCreate {
+        namespace: String,
+        name: String,
+        config: StreamConfig,
+    },
+    /// Delete a stream and every record it holds.
+    StreamDelete {
+        namespace: String,
+        name: String,
+    },
+    /// Append records, answered with their ids in the order given once they are durable.
+    /// A stream that does not exist is created with the default settings.
+    StreamAppend {
+        namespace: String,
+        stream: String,
+        records: Vec<StreamRecordIn>,
+        /// Put every record in this partition (None: by key, round-robin without one).
+        #[serde(default)]
+        partition: Option<u32>,
+    },
+    StreamRead(StreamReadSpec),
+    StreamGet {
+        namespace: String,
+        name: String,
+    },
+    StreamList {
+        namespace: String,
+    },
+    /// Remove the records whose id is below `before` (`dry_run`: only count them).
+    StreamTrim {
+        namespace: String,
+        stream: String,
+        before: StreamId,
+        #[serde(default)]
+        dry_run: bool,
     },
     /// Moves the server's clock forward (only on a server started with `--test-clock`).
     TestAdvanceClock {
@@ -837,6 +877,30 @@ pub enum Reply {
         /// More events follow: ask again with `after` set to this (the last `seq` here).
         next_after: Option<u64>,
     },
+    StreamCreated {
+        name: String,
+        partitions: u32,
+        /// False when the stream existed with these settings.
+        created: bool,
+    },
+    StreamDeleted {
+        deleted: bool,
+    },
+    /// The ids of appended records, in the order they were given.
+    StreamAppended {
+        ids: Vec<StreamId>,
+    },
+    StreamRecords {
+        records: Vec<StreamRecord>,
+        /// The read stopped at its count: read on after this id.
+        next_after: Option<StreamId>,
+    },
+    Stream(StreamInfo),
+    Streams(Vec<StreamInfo>),
+    StreamTrimmed {
+        /// Records removed (or, for a dry run, that would be).
+        removed: u64,
+    },
     /// Acknowledgement of a change with nothing else to report.
     Done,
 }
@@ -963,6 +1027,11 @@ pub struct ShardInfo {
     /// The module cache as this shard last saw it (None: it has not used it yet).
     #[serde(default)]
     pub module_cache: Option<ModuleCacheInfo>,
+    /// Stream records held by this shard, and their payload bytes.
+    #[serde(default)]
+    pub stream_records: u64,
+    #[serde(default)]
+    pub stream_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,10 @@ use crate::error::ErrorValue;
 use crate::message::{
     ACTION_NAME_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX, NAMESPACE_BYTES_MAX, WORKER_ID_BYTES_MAX,
 };
+use crate::streams::{
+    STREAM_HEADERS_BYTES_MAX, STREAM_HEADERS_MAX, STREAM_KEY_BYTES_MAX, STREAM_NAME_BYTES_MAX,
+    STREAM_PAYLOAD_BYTES_MAX, StreamRecordIn,
+};
 
 /// Largest labels object (its JSON text), on a task or a worker.
 pub const LABELS_BYTES_MAX: usize = 4096;
@@ -132,4 +136,45 @@ mod tests {
         let e: ErrorValue = check_namespace("").unwrap_err().into();
         assert_eq!(e.code, crate::ErrorCode::BadRequest);
     }
+}
+
+/// Stream names: 1 to `STREAM_NAME_BYTES_MAX` bytes of letters, digits, `-`, `_`, `.`.
+pub fn check_stream_name(name: &str) -> Result<(), Invalid> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if name.is_empty() || name.len() > STREAM_NAME_BYTES_MAX || !ok_chars {
+        return Err(Invalid(format!(
+            "stream name {name:?} is invalid: use 1 to {STREAM_NAME_BYTES_MAX} letters, \
+             digits, '-', '_' or '.'"
+        )));
+    }
+    Ok(())
+}
+
+/// A record to append: its payload, key and headers within their bounds.
+pub fn check_stream_record(record: &StreamRecordIn) -> Result<(), Invalid> {
+    if record.payload.len() > STREAM_PAYLOAD_BYTES_MAX {
+        return Err(Invalid(format!(
+            "a record's payload is {} bytes; the most is {STREAM_PAYLOAD_BYTES_MAX}",
+            record.payload.len()
+        )));
+    }
+    if let Some(key) = &record.key
+        && (key.is_empty() || key.len() > STREAM_KEY_BYTES_MAX)
+    {
+        return Err(Invalid(format!(
+            "a record's key must be 1 to {STREAM_KEY_BYTES_MAX} bytes, got {}",
+            key.len()
+        )));
+    }
+    let header_bytes: usize = record.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if record.headers.len() > STREAM_HEADERS_MAX || header_bytes > STREAM_HEADERS_BYTES_MAX {
+        return Err(Invalid(format!(
+            "a record has {} headers of {header_bytes} bytes; the most is {STREAM_HEADERS_MAX} \
+             headers of {STREAM_HEADERS_BYTES_MAX} bytes",
+            record.headers.len()
+        )));
+    }
+    Ok(())
 }

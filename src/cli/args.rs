@@ -53,6 +53,9 @@ pub enum Command {
     /// history.
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// Streams: append-only records in partitions, read by id.
+    #[command(subcommand)]
+    Stream(super::stream::StreamCommand),
     /// Check a definition without a server.
     #[command(subcommand)]
     Validate(ValidateCommand),
@@ -491,7 +494,7 @@ pub enum ValidateCommand {
 
 /// `--ttl`: `500ms`, `1s`, `5m`, `2h`, `1d` (humantime units), or a bare number of
 /// milliseconds (0: no expiry).
-fn parse_ttl(text: &str) -> Result<u64, String> {
+pub(super) fn parse_ttl(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let ms = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         text.parse::<u64>()

@@ -10,6 +10,7 @@ mod kv;
 mod output;
 mod server;
 mod status;
+mod stream;
 mod worker;
 mod workflow;
 
@@ -43,6 +44,7 @@ pub fn run() -> i32 {
         Command::Workflow(cmd) => workflow::check(cmd)
             .and_then(|()| connect(&cli))
             .and_then(|mut c| workflow::run(&mut c, cmd, &out)),
+        Command::Stream(cmd) => connect(&cli).and_then(|mut c| stream::run(&mut c, cmd, &out)),
         Command::Validate(cmd) => workflow::validate(cmd, &out),
     };
     match result {

@@ -9,6 +9,8 @@ use crate::core::io::{Effect, PeerRequest, ReplyResult, ReplyTo};
 use crate::core::{Core, Waiting};
 use crate::fold::record::Record;
 use crate::fold::registry::action_info;
+use crate::fold::state::ShardState;
+use crate::fold::streams::{StreamDef, StreamKey, StreamSync};
 use crate::workflows;
 use flo_protocol::{ActionSpec, ErrorValue, Op, Reply};
 use std::collections::VecDeque;
@@ -101,7 +103,9 @@ fn next(core: &mut Core, defs: &mut Definitions) {
             return;
         }
         let namespace = match &op {
-            Op::WorkflowCreate { namespace, .. } => Some(namespace.clone()),
+            Op::WorkflowCreate { namespace, .. } | Op::StreamCreate { namespace, .. } => {
+                Some(namespace.clone())
+            }
             _ => None,
         };
         match plan(core, op, None) {
@@ -159,6 +163,25 @@ fn plan(
             let record = workflows::plan_set_enabled(core, &namespace, &name, enabled, now)?;
             (Some(record), After::Workflow { namespace, name })
         }
+        Op::StreamCreate {
+            namespace,
+            name,
+            config,
+        } => {
+            let shards = core.partitioning().shards;
+            let streams = &core.state().streams;
+            let record = streams.plan_create(&namespace, &name, &config, shards, now)?;
+            let reply = Reply::StreamCreated {
+                name,
+                partitions: config.partitions.unwrap_or(shards),
+                created: record.is_some(),
+            };
+            (record, After::Reply(Box::new(reply)))
+        }
+        Op::StreamDelete { namespace, name } => (
+            Some(core.state().streams.plan_delete(&namespace, &name)?),
+            After::Reply(Box::new(Reply::StreamDeleted { deleted: true })),
+        ),
         _ => return Err(ErrorValue::internal("not a definition change")),
     })
 }
@@ -195,23 +218,30 @@ fn confirm(
     namespace: Option<String>,
     after: After,
 ) {
-    let name = match &after {
-        After::Reply(reply) => match &**reply {
-            Reply::WorkflowCreated { name, .. } => Some(name.clone()),
+    let state = core.state();
+    let req = match (&after, namespace) {
+        (After::Reply(reply), Some(ns)) => match &**reply {
+            Reply::WorkflowCreated { name, .. } => {
+                state.workflows.defs.sync_entry(&ns, name).map(|entry| {
+                    PeerRequest::DefinitionSync {
+                        actions: None,
+                        workflows: vec![entry],
+                        streams: StreamSync::One(stream_entries(state, Some((&ns, name)))),
+                    }
+                })
+            }
+            Reply::StreamCreated { name, .. } => Some(PeerRequest::DefinitionSync {
+                actions: None,
+                workflows: Vec::new(),
+                streams: StreamSync::One(stream_entries(state, Some((&ns, name)))),
+            }),
             _ => None,
         },
         _ => None,
     };
-    let entry = namespace
-        .zip(name)
-        .and_then(|(ns, name)| core.state().workflows.defs.sync_entry(&ns, &name));
-    let Some(entry) = entry else {
+    let Some(req) = req else {
         core.reply_op(to, 0, Err(ErrorValue::internal("nothing to change")));
         return;
-    };
-    let req = PeerRequest::DefinitionSync {
-        actions: None,
-        workflows: vec![entry],
     };
     let lsn = core.last_lsn();
     fan_out(core, defs, id, to, lsn, req, after);
@@ -364,13 +394,32 @@ pub fn sync_all(core: &mut Core) {
         .map(|(ns, name, def)| (ns.to_string(), name.to_string(), def.clone()))
         .collect();
     let workflows = core.state().workflows.defs.sync_entries();
+    let streams = stream_entries(core.state(), None);
     let me = core.shard();
     for s in (0..core.partitioning().shards).filter(|&s| s != me) {
         let req = PeerRequest::DefinitionSync {
             actions: Some(actions.clone()),
             workflows: workflows.clone(),
+            streams: StreamSync::All(streams.clone()),
         };
         core.call(s, 0, req, Waiting::Nothing);
+    }
+}
+
+/// The coordinator's stream definitions: one (`only`) or all.
+fn stream_entries(state: &ShardState, only: Option<(&str, &str)>) -> Vec<(StreamKey, StreamDef)> {
+    match only {
+        Some((ns, name)) => state
+            .streams
+            .def(ns, name)
+            .map(|d| ((ns.to_string(), name.to_string()), d.clone()))
+            .into_iter()
+            .collect(),
+        None => state
+            .streams
+            .all_defs()
+            .map(|(k, d)| (k.clone(), d.clone()))
+            .collect(),
     }
 }
 
@@ -380,6 +429,7 @@ pub fn apply_sync(
     to: ReplyTo,
     actions: Option<Vec<(String, String, crate::fold::registry::ActionDef)>>,
     workflows: Vec<crate::fold::workflow_defs::WfSyncEntry>,
+    streams: StreamSync,
 ) {
     let now = core.now_ms();
     let mut records = match actions {
@@ -387,6 +437,7 @@ pub fn apply_sync(
         None => Vec::new(),
     };
     records.extend(core.state().workflows.defs.plan_sync(&workflows));
+    records.extend(core.state().streams.plan_sync(streams));
     for record in records {
         core.commit(record);
     }

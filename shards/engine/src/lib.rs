@@ -28,6 +28,7 @@ pub mod image;
 mod kv;
 pub mod line_budget;
 mod pages;
+mod streams;
 mod tables;
 mod workers;
 mod workflows;

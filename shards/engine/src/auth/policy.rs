@@ -89,6 +89,13 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::WorkflowSignal { namespace, .. } => ("workflow_signal", Ns(namespace), Client),
         Op::WorkflowCancel { namespace, .. } => ("workflow_cancel", Ns(namespace), Client),
         Op::WorkflowListRuns { namespace, .. } => ("workflow_list_runs", Ns(namespace), Client),
+        Op::StreamCreate { namespace, .. } => ("stream_create", Ns(namespace), Client),
+        Op::StreamDelete { namespace, .. } => ("stream_delete", Ns(namespace), Client),
+        Op::StreamAppend { namespace, .. } => ("stream_append", Ns(namespace), ClientAndWorker),
+        Op::StreamRead(spec) => ("stream_read", Ns(&spec.namespace), ClientAndWorker),
+        Op::StreamGet { namespace, .. } => ("stream_get", Ns(namespace), ClientAndWorker),
+        Op::StreamList { namespace } => ("stream_list", Ns(namespace), ClientAndWorker),
+        Op::StreamTrim { namespace, .. } => ("stream_trim", Ns(namespace), Client),
         Op::TestAdvanceClock { .. } => ("test_advance_clock", Scope::Server, AdminOnly),
     };
     Rule { name, scope, roles }

@@ -27,6 +27,8 @@ pub enum Waiting {
     GuestRead { exec: u64, read: u64 },
     /// Delivery of guest KV writes of the completion at `origin_lsn`.
     Forward { origin_lsn: u64 },
+    /// Part `part` of stream append `gather`.
+    StreamAppend { gather: u64, part: usize },
     /// Nothing to continue (a start-up sync, a clock move).
     Nothing,
 }
@@ -70,7 +72,11 @@ impl Calls {
         self.open
             .iter()
             .filter(|(_, (w, _, at))| {
-                *at <= sent_by_ms && matches!(w, Waiting::Relay(_) | Waiting::FanOut(_))
+                *at <= sent_by_ms
+                    && matches!(
+                        w,
+                        Waiting::Relay(_) | Waiting::FanOut(_) | Waiting::StreamAppend { .. }
+                    )
             })
             .map(|(&tag, &(_, shard, _))| (tag, shard))
             .collect()

@@ -216,6 +216,16 @@ pub enum PeerRequest {
     DefinitionSync {
         actions: Option<Vec<(String, String, ActionDef)>>,
         workflows: Vec<WfSyncEntry>,
+        streams: crate::fold::streams::StreamSync,
+    },
+    /// Records to append to a partition the receiver owns (`streams::append`): ids at or
+    /// above `min_id`.
+    StreamAppend {
+        namespace: String,
+        stream: String,
+        partition: u32,
+        records: Vec<flo_protocol::StreamRecordIn>,
+        min_id: Option<flo_protocol::StreamId>,
     },
     /// A worker's home asks for tasks.
     Want(WantMsg),

@@ -12,6 +12,7 @@ use crate::fold::archive::RunKind;
 use crate::hash::HASH_NAME;
 use crate::kv;
 use crate::pages::{self, Pos};
+use crate::streams;
 use crate::workers;
 use crate::workflows;
 use flo_protocol::{
@@ -54,6 +55,10 @@ impl Engine {
                 }
             },
             Target::All => self.fan_out(to, op),
+            Target::Streams => {
+                let refusal = self.log_refusal();
+                streams::append(&mut self.core, &mut self.appends, to, op, refusal);
+            }
         }
     }
 
@@ -143,6 +148,8 @@ impl Engine {
                 disk_full: core.disk() == DiskSpace::Full,
                 executions: self.executions.len() as u32,
                 module_cache: self.module_cache,
+                stream_records: core.state().streams.totals().0,
+                stream_bytes: core.state().streams.totals().1,
             }))),
             Op::KvList {
                 namespace,
@@ -200,6 +207,15 @@ impl Engine {
                 };
                 return self.with_archived(query, live, dest);
             }
+            Op::StreamRead(spec) => streams::read_part(core, &spec),
+            Op::StreamGet { namespace, name } => streams::info_part(core, &namespace, Some(&name)),
+            Op::StreamList { namespace } => streams::info_part(core, &namespace, None),
+            Op::StreamTrim {
+                namespace,
+                stream,
+                before,
+                dry_run,
+            } => streams::trim_part(&mut self.core, &namespace, &stream, before, dry_run),
             _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
         })
     }
@@ -265,8 +281,17 @@ impl Engine {
         if !mutates(op) {
             return false;
         }
+        let Some(e) = self.log_refusal() else {
+            return false;
+        };
+        self.core.reply_op(to, 0, Err(e));
+        true
+    }
+
+    /// Why this shard cannot log a client's mutation now, if it cannot.
+    pub(super) fn log_refusal(&self) -> Option<ErrorValue> {
         let shard = self.core.shard();
-        let e = if self.core.disk() == DiskSpace::Full {
+        Some(if self.core.disk() == DiskSpace::Full {
             ErrorValue::unavailable(format!(
                 "disk full on shard {shard}: it is read-only until space is freed (reads \
                  still work); retry later"
@@ -280,10 +305,8 @@ impl Engine {
                 ),
             )
         } else {
-            return false;
-        };
-        self.core.reply_op(to, 0, Err(e));
-        true
+            return None;
+        })
     }
 
     /// A run that is not found but whose id this shard handed out finished and was

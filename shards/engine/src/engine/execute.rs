@@ -48,14 +48,22 @@ impl Engine {
             | Op::ActionDelete { .. }
             | Op::ActionSetEnabled { .. }
             | Op::WorkflowCreate { .. }
-            | Op::WorkflowSetEnabled { .. } => {
+            | Op::WorkflowSetEnabled { .. }
+            | Op::StreamCreate { .. }
+            | Op::StreamDelete { .. } => {
                 return definitions::submit(&mut self.core, &mut self.definitions, to, op);
             }
             op @ (Op::Status
             | Op::KvList { .. }
             | Op::RunList { .. }
             | Op::WorkerList { .. }
-            | Op::WorkflowListRuns { .. }) => self.part(op, Dest::Reply(to)),
+            | Op::WorkflowListRuns { .. }
+            | Op::StreamRead(_)
+            | Op::StreamGet { .. }
+            | Op::StreamList { .. }
+            | Op::StreamTrim { .. }) => self.part(op, Dest::Reply(to)),
+            // Split by partition where the client is connected (`Target::Streams`).
+            op @ Op::StreamAppend { .. } => Some(misrouted(&op)),
             op @ (Op::Hello { .. } | Op::ShardMap) => Some(Done::now(self.connection_op(op))),
             Op::TestAdvanceClock { .. } => Some(Done::now(Err(ErrorValue::internal(
                 "a clock move reached a shard directly",

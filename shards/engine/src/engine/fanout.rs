@@ -4,6 +4,7 @@
 use crate::core::io::{Done, PeerRequest, ReplyResult, ReplyTo};
 use crate::core::{Core, Waiting};
 use crate::pages::{self, Part, Pos};
+use crate::streams;
 use crate::tables::HashMap;
 use flo_protocol::{
     ErrorValue, KV_LIST_LIMIT_DEFAULT, KvEntry, Op, RUN_LIST_LIMIT_DEFAULT, Reply, RunInfo,
@@ -246,6 +247,14 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
             }))
         }
         Op::KvList { limit, .. } => Ok(merge_keys(parts, *limit)),
+        Op::StreamRead(spec) => streams::merge_reads(spec, parts),
+        Op::StreamList { .. } => Ok(Reply::Streams(streams::merge_infos(parts))),
+        Op::StreamGet { name, .. } => streams::merge_infos(parts)
+            .into_iter()
+            .next()
+            .map(Reply::Stream)
+            .ok_or_else(|| ErrorValue::not_found(format!("stream {name:?} does not exist"))),
+        Op::StreamTrim { .. } => Ok(streams::merge_trims(parts)),
         Op::WorkerList { .. } => {
             let mut workers: Vec<_> = parts
                 .into_iter()

@@ -36,6 +36,8 @@ pub const HOUSEKEEPING_MS: u64 = 1000;
 /// Log bytes appended but not yet handed to the disk beyond which client mutations answer
 /// `overloaded` (the writer is stalled: memory would grow without bound).
 pub const LOG_BACKLOG_BYTES_MAX: usize = 256 << 20;
+/// Stream partitions trimmed by their age limit per sweep (once a second).
+pub const STREAM_SWEEP_PARTITIONS_MAX: usize = 1000;
 /// Expired keys deleted per sweep.
 pub const EXPIRY_SWEEP_KEYS_MAX: usize = 1000;
 
@@ -66,6 +68,8 @@ pub struct Engine {
     forwarder: Forwarder,
     /// Blocking reads parked on keys this shard owns.
     kv_waits: KvWaits,
+    /// Stream appends waiting for their partitions.
+    appends: crate::streams::Appends,
     reads: crate::archive::Reads,
     retention_ms: u64,
     peer_timeout_ms: u64,
@@ -95,6 +99,7 @@ impl Engine {
             executions: Executions::default(),
             forwarder: Forwarder::default(),
             kv_waits: KvWaits::default(),
+            appends: Default::default(),
             reads: Default::default(),
             retention_ms: config.retention_ms,
             peer_timeout_ms: config.peer_timeout_ms,
@@ -191,6 +196,7 @@ impl Engine {
             awaits: self.awaits.open_awaits(),
             watches: self.watches.len(),
             kv_waits: self.kv_waits.len(),
+            stream_appends: self.appends.len(),
             definitions_busy: self.definitions.busy(),
         }
     }
@@ -204,5 +210,6 @@ pub struct InFlight {
     pub awaits: usize,
     pub watches: usize,
     pub kv_waits: usize,
+    pub stream_appends: usize,
     pub definitions_busy: bool,
 }

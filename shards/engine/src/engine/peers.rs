@@ -7,6 +7,7 @@ use crate::core::Waiting;
 use crate::core::io::{Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
 use crate::definitions;
 use crate::kv;
+use crate::streams;
 use crate::workers;
 use flo_protocol::Reply;
 
@@ -32,8 +33,30 @@ impl Engine {
         match req {
             PeerRequest::Client(op) => self.execute(to, op),
             PeerRequest::Definition(record) => definitions::apply_change(core, to, record),
-            PeerRequest::DefinitionSync { actions, workflows } => {
-                definitions::apply_sync(core, to, actions, workflows)
+            PeerRequest::DefinitionSync {
+                actions,
+                workflows,
+                streams,
+            } => definitions::apply_sync(core, to, actions, workflows, streams),
+            PeerRequest::StreamAppend {
+                namespace,
+                stream,
+                partition,
+                records,
+                min_id,
+            } => {
+                let done = match self.log_refusal() {
+                    Some(e) => crate::core::io::Done::now(Err(e)),
+                    None => streams::append_part(
+                        &mut self.core,
+                        &namespace,
+                        &stream,
+                        partition,
+                        records,
+                        min_id,
+                    ),
+                };
+                self.core.reply(to, done.wait_lsn, done.result);
             }
             PeerRequest::Want(msg) => workers::on_want(core, &mut self.awaits, from, msg, to),
             PeerRequest::WantCancel { want_id, .. } => {
@@ -125,6 +148,9 @@ impl Engine {
             }),
             Waiting::Forward { origin_lsn } => {
                 kv::on_forwarded(core, &mut self.forwarder, origin_lsn, result.is_ok())
+            }
+            Waiting::StreamAppend { gather, part } => {
+                streams::on_part_appended(core, &mut self.appends, gather, part, result)
             }
             Waiting::Nothing => {
                 if let Err(e) = result {

@@ -2,6 +2,7 @@
 
 use crate::definitions::COORDINATOR;
 use crate::fold::runs::idempotent_run_id;
+use crate::fold::streams::owner_of;
 use crate::hash::Partitioning;
 use crate::workflows::idempotent_workflow_run_id;
 use flo_protocol::{InvokeSpec, Op, WorkflowStartSpec};
@@ -14,6 +15,9 @@ pub enum Target {
     All,
     /// The shard the client is connected to, whoever owns anything (connection-level).
     Here,
+    /// A stream append: split by partition on the shard the client is connected to
+    /// (`streams::append`), each part to its partition's owner.
+    Streams,
 }
 
 /// The key that places a keyed operation: (namespace, key).
@@ -110,6 +114,13 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::WorkflowSetEnabled { .. }
         | Op::WorkflowStart(_)
         | Op::WorkflowListRuns { .. }
+        | Op::StreamCreate { .. }
+        | Op::StreamDelete { .. }
+        | Op::StreamAppend { .. }
+        | Op::StreamRead(_)
+        | Op::StreamGet { .. }
+        | Op::StreamList { .. }
+        | Op::StreamTrim { .. }
         | Op::TestAdvanceClock { .. } => return None,
     })
 }
@@ -124,7 +135,16 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::ActionDelete { .. }
         | Op::ActionSetEnabled { .. }
         | Op::WorkflowCreate { .. }
-        | Op::WorkflowSetEnabled { .. } => Target::Shard(COORDINATOR),
+        | Op::WorkflowSetEnabled { .. }
+        | Op::StreamCreate { .. }
+        | Op::StreamDelete { .. } => Target::Shard(COORDINATOR),
+        // One partition's read goes to its owner.
+        Op::StreamRead(spec) if spec.partition.is_some() => {
+            let p = spec.partition.unwrap_or(0);
+            Target::Shard(owner_of(partitioning, &spec.namespace, &spec.stream, p))
+        }
+        // The streams domain splits an append over the partitions it goes to.
+        Op::StreamAppend { .. } => Target::Streams,
         // Definitions live on every shard; a new run takes an id this shard owns.
         Op::ActionGet { .. }
         | Op::ActionList { .. }
@@ -137,6 +157,10 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::RunList { .. }
         | Op::WorkerList { .. }
         | Op::WorkflowListRuns { .. }
+        | Op::StreamRead(_)
+        | Op::StreamGet { .. }
+        | Op::StreamList { .. }
+        | Op::StreamTrim { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
         Op::Hello { .. } | Op::ShardMap => Target::Here,
         // Keyed: `route_key` placed them above.
@@ -183,7 +207,11 @@ pub fn mutates(op: &Op) -> bool {
         | Op::WorkflowSetEnabled { .. }
         | Op::WorkflowStart(_)
         | Op::WorkflowSignal { .. }
-        | Op::WorkflowCancel { .. } => true,
+        | Op::WorkflowCancel { .. }
+        | Op::StreamCreate { .. }
+        | Op::StreamDelete { .. }
+        | Op::StreamAppend { .. }
+        | Op::StreamTrim { dry_run: false, .. } => true,
         Op::Hello { .. }
         | Op::Status
         | Op::ShardMap
@@ -207,6 +235,10 @@ pub fn mutates(op: &Op) -> bool {
         | Op::WorkflowWait { .. }
         | Op::WorkflowHistory { .. }
         | Op::WorkflowListRuns { .. }
+        | Op::StreamRead(_)
+        | Op::StreamGet { .. }
+        | Op::StreamList { .. }
+        | Op::StreamTrim { dry_run: true, .. }
         | Op::TestAdvanceClock { .. } => false,
     }
 }

@@ -3,7 +3,7 @@
 //! step budget; what is left over is continued by `Input::Continue`. Time: ticks, wake-ups,
 //! housekeeping.
 
-use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS};
+use super::{EXPIRY_SWEEP_KEYS_MAX, Engine, HOUSEKEEPING_MS, STREAM_SWEEP_PARTITIONS_MAX};
 use crate::actions::{self, on_executed, start_executions};
 use crate::archive::{self};
 use crate::core::Task;
@@ -11,6 +11,7 @@ use crate::core::io::{DiskSpace, Effect, Input, ReplyTo};
 use crate::definitions;
 use crate::fold::archive::RunKind;
 use crate::kv;
+use crate::streams;
 use crate::workers;
 use crate::workflows;
 use flo_protocol::ErrorValue;
@@ -154,6 +155,7 @@ impl Engine {
         if now >= self.next_housekeeping_ms {
             self.next_housekeeping_ms = now + HOUSEKEEPING_MS;
             archive::forget_expired(&mut self.core, self.retention_ms);
+            streams::sweep_expired(&mut self.core, STREAM_SWEEP_PARTITIONS_MAX);
             self.workers.check_health(now);
             workers::sweep_wants(&self.core, &mut self.awaits);
             self.time_out_peer_calls();

@@ -41,6 +41,62 @@ impl ShardState {
             Record::RunArchived { .. } | Record::RunsForgotten { .. } => {
                 self.apply_archive(lsn, record)
             }
+            Record::StreamCreated { .. }
+            | Record::StreamDeleted { .. }
+            | Record::StreamAppended { .. }
+            | Record::StreamTrimmed { .. } => self.apply_stream(lsn, record),
+        }
+    }
+
+    /// Stream records: definitions (every shard) and the records of partitions held here.
+    fn apply_stream(&mut self, lsn: u64, record: Record) {
+        match record {
+            Record::StreamCreated {
+                namespace,
+                name,
+                partitions,
+                retention_ms,
+                max_len,
+                max_bytes,
+                at_ms,
+            } => {
+                let def = crate::fold::streams::StreamDef {
+                    partitions,
+                    retention_ms,
+                    max_len,
+                    max_bytes,
+                    created_at_ms: at_ms,
+                };
+                self.streams.apply_created(namespace, name, def);
+            }
+            Record::StreamDeleted { namespace, name } => {
+                if !self.streams.apply_deleted(&namespace, &name) {
+                    impossible(lsn, format_args!("stream {namespace}/{name} deleted twice"));
+                }
+            }
+            Record::StreamAppended {
+                namespace,
+                stream,
+                partition,
+                entries,
+            } => {
+                let what = format!("{namespace}/{stream}");
+                if !self
+                    .streams
+                    .apply_appended(namespace, stream, partition, entries, lsn)
+                {
+                    impossible(lsn, format_args!("append to missing stream {what}"));
+                }
+            }
+            Record::StreamTrimmed {
+                namespace,
+                stream,
+                partition,
+                before,
+            } => self
+                .streams
+                .apply_trimmed(namespace, stream, partition, before, lsn),
+            other => wrong_domain(lsn, &other, "stream"),
         }
     }
 

@@ -15,5 +15,6 @@ pub mod runs;
 pub mod scheduler;
 pub mod snapshot;
 pub mod state;
+pub mod streams;
 pub mod workflow_defs;
 pub mod workflows;

@@ -30,6 +30,16 @@ pub struct GuestKvWrite {
     pub value: Option<Vec<u8>>,
 }
 
+/// A record of a stream, as logged and as held by its partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamEntry {
+    pub id: flo_protocol::StreamId,
+    pub key: Option<Box<str>>,
+    pub headers: std::collections::BTreeMap<String, String>,
+    #[serde(with = "serde_bytes")]
+    pub payload: Box<[u8]>,
+}
+
 /// One task of a `TasksLeased` batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeasedTask {
@@ -375,6 +385,35 @@ pub enum Record {
         writes: Vec<GuestKvWrite>,
         at_ms: u64,
     },
+    /// A stream was created (on every shard, ordered by the coordinator).
+    StreamCreated {
+        namespace: String,
+        name: String,
+        partitions: u32,
+        retention_ms: Option<u64>,
+        max_len: Option<u64>,
+        max_bytes: Option<u64>,
+        at_ms: u64,
+    },
+    /// A stream and its records are gone (on every shard).
+    StreamDeleted {
+        namespace: String,
+        name: String,
+    },
+    /// Records appended to a partition this shard owns, with the ids they were given.
+    StreamAppended {
+        namespace: String,
+        stream: String,
+        partition: u32,
+        entries: Vec<StreamEntry>,
+    },
+    /// A partition's records below `before` are removed (retention or a trim).
+    StreamTrimmed {
+        namespace: String,
+        stream: String,
+        partition: u32,
+        before: flo_protocol::StreamId,
+    },
 }
 
 impl Record {
@@ -404,6 +443,10 @@ impl Record {
             Record::KvRemoteWrites { .. } => 31,
             Record::RunArchived { .. } => 50,
             Record::RunsForgotten { .. } => 51,
+            Record::StreamCreated { .. } => 60,
+            Record::StreamDeleted { .. } => 61,
+            Record::StreamAppended { .. } => 62,
+            Record::StreamTrimmed { .. } => 63,
         }
     }
 
@@ -441,6 +484,8 @@ impl Record {
                 | Record::ActionEnabled { .. }
                 | Record::WorkflowDefined { .. }
                 | Record::WorkflowEnabled { .. }
+                | Record::StreamCreated { .. }
+                | Record::StreamDeleted { .. }
         )
     }
 

@@ -9,6 +9,7 @@ use crate::fold::kv::KvStore;
 use crate::fold::registry::Registry;
 use crate::fold::runs::Runs;
 use crate::fold::state::{PendingForward, ShardState};
+use crate::fold::streams::Streams;
 use crate::fold::workflows::Workflows;
 use crate::hash::Partitioning;
 use crate::image::Image;
@@ -31,6 +32,7 @@ struct ImageRef<'a> {
     forwards: &'a VecDeque<PendingForward>,
     remote_applied: &'a HashMap<u32, u64>,
     workflows: &'a Workflows,
+    streams: &'a Streams,
 }
 
 #[derive(Deserialize)]
@@ -44,6 +46,9 @@ struct Decoded {
     forwards: VecDeque<PendingForward>,
     remote_applied: HashMap<u32, u64>,
     workflows: Workflows,
+    /// Absent from images written before streams existed.
+    #[serde(default)]
+    streams: Streams,
 }
 
 /// The fold as an image (at `state.applied_lsn`).
@@ -58,6 +63,7 @@ pub fn encode(state: &ShardState) -> Image {
         forwards: &state.forwards,
         remote_applied: &state.remote_applied,
         workflows: &state.workflows,
+        streams: &state.streams,
     };
     let mut out = Vec::new();
     // Plain owned data into a Vec: cannot fail.
@@ -112,6 +118,7 @@ pub fn decode(
     state.remote_applied = image.remote_applied;
     state.workflows = image.workflows;
     state.workflows.relink();
+    state.streams = image.streams;
     state.archive = RunIndex::read_image(rest)?;
     state.applied_lsn = image.lsn;
     Ok(state)

@@ -29,6 +29,8 @@ pub struct ShardState {
     /// Highest origin LSN applied from each other shard's forwarded writes.
     pub remote_applied: HashMap<u32, u64>,
     pub workflows: crate::fold::workflows::Workflows,
+    /// Stream definitions, and the records of the partitions held here.
+    pub streams: crate::fold::streams::Streams,
     /// Finished runs: where their archive records are.
     pub archive: crate::fold::archive::RunIndex,
     /// LSN of the last record applied.
@@ -53,6 +55,7 @@ impl ShardState {
             remote_applied: HashMap::default(),
             workflows: Default::default(),
             archive: Default::default(),
+            streams: Default::default(),
             applied_lsn: 0,
         }
     }
@@ -136,6 +139,7 @@ impl ShardState {
         for (shard, lsn) in &self.remote_applied {
             lines.push(format!("remote_applied {shard} {lsn}"));
         }
+        self.streams.digest(&mut lines);
         lines.sort();
         lines
     }
