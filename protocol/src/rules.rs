@@ -100,44 +100,6 @@ pub fn check_labels(labels: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_a_flat_object_of_strings_numbers_and_booleans() {
-        assert!(check_labels(r#"{"gpu":true,"vram_gb":24,"region":"us"}"#).is_ok());
-        assert!(check_labels("{}").is_ok());
-        for bad in [
-            "[1]",
-            r#"{"a":{"b":1}}"#,
-            r#"{"a":[1]}"#,
-            r#"{"a":null}"#,
-            "nope",
-        ] {
-            assert!(check_labels(bad).is_err(), "{bad}");
-        }
-        let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(LABELS_BYTES_MAX));
-        assert!(check_labels(&big).unwrap_err().0.contains("at most"));
-    }
-
-    #[test]
-    fn names_have_bounds_and_a_character_set() {
-        assert!(check_action_name("send-email.v2_x").is_ok());
-        assert!(check_action_name("").is_err());
-        assert!(check_action_name("a b").is_err());
-        assert!(check_action_name(&"a".repeat(ACTION_NAME_BYTES_MAX + 1)).is_err());
-        assert!(check_namespace("default").is_ok());
-        assert!(check_namespace("").is_err());
-        assert!(check_worker_id(&"w".repeat(WORKER_ID_BYTES_MAX)).is_ok());
-        assert!(check_worker_id(&"w".repeat(WORKER_ID_BYTES_MAX + 1)).is_err());
-        assert!(check_idempotency_key("k").is_ok());
-        assert!(check_idempotency_key("").is_err());
-        let e: ErrorValue = check_namespace("").unwrap_err().into();
-        assert_eq!(e.code, crate::ErrorCode::BadRequest);
-    }
-}
-
 /// Stream names: 1 to `STREAM_NAME_BYTES_MAX` bytes of letters, digits, `-`, `_`, `.`.
 pub fn check_stream_name(name: &str) -> Result<(), Invalid> {
     let ok_chars = name
@@ -177,4 +139,42 @@ pub fn check_stream_record(record: &StreamRecordIn) -> Result<(), Invalid> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_a_flat_object_of_strings_numbers_and_booleans() {
+        assert!(check_labels(r#"{"gpu":true,"vram_gb":24,"region":"us"}"#).is_ok());
+        assert!(check_labels("{}").is_ok());
+        for bad in [
+            "[1]",
+            r#"{"a":{"b":1}}"#,
+            r#"{"a":[1]}"#,
+            r#"{"a":null}"#,
+            "nope",
+        ] {
+            assert!(check_labels(bad).is_err(), "{bad}");
+        }
+        let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(LABELS_BYTES_MAX));
+        assert!(check_labels(&big).unwrap_err().0.contains("at most"));
+    }
+
+    #[test]
+    fn names_have_bounds_and_a_character_set() {
+        assert!(check_action_name("send-email.v2_x").is_ok());
+        assert!(check_action_name("").is_err());
+        assert!(check_action_name("a b").is_err());
+        assert!(check_action_name(&"a".repeat(ACTION_NAME_BYTES_MAX + 1)).is_err());
+        assert!(check_namespace("default").is_ok());
+        assert!(check_namespace("").is_err());
+        assert!(check_worker_id(&"w".repeat(WORKER_ID_BYTES_MAX)).is_ok());
+        assert!(check_worker_id(&"w".repeat(WORKER_ID_BYTES_MAX + 1)).is_err());
+        assert!(check_idempotency_key("k").is_ok());
+        assert!(check_idempotency_key("").is_err());
+        let e: ErrorValue = check_namespace("").unwrap_err().into();
+        assert_eq!(e.code, crate::ErrorCode::BadRequest);
+    }
 }

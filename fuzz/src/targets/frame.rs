@@ -16,8 +16,9 @@ use flo_engine::auth::{AuthTable, FileFormat, Gate, Session};
 use flo_protocol::{
     ActionInfo, ActionKind, ActionSpec, ErrorValue, FRAME_BYTES_MAX, FRAME_HEADER_BYTES,
     HistoryEvent, InvokeSpec, KvEntry, ModuleCacheInfo, Op, PROTOCOL_VERSION, Reply, Request,
-    RequestId, Response, RunInfo, RunStatus, ShardInfo, ShardMap, StatusInfo, TaskAssignment,
-    Token, WorkerSpec, WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
+    RequestId, Response, RunInfo, RunStatus, ShardInfo, ShardMap, StatusInfo, StreamConfig,
+    StreamId, StreamInfo, StreamReadSpec, StreamRecord, StreamRecordIn, TaskAssignment, Token,
+    WorkerSpec, WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
     WorkflowStepInfo, decode_payload, encode_frame, split_frame,
 };
 use std::borrow::Cow;
@@ -479,6 +480,49 @@ fn sample_ops() -> Vec<Op> {
             limit: Some(20),
             cursor: None,
         },
+        Op::StreamCreate {
+            namespace: ns(),
+            name: "orders".into(),
+            config: StreamConfig {
+                partitions: Some(4),
+                retention_ms: Some(60_000),
+                max_len: Some(1000),
+                max_bytes: None,
+            },
+        },
+        Op::StreamDelete {
+            namespace: ns(),
+            name: "orders".into(),
+        },
+        Op::StreamAppend {
+            namespace: ns(),
+            stream: "orders".into(),
+            records: vec![StreamRecordIn {
+                key: Some("c-1".into()),
+                headers: [("h".to_string(), "v".to_string())].into(),
+                payload: b"{}".to_vec(),
+            }],
+            partition: None,
+        },
+        Op::StreamRead(StreamReadSpec {
+            namespace: ns(),
+            stream: "orders".into(),
+            after: Some(StreamId::new(1, 2)),
+            count: Some(10),
+            partition: Some(1),
+            tail: false,
+        }),
+        Op::StreamGet {
+            namespace: ns(),
+            name: "orders".into(),
+        },
+        Op::StreamList { namespace: ns() },
+        Op::StreamTrim {
+            namespace: ns(),
+            stream: "orders".into(),
+            before: StreamId::new(5, 0),
+            dry_run: true,
+        },
         Op::TestAdvanceClock { ms: 1000 },
     ]
 }
@@ -527,6 +571,20 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         created_at_ms: 1,
         updated_at_ms: 2,
     };
+    let stream_info = StreamInfo {
+        namespace: "default".into(),
+        name: "orders".into(),
+        partitions: 4,
+        retention_ms: None,
+        max_len: Some(100),
+        max_bytes: None,
+        created_at_ms: 1,
+        length: 2,
+        bytes: 10,
+        first_id: Some(StreamId::new(1, 0)),
+        last_id: Some(StreamId::new(2, 3)),
+        appended: 5,
+    };
     let shard = ShardInfo {
         shard: 0,
         lsn: 10,
@@ -550,6 +608,8 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             budget_bytes: 1 << 29,
             generation: 2,
         }),
+        stream_records: 2,
+        stream_bytes: 10,
     };
     vec![
         Ok(Reply::Hello {
@@ -620,6 +680,28 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             }],
             next_after: Some(1),
         }),
+        Ok(Reply::StreamCreated {
+            name: "orders".into(),
+            partitions: 4,
+            created: true,
+        }),
+        Ok(Reply::StreamDeleted { deleted: true }),
+        Ok(Reply::StreamAppended {
+            ids: vec![StreamId::new(1, 0), StreamId::new(1, 4)],
+        }),
+        Ok(Reply::StreamRecords {
+            records: vec![StreamRecord {
+                id: StreamId::new(1, 0),
+                partition: 0,
+                key: None,
+                headers: Default::default(),
+                payload: b"x".to_vec(),
+            }],
+            next_after: Some(StreamId::new(1, 0)),
+        }),
+        Ok(Reply::Streams(vec![stream_info.clone()])),
+        Ok(Reply::Stream(stream_info)),
+        Ok(Reply::StreamTrimmed { removed: 3 }),
         Ok(Reply::Done),
         Err(ErrorValue::not_found("no such key")),
     ]
