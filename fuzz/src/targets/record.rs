@@ -17,7 +17,7 @@
 use super::{Signal, Target};
 use flo_engine::testing::archived::{ArchivedRun, WfArchived};
 use flo_engine::testing::record::{
-    ActionDefRecord, GuestKvWrite, LeasedTask, Record, StepNext, StepRef, StepWait,
+    ActionDefRecord, GuestKvWrite, LeasedTask, Record, StepNext, StepRef, StepWait, StreamEntry,
 };
 use flo_protocol::{
     ActionKind, HistoryEvent, RunInfo, RunStatus, WorkflowRunInfo, WorkflowRunStatus,
@@ -642,6 +642,36 @@ fn sample_records() -> Vec<Record> {
                 value: Some(b"3".to_vec()),
             }],
             at_ms: 22,
+        },
+        Record::StreamCreated {
+            namespace: ns(),
+            name: "orders".into(),
+            partitions: 2,
+            retention_ms: Some(60_000),
+            max_len: None,
+            max_bytes: Some(1 << 20),
+            at_ms: 23,
+        },
+        Record::StreamAppended {
+            namespace: ns(),
+            stream: "orders".into(),
+            partition: 1,
+            entries: vec![StreamEntry {
+                id: flo_protocol::StreamId::new(23, 1),
+                key: Some("c-1".into()),
+                headers: [("h".to_string(), "v".to_string())].into(),
+                payload: b"{}".to_vec().into_boxed_slice(),
+            }],
+        },
+        Record::StreamTrimmed {
+            namespace: ns(),
+            stream: "orders".into(),
+            partition: 1,
+            before: flo_protocol::StreamId::new(24, 0),
+        },
+        Record::StreamDeleted {
+            namespace: ns(),
+            name: "orders".into(),
         },
     ]
 }
