@@ -20,7 +20,8 @@ pub(crate) use request::{Transport, TypedRequest, is_not_found, send};
 pub(crate) use server::{AdvanceClock, Hello, ServerHello, Status};
 pub use streams::RecordsPage;
 pub(crate) use streams::{
-    Append, CreateStream, DeleteStream, GetStream, ListStreams, ReadStream, TrimStream,
+    Append, CreateGroup, CreateStream, DeleteGroup, DeleteStream, GetStream, GroupPending,
+    GroupRead, Groups, ListStreams, ReadStream, Settle, TrimStream,
 };
 pub(crate) use workers::{
     AwaitTasks, CompleteTask, DeregisterWorker, DrainWorker, FailTask, GetWorker, Heartbeat,

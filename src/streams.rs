@@ -3,7 +3,10 @@
 
 use crate::client::{Client, Error};
 use crate::requests::{self, RecordsPage, is_not_found, send};
-use flo_protocol::{StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecordIn};
+use flo_protocol::{
+    GroupConfig, GroupInfo, GroupReadSpec, PendingRecord, StreamConfig, StreamId, StreamInfo,
+    StreamReadSpec, StreamRecord, StreamRecordIn,
+};
 
 /// Stream operations.
 impl Client {
@@ -62,6 +65,84 @@ impl Client {
 
     pub fn list_streams(&mut self) -> Result<Vec<StreamInfo>, Error> {
         send(self, requests::ListStreams)
+    }
+
+    /// Creates a consumer group; false when it existed with these settings.
+    pub fn create_group(
+        &mut self,
+        stream: &str,
+        group: &str,
+        config: GroupConfig,
+    ) -> Result<bool, Error> {
+        send(
+            self,
+            requests::CreateGroup {
+                stream,
+                group,
+                config,
+            },
+        )
+    }
+
+    pub fn delete_group(&mut self, stream: &str, group: &str) -> Result<(), Error> {
+        send(self, requests::DeleteGroup { stream, group })
+    }
+
+    /// Records for `spec.consumer` of a group (redeliveries due first, then new ones),
+    /// waiting up to `spec.block_ms` for one; empty when none came. `spec.namespace` is
+    /// the client's.
+    pub fn group_read(&mut self, spec: GroupReadSpec) -> Result<Vec<StreamRecord>, Error> {
+        send(self, requests::GroupRead { spec })
+    }
+
+    /// Acknowledges records: they are never delivered again. Returns how many were pending.
+    pub fn ack(&mut self, stream: &str, group: &str, ids: Vec<StreamId>) -> Result<u64, Error> {
+        let settle = requests::Settle {
+            stream,
+            group,
+            ids,
+            nack_delay_ms: None,
+        };
+        send(self, settle)
+    }
+
+    /// Has records delivered again (to any consumer) after `delay_ms`.
+    pub fn nack(
+        &mut self,
+        stream: &str,
+        group: &str,
+        ids: Vec<StreamId>,
+        delay_ms: u64,
+    ) -> Result<u64, Error> {
+        let settle = requests::Settle {
+            stream,
+            group,
+            ids,
+            nack_delay_ms: Some(delay_ms),
+        };
+        send(self, settle)
+    }
+
+    /// Records delivered and not acknowledged, oldest first.
+    pub fn group_pending(
+        &mut self,
+        stream: &str,
+        group: &str,
+        count: Option<u32>,
+    ) -> Result<Vec<PendingRecord>, Error> {
+        send(
+            self,
+            requests::GroupPending {
+                stream,
+                group,
+                count,
+            },
+        )
+    }
+
+    /// The groups of a stream (or the one named) and where they stand.
+    pub fn groups(&mut self, stream: &str, group: Option<&str>) -> Result<Vec<GroupInfo>, Error> {
+        send(self, requests::Groups { stream, group })
     }
 
     /// Removes the records below `before`; returns how many (a dry run only counts them).

@@ -7,7 +7,10 @@ mod common;
 use common::{TestServer, cli_fails, cli_fails_with, cli_json, cli_ok, temp_dir, wait_until};
 use flo::Client;
 use flo::Error;
-use flo::protocol::{ErrorCode, StreamConfig, StreamId, StreamReadSpec, StreamRecordIn};
+use flo::protocol::{
+    ErrorCode, GroupConfig, GroupMode, GroupReadSpec, GroupStart, StreamConfig, StreamId,
+    StreamReadSpec, StreamRecordIn,
+};
 use std::time::Duration;
 
 fn record(payload: &str, key: Option<&str>) -> StreamRecordIn {
@@ -347,5 +350,220 @@ fn stream_records_outlive_snapshots_and_the_segments_they_let_go() {
     let server = TestServer::start(dir.path(), &args);
     let mut c = server.client();
     assert_eq!(read_all(&mut c, "big", 1000), before);
+    server.stop();
+}
+
+fn group_read(c: &mut Client, stream: &str, group: &str, consumer: &str, n: u32) -> Vec<StreamId> {
+    let spec = GroupReadSpec {
+        stream: stream.into(),
+        group: group.into(),
+        consumer: consumer.into(),
+        count: Some(n),
+        ..Default::default()
+    };
+    c.group_read(spec).unwrap().iter().map(|r| r.id).collect()
+}
+
+fn group_config(mode: GroupMode, timeout_ms: u64, max_deliveries: u32) -> GroupConfig {
+    GroupConfig {
+        mode,
+        start: GroupStart::Start,
+        max_deliveries: Some(max_deliveries),
+        message_timeout_ms: Some(timeout_ms),
+    }
+}
+
+#[test]
+fn a_shared_group_gives_each_record_to_one_consumer_until_acked() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    let config = StreamConfig {
+        partitions: Some(3),
+        ..Default::default()
+    };
+    c.create_stream("jobs", config).unwrap();
+    let batch: Vec<_> = (0..30)
+        .map(|i| record(&format!("j{i}"), Some(&format!("k{i}"))))
+        .collect();
+    let all = c.append("jobs", batch).unwrap();
+    let shared = group_config(GroupMode::Shared, 10_000, 3);
+    assert!(c.create_group("jobs", "workers", shared.clone()).unwrap());
+    assert!(!c.create_group("jobs", "workers", shared).unwrap());
+    // Three consumers share the records: each goes to exactly one.
+    let mut seen = Vec::new();
+    for round in 0..10 {
+        for consumer in ["a", "b", "c"] {
+            seen.extend(group_read(&mut c, "jobs", "workers", consumer, 2));
+        }
+        if seen.len() == 30 {
+            break;
+        }
+        assert!(round < 9, "only {} of 30 delivered", seen.len());
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 30, "no record went to two consumers");
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(sorted, expected);
+    assert!(group_read(&mut c, "jobs", "workers", "a", 10).is_empty());
+
+    // Acked records are never delivered again; a nacked one is, at once.
+    assert_eq!(c.ack("jobs", "workers", all[..20].to_vec()).unwrap(), 20);
+    assert_eq!(
+        c.ack("jobs", "workers", all[..20].to_vec()).unwrap(),
+        0,
+        "a repeat"
+    );
+    assert_eq!(c.nack("jobs", "workers", vec![all[20]], 0).unwrap(), 1);
+    assert_eq!(group_read(&mut c, "jobs", "workers", "b", 10), [all[20]]);
+    let info = &c.groups("jobs", Some("workers")).unwrap()[0];
+    assert_eq!((info.pending, info.acked, info.lag), (10, 20, 0));
+
+    // Past the message timeout the unacked records go to whoever reads; delivered too
+    // often, they move to the dead-letter stream.
+    c.advance_clock(10_001).unwrap();
+    let again = group_read(&mut c, "jobs", "workers", "c", 100);
+    assert_eq!(again.len(), 10);
+    c.advance_clock(10_001).unwrap();
+    // all[20] was delivered three times already (a read, the nack's, the timeout's).
+    let third = group_read(&mut c, "jobs", "workers", "a", 100);
+    assert_eq!(third.len(), 9);
+    assert!(!third.contains(&all[20]));
+    c.advance_clock(10_001).unwrap();
+    let dead: Vec<StreamId> = group_read(&mut c, "jobs", "workers", "a", 100);
+    assert!(dead.is_empty(), "{dead:?}");
+    let info = &c.groups("jobs", Some("workers")).unwrap()[0];
+    assert_eq!((info.pending, info.dead_lettered), (0, 10));
+    let dlq = read_all(&mut c, "jobs:dlq", 100);
+    assert_eq!(dlq.len(), 10);
+    let page = c
+        .read_stream(StreamReadSpec {
+            stream: "jobs:dlq".into(),
+            count: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(page.records[0].headers["flo-group"], "workers");
+    assert!(page.records[0].headers.contains_key("flo-source-id"));
+    server.stop();
+}
+
+#[test]
+fn an_exclusive_group_serves_one_consumer_until_it_stops() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    let config = StreamConfig {
+        partitions: Some(1),
+        ..Default::default()
+    };
+    c.create_stream("ledger", config).unwrap();
+    for i in 0..6 {
+        c.append("ledger", vec![record(&format!("e{i}"), None)])
+            .unwrap();
+    }
+    let exclusive = group_config(GroupMode::Exclusive, 5_000, 16);
+    c.create_group("ledger", "one", exclusive).unwrap();
+    let first = group_read(&mut c, "ledger", "one", "primary", 2);
+    assert_eq!(first.len(), 2);
+    assert!(group_read(&mut c, "ledger", "one", "standby", 10).is_empty());
+    let more = group_read(&mut c, "ledger", "one", "primary", 2);
+    assert_eq!(more.len(), 2);
+    c.ack("ledger", "one", [first, more].concat()).unwrap();
+    // The primary stops: after the timeout the standby takes over where it stopped.
+    c.advance_clock(5_001).unwrap();
+    let taken = group_read(&mut c, "ledger", "one", "standby", 10);
+    assert_eq!(taken.len(), 2, "the last two records");
+    assert!(group_read(&mut c, "ledger", "one", "primary", 10).is_empty());
+    server.stop();
+}
+
+#[test]
+fn group_state_survives_kill_9_and_blocking_reads_wake_on_appends() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    c.create_stream("q", StreamConfig::default()).unwrap();
+    let ids = c
+        .append(
+            "q",
+            (0..10).map(|i| record(&format!("m{i}"), None)).collect(),
+        )
+        .unwrap();
+    c.create_group("q", "g", group_config(GroupMode::Shared, 60_000, 16))
+        .unwrap();
+    let got = group_read(&mut c, "q", "g", "w1", 10);
+    assert_eq!(got.len(), 10);
+    c.ack("q", "g", ids[..6].to_vec()).unwrap();
+    server.kill9();
+
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    let info = &c.groups("q", Some("g")).unwrap()[0];
+    assert_eq!((info.pending, info.acked), (4, 6));
+    // Nothing acked comes back; the unacked come back after their timeout.
+    assert!(group_read(&mut c, "q", "g", "w2", 10).is_empty());
+    c.advance_clock(60_001).unwrap();
+    let mut back = group_read(&mut c, "q", "g", "w2", 10);
+    back.sort();
+    assert_eq!(back, ids[6..]);
+
+    // A blocking read is answered by the next append.
+    let addr = server.addr;
+    let reader = std::thread::spawn(move || {
+        let mut c = Client::connect(addr).unwrap();
+        let spec = GroupReadSpec {
+            stream: "q".into(),
+            group: "g".into(),
+            consumer: "w3".into(),
+            count: Some(5),
+            block_ms: Some(20_000),
+            ..Default::default()
+        };
+        c.group_read(spec).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let late = c.append("q", vec![record("late", None)]).unwrap()[0];
+    let woke = reader.join().unwrap();
+    assert_eq!(woke.iter().map(|r| r.id).collect::<Vec<_>>(), [late]);
+    server.stop();
+}
+
+#[test]
+fn bad_group_requests_get_clear_errors() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    let e = cli_fails(&addr, &["stream", "group", "create", "nowhere", "g"]);
+    assert!(e.contains("does not exist"), "{e}");
+    c.create_stream("s", StreamConfig::default()).unwrap();
+    let e = cli_fails(
+        &addr,
+        &["stream", "group", "read", "s", "nogroup", "--consumer", "c"],
+    );
+    assert!(e.contains("no consumer group \"nogroup\""), "{e}");
+    let e = cli_fails_with(&addr, &["stream", "group", "ack", "s", "g", "not-an-id"], 2);
+    assert!(e.contains("not a stream id"), "{e}");
+    c.create_group("s", "g", GroupConfig::default()).unwrap();
+    let other = GroupConfig {
+        mode: GroupMode::Exclusive,
+        ..Default::default()
+    };
+    let (code, _) = server_error(c.create_group("s", "g", other).unwrap_err());
+    assert_eq!(code, ErrorCode::Conflict);
+    // An id never delivered to the group: nothing to ack.
+    let id = c.append("s", vec![record("x", None)]).unwrap()[0];
+    assert_eq!(c.ack("s", "g", vec![id]).unwrap(), 0);
+    let e = cli_fails(&addr, &["stream", "group", "create", "s:dlq", "g"]);
+    assert!(e.contains("dead-letter"), "{e}");
+    let text = cli_ok(&addr, &["stream", "group", "info", "s", "g"]);
+    assert!(text.contains("mode:            shared"), "{text}");
+    cli_ok(&addr, &["stream", "group", "delete", "s", "g"]);
+    let e = cli_fails(&addr, &["stream", "group", "info", "s", "g"]);
+    assert!(e.contains("g"), "{e}");
     server.stop();
 }

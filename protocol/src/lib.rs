@@ -25,12 +25,16 @@ pub use message::{
     WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
 };
 pub use rules::{
-    DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, check_action_name, check_idempotency_key,
-    check_labels, check_namespace, check_stream_name, check_stream_record, check_worker_id,
+    DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, check_action_name, check_consumer_name,
+    check_group_name, check_idempotency_key, check_labels, check_namespace, check_stream_name,
+    check_stream_record, check_stream_ref, check_worker_id,
 };
 pub use streams::{
-    STREAM_APPEND_RECORDS_MAX, STREAM_HEADERS_BYTES_MAX, STREAM_HEADERS_MAX, STREAM_KEY_BYTES_MAX,
-    STREAM_NAME_BYTES_MAX, STREAM_PARTITIONS_MAX, STREAM_PAYLOAD_BYTES_MAX,
-    STREAM_READ_COUNT_DEFAULT, STREAM_READ_COUNT_MAX, StreamConfig, StreamId, StreamInfo,
-    StreamReadSpec, StreamRecord, StreamRecordIn,
+    DEAD_LETTER_SUFFIX, GROUP_ACK_IDS_MAX, GROUP_BLOCK_MS_MAX, GROUP_CONSUMERS_MAX,
+    GROUP_MAX_DELIVERIES_DEFAULT, GROUP_MESSAGE_TIMEOUT_MS_DEFAULT, GROUP_PENDING_MAX, GroupConfig,
+    GroupInfo, GroupMode, GroupReadSpec, GroupStart, PendingRecord, STREAM_APPEND_RECORDS_MAX,
+    STREAM_HEADERS_BYTES_MAX, STREAM_HEADERS_MAX, STREAM_KEY_BYTES_MAX, STREAM_NAME_BYTES_MAX,
+    STREAM_PARTITIONS_MAX, STREAM_PAYLOAD_BYTES_MAX, STREAM_READ_COUNT_DEFAULT,
+    STREAM_READ_COUNT_MAX, StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecord,
+    StreamRecordIn,
 };

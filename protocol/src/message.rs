@@ -3,7 +3,8 @@
 
 use crate::ErrorValue;
 use crate::streams::{
-    StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecord, StreamRecordIn,
+    GroupConfig, GroupInfo, GroupReadSpec, PendingRecord, StreamConfig, StreamId, StreamInfo,
+    StreamReadSpec, StreamRecord, StreamRecordIn,
 };
 use serde::{Deserialize, Serialize};
 
@@ -322,6 +323,49 @@ pub enum Op {
         before: StreamId,
         #[serde(default)]
         dry_run: bool,
+    },
+    /// Create a consumer group on a stream (a repeat with the same settings changes nothing).
+    StreamGroupCreate {
+        namespace: String,
+        stream: String,
+        group: String,
+        config: GroupConfig,
+    },
+    StreamGroupDelete {
+        namespace: String,
+        stream: String,
+        group: String,
+    },
+    /// Records for a consumer of a group: redeliveries due first, then new records.
+    StreamGroupRead(GroupReadSpec),
+    /// The consumer is done with these records: they are never delivered again.
+    StreamGroupAck {
+        namespace: String,
+        stream: String,
+        group: String,
+        ids: Vec<StreamId>,
+    },
+    /// Deliver these records again (to any consumer), after `delay_ms`.
+    StreamGroupNack {
+        namespace: String,
+        stream: String,
+        group: String,
+        ids: Vec<StreamId>,
+        #[serde(default)]
+        delay_ms: Option<u64>,
+    },
+    /// Records delivered and not acknowledged, oldest first.
+    StreamGroupPending {
+        namespace: String,
+        stream: String,
+        group: String,
+        count: Option<u32>,
+    },
+    /// The groups of a stream (or the one named) and where they stand.
+    StreamGroupInfo {
+        namespace: String,
+        stream: String,
+        group: Option<String>,
     },
     /// Moves the server's clock forward (only on a server started with `--test-clock`).
     TestAdvanceClock {
@@ -901,6 +945,21 @@ pub enum Reply {
         /// Records removed (or, for a dry run, that would be).
         removed: u64,
     },
+    GroupCreated {
+        group: String,
+        /// False when the group existed with these settings.
+        created: bool,
+    },
+    GroupDeleted {
+        deleted: bool,
+    },
+    /// How many of the ids an ack or nack named were pending (the others were not: acked
+    /// before, or never delivered to the group).
+    GroupAcked {
+        count: u64,
+    },
+    GroupPending(Vec<PendingRecord>),
+    Groups(Vec<GroupInfo>),
     /// Acknowledgement of a change with nothing else to report.
     Done,
 }

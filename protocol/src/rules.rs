@@ -7,8 +7,8 @@ use crate::message::{
     ACTION_NAME_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX, NAMESPACE_BYTES_MAX, WORKER_ID_BYTES_MAX,
 };
 use crate::streams::{
-    STREAM_HEADERS_BYTES_MAX, STREAM_HEADERS_MAX, STREAM_KEY_BYTES_MAX, STREAM_NAME_BYTES_MAX,
-    STREAM_PAYLOAD_BYTES_MAX, StreamRecordIn,
+    DEAD_LETTER_SUFFIX, STREAM_HEADERS_BYTES_MAX, STREAM_HEADERS_MAX, STREAM_KEY_BYTES_MAX,
+    STREAM_NAME_BYTES_MAX, STREAM_PAYLOAD_BYTES_MAX, StreamRecordIn,
 };
 
 /// Largest labels object (its JSON text), on a task or a worker.
@@ -109,6 +109,32 @@ pub fn check_stream_name(name: &str) -> Result<(), Invalid> {
         return Err(Invalid(format!(
             "stream name {name:?} is invalid: use 1 to {STREAM_NAME_BYTES_MAX} letters, \
              digits, '-', '_' or '.'"
+        )));
+    }
+    Ok(())
+}
+
+/// A stream a request names: a stream's name, or its dead-letter stream's (`NAME:dlq`).
+pub fn check_stream_ref(name: &str) -> Result<(), Invalid> {
+    check_stream_name(name.strip_suffix(DEAD_LETTER_SUFFIX).unwrap_or(name))
+}
+
+/// Consumer group names: the rule of stream names.
+pub fn check_group_name(name: &str) -> Result<(), Invalid> {
+    check_stream_name(name).map_err(|_| {
+        Invalid(format!(
+            "group name {name:?} is invalid: use 1 to {STREAM_NAME_BYTES_MAX} letters, \
+             digits, '-', '_' or '.'"
+        ))
+    })
+}
+
+/// Consumer names: 1 to `WORKER_ID_BYTES_MAX` bytes (a worker's id is the default).
+pub fn check_consumer_name(name: &str) -> Result<(), Invalid> {
+    if name.is_empty() || name.len() > WORKER_ID_BYTES_MAX {
+        return Err(Invalid(format!(
+            "consumer name must be 1 to {WORKER_ID_BYTES_MAX} bytes, got {}",
+            name.len()
         )));
     }
     Ok(())

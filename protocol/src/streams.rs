@@ -154,6 +154,100 @@ pub struct StreamInfo {
     pub appended: u64,
 }
 
+/// The suffix of a stream's dead-letter stream (`orders:dlq`): records a group delivered
+/// `max_deliveries` times without an ack move there. No stream created by a client has a
+/// `:` in its name.
+pub const DEAD_LETTER_SUFFIX: &str = ":dlq";
+/// Deliveries of one record to a group after which it is dead-lettered, by default.
+pub const GROUP_MAX_DELIVERIES_DEFAULT: u32 = 16;
+/// How long a delivered record may stay unacknowledged before another consumer gets it,
+/// by default (5 minutes).
+pub const GROUP_MESSAGE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
+/// Records delivered and not acknowledged, per group and partition; a read past it
+/// answers `overloaded` until some are acknowledged.
+pub const GROUP_PENDING_MAX: usize = 100_000;
+/// Consumers one group knows per partition.
+pub const GROUP_CONSUMERS_MAX: usize = 1024;
+/// Longest a group read blocks.
+pub const GROUP_BLOCK_MS_MAX: u64 = 300_000;
+/// Most ids one ack or nack carries.
+pub const GROUP_ACK_IDS_MAX: usize = 10_000;
+
+/// How a group shares records among its consumers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupMode {
+    /// Competing consumers: each record goes to one of them.
+    #[default]
+    Shared,
+    /// One consumer at a time per partition; another takes over when it stops reading and
+    /// its records time out.
+    Exclusive,
+}
+
+/// Where a new group starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupStart {
+    /// With the oldest retained record.
+    Start,
+    /// With the records appended after its creation.
+    #[default]
+    End,
+    /// With this id (included).
+    At(StreamId),
+}
+
+/// A group's settings, as asked at creation (None: the default).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupConfig {
+    pub mode: GroupMode,
+    pub start: GroupStart,
+    pub max_deliveries: Option<u32>,
+    pub message_timeout_ms: Option<u64>,
+}
+
+/// A group read: up to `count` records for `consumer`, waiting up to `block_ms` for one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupReadSpec {
+    pub namespace: String,
+    pub stream: String,
+    pub group: String,
+    pub consumer: String,
+    pub count: Option<u32>,
+    #[serde(default)]
+    pub block_ms: Option<u64>,
+}
+
+/// A record delivered and not acknowledged yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRecord {
+    pub id: StreamId,
+    pub consumer: String,
+    pub deliveries: u32,
+    pub delivered_at_ms: u64,
+}
+
+/// A group and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    pub stream: String,
+    pub group: String,
+    pub mode: GroupMode,
+    pub max_deliveries: u32,
+    pub message_timeout_ms: u64,
+    pub created_at_ms: u64,
+    /// Records delivered and not acknowledged.
+    pub pending: u64,
+    /// Retained records not delivered yet.
+    pub lag: u64,
+    pub delivered: u64,
+    pub acked: u64,
+    pub dead_lettered: u64,
+    /// Consumers that read, by name.
+    pub consumers: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ mod output;
 mod server;
 mod status;
 mod stream;
+mod stream_group;
 mod worker;
 mod workflow;
 

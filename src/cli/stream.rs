@@ -3,6 +3,7 @@
 use super::CliError;
 use super::args::parse_ttl;
 use super::output::{Output, time_text, value_text};
+use super::stream_group::GroupCommand;
 use clap::Subcommand;
 use flo::Client;
 use flo::protocol::{
@@ -75,8 +76,11 @@ pub enum StreamCommand {
     Info { name: String },
     /// The streams of the namespace.
     List,
-    /// Delete a stream and its records.
+    /// Delete a stream and its records (its dead-letter stream with it).
     Delete { name: String },
+    /// Consumer groups: each record to one consumer of the group, until acknowledged.
+    #[command(subcommand)]
+    Group(GroupCommand),
     /// Remove the oldest records: all before an id, or all but the newest N (exactly).
     Trim {
         name: String,
@@ -202,6 +206,7 @@ pub fn run(client: &mut Client, cmd: &StreamCommand, out: &Output) -> Result<(),
                     .join("\n")
             });
         }
+        StreamCommand::Group(cmd) => super::stream_group::run(client, cmd, out)?,
         StreamCommand::Delete { name } => {
             client.delete_stream(name)?;
             out.print(json!({ "deleted": true }), || {
@@ -326,7 +331,7 @@ fn tail(
 }
 
 /// Records one per line (one JSON document per line with --json).
-fn print_records(records: &[StreamRecord], out: &Output) {
+pub(super) fn print_records(records: &[StreamRecord], out: &Output) {
     for r in records {
         out.print(record_json(r), || record_text(r));
     }
@@ -347,7 +352,7 @@ fn read_payload(arg: &str) -> Result<Vec<u8>, CliError> {
     Ok(arg.as_bytes().to_vec())
 }
 
-fn record_text(r: &StreamRecord) -> String {
+pub(super) fn record_text(r: &StreamRecord) -> String {
     format!(
         "{}\t{}\t{}",
         r.id,
@@ -356,7 +361,7 @@ fn record_text(r: &StreamRecord) -> String {
     )
 }
 
-fn record_json(r: &StreamRecord) -> Value {
+pub(super) fn record_json(r: &StreamRecord) -> Value {
     let mut doc = json!({
         "id": r.id.to_string(),
         "partition": r.partition,

@@ -3,7 +3,8 @@
 use super::request::{TypedRequest, unexpected};
 use crate::client::Error;
 use flo_protocol::{
-    Op, Reply, StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecord, StreamRecordIn,
+    GroupConfig, GroupInfo, GroupReadSpec, Op, PendingRecord, Reply, StreamConfig, StreamId,
+    StreamInfo, StreamReadSpec, StreamRecord, StreamRecordIn,
 };
 
 /// `Client::create_stream`: whether it was created (false: it existed with these settings).
@@ -180,6 +181,170 @@ impl TypedRequest for TrimStream<'_> {
     fn output(reply: Reply) -> Result<u64, Error> {
         match reply {
             Reply::StreamTrimmed { removed } => Ok(removed),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::create_group`: whether it was created.
+pub(crate) struct CreateGroup<'a> {
+    pub stream: &'a str,
+    pub group: &'a str,
+    pub config: GroupConfig,
+}
+
+impl TypedRequest for CreateGroup<'_> {
+    type Output = bool;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::StreamGroupCreate {
+            namespace: namespace.into(),
+            stream: self.stream.into(),
+            group: self.group.into(),
+            config: self.config,
+        }
+    }
+
+    fn output(reply: Reply) -> Result<bool, Error> {
+        match reply {
+            Reply::GroupCreated { created, .. } => Ok(created),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::delete_group`.
+pub(crate) struct DeleteGroup<'a> {
+    pub stream: &'a str,
+    pub group: &'a str,
+}
+
+impl TypedRequest for DeleteGroup<'_> {
+    type Output = ();
+
+    fn op(self, namespace: &str) -> Op {
+        Op::StreamGroupDelete {
+            namespace: namespace.into(),
+            stream: self.stream.into(),
+            group: self.group.into(),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<(), Error> {
+        match reply {
+            Reply::GroupDeleted { .. } => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::group_read`.
+pub(crate) struct GroupRead {
+    pub spec: GroupReadSpec,
+}
+
+impl TypedRequest for GroupRead {
+    type Output = Vec<StreamRecord>;
+
+    fn op(mut self, namespace: &str) -> Op {
+        self.spec.namespace = namespace.into();
+        Op::StreamGroupRead(self.spec)
+    }
+
+    fn output(reply: Reply) -> Result<Vec<StreamRecord>, Error> {
+        match reply {
+            Reply::StreamRecords { records, .. } => Ok(records),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::ack` and `Client::nack`: how many of the ids were pending.
+pub(crate) struct Settle<'a> {
+    pub stream: &'a str,
+    pub group: &'a str,
+    pub ids: Vec<StreamId>,
+    /// None: an ack; Some(delay): a nack.
+    pub nack_delay_ms: Option<u64>,
+}
+
+impl TypedRequest for Settle<'_> {
+    type Output = u64;
+
+    fn op(self, namespace: &str) -> Op {
+        let (namespace, stream, group) = (namespace.into(), self.stream.into(), self.group.into());
+        match self.nack_delay_ms {
+            None => Op::StreamGroupAck {
+                namespace,
+                stream,
+                group,
+                ids: self.ids,
+            },
+            Some(delay) => Op::StreamGroupNack {
+                namespace,
+                stream,
+                group,
+                ids: self.ids,
+                delay_ms: Some(delay),
+            },
+        }
+    }
+
+    fn output(reply: Reply) -> Result<u64, Error> {
+        match reply {
+            Reply::GroupAcked { count } => Ok(count),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::group_pending`.
+pub(crate) struct GroupPending<'a> {
+    pub stream: &'a str,
+    pub group: &'a str,
+    pub count: Option<u32>,
+}
+
+impl TypedRequest for GroupPending<'_> {
+    type Output = Vec<PendingRecord>;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::StreamGroupPending {
+            namespace: namespace.into(),
+            stream: self.stream.into(),
+            group: self.group.into(),
+            count: self.count,
+        }
+    }
+
+    fn output(reply: Reply) -> Result<Vec<PendingRecord>, Error> {
+        match reply {
+            Reply::GroupPending(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::groups`.
+pub(crate) struct Groups<'a> {
+    pub stream: &'a str,
+    pub group: Option<&'a str>,
+}
+
+impl TypedRequest for Groups<'_> {
+    type Output = Vec<GroupInfo>;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::StreamGroupInfo {
+            namespace: namespace.into(),
+            stream: self.stream.into(),
+            group: self.group.map(str::to_string),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<Vec<GroupInfo>, Error> {
+        match reply {
+            Reply::Groups(list) => Ok(list),
             other => Err(unexpected(other)),
         }
     }

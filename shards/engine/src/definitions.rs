@@ -106,6 +106,9 @@ fn next(core: &mut Core, defs: &mut Definitions) {
             Op::WorkflowCreate { namespace, .. } | Op::StreamCreate { namespace, .. } => {
                 Some(namespace.clone())
             }
+            Op::StreamGroupCreate {
+                namespace, stream, ..
+            } => Some(format!("{namespace}\u{0}{stream}")),
             _ => None,
         };
         match plan(core, op, None) {
@@ -178,6 +181,32 @@ fn plan(
             };
             (record, After::Reply(Box::new(reply)))
         }
+        Op::StreamGroupCreate {
+            namespace,
+            stream,
+            group,
+            config,
+        } => {
+            let streams = &core.state().streams;
+            let record = streams.plan_group_create(&namespace, &stream, &group, &config, now)?;
+            let reply = Reply::GroupCreated {
+                group,
+                created: record.is_some(),
+            };
+            (record, After::Reply(Box::new(reply)))
+        }
+        Op::StreamGroupDelete {
+            namespace,
+            stream,
+            group,
+        } => (
+            Some(
+                core.state()
+                    .streams
+                    .plan_group_delete(&namespace, &stream, &group)?,
+            ),
+            After::Reply(Box::new(Reply::GroupDeleted { deleted: true })),
+        ),
         Op::StreamDelete { namespace, name } => (
             Some(core.state().streams.plan_delete(&namespace, &name)?),
             After::Reply(Box::new(Reply::StreamDeleted { deleted: true })),
@@ -235,6 +264,15 @@ fn confirm(
                 workflows: Vec::new(),
                 streams: StreamSync::One(stream_entries(state, Some((&ns, name)))),
             }),
+            // `ns` carries the stream too (`next`).
+            Reply::GroupCreated { .. } => {
+                ns.split_once('\u{0}')
+                    .map(|(ns, stream)| PeerRequest::DefinitionSync {
+                        actions: None,
+                        workflows: Vec::new(),
+                        streams: StreamSync::One(stream_entries(state, Some((ns, stream)))),
+                    })
+            }
             _ => None,
         },
         _ => None,

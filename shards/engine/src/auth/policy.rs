@@ -96,6 +96,21 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::StreamGet { namespace, .. } => ("stream_get", Ns(namespace), ClientAndWorker),
         Op::StreamList { namespace } => ("stream_list", Ns(namespace), ClientAndWorker),
         Op::StreamTrim { namespace, .. } => ("stream_trim", Ns(namespace), Client),
+        Op::StreamGroupCreate { namespace, .. } => ("stream_group_create", Ns(namespace), Client),
+        Op::StreamGroupDelete { namespace, .. } => ("stream_group_delete", Ns(namespace), Client),
+        Op::StreamGroupRead(spec) => ("stream_group_read", Ns(&spec.namespace), ClientAndWorker),
+        Op::StreamGroupAck { namespace, .. } => {
+            ("stream_group_ack", Ns(namespace), ClientAndWorker)
+        }
+        Op::StreamGroupNack { namespace, .. } => {
+            ("stream_group_nack", Ns(namespace), ClientAndWorker)
+        }
+        Op::StreamGroupPending { namespace, .. } => {
+            ("stream_group_pending", Ns(namespace), ClientAndWorker)
+        }
+        Op::StreamGroupInfo { namespace, .. } => {
+            ("stream_group_info", Ns(namespace), ClientAndWorker)
+        }
         Op::TestAdvanceClock { .. } => ("test_advance_clock", Scope::Server, AdminOnly),
     };
     Rule { name, scope, roles }

@@ -27,8 +27,8 @@ pub enum Waiting {
     GuestRead { exec: u64, read: u64 },
     /// Delivery of guest KV writes of the completion at `origin_lsn`.
     Forward { origin_lsn: u64 },
-    /// Part `part` of stream append `gather`.
-    StreamAppend { gather: u64, part: usize },
+    /// Part `part` of a stream operation split over partitions (`streams::scatter`).
+    StreamPart { gather: u64, part: usize },
     /// Nothing to continue (a start-up sync, a clock move).
     Nothing,
 }
@@ -75,7 +75,7 @@ impl Calls {
                 *at <= sent_by_ms
                     && matches!(
                         w,
-                        Waiting::Relay(_) | Waiting::FanOut(_) | Waiting::StreamAppend { .. }
+                        Waiting::Relay(_) | Waiting::FanOut(_) | Waiting::StreamPart { .. }
                     )
             })
             .map(|(&tag, &(_, shard, _))| (tag, shard))

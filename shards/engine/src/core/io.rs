@@ -218,7 +218,26 @@ pub enum PeerRequest {
         workflows: Vec<WfSyncEntry>,
         streams: crate::fold::streams::StreamSync,
     },
-    /// Records to append to a partition the receiver owns (`streams::append`): ids at or
+    /// Deliver up to `count` records of a partition the receiver owns to a group's
+    /// consumer (`streams::scatter`).
+    StreamDeliver {
+        namespace: String,
+        stream: String,
+        group: String,
+        partition: u32,
+        consumer: String,
+        count: u32,
+    },
+    /// Ack (`nack_due` None) or nack records of a partition the receiver owns.
+    StreamSettle {
+        namespace: String,
+        stream: String,
+        group: String,
+        partition: u32,
+        ids: Vec<flo_protocol::StreamId>,
+        nack_due: Option<u64>,
+    },
+    /// Records to append to a partition the receiver owns (`streams::scatter`): ids at or
     /// above `min_id`.
     StreamAppend {
         namespace: String,

@@ -57,7 +57,7 @@ impl Engine {
             Target::All => self.fan_out(to, op),
             Target::Streams => {
                 let refusal = self.log_refusal();
-                streams::append(&mut self.core, &mut self.appends, to, op, refusal);
+                streams::scatter(&mut self.core, &mut self.streams, to, op, refusal);
             }
         }
     }
@@ -216,6 +216,17 @@ impl Engine {
                 before,
                 dry_run,
             } => streams::trim_part(&mut self.core, &namespace, &stream, before, dry_run),
+            Op::StreamGroupPending {
+                namespace,
+                stream,
+                group,
+                count,
+            } => streams::pending_part(core, &namespace, &stream, &group, count),
+            Op::StreamGroupInfo {
+                namespace,
+                stream,
+                group,
+            } => streams::group_info_part(core, &namespace, &stream, group.as_deref()),
             _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
         })
     }

@@ -50,7 +50,9 @@ impl Engine {
             | Op::WorkflowCreate { .. }
             | Op::WorkflowSetEnabled { .. }
             | Op::StreamCreate { .. }
-            | Op::StreamDelete { .. } => {
+            | Op::StreamDelete { .. }
+            | Op::StreamGroupCreate { .. }
+            | Op::StreamGroupDelete { .. } => {
                 return definitions::submit(&mut self.core, &mut self.definitions, to, op);
             }
             op @ (Op::Status
@@ -61,9 +63,14 @@ impl Engine {
             | Op::StreamRead(_)
             | Op::StreamGet { .. }
             | Op::StreamList { .. }
-            | Op::StreamTrim { .. }) => self.part(op, Dest::Reply(to)),
+            | Op::StreamTrim { .. }
+            | Op::StreamGroupPending { .. }
+            | Op::StreamGroupInfo { .. }) => self.part(op, Dest::Reply(to)),
             // Split by partition where the client is connected (`Target::Streams`).
-            op @ Op::StreamAppend { .. } => Some(misrouted(&op)),
+            op @ (Op::StreamAppend { .. }
+            | Op::StreamGroupRead(_)
+            | Op::StreamGroupAck { .. }
+            | Op::StreamGroupNack { .. }) => Some(misrouted(&op)),
             op @ (Op::Hello { .. } | Op::ShardMap) => Some(Done::now(self.connection_op(op))),
             Op::TestAdvanceClock { .. } => Some(Done::now(Err(ErrorValue::internal(
                 "a clock move reached a shard directly",

@@ -255,6 +255,16 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
             .map(Reply::Stream)
             .ok_or_else(|| ErrorValue::not_found(format!("stream {name:?} does not exist"))),
         Op::StreamTrim { .. } => Ok(streams::merge_trims(parts)),
+        Op::StreamGroupPending { count, .. } => streams::merge_pending(*count, parts),
+        Op::StreamGroupInfo { group, .. } => {
+            let infos = streams::merge_group_infos(parts);
+            match group {
+                Some(name) if infos.is_empty() => {
+                    Err(ErrorValue::not_found(format!("no consumer group {name:?}")))
+                }
+                _ => Ok(Reply::Groups(infos)),
+            }
+        }
         Op::WorkerList { .. } => {
             let mut workers: Vec<_> = parts
                 .into_iter()

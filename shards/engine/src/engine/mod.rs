@@ -68,8 +68,8 @@ pub struct Engine {
     forwarder: Forwarder,
     /// Blocking reads parked on keys this shard owns.
     kv_waits: KvWaits,
-    /// Stream appends waiting for their partitions.
-    appends: crate::streams::Appends,
+    /// Stream operations waiting for their partitions, and parked group reads.
+    streams: crate::streams::Scatter,
     reads: crate::archive::Reads,
     retention_ms: u64,
     peer_timeout_ms: u64,
@@ -99,7 +99,7 @@ impl Engine {
             executions: Executions::default(),
             forwarder: Forwarder::default(),
             kv_waits: KvWaits::default(),
-            appends: Default::default(),
+            streams: Default::default(),
             reads: Default::default(),
             retention_ms: config.retention_ms,
             peer_timeout_ms: config.peer_timeout_ms,
@@ -196,7 +196,7 @@ impl Engine {
             awaits: self.awaits.open_awaits(),
             watches: self.watches.len(),
             kv_waits: self.kv_waits.len(),
-            stream_appends: self.appends.len(),
+            stream_ops: self.streams.len(),
             definitions_busy: self.definitions.busy(),
         }
     }
@@ -210,6 +210,6 @@ pub struct InFlight {
     pub awaits: usize,
     pub watches: usize,
     pub kv_waits: usize,
-    pub stream_appends: usize,
+    pub stream_ops: usize,
     pub definitions_busy: bool,
 }

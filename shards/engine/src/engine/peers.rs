@@ -38,23 +38,12 @@ impl Engine {
                 workflows,
                 streams,
             } => definitions::apply_sync(core, to, actions, workflows, streams),
-            PeerRequest::StreamAppend {
-                namespace,
-                stream,
-                partition,
-                records,
-                min_id,
-            } => {
+            req @ (PeerRequest::StreamAppend { .. }
+            | PeerRequest::StreamDeliver { .. }
+            | PeerRequest::StreamSettle { .. }) => {
                 let done = match self.log_refusal() {
                     Some(e) => crate::core::io::Done::now(Err(e)),
-                    None => streams::append_part(
-                        &mut self.core,
-                        &namespace,
-                        &stream,
-                        partition,
-                        records,
-                        min_id,
-                    ),
+                    None => streams::do_part(&mut self.core, req),
                 };
                 self.core.reply(to, done.wait_lsn, done.result);
             }
@@ -149,8 +138,8 @@ impl Engine {
             Waiting::Forward { origin_lsn } => {
                 kv::on_forwarded(core, &mut self.forwarder, origin_lsn, result.is_ok())
             }
-            Waiting::StreamAppend { gather, part } => {
-                streams::on_part_appended(core, &mut self.appends, gather, part, result)
+            Waiting::StreamPart { gather, part } => {
+                streams::on_part(core, &mut self.streams, gather, part, result)
             }
             Waiting::Nothing => {
                 if let Err(e) = result {

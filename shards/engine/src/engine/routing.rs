@@ -15,8 +15,8 @@ pub enum Target {
     All,
     /// The shard the client is connected to, whoever owns anything (connection-level).
     Here,
-    /// A stream append: split by partition on the shard the client is connected to
-    /// (`streams::append`), each part to its partition's owner.
+    /// A stream append, group read, ack or nack: split by partition on the shard the
+    /// client is connected to (`streams::scatter`), each part to its partition's owner.
     Streams,
 }
 
@@ -121,6 +121,13 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::StreamGet { .. }
         | Op::StreamList { .. }
         | Op::StreamTrim { .. }
+        | Op::StreamGroupCreate { .. }
+        | Op::StreamGroupDelete { .. }
+        | Op::StreamGroupRead(_)
+        | Op::StreamGroupAck { .. }
+        | Op::StreamGroupNack { .. }
+        | Op::StreamGroupPending { .. }
+        | Op::StreamGroupInfo { .. }
         | Op::TestAdvanceClock { .. } => return None,
     })
 }
@@ -137,14 +144,19 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::WorkflowCreate { .. }
         | Op::WorkflowSetEnabled { .. }
         | Op::StreamCreate { .. }
-        | Op::StreamDelete { .. } => Target::Shard(COORDINATOR),
+        | Op::StreamDelete { .. }
+        | Op::StreamGroupCreate { .. }
+        | Op::StreamGroupDelete { .. } => Target::Shard(COORDINATOR),
         // One partition's read goes to its owner.
         Op::StreamRead(spec) if spec.partition.is_some() => {
             let p = spec.partition.unwrap_or(0);
             Target::Shard(owner_of(partitioning, &spec.namespace, &spec.stream, p))
         }
         // The streams domain splits an append over the partitions it goes to.
-        Op::StreamAppend { .. } => Target::Streams,
+        Op::StreamAppend { .. }
+        | Op::StreamGroupRead(_)
+        | Op::StreamGroupAck { .. }
+        | Op::StreamGroupNack { .. } => Target::Streams,
         // Definitions live on every shard; a new run takes an id this shard owns.
         Op::ActionGet { .. }
         | Op::ActionList { .. }
@@ -161,6 +173,8 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::StreamGet { .. }
         | Op::StreamList { .. }
         | Op::StreamTrim { .. }
+        | Op::StreamGroupPending { .. }
+        | Op::StreamGroupInfo { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
         Op::Hello { .. } | Op::ShardMap => Target::Here,
         // Keyed: `route_key` placed them above.
@@ -211,7 +225,12 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamCreate { .. }
         | Op::StreamDelete { .. }
         | Op::StreamAppend { .. }
-        | Op::StreamTrim { dry_run: false, .. } => true,
+        | Op::StreamTrim { dry_run: false, .. }
+        | Op::StreamGroupCreate { .. }
+        | Op::StreamGroupDelete { .. }
+        | Op::StreamGroupRead(_)
+        | Op::StreamGroupAck { .. }
+        | Op::StreamGroupNack { .. } => true,
         Op::Hello { .. }
         | Op::Status
         | Op::ShardMap
@@ -239,6 +258,8 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamGet { .. }
         | Op::StreamList { .. }
         | Op::StreamTrim { dry_run: true, .. }
+        | Op::StreamGroupPending { .. }
+        | Op::StreamGroupInfo { .. }
         | Op::TestAdvanceClock { .. } => false,
     }
 }

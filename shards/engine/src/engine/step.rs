@@ -51,6 +51,7 @@ impl Engine {
             Input::ConnClosed { conn } => {
                 workers::conn_closed(&mut self.core, &mut self.awaits, conn);
                 kv::conn_closed(&mut self.core, &mut self.kv_waits, conn);
+                streams::conn_closed(&mut self.streams, conn);
             }
             Input::ModuleCache(info) => self.module_cache = Some(info),
             Input::Storage(info) => {
@@ -69,6 +70,14 @@ impl Engine {
         start_executions(&mut self.core, &mut self.executions);
         kv::start_forwards(&mut self.core, &mut self.forwarder);
         kv::serve_waits(&mut self.core, &mut self.kv_waits);
+        if self
+            .streams
+            .next_deadline()
+            .is_some_and(|at| at <= self.core.wall_ms())
+        {
+            let refusal = self.log_refusal();
+            streams::poll_parked(&mut self.core, &mut self.streams, refusal);
+        }
         self.ask_wake();
         self.core.take_effects(out);
     }
@@ -191,6 +200,7 @@ impl Engine {
             self.watches.next_deadline(),
             self.awaits.next_deadline(),
             self.kv_waits.next_deadline(),
+            self.streams.next_deadline(),
         ]
         .into_iter()
         .flatten()

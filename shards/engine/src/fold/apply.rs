@@ -44,7 +44,13 @@ impl ShardState {
             Record::StreamCreated { .. }
             | Record::StreamDeleted { .. }
             | Record::StreamAppended { .. }
-            | Record::StreamTrimmed { .. } => self.apply_stream(lsn, record),
+            | Record::StreamTrimmed { .. }
+            | Record::StreamGroupCreated { .. }
+            | Record::StreamGroupDeleted { .. }
+            | Record::StreamDelivered { .. }
+            | Record::StreamAcked { .. }
+            | Record::StreamNacked { .. }
+            | Record::StreamDeadLettered { .. } => self.apply_stream(lsn, record),
         }
     }
 
@@ -66,6 +72,7 @@ impl ShardState {
                     max_len,
                     max_bytes,
                     created_at_ms: at_ms,
+                    groups: Default::default(),
                 };
                 self.streams.apply_created(namespace, name, def);
             }
@@ -96,6 +103,92 @@ impl ShardState {
             } => self
                 .streams
                 .apply_trimmed(namespace, stream, partition, before, lsn),
+            Record::StreamGroupCreated {
+                namespace,
+                stream,
+                group,
+                def,
+            } => {
+                if !self
+                    .streams
+                    .apply_group_created(&namespace, &stream, group, def)
+                {
+                    impossible(lsn, format_args!("a group of missing stream {stream}"));
+                }
+            }
+            Record::StreamGroupDeleted {
+                namespace,
+                stream,
+                group,
+            } => {
+                if !self
+                    .streams
+                    .apply_group_deleted(&namespace, &stream, &group)
+                {
+                    impossible(lsn, format_args!("missing group {stream}/{group} deleted"));
+                }
+            }
+            Record::StreamDelivered {
+                namespace,
+                stream,
+                partition,
+                group,
+                consumer,
+                ids,
+                at_ms,
+            } => {
+                let at = group_at(&namespace, &stream, partition, &group);
+                if !self
+                    .streams
+                    .apply_delivered(at, &consumer, &ids, at_ms, lsn)
+                {
+                    impossible(
+                        lsn,
+                        format_args!("delivery by missing group {stream}/{group}"),
+                    );
+                }
+            }
+            Record::StreamAcked {
+                namespace,
+                stream,
+                partition,
+                group,
+                ids,
+            } => {
+                let at = group_at(&namespace, &stream, partition, &group);
+                if !self.streams.apply_settled(at, &ids, None, lsn) {
+                    impossible(lsn, format_args!("ack in missing group {stream}/{group}"));
+                }
+            }
+            Record::StreamNacked {
+                namespace,
+                stream,
+                partition,
+                group,
+                ids,
+                due_at_ms,
+            } => {
+                let at = group_at(&namespace, &stream, partition, &group);
+                if !self.streams.apply_settled(at, &ids, Some(due_at_ms), lsn) {
+                    impossible(lsn, format_args!("nack in missing group {stream}/{group}"));
+                }
+            }
+            Record::StreamDeadLettered {
+                namespace,
+                stream,
+                partition,
+                group,
+                ids,
+                dlq_ids,
+            } => {
+                let at = group_at(&namespace, &stream, partition, &group);
+                if !self.streams.apply_dead_lettered(at, &ids, &dlq_ids, lsn) {
+                    impossible(
+                        lsn,
+                        format_args!("dead letters of missing group {stream}/{group}"),
+                    );
+                }
+            }
             other => wrong_domain(lsn, &other, "stream"),
         }
     }
@@ -512,6 +605,20 @@ impl ShardState {
 }
 
 /// A record handed to the wrong domain's `apply_*`: a bug in `apply`'s dispatch.
+fn group_at<'a>(
+    namespace: &'a str,
+    stream: &'a str,
+    partition: u32,
+    group: &'a str,
+) -> crate::fold::stream_groups::GroupAt<'a> {
+    crate::fold::stream_groups::GroupAt {
+        namespace,
+        stream,
+        partition,
+        group,
+    }
+}
+
 fn wrong_domain(lsn: u64, record: &Record, domain: &str) {
     impossible(
         lsn,

@@ -407,6 +407,55 @@ pub enum Record {
         partition: u32,
         entries: Vec<StreamEntry>,
     },
+    /// A consumer group was created (on every shard, ordered by the coordinator).
+    StreamGroupCreated {
+        namespace: String,
+        stream: String,
+        group: String,
+        def: crate::fold::stream_groups::GroupDef,
+    },
+    StreamGroupDeleted {
+        namespace: String,
+        stream: String,
+        group: String,
+    },
+    /// Records of a partition delivered to a group's consumer (first deliveries and
+    /// redeliveries alike).
+    StreamDelivered {
+        namespace: String,
+        stream: String,
+        partition: u32,
+        group: String,
+        consumer: String,
+        ids: Vec<flo_protocol::StreamId>,
+        at_ms: u64,
+    },
+    StreamAcked {
+        namespace: String,
+        stream: String,
+        partition: u32,
+        group: String,
+        ids: Vec<flo_protocol::StreamId>,
+    },
+    /// Pending records to deliver again from `due_at_ms`.
+    StreamNacked {
+        namespace: String,
+        stream: String,
+        partition: u32,
+        group: String,
+        ids: Vec<flo_protocol::StreamId>,
+        due_at_ms: u64,
+    },
+    /// Records delivered too often, moved to the dead-letter stream's partition with the
+    /// ids `dlq_ids`.
+    StreamDeadLettered {
+        namespace: String,
+        stream: String,
+        partition: u32,
+        group: String,
+        ids: Vec<flo_protocol::StreamId>,
+        dlq_ids: Vec<flo_protocol::StreamId>,
+    },
     /// A partition's records below `before` are removed (retention or a trim).
     StreamTrimmed {
         namespace: String,
@@ -447,6 +496,12 @@ impl Record {
             Record::StreamDeleted { .. } => 61,
             Record::StreamAppended { .. } => 62,
             Record::StreamTrimmed { .. } => 63,
+            Record::StreamGroupCreated { .. } => 64,
+            Record::StreamGroupDeleted { .. } => 65,
+            Record::StreamDelivered { .. } => 66,
+            Record::StreamAcked { .. } => 67,
+            Record::StreamNacked { .. } => 68,
+            Record::StreamDeadLettered { .. } => 69,
         }
     }
 
@@ -486,6 +541,8 @@ impl Record {
                 | Record::WorkflowEnabled { .. }
                 | Record::StreamCreated { .. }
                 | Record::StreamDeleted { .. }
+                | Record::StreamGroupCreated { .. }
+                | Record::StreamGroupDeleted { .. }
         )
     }
 

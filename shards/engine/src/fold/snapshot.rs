@@ -119,6 +119,7 @@ pub fn decode(
     state.workflows = image.workflows;
     state.workflows.relink();
     state.streams = image.streams;
+    state.streams.relink();
     state.archive = RunIndex::read_image(rest)?;
     state.applied_lsn = image.lsn;
     Ok(state)

@@ -4,11 +4,12 @@
 //! `plan_*` validate and build records; `apply_*` change state.
 
 use crate::fold::record::{Record, StreamEntry};
+use crate::fold::stream_groups::{GroupDef, GroupState};
 use crate::hash::{Partitioning, stable_hash};
 use crate::tables::HashMap;
 use flo_protocol::{
-    ErrorValue, STREAM_PARTITIONS_MAX, StreamConfig, StreamId, StreamInfo, StreamRecord,
-    check_namespace, check_stream_name,
+    DEAD_LETTER_SUFFIX, ErrorValue, STREAM_PARTITIONS_MAX, StreamConfig, StreamId, StreamInfo,
+    StreamRecord, check_namespace, check_stream_name, check_stream_ref,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -24,9 +25,28 @@ pub struct StreamDef {
     pub max_len: Option<u64>,
     pub max_bytes: Option<u64>,
     pub created_at_ms: u64,
+    /// Consumer groups, by name.
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupDef>,
 }
 
 impl StreamDef {
+    fn settings_equal(&self, other: &StreamDef) -> bool {
+        (
+            self.partitions,
+            self.retention_ms,
+            self.max_len,
+            self.max_bytes,
+            self.created_at_ms,
+        ) == (
+            other.partitions,
+            other.retention_ms,
+            other.max_len,
+            other.max_bytes,
+            other.created_at_ms,
+        )
+    }
+
     /// What one partition keeps at most: its share of the stream's bounds, rounded up.
     fn caps(&self) -> (Option<u64>, Option<u64>) {
         let p = self.partitions.max(1) as u64;
@@ -60,6 +80,9 @@ pub struct Partition {
     /// LSN of the last record that changed this partition: a read waits until it is
     /// durable.
     pub lsn: u64,
+    /// Where each consumer group stands here.
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupState>,
 }
 
 impl Partition {
@@ -93,7 +116,22 @@ impl Partition {
         if let Some(e) = self.entries.pop_front() {
             self.bytes -= e.payload.len() as u64;
             self.removed_up_to = Some(self.removed_up_to.map_or(e.id, |r| r.max(e.id)));
+            // A record gone cannot be delivered again.
+            for g in self.groups.values_mut() {
+                g.settle(e.id);
+            }
         }
+    }
+
+    /// The entry with id `id`.
+    pub fn entry(&self, id: StreamId) -> Option<&StreamEntry> {
+        let at = self.entries.partition_point(|e| e.id < id);
+        self.entries.get(at).filter(|e| e.id == id)
+    }
+
+    /// Retained records after `after` (None: all).
+    pub fn count_after(&self, after: Option<StreamId>) -> u64 {
+        (self.entries.len() - after.map_or(0, |a| self.first_after(a))) as u64
     }
 }
 
@@ -105,9 +143,11 @@ pub struct Streams {
 }
 
 /// Where partition `partition` of stream `name` lives: the partitions of a stream take
-/// consecutive places from the hash of its name, so they spread over the shards.
+/// consecutive places from the hash of its name, so they spread over the shards. A
+/// dead-letter stream's partitions live with its stream's (dead-lettering is local).
 pub fn owner_of(partitioning: &Partitioning, namespace: &str, name: &str, partition: u32) -> u32 {
-    let first = stable_hash(namespace, name) % partitioning.partitions as u64;
+    let base = name.strip_suffix(DEAD_LETTER_SUFFIX).unwrap_or(name);
+    let first = stable_hash(namespace, base) % partitioning.partitions as u64;
     partitioning.owner(((first + partition as u64) % partitioning.partitions as u64) as u32)
 }
 
@@ -168,6 +208,15 @@ fn created(key: StreamKey, def: StreamDef) -> Record {
     }
 }
 
+fn group_created(key: &StreamKey, group: &str, def: &GroupDef) -> Record {
+    Record::StreamGroupCreated {
+        namespace: key.0.clone(),
+        stream: key.1.clone(),
+        group: group.to_string(),
+        def: def.clone(),
+    }
+}
+
 fn deleted(key: &StreamKey) -> Record {
     Record::StreamDeleted {
         namespace: key.0.clone(),
@@ -194,13 +243,39 @@ impl Streams {
             );
         }
         for (key, def) in entries {
-            match self.defs.get(&key) {
-                Some(mine) if *mine == def => {}
-                Some(_) => {
+            let mine = self.defs.get(&key);
+            if mine == Some(&def) {
+                continue;
+            }
+            let kept = mine.filter(|m| m.settings_equal(&def));
+            if kept.is_none() {
+                if mine.is_some() {
                     out.push(deleted(&key));
-                    out.push(created(key, def));
                 }
-                None => out.push(created(key, def)),
+                out.push(created(key.clone(), def.clone()));
+            }
+            let no_groups = BTreeMap::new();
+            let my_groups = kept.map_or(&no_groups, |m| &m.groups);
+            for name in my_groups.keys().filter(|g| !def.groups.contains_key(*g)) {
+                out.push(Record::StreamGroupDeleted {
+                    namespace: key.0.clone(),
+                    stream: key.1.clone(),
+                    group: name.clone(),
+                });
+            }
+            for (name, g) in &def.groups {
+                match my_groups.get(name) {
+                    Some(m) if m == g => {}
+                    Some(_) => {
+                        out.push(Record::StreamGroupDeleted {
+                            namespace: key.0.clone(),
+                            stream: key.1.clone(),
+                            group: name.clone(),
+                        });
+                        out.push(group_created(&key, name, g));
+                    }
+                    None => out.push(group_created(&key, name, g)),
+                }
             }
         }
         out
@@ -213,7 +288,7 @@ impl Streams {
     /// The stream's definition, or why there is none.
     pub fn existing(&self, namespace: &str, name: &str) -> Result<&StreamDef, ErrorValue> {
         check_namespace(namespace)?;
-        check_stream_name(name)?;
+        check_stream_ref(name)?;
         self.def(namespace, name).ok_or_else(|| {
             ErrorValue::not_found(format!(
                 "stream {name:?} does not exist in namespace {namespace:?}"
@@ -345,6 +420,50 @@ impl Streams {
         }))
     }
 
+    /// Rebuilds what a snapshot does not carry (the groups' due order).
+    pub fn relink(&mut self) {
+        for part in self.parts.values_mut() {
+            for g in part.groups.values_mut() {
+                g.relink();
+            }
+        }
+    }
+
+    pub(crate) fn def_mut(&mut self, namespace: &str, name: &str) -> Option<&mut StreamDef> {
+        self.defs
+            .get_mut(&(namespace.to_string(), name.to_string()))
+    }
+
+    pub(crate) fn partition_mut(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        partition: u32,
+    ) -> Option<&mut Partition> {
+        self.parts
+            .get_mut(&(namespace.to_string(), name.to_string(), partition))
+    }
+
+    /// Every partition of a stream held here, to change.
+    pub(crate) fn local_partitions_mut<'a>(
+        &'a mut self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = (u32, &'a mut Partition)> + 'a {
+        self.parts
+            .iter_mut()
+            .filter(move |((ns, n, _), _)| ns == namespace && n == name)
+            .map(|((_, _, p), part)| (*p, part))
+    }
+
+    pub(crate) fn insert_def(&mut self, key: StreamKey, def: StreamDef) {
+        self.defs.insert(key, def);
+    }
+
+    pub(crate) fn partition_entry(&mut self, key: (String, String, u32)) -> &mut Partition {
+        self.parts.entry(key).or_default()
+    }
+
     pub fn plan_delete(&self, namespace: &str, name: &str) -> Result<Record, ErrorValue> {
         self.existing(namespace, name)?;
         Ok(Record::StreamDeleted {
@@ -381,7 +500,16 @@ impl Streams {
         self.defs.insert((namespace, name), def);
     }
 
+    /// Removes a stream, its records and its dead-letter stream.
     pub fn apply_deleted(&mut self, namespace: &str, name: &str) -> bool {
+        let found = self.remove(namespace, name);
+        if !name.ends_with(DEAD_LETTER_SUFFIX) {
+            self.remove(namespace, &format!("{name}{DEAD_LETTER_SUFFIX}"));
+        }
+        found
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> bool {
         let key = (namespace.to_string(), name.to_string());
         let Some(def) = self.defs.remove(&key) else {
             return false;
@@ -406,10 +534,22 @@ impl Streams {
             return false;
         };
         let (max_len, max_bytes) = def.caps();
+        let groups: Vec<_> = def
+            .groups
+            .iter()
+            .map(|(name, g)| (name.clone(), g.start))
+            .collect();
         let part = self
             .parts
             .entry((namespace, stream, partition))
-            .or_default();
+            .or_insert_with(|| Partition {
+                // A new partition: every group starts with its first record.
+                groups: groups
+                    .into_iter()
+                    .map(|(name, start)| (name, GroupState::starting(start, None)))
+                    .collect(),
+                ..Default::default()
+            });
         for e in entries {
             part.last_id = Some(part.last_id.map_or(e.id, |l| l.max(e.id)));
             part.bytes += e.payload.len() as u64;
