@@ -23,3 +23,6 @@ pub const RETRY_ATTEMPTS_DEFAULT: u32 = 3;
 pub const RETRY_INITIAL_DELAY_MS_DEFAULT: u64 = 1000;
 pub const POLL_ATTEMPTS_DEFAULT: u32 = 10;
 pub const POLL_BASE_DELAY_MS_DEFAULT: u64 = 1000;
+
+/// Most records one triggered run takes (`trigger.batch_size`).
+pub const TRIGGER_BATCH_MAX: u32 = 1000;

@@ -24,6 +24,22 @@ pub struct WorkflowDef {
     pub steps: BTreeMap<String, Step>,
     /// Custom terminals and their base status.
     pub terminals: BTreeMap<String, WorkflowRunStatus>,
+    /// Starts a run per record of a stream (absent from definitions stored before).
+    #[serde(default)]
+    pub trigger: Option<Trigger>,
+}
+
+/// A stream trigger: the server reads the stream through a consumer group and starts one
+/// run per record (or per batch of `batch_size`, the input then an array).
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    pub stream: String,
+    /// The stream's namespace (None: the workflow's).
+    pub namespace: Option<String>,
+    /// The group the server reads through (default `wf-{name}`).
+    pub consumer_group: String,
+    pub mode: flo_protocol::GroupMode,
+    pub batch_size: u32,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]

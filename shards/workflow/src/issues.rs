@@ -31,6 +31,7 @@ pub enum IssueCode {
     E502,
     E503,
     E504,
+    E505,
     W101,
     W102,
     W103,

@@ -18,11 +18,11 @@ pub use bounds::{
     ATTEMPTS_MAX, DELAY_MS_MAX, MAPPING_PATH_NESTING_MAX, POLL_ATTEMPTS_DEFAULT,
     POLL_BASE_DELAY_MS_DEFAULT, RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT,
     RETRY_WITHIN_MS_MAX, SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX,
-    VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX,
+    TRIGGER_BATCH_MAX, VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX,
 };
 pub use def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
-    Step, StepAction, Target, Validated, WorkflowDef,
+    Step, StepAction, Target, Trigger, Validated, WorkflowDef,
 };
 pub use definition::{DEFINITION_BYTES_MAX, DEFINITION_NESTING_MAX, parse_workflow};
 pub use issues::IssueCode;

@@ -78,6 +78,17 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
     }
 }
 
+/// `trigger:` as written (the spec's field names are snake_case).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTrigger {
+    pub stream: Option<String>,
+    pub namespace: Option<String>,
+    pub consumer_group: Option<String>,
+    pub mode: Option<String>,
+    pub batch_size: Option<u64>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct RawWorkflow {
@@ -92,7 +103,7 @@ pub(super) struct RawWorkflow {
     // Known but not supported yet (E105).
     pub plans: Option<IgnoredAny>,
     pub schedule: Option<IgnoredAny>,
-    pub trigger: Option<IgnoredAny>,
+    pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<IgnoredAny>,
 }
 
@@ -641,7 +652,7 @@ steps:
 
     #[test]
     fn e105_unsupported_features() {
-        for field in ["plans", "schedule", "trigger", "searchAttributes"] {
+        for field in ["plans", "schedule", "searchAttributes"] {
             let issues = refused(
                 &wf(&format!("{field}: {{x: 1}}\n{START_OK}")),
                 "E105",
@@ -656,6 +667,45 @@ steps:
             &wf("start:\n  run: \"@plan/payment\"\n  transitions: {success: flo.Completed}\n"),
             "E105",
             "start.run",
+        );
+    }
+
+    #[test]
+    fn e505_a_trigger_names_a_stream_and_valid_settings() {
+        let ok = wf(&format!("trigger: {{stream: orders}}\n{START_OK}"));
+        let def = crate::parse_workflow(&ok)
+            .expect("a trigger with defaults")
+            .def;
+        let t = def.trigger.expect("the trigger kept");
+        assert_eq!((t.stream.as_str(), t.batch_size), ("orders", 1));
+        assert_eq!(t.consumer_group, format!("wf-{}", def.name));
+        for (trigger, path) in [
+            ("{namespace: prod}", "trigger.stream"),
+            ("{stream: \"bad name\"}", "trigger.stream"),
+            ("{stream: s, mode: fanout}", "trigger.mode"),
+            ("{stream: s, batch_size: 0}", "trigger.batch_size"),
+            (
+                "{stream: s, consumer_group: \"a b\"}",
+                "trigger.consumer_group",
+            ),
+        ] {
+            refused(
+                &wf(&format!("trigger: {trigger}\n{START_OK}")),
+                "E505",
+                path,
+            );
+        }
+        refused(
+            &wf(&format!(
+                "trigger: {{stream: s, mode: key_shared}}\n{START_OK}"
+            )),
+            "E105",
+            "trigger.mode",
+        );
+        refused(
+            &wf(&format!("trigger: {{stream: s, colour: red}}\n{START_OK}")),
+            "E106",
+            "trigger",
         );
     }
 

@@ -12,7 +12,7 @@
 //! | E102 | `name` missing, empty or invalid (1 to 256 bytes, no whitespace, no `:`) |
 //! | E103 | `version` missing, empty or invalid (1 to 128 bytes, no whitespace) |
 //! | E104 | `start` missing |
-//! | E105 | a feature not supported yet: `plans`, `schedule`, `trigger`, `searchAttributes`, `@plan/` targets |
+//! | E105 | a feature not supported yet: `plans`, `schedule`, `searchAttributes`, `@plan/` targets, a trigger's `key_shared` mode |
 //! | E106 | unknown field |
 //! | E107 | a step has both or neither of `run` and `waitForSignal` |
 //! | E108 | `idempotency` not `none`, `optional` or `required` |
@@ -31,6 +31,7 @@
 //! | E502 | invalid `poll` (the same checks; `maxDelayMs` below `baseDelayMs`) |
 //! | E503 | invalid `waitForSignal` (`type` missing or empty, `timeoutMs` 0 or over 2^63-1) |
 //! | E504 | `retry`, `poll` or `inputMapping` on a `waitForSignal` step |
+//! | E505 | invalid `trigger` (`stream` missing or not a stream name, `namespace` or `consumer_group` invalid, `mode` not `shared` or `exclusive`, `batch_size` not 1..=1000) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -40,17 +41,17 @@
 //! horizon (about 100 years, `clock::TIMER_HORIZON_MS`) never fires.
 
 use crate::def::{
-    BUILTIN_TERMINALS, Idempotency, START_STEP, SignalWait, Step, StepAction, Target, Validated,
-    WorkflowDef,
+    BUILTIN_TERMINALS, Idempotency, START_STEP, SignalWait, Step, StepAction, Target, Trigger,
+    Validated, WorkflowDef,
 };
 use crate::issues::{IssueCode, issue};
 use crate::mapping::{is_mapping_path, mapping_paths};
-use crate::parse::{Entries, RawSignalWait, RawStep, RawWorkflow};
+use crate::parse::{Entries, RawSignalWait, RawStep, RawTrigger, RawWorkflow};
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::bounds::{SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX};
+use crate::bounds::{SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, TRIGGER_BATCH_MAX};
 use crate::names::{
     check_mapping_path, check_step_name, check_version, check_workflow_name, listed, parse_target,
 };
@@ -96,6 +97,9 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
             steps.insert(step_name, step);
         }
     }
+    let trigger = raw
+        .trigger
+        .and_then(|t| c.trigger(t, name.as_deref().unwrap_or("")));
     let (Some(name), Some(version), Some(start), true) =
         (name, version, start, c.errors.is_empty())
     else {
@@ -109,6 +113,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         start,
         steps,
         terminals: scope.terminals,
+        trigger,
     };
     for step in unreachable_steps(&def) {
         c.warn(
@@ -204,7 +209,6 @@ impl Checker {
         let fields = [
             ("plans", raw.plans.is_some()),
             ("schedule", raw.schedule.is_some()),
-            ("trigger", raw.trigger.is_some()),
             ("searchAttributes", raw.search_attributes.is_some()),
         ];
         for (field, _) in fields.iter().filter(|(_, present)| *present) {
@@ -214,6 +218,69 @@ impl Checker {
                 format!("`{field}` is not supported yet: remove it"),
             );
         }
+    }
+
+    fn trigger(&mut self, raw: RawTrigger, workflow: &str) -> Option<Trigger> {
+        let errors = self.errors.len();
+        let bad = |c: &mut Self, field: &str, message: String| {
+            c.error(IssueCode::E505, format!("trigger.{field}"), message)
+        };
+        let stream = raw.stream.unwrap_or_default();
+        if let Err(e) = flo_protocol::check_stream_name(&stream) {
+            bad(
+                self,
+                "stream",
+                format!("{e}: name the stream to read, e.g. `stream: orders`"),
+            );
+        }
+        if let Some(ns) = &raw.namespace
+            && let Err(e) = flo_protocol::check_namespace(ns)
+        {
+            bad(self, "namespace", e.to_string());
+        }
+        let group = raw
+            .consumer_group
+            .unwrap_or_else(|| format!("wf-{workflow}"));
+        if let Err(e) = flo_protocol::check_group_name(&group) {
+            bad(self, "consumer_group", e.to_string());
+        }
+        let mode = match raw.mode.as_deref() {
+            None | Some("shared") => flo_protocol::GroupMode::Shared,
+            Some("exclusive") => flo_protocol::GroupMode::Exclusive,
+            Some("key_shared") => {
+                self.error(
+                    IssueCode::E105,
+                    "trigger.mode",
+                    "`key_shared` is not supported yet: use `shared` or `exclusive`",
+                );
+                flo_protocol::GroupMode::Shared
+            }
+            Some(other) => {
+                bad(
+                    self,
+                    "mode",
+                    format!("found `mode: {other}`; use `shared` or `exclusive`"),
+                );
+                flo_protocol::GroupMode::Shared
+            }
+        };
+        let batch_size = raw.batch_size.unwrap_or(1);
+        if batch_size == 0 || batch_size > TRIGGER_BATCH_MAX as u64 {
+            bad(
+                self,
+                "batch_size",
+                format!(
+                    "`batch_size` is 1 to {TRIGGER_BATCH_MAX} records per run, not {batch_size}"
+                ),
+            );
+        }
+        (self.errors.len() == errors).then_some(Trigger {
+            stream,
+            namespace: raw.namespace,
+            consumer_group: group,
+            mode,
+            batch_size: batch_size as u32,
+        })
     }
 
     fn kind(&mut self, kind: Option<&str>) {

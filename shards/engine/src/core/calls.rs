@@ -29,8 +29,21 @@ pub enum Waiting {
     Forward { origin_lsn: u64 },
     /// Part `part` of a stream operation split over partitions (`streams::scatter`).
     StreamPart { gather: u64, part: usize },
+    /// The start of a run a stream trigger asked for.
+    TriggerStart(Box<TriggerStart>),
     /// Nothing to continue (a start-up sync, a clock move).
     Nothing,
+}
+
+/// What a triggered run's start continues: the records of a trigger's group to ack (or nack)
+/// once the run's owner answered.
+#[derive(Debug)]
+pub struct TriggerStart {
+    pub namespace: String,
+    pub stream: String,
+    pub partition: u32,
+    pub group: String,
+    pub ids: Vec<flo_protocol::StreamId>,
 }
 
 /// Calls made and not answered: by tag, the continuation, the shard asked and when (wall
@@ -75,7 +88,10 @@ impl Calls {
                 *at <= sent_by_ms
                     && matches!(
                         w,
-                        Waiting::Relay(_) | Waiting::FanOut(_) | Waiting::StreamPart { .. }
+                        Waiting::Relay(_)
+                            | Waiting::FanOut(_)
+                            | Waiting::StreamPart { .. }
+                            | Waiting::TriggerStart(_)
                     )
             })
             .map(|(&tag, &(_, shard, _))| (tag, shard))

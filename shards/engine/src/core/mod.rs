@@ -10,6 +10,6 @@ mod gate;
 pub mod io;
 
 pub use agenda::Task;
-pub use calls::Waiting;
+pub use calls::{TriggerStart, Waiting};
 pub use commit::Core;
 pub use gate::Durability;

@@ -12,6 +12,7 @@ mod peers;
 mod routing;
 mod run_waits;
 mod step;
+mod triggers;
 mod watches;
 
 pub use fanout::SERVER_VERSION;
@@ -70,6 +71,8 @@ pub struct Engine {
     kv_waits: KvWaits,
     /// Stream operations waiting for their partitions, and parked group reads.
     streams: crate::streams::Scatter,
+    /// Stream triggers' deliveries and run starts in progress.
+    triggers: triggers::Triggers,
     reads: crate::archive::Reads,
     retention_ms: u64,
     peer_timeout_ms: u64,
@@ -100,6 +103,7 @@ impl Engine {
             forwarder: Forwarder::default(),
             kv_waits: KvWaits::default(),
             streams: Default::default(),
+            triggers: Default::default(),
             reads: Default::default(),
             retention_ms: config.retention_ms,
             peer_timeout_ms: config.peer_timeout_ms,
@@ -196,7 +200,7 @@ impl Engine {
             awaits: self.awaits.open_awaits(),
             watches: self.watches.len(),
             kv_waits: self.kv_waits.len(),
-            stream_ops: self.streams.len(),
+            stream_ops: self.streams.len() + self.triggers.len(),
             definitions_busy: self.definitions.busy(),
         }
     }

@@ -141,6 +141,7 @@ impl Engine {
             Waiting::StreamPart { gather, part } => {
                 streams::on_part(core, &mut self.streams, gather, part, result)
             }
+            Waiting::TriggerStart(start) => self.on_trigger_started(*start, result),
             Waiting::Nothing => {
                 if let Err(e) = result {
                     core.emit(Effect::Log(format!(

@@ -78,6 +78,7 @@ impl Engine {
             let refusal = self.log_refusal();
             streams::poll_parked(&mut self.core, &mut self.streams, refusal);
         }
+        self.pump_triggers();
         self.ask_wake();
         self.core.take_effects(out);
     }
@@ -165,6 +166,7 @@ impl Engine {
             self.next_housekeeping_ms = now + HOUSEKEEPING_MS;
             archive::forget_expired(&mut self.core, self.retention_ms);
             streams::sweep_expired(&mut self.core, STREAM_SWEEP_PARTITIONS_MAX);
+            self.retry_trigger_groups();
             self.workers.check_health(now);
             workers::sweep_wants(&self.core, &mut self.awaits);
             self.time_out_peer_calls();

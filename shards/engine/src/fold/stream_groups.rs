@@ -304,6 +304,52 @@ impl Streams {
         count: usize,
         now_ms: u64,
     ) -> Result<Vec<Record>, ErrorValue> {
+        let at = GroupAt {
+            namespace,
+            stream,
+            partition,
+            group,
+        };
+        self.plan_delivery(at, consumer, count, now_ms, false)
+    }
+
+    /// Like `plan_deliver`, for a stream trigger: records due again are redelivered as the
+    /// delivery they came in (those delivered at the same moment), alone, so that a batch
+    /// comes back whole.
+    #[allow(clippy::too_many_arguments)]
+    pub fn plan_trigger_delivery(
+        &self,
+        namespace: &str,
+        stream: &str,
+        group: &str,
+        partition: u32,
+        consumer: &str,
+        count: usize,
+        now_ms: u64,
+    ) -> Result<Vec<Record>, ErrorValue> {
+        let at = GroupAt {
+            namespace,
+            stream,
+            partition,
+            group,
+        };
+        self.plan_delivery(at, consumer, count, now_ms, true)
+    }
+
+    fn plan_delivery(
+        &self,
+        at: GroupAt,
+        consumer: &str,
+        count: usize,
+        now_ms: u64,
+        whole: bool,
+    ) -> Result<Vec<Record>, ErrorValue> {
+        let GroupAt {
+            namespace,
+            stream,
+            partition,
+            group,
+        } = at;
         let (def, gdef) = self.group(namespace, stream, group)?;
         check_consumer_name(consumer)?;
         let Some(part) = self.partition(namespace, stream, partition) else {
@@ -330,20 +376,30 @@ impl Streams {
         }
         let mut again = Vec::new();
         let mut dead = Vec::new();
+        let mut delivery = None;
         for id in g.due(now_ms) {
             if again.len() >= count || dead.len() >= DEAD_LETTERS_PER_READ_MAX {
                 break;
             }
-            match g.pending.get(&id) {
-                Some(p) if p.deliveries >= gdef.max_deliveries => dead.push(id),
-                Some(_) => again.push(id),
-                None => {}
+            let Some(p) = g.pending.get(&id) else {
+                continue;
+            };
+            if whole && *delivery.get_or_insert(p.delivered_at_ms) != p.delivered_at_ms {
+                continue;
+            }
+            if p.deliveries >= gdef.max_deliveries {
+                dead.push(id);
+            } else {
+                again.push(id);
             }
         }
-        let new = part
-            .read(g.cursor, count - again.len())
-            .map(|e| e.id)
-            .collect::<Vec<_>>();
+        let new = if whole && delivery.is_some() {
+            Vec::new()
+        } else {
+            part.read(g.cursor, count - again.len())
+                .map(|e| e.id)
+                .collect::<Vec<_>>()
+        };
         let mut records = Vec::new();
         if !dead.is_empty() {
             let dlq = dead_letter_stream(stream);
