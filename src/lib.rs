@@ -12,6 +12,7 @@ mod fake_server;
 mod handler;
 mod mux;
 mod requests;
+mod stream_worker;
 mod streams;
 mod worker;
 
@@ -26,6 +27,9 @@ pub use handler::{
 };
 pub use mux::{MUX_PENDING_CALLS_MAX, MuxClient, MuxOptions, PendingReply};
 pub use requests::RecordsPage;
+pub use stream_worker::{
+    RunningStreamWorker, StreamContext, StreamWorker, StreamWorkerBuilder, StreamWorkerOptions,
+};
 pub use worker::{
     ActionWorker, ActionWorkerBuilder, RunningWorker, StopHandle, WORKER_CONCURRENCY_MAX,
     WorkerError, WorkerOptions, WorkerStats,

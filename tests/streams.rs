@@ -567,3 +567,84 @@ fn bad_group_requests_get_clear_errors() {
     assert!(e.contains("g"), "{e}");
     server.stop();
 }
+
+#[test]
+fn a_stream_worker_acks_what_it_handled_and_redelivers_what_failed() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    let failures = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let failed = failures.clone();
+    let worker = flo::StreamWorker::builder(server.addr)
+        .stream("events")
+        .group("processors")
+        .worker_id("events-1")
+        .concurrency(3)
+        .batch_size(4)
+        .block_ms(500)
+        .handler(move |ctx| {
+            let payload = String::from_utf8(ctx.payload().to_vec())?;
+            assert_eq!((ctx.stream(), ctx.group()), ("events", "processors"));
+            // The first delivery of "flaky" fails: it comes back and succeeds.
+            if payload == "flaky" && failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Err("not yet".into());
+            }
+            if payload == "boom" {
+                panic!("a handler that panics");
+            }
+            log.lock().unwrap().push(payload);
+            Ok(())
+        })
+        .spawn()
+        .unwrap();
+    // The worker registered as a stream worker and created the stream and its group.
+    let registered = c.worker("events-1").unwrap();
+    assert_eq!(registered.worker_type, flo::protocol::WorkerType::Stream);
+    for i in 0..12 {
+        c.append("events", vec![record(&format!("e{i}"), None)])
+            .unwrap();
+    }
+    c.append("events", vec![record("flaky", None)]).unwrap();
+    // A record whose handler always panics goes to the dead-letter stream.
+    c.append("events", vec![record("boom", None)]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || read_all(
+            &mut c,
+            "events:dlq",
+            10
+        )
+        .len()
+            == 1),
+        "boom dead-lettered"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || seen.lock().unwrap().len() == 13),
+        "handled {:?}",
+        seen.lock().unwrap()
+    );
+    let info = &c.groups("events", Some("processors")).unwrap()[0];
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            c.groups("events", Some("processors")).unwrap()[0].acked == 13
+        }),
+        "{info:?}"
+    );
+    let stats = worker.stop_and_join().unwrap();
+    // "flaky" failed once, "boom" on each of its 16 deliveries.
+    assert_eq!(
+        (stats.tasks_completed, stats.tasks_failed),
+        (13, 17),
+        "{stats:?}"
+    );
+    assert!(c.worker("events-1").is_err(), "deregistered at the stop");
+    let mut handled = seen.lock().unwrap().clone();
+    handled.sort();
+    handled.dedup();
+    assert_eq!(
+        handled.len(),
+        13,
+        "each record handled once after its success"
+    );
+}
