@@ -6,6 +6,7 @@
 
 mod action;
 mod args;
+mod duration;
 mod kv;
 mod output;
 mod server;

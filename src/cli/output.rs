@@ -1,4 +1,4 @@
-use flo::protocol::KvEntry;
+use flo::protocol::{KvEntry, StreamRecord};
 use serde_json::{Value, json};
 use std::io::{ErrorKind, Write};
 
@@ -79,4 +79,34 @@ pub fn time_text(ms: u64) -> String {
 /// The line a page ends with when more may follow: how to ask for the next.
 pub fn more_hint(next_cursor: Option<&str>, what: &str) -> Option<String> {
     next_cursor.map(|c| format!("(more {what} may follow: --cursor {c})"))
+}
+
+/// Records one per line (one JSON document per line with --json).
+pub fn print_records(records: &[StreamRecord], out: &Output) {
+    for r in records {
+        out.print(record_json(r), || record_text(r));
+    }
+}
+
+pub fn record_text(r: &StreamRecord) -> String {
+    format!(
+        "{}\t{}\t{}",
+        r.id,
+        r.key.as_deref().unwrap_or("-"),
+        value_text(&r.payload)
+    )
+}
+
+pub fn record_json(r: &StreamRecord) -> Value {
+    let mut doc = json!({
+        "id": r.id.to_string(),
+        "partition": r.partition,
+        "key": r.key,
+        "headers": r.headers,
+    });
+    match std::str::from_utf8(&r.payload) {
+        Ok(s) => doc["payload"] = json!(s),
+        Err(_) => doc["payload_hex"] = json!(value_text(&r.payload)),
+    }
+    doc
 }

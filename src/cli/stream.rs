@@ -1,14 +1,13 @@
 //! `flo stream ...`: create, append, read, tail, describe, list, trim and delete streams.
 
 use super::CliError;
-use super::args::parse_ttl;
-use super::output::{Output, time_text, value_text};
+use super::duration::parse_ttl;
+use super::output::{Output, print_records, record_json, record_text, time_text};
 use super::stream_group::GroupCommand;
 use clap::Subcommand;
 use flo::Client;
 use flo::protocol::{
-    STREAM_READ_COUNT_MAX, StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecord,
-    StreamRecordIn,
+    STREAM_READ_COUNT_MAX, StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecordIn,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -330,13 +329,6 @@ fn tail(
     }
 }
 
-/// Records one per line (one JSON document per line with --json).
-pub(super) fn print_records(records: &[StreamRecord], out: &Output) {
-    for r in records {
-        out.print(record_json(r), || record_text(r));
-    }
-}
-
 fn read_payload(arg: &str) -> Result<Vec<u8>, CliError> {
     if arg == "-" {
         let mut bytes = Vec::new();
@@ -350,29 +342,6 @@ fn read_payload(arg: &str) -> Result<Vec<u8>, CliError> {
             .map_err(|e| CliError::Usage(format!("cannot read payload file {path}: {e}")));
     }
     Ok(arg.as_bytes().to_vec())
-}
-
-pub(super) fn record_text(r: &StreamRecord) -> String {
-    format!(
-        "{}\t{}\t{}",
-        r.id,
-        r.key.as_deref().unwrap_or("-"),
-        value_text(&r.payload)
-    )
-}
-
-pub(super) fn record_json(r: &StreamRecord) -> Value {
-    let mut doc = json!({
-        "id": r.id.to_string(),
-        "partition": r.partition,
-        "key": r.key,
-        "headers": r.headers,
-    });
-    match std::str::from_utf8(&r.payload) {
-        Ok(s) => doc["payload"] = json!(s),
-        Err(_) => doc["payload_hex"] = json!(value_text(&r.payload)),
-    }
-    doc
 }
 
 fn info_json(s: &StreamInfo) -> Value {

@@ -2,8 +2,7 @@
 //! pending list, where a group stands, delete.
 
 use super::CliError;
-use super::output::{Output, time_text};
-use super::stream::{print_records, record_json};
+use super::output::{Output, print_records, record_json, time_text};
 use clap::{Subcommand, ValueEnum};
 use flo::Client;
 use flo::protocol::{

@@ -610,8 +610,8 @@ fn group_at<'a>(
     stream: &'a str,
     partition: u32,
     group: &'a str,
-) -> crate::fold::stream_groups::GroupAt<'a> {
-    crate::fold::stream_groups::GroupAt {
+) -> crate::fold::stream_group_ops::GroupAt<'a> {
+    crate::fold::stream_group_ops::GroupAt {
         namespace,
         stream,
         partition,

@@ -15,6 +15,7 @@ pub mod runs;
 pub mod scheduler;
 pub mod snapshot;
 pub mod state;
+pub mod stream_group_ops;
 pub mod stream_groups;
 pub mod streams;
 pub mod workflow_defs;
