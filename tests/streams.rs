@@ -648,3 +648,44 @@ fn a_stream_worker_acks_what_it_handled_and_redelivers_what_failed() {
         "each record handled once after its success"
     );
 }
+
+#[test]
+fn a_blocking_read_is_answered_by_the_next_append_or_empty_at_its_deadline() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let mut last = c.append("feed", vec![record("old", None)]).unwrap()[0];
+    for _ in 0..3 {
+        let addr = server.addr;
+        let spec = StreamReadSpec {
+            stream: "feed".into(),
+            after: Some(last),
+            block_ms: Some(20_000),
+            ..Default::default()
+        };
+        let reader =
+            std::thread::spawn(move || Client::connect(addr).unwrap().read_stream(spec).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!reader.is_finished(), "the read waits for a record");
+        // From a new connection each time: it may land on any shard.
+        let mut writer = server.client();
+        last = writer.append("feed", vec![record("new", None)]).unwrap()[0];
+        let page = reader.join().unwrap();
+        assert_eq!(page.records.len(), 1);
+        assert_eq!(page.records[0].id, last);
+    }
+    let quick = StreamReadSpec {
+        stream: "feed".into(),
+        after: Some(last),
+        block_ms: Some(300),
+        ..Default::default()
+    };
+    let t = std::time::Instant::now();
+    let page = c.read_stream(quick).unwrap();
+    assert!(page.records.is_empty());
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "it waited its time"
+    );
+    server.stop();
+}

@@ -55,7 +55,13 @@ pub struct Args {
     #[arg(long, default_value_t = 600.0)]
     pub max_secs: f64,
 
-    /// Worker connections of the `worker` workload, one thread each.
+    /// Records per append (`stream-append`, `stream-consume`).
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=flo_protocol::STREAM_APPEND_RECORDS_MAX as i64))]
+    pub batch: u32,
+
+    /// Worker connections of the `worker` workload (consumers of `stream-consume`), one
+    /// thread each.
     #[arg(long, default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=1024),
           help_heading = "Worker workload options (with --workload worker)")]

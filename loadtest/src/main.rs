@@ -4,6 +4,7 @@
 mod args;
 mod driver;
 mod report;
+mod streams;
 mod workers;
 mod workload;
 
@@ -62,6 +63,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         Workload::Worker => {
             workload::register_user_action(&addr, token, &args.namespace, &args.action_name)?
         }
+        Workload::StreamAppend => streams::prepare(&addr, token, &args.namespace, false)?,
+        Workload::StreamConsume => streams::prepare(&addr, token, &args.namespace, true)?,
     }
     let (outcome, tasks) = run_workload(args, &cfg);
 
@@ -146,6 +149,33 @@ fn run_workload(
                 })
             });
             (outcome, Some(tasks))
+        }
+        Workload::StreamAppend => {
+            let outcome = driver::run(cfg, || {
+                let value = args.value_bytes as usize;
+                streams::StreamAppend::new(&args.namespace, args.keys, args.batch, value, None)
+            });
+            (outcome, None)
+        }
+        Workload::StreamConsume => {
+            let epoch = Instant::now();
+            let consume_cfg = streams::ConsumeConfig {
+                addr: cfg.addr.clone(),
+                token: cfg.token.clone(),
+                namespace: args.namespace.clone(),
+                consumers: args.workers as usize,
+                read_batch: args.await_batch,
+                batch: args.batch,
+                max_duration: cfg.max_duration,
+                epoch,
+            };
+            let (outcome, acked) = streams::run(&consume_cfg, || {
+                driver::run(cfg, || {
+                    let ns = &args.namespace;
+                    streams::StreamAppend::new(ns, args.keys, args.batch, 0, Some(epoch))
+                })
+            });
+            (outcome, Some(acked))
         }
     }
 }

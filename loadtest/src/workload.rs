@@ -23,6 +23,13 @@ pub enum Workload {
     /// Starts of a 3-step workflow (`loadtest-flow`) whose steps are trivial WASM actions,
     /// each answered once the run completed (start with `wait_ms`).
     Workflow,
+    /// Appends of `--batch` records of `--value-bytes` bytes to `loadtest-stream` (keyed
+    /// over `--keys` keys when given), each answered once durable.
+    StreamAppend,
+    /// The appends of `stream-append` consumed by `--workers` consumers of a shared group,
+    /// each reading up to `--await-batch` records and acking them in one request. Reports
+    /// records acked/s and append-to-ack latency.
+    StreamConsume,
 }
 
 impl Workload {
@@ -32,6 +39,8 @@ impl Workload {
             Workload::WasmInvoke => "wasm-invoke",
             Workload::Worker => "worker",
             Workload::Workflow => "workflow",
+            Workload::StreamAppend => "stream-append",
+            Workload::StreamConsume => "stream-consume",
         }
     }
 }

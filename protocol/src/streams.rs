@@ -132,6 +132,10 @@ pub struct StreamReadSpec {
     /// The newest `count` records instead of the oldest after `after`.
     #[serde(default)]
     pub tail: bool,
+    /// When no record is there, wait up to this long (at most `GROUP_BLOCK_MS_MAX`) for one
+    /// (not with `tail`).
+    #[serde(default)]
+    pub block_ms: Option<u64>,
 }
 
 /// A stream and what it holds now.

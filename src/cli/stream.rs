@@ -7,7 +7,8 @@ use super::stream_group::GroupCommand;
 use clap::Subcommand;
 use flo::Client;
 use flo::protocol::{
-    STREAM_READ_COUNT_MAX, StreamConfig, StreamId, StreamInfo, StreamReadSpec, StreamRecordIn,
+    GROUP_BLOCK_MS_MAX, STREAM_READ_COUNT_MAX, StreamConfig, StreamId, StreamInfo, StreamReadSpec,
+    StreamRecordIn,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -61,6 +62,10 @@ pub enum StreamCommand {
         count: u32,
         #[arg(long)]
         partition: Option<u32>,
+        /// When there is nothing to read, wait up to this many ms for a record.
+        #[arg(long, value_name = "MS",
+              value_parser = clap::value_parser!(u64).range(0..=GROUP_BLOCK_MS_MAX))]
+        block: Option<u64>,
     },
     /// The newest records; with --follow, then every record appended after them.
     Tail {
@@ -106,8 +111,8 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// How often `tail --follow` asks for new records.
-const FOLLOW_POLL: Duration = Duration::from_millis(200);
+/// How long one read of `tail --follow` waits for new records on the server.
+const FOLLOW_BLOCK_MS: u64 = 30_000;
 
 pub fn run(client: &mut Client, cmd: &StreamCommand, out: &Output) -> Result<(), CliError> {
     match cmd {
@@ -156,12 +161,14 @@ pub fn run(client: &mut Client, cmd: &StreamCommand, out: &Output) -> Result<(),
             after,
             count,
             partition,
+            block,
         } => {
             let spec = StreamReadSpec {
                 stream: name.clone(),
                 after: after.or_else(|| from.and_then(before_id)),
                 count: Some(*count),
                 partition: *partition,
+                block_ms: *block,
                 ..Default::default()
             };
             let page = client.read_stream(spec)?;
@@ -318,14 +325,12 @@ fn tail(
             stream: name.into(),
             after,
             count: Some(STREAM_READ_COUNT_MAX),
+            block_ms: Some(FOLLOW_BLOCK_MS),
             ..Default::default()
         };
         let page = client.read_stream(spec)?;
         print_records(&page.records, out);
         after = page.records.last().map(|r| r.id).or(after);
-        if page.next_after.is_none() {
-            std::thread::sleep(FOLLOW_POLL);
-        }
     }
 }
 

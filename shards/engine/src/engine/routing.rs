@@ -147,6 +147,10 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::StreamDelete { .. }
         | Op::StreamGroupCreate { .. }
         | Op::StreamGroupDelete { .. } => Target::Shard(COORDINATOR),
+        // A blocking read waits where the client is connected.
+        Op::StreamRead(spec) if spec.block_ms.is_some_and(|ms| ms > 0) && !spec.tail => {
+            Target::Streams
+        }
         // One partition's read goes to its owner.
         Op::StreamRead(spec) if spec.partition.is_some() => {
             let p = spec.partition.unwrap_or(0);

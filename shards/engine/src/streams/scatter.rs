@@ -20,7 +20,7 @@ use crate::tables::HashMap;
 use flo_protocol::{
     DELAY_MS_ACCEPTED_MAX, ErrorValue, GROUP_ACK_IDS_MAX, GROUP_BLOCK_MS_MAX, GroupReadSpec, Op,
     Reply, STREAM_APPEND_RECORDS_MAX, STREAM_READ_COUNT_DEFAULT, STREAM_READ_COUNT_MAX, StreamId,
-    StreamRecord, StreamRecordIn, check_stream_record,
+    StreamReadSpec, StreamRecord, StreamRecordIn, check_stream_record,
 };
 use std::collections::BTreeMap;
 
@@ -56,6 +56,13 @@ enum Gathered {
     },
     /// Ack or nack: how many ids were pending.
     Count(u64),
+    /// A blocking read: every shard's part (`reads::read_part`), merged.
+    Read {
+        spec: StreamReadSpec,
+        parts: Vec<Reply>,
+        deadline_ms: u64,
+        poll_ms: u64,
+    },
 }
 
 struct Gather {
@@ -67,10 +74,25 @@ struct Gather {
     lsn: u64,
 }
 
-/// A group read waiting to ask its partitions again.
+/// What a parked read asks again.
+enum Again {
+    Group(GroupReadSpec),
+    Read(StreamReadSpec),
+}
+
+impl Again {
+    fn stream(&self) -> (&str, &str) {
+        match self {
+            Again::Group(s) => (&s.namespace, &s.stream),
+            Again::Read(s) => (&s.namespace, &s.stream),
+        }
+    }
+}
+
+/// A blocking read waiting to ask its partitions again.
 struct Parked {
     to: ReplyTo,
-    spec: GroupReadSpec,
+    spec: Again,
     deadline_ms: u64,
     poll_ms: u64,
 }
@@ -133,6 +155,12 @@ pub fn scatter(
             let block = spec.block_ms.unwrap_or(0).min(GROUP_BLOCK_MS_MAX);
             let deadline_ms = if block > 0 { core.wall_ms() + block } else { 0 };
             group_read(core, sc, to, spec, deadline_ms, GROUP_POLL_MS_MIN, refusal)
+        }
+        Op::StreamRead(spec) => {
+            let block = spec.block_ms.unwrap_or(0).min(GROUP_BLOCK_MS_MAX);
+            let deadline_ms = core.wall_ms() + block;
+            blocking_read(core, sc, to, spec, deadline_ms, GROUP_POLL_MS_MIN);
+            Ok(())
         }
         Op::StreamGroupAck {
             namespace,
@@ -471,6 +499,53 @@ fn deliver_round(
     }
 }
 
+/// Asks every shard for its part of a read (`reads::read_part`); the answer is the merge,
+/// or, when it is empty, the read parks until its deadline.
+fn blocking_read(
+    core: &mut Core,
+    sc: &mut Scatter,
+    to: ReplyTo,
+    spec: StreamReadSpec,
+    deadline_ms: u64,
+    poll_ms: u64,
+) {
+    let shards = core.partitioning().shards;
+    let id = sc.open(Gather {
+        to,
+        what: Gathered::Read {
+            spec: spec.clone(),
+            parts: Vec::new(),
+            deadline_ms,
+            poll_ms,
+        },
+        remaining: shards as usize,
+        error: None,
+        lsn: 0,
+    });
+    let mut part = spec;
+    part.block_ms = None;
+    for (i, shard) in (0..shards).enumerate() {
+        if shard == core.shard() {
+            let done = super::reads::read_part(core, &part);
+            if let Some(g) = sc.open.get_mut(&id) {
+                g.lsn = g.lsn.max(done.wait_lsn);
+            }
+            on_part(core, sc, id, i, done.result);
+        } else {
+            let req = PeerRequest::Client(Op::StreamRead(part.clone()));
+            core.call(
+                shard,
+                0,
+                req,
+                Waiting::StreamPart {
+                    gather: id,
+                    part: i,
+                },
+            );
+        }
+    }
+}
+
 type GroupRef = (String, String, String);
 
 fn settle(
@@ -551,6 +626,9 @@ pub fn on_part(core: &mut Core, sc: &mut Scatter, gather: u64, part: usize, resu
             all.extend(records);
         }
         (Ok(Reply::GroupAcked { count }), Gathered::Count(all)) => *all += count,
+        (Ok(reply @ Reply::StreamRecords { .. }), Gathered::Read { parts, .. }) => {
+            parts.push(reply)
+        }
         (Ok(other), _) => {
             let e = ErrorValue::internal(format!("a partition answered {other:?}"));
             g.error.get_or_insert(e);
@@ -609,7 +687,7 @@ pub fn on_part(core: &mut Core, sc: &mut Scatter, gather: u64, part: usize, resu
                 return;
             }
             if records.is_empty() && core.wall_ms() < deadline_ms {
-                park(core, sc, g.to, spec, deadline_ms, poll_ms);
+                park(core, sc, g.to, Again::Group(spec), deadline_ms, poll_ms);
                 return;
             }
             records.sort_by_key(|r| r.id);
@@ -619,6 +697,23 @@ pub fn on_part(core: &mut Core, sc: &mut Scatter, gather: u64, part: usize, resu
             })
         }
         (None, Gathered::Count(count)) => Ok(Reply::GroupAcked { count }),
+        (
+            None,
+            Gathered::Read {
+                spec,
+                parts,
+                deadline_ms,
+                poll_ms,
+            },
+        ) => match super::reads::merge_reads(&spec, parts) {
+            Ok(Reply::StreamRecords { records, .. })
+                if records.is_empty() && core.wall_ms() < deadline_ms =>
+            {
+                park(core, sc, g.to, Again::Read(spec), deadline_ms, poll_ms);
+                return;
+            }
+            result => result,
+        },
     };
     core.reply_op(g.to, g.lsn, result);
 }
@@ -627,7 +722,7 @@ fn park(
     core: &mut Core,
     sc: &mut Scatter,
     to: ReplyTo,
-    spec: GroupReadSpec,
+    spec: Again,
     deadline_ms: u64,
     poll_ms: u64,
 ) {
@@ -660,7 +755,7 @@ fn wake_parked(sc: &mut Scatter, namespace: &str, stream: &str, now_ms: u64) {
     let due: Vec<(u64, u64)> = sc
         .parked
         .iter()
-        .filter(|(_, p)| p.spec.namespace == namespace && p.spec.stream == stream)
+        .filter(|(_, p)| p.spec.stream() == (namespace, stream))
         .map(|(k, _)| *k)
         .filter(|(at, _)| *at > now_ms)
         .collect();
@@ -690,16 +785,14 @@ pub fn poll_parked(core: &mut Core, sc: &mut Scatter, refusal: Option<ErrorValue
             continue;
         }
         let to = p.to;
-        if let Err(e) = group_read(
-            core,
-            sc,
-            to,
-            p.spec,
-            p.deadline_ms,
-            p.poll_ms,
-            refusal.clone(),
-        ) {
-            core.reply_op(to, 0, Err(e));
+        match p.spec {
+            Again::Group(spec) => {
+                let (deadline, poll) = (p.deadline_ms, p.poll_ms);
+                if let Err(e) = group_read(core, sc, to, spec, deadline, poll, refusal.clone()) {
+                    core.reply_op(to, 0, Err(e));
+                }
+            }
+            Again::Read(spec) => blocking_read(core, sc, to, spec, p.deadline_ms, p.poll_ms),
         }
     }
 }
