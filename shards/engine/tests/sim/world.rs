@@ -89,27 +89,12 @@ steps:
       success: flo.Completed
       failure: flo.Failed
 "#,
-    r#"
-kind: Workflow
-name: approval
-version: "1"
-start:
-  waitForSignal:
-    type: approval
-    timeoutMs: 5000
-    onTimeout: Expired
-  transitions:
-    success: second
-steps:
-  second:
-    waitForSignal:
-      type: approval
-    transitions:
-      success: flo.Completed
-terminals:
-  Expired:
-    status: failed
-"#,
+    // With the leading newline it always had: the definition's text is in the records, so
+    // the published seeds replay only if it is the same.
+    concat!(
+        "\n",
+        include_str!("../../../../testdata/workflows/approval-two-waits.yaml")
+    ),
     r#"
 kind: Workflow
 name: review
