@@ -2025,13 +2025,9 @@ fn run_executing_at_shutdown_runs_again_after_restart() {
     wait_for_run(&mut c, &first, "running", |r| {
         r.status == RunStatus::Running
     });
-    let started = Instant::now();
+    // The gated guest never ends by itself (nobody writes its key): a stop that waited for
+    // it would not end, and `stop` fails after its own limit.
     server.stop();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "a graceful stop waited {:?} for a running guest",
-        started.elapsed()
-    );
 
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
