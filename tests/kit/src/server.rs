@@ -355,8 +355,9 @@ impl ServerProcess {
         let mut child = self.child.take().expect("a server not yet ended");
         if status.is_none() {
             let _ = child.kill();
-            let _ = child.wait();
         }
+        // Reaps it, or gives back the status already reaped.
+        let _ = child.wait();
         Ended {
             status,
             exited_before: exited.is_some(),
@@ -371,8 +372,9 @@ impl ServerProcess {
         let mut child = self.child.take().expect("a server not yet ended");
         if status.is_none() {
             let _ = child.kill();
-            let _ = child.wait();
         }
+        // Reaps it, or gives back the status already reaped.
+        let _ = child.wait();
         Ended {
             status,
             exited_before: false,
