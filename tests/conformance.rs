@@ -453,22 +453,19 @@ fn kv_get_wait_returns_when_the_key_is_written_and_times_out_cleanly() {
         let key = format!("late-{i}");
         let waiting = spawn_json(&addr, &["kv", "get", &key, "--wait", "20000"]);
         std::thread::sleep(Duration::from_millis(300));
-        let started = Instant::now();
         cli_ok(&addr, &["kv", "put", &key, &format!("value-{i}")]);
         let (code, stdout, stderr) = finish(waiting);
+        // Answered by the write: the value is in the answer (the wait's own 20 s limit
+        // answers without one).
         assert_eq!(code, Some(0), "{stdout}\n{stderr}");
         let doc: Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(doc["value"], format!("value-{i}"));
-        // Answered by the write, not by the wait's own 20 s limit (a loaded machine may
-        // take seconds).
-        assert!(started.elapsed() < Duration::from_secs(19));
     }
 
-    // A key that exists: at once.
-    let started = Instant::now();
+    // A key that exists: answered with it, not after the wait.
     let doc = cli_json(&addr, &["kv", "get", "late-0", "--wait", "20000"]);
     assert_eq!(doc["version"], 1);
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(doc["value"], "value-0");
 
     // --block with --after-version: the next version.
     let waiting = spawn_json(

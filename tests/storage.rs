@@ -158,19 +158,6 @@ fn a_log_missing_its_first_segment_is_refused_with_the_missing_range() {
     );
 }
 
-/// Echoes its input.
-const ECHO_WAT: &str = r#"(module
-  (memory (export "memory") 1)
-  (global $heap (mut i32) (i32.const 4096))
-  (func (export "alloc") (param $size i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $heap))
-    (global.set $heap (i32.add (global.get $heap) (local.get $size)))
-    (local.get $p))
-  (func (export "handle") (param $ptr i32) (param $len i32) (result i64)
-    (i64.or (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32))
-            (i64.extend_i32_u (local.get $len)))))"#;
-
 #[test]
 fn retention_lets_old_segments_go_while_runs_in_flight_survive_restarts() {
     use flo::protocol::RunStatus;
@@ -280,7 +267,7 @@ fn wasm_echo(c: &mut Client) {
         namespace: String::new(),
         name: "echo".into(),
         kind: ActionKind::Wasm,
-        wasm: Some(ECHO_WAT.as_bytes().to_vec()),
+        wasm: Some(flo_testkit::guests::echo_guest().into_bytes()),
         timeout_ms: None,
         max_retries: None,
         retry_delay_ms: None,

@@ -8,6 +8,7 @@ mod common;
 use common::{
     FLO_BIN, TestServer, cli_fails, cli_json, cli_ok, cli_usage_fails, temp_dir, wait_until,
 };
+use flo_testkit::guests::{echo_guest, fixed_guest};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,38 +17,6 @@ use std::time::Duration;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// A guest module returning `body`'s packed (ptr, len), with `data` at offset 0.
-fn guest(data: &str, body: &str) -> String {
-    format!(
-        r#"(module
-  (memory (export "memory") 1)
-  (global $heap (mut i32) (i32.const 4096))
-  (data (i32.const 0) "{}")
-  (func $alloc (export "alloc") (param $size i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $heap))
-    (global.set $heap (i32.add (global.get $heap) (local.get $size)))
-    (local.get $p))
-  (func (export "handle") (param $ptr i32) (param $len i32) (result i64)
-    {body})
-)"#,
-        data.replace('\\', "\\\\").replace('"', "\\\"")
-    )
-}
-
-/// Returns `json` whatever the input.
-fn fixed_guest(json: &str) -> String {
-    guest(json, &format!("(i64.const {})", json.len()))
-}
-
-/// Returns its input unchanged.
-fn echo_guest() -> String {
-    guest(
-        "",
-        "(i64.or (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32)) (i64.extend_i32_u (local.get $len)))",
-    )
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);

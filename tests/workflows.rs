@@ -10,58 +10,11 @@ use flo::protocol::{
     WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
 use flo::{Client, Error, FailMode, MuxClient, StartOptions, TaskRef};
+use flo_testkit::guests::{echo_guest, failing_guest, fixed_guest};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 // ---- guests and helpers ----
-
-fn guest(data: &[(u32, &str)], body: &str) -> String {
-    let data: String = data
-        .iter()
-        .map(|(offset, text)| {
-            format!(
-                "  (data (i32.const {offset}) \"{}\")\n",
-                text.replace('\\', "\\\\").replace('"', "\\\"")
-            )
-        })
-        .collect();
-    format!(
-        r#"(module
-  (import "flo" "outcome" (func $outcome (param i32 i32)))
-  (memory (export "memory") 1)
-  (global $heap (mut i32) (i32.const 4096))
-{data}
-  (func $alloc (export "alloc") (param $size i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $heap))
-    (global.set $heap (i32.add (global.get $heap) (local.get $size)))
-    (local.get $p))
-  (func $pack (param $p i32) (param $l i32) (result i64)
-    (i64.or (i64.shl (i64.extend_i32_u (local.get $p)) (i64.const 32))
-            (i64.extend_i32_u (local.get $l))))
-  (func (export "handle") (param $ptr i32) (param $len i32) (result i64)
-    {body})
-)"#
-    )
-}
-
-/// Returns `json` whatever the input.
-fn fixed_guest(json: &str) -> String {
-    guest(
-        &[(0, json)],
-        &format!("(call $pack (i32.const 0) (i32.const {}))", json.len()),
-    )
-}
-
-/// Returns its input unchanged.
-fn echo_guest() -> String {
-    guest(&[], "(call $pack (local.get $ptr) (local.get $len))")
-}
-
-/// Always fails (execution error).
-fn failing_guest() -> String {
-    guest(&[], "(i64.const -3)")
-}
 
 fn wasm_action(c: &mut Client, name: &str, wat: &str) {
     c.register_action(ActionSpec {
@@ -154,37 +107,8 @@ fn code(e: Error) -> ErrorCode {
     }
 }
 
-const PROCESS_ORDER: &str = r#"
-kind: Workflow
-name: process-order
-version: "1.0.0"
-idempotency: optional
-
-start:
-  run: "@actions/validate-order"
-  transitions:
-    success: charge
-    failure: flo.Failed
-
-steps:
-  charge:
-    run: "@actions/charge-payment"
-    inputMapping: '{"amount": "$.input.amount", "valid": "$.steps._start.output.valid", "run": "$.flo.run_id"}'
-    retry:
-      max_attempts: 3
-      backoff: exponential
-      initial_delay_ms: 1000
-      max_delay_ms: 30000
-    transitions:
-      success: ship
-      failure: flo.Failed
-
-  ship:
-    run: "@actions/create-shipment"
-    transitions:
-      success: flo.Completed
-      failure: flo.Failed
-"#;
+/// Three WASM steps passing data along, the second retried (shared with the engine's tests).
+const PROCESS_ORDER: &str = include_str!("../testdata/workflows/process-order-data-flow.yaml");
 
 // ---- tests ----
 
@@ -374,27 +298,9 @@ terminals:
     }
 }
 
-const SIGNALS: &str = r#"
-kind: Workflow
-name: approval
-version: "1"
-start:
-  waitForSignal:
-    type: approval
-    timeoutMs: 5000
-    onTimeout: Expired
-  transitions:
-    success: second
-steps:
-  second:
-    waitForSignal:
-      type: approval
-    transitions:
-      success: flo.Completed
-terminals:
-  Expired:
-    status: failed
-"#;
+/// Two waits for `approval`, the first ending in `Expired` after 5 s (shared with the
+/// engine's tests and its simulation).
+const SIGNALS: &str = include_str!("../testdata/workflows/approval-two-waits.yaml");
 
 #[test]
 fn signals_before_the_wait_are_kept_and_each_wait_consumes_one() {

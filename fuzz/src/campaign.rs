@@ -23,7 +23,7 @@ const HARD_LIMIT_FACTOR: u32 = 10;
 const HARD_LIMIT_MIN: Duration = Duration::from_secs(10);
 /// Share of picks among the most recent additions (1 in this many), and how many count as
 /// recent: newly found inputs get mutated soon.
-const RECENT_PICK_ONE_IN: usize = 4;
+const RECENT_PICK_ONE_IN: u64 = 4;
 const RECENT_INPUTS: usize = 32;
 /// Runs again of an input that looked slow (the fastest run counts).
 const SLOW_RERUNS: usize = 2;
@@ -317,7 +317,7 @@ fn fuzz_here(target: &'static Target, config: &Config) -> std::io::Result<Report
     let mut last_status = Instant::now();
     for _ in 0..config.runs {
         let a = c.pick(&mut mutator);
-        let b = mutator.rng().below(c.corpus.len());
+        let b = mutator.rng().index(c.corpus.len());
         input.clear();
         input.extend_from_slice(&c.corpus[a]);
         mutator.mutate(&mut input, &c.corpus[b]);
@@ -351,9 +351,9 @@ impl Campaign<'_> {
     fn pick(&self, mutator: &mut Mutator) -> usize {
         let n = self.corpus.len();
         if n > RECENT_INPUTS && mutator.rng().one_in(RECENT_PICK_ONE_IN) {
-            return n - 1 - mutator.rng().below(RECENT_INPUTS);
+            return n - 1 - mutator.rng().index(RECENT_INPUTS);
         }
-        mutator.rng().below(n)
+        mutator.rng().index(n)
     }
 
     fn try_input(&mut self, input: &[u8], initial: bool) -> std::io::Result<()> {

@@ -6,5 +6,4 @@ pub mod campaign;
 pub mod coverage;
 pub mod guard;
 pub mod mutate;
-pub mod rng;
 pub mod targets;

@@ -3,7 +3,7 @@
 //! inserted, deleted, duplicated and copied ranges, lines, tokens of the target's
 //! dictionary, and splices with another corpus input.
 
-use crate::rng::Rng;
+use flo_testkit::Rng;
 
 /// Most edits stacked on one input (a power of two from 1 to this).
 pub const STACK_MAX: usize = 16;
@@ -129,7 +129,7 @@ impl Mutator {
     /// Applies a stack of 1 to `STACK_MAX` edits to `data`; `other` is another corpus
     /// input to splice from. The result is at most `len_max` bytes.
     pub fn mutate(&mut self, data: &mut Vec<u8>, other: &[u8]) {
-        let stack = 1 << self.rng.below(STACK_MAX.trailing_zeros() as usize + 1);
+        let stack = 1 << self.rng.index(STACK_MAX.trailing_zeros() as usize + 1);
         for _ in 0..stack {
             let edit = *self.rng.pick(EDITS);
             self.apply(edit, data, other);
@@ -141,7 +141,7 @@ impl Mutator {
         match edit {
             Edit::FlipBit => {
                 if let Some(i) = self.position(data) {
-                    data[i] ^= 1 << self.rng.below(8);
+                    data[i] ^= 1 << self.rng.index(8);
                 }
             }
             Edit::RandomByte => {
@@ -151,7 +151,7 @@ impl Mutator {
             }
             Edit::AddToByte => {
                 if let Some(i) = self.position(data) {
-                    let delta = 1 + self.rng.below(35) as u8;
+                    let delta = 1 + self.rng.index(35) as u8;
                     data[i] = match self.rng.one_in(2) {
                         true => data[i].wrapping_add(delta),
                         false => data[i].wrapping_sub(delta),
@@ -185,12 +185,12 @@ impl Mutator {
                 }
             }
             Edit::InsertRandom => {
-                let len = 1 + self.rng.below(16);
+                let len = 1 + self.rng.index(16);
                 let bytes: Vec<u8> = (0..len).map(|_| self.rng.byte()).collect();
                 self.insert(data, &bytes);
             }
             Edit::InsertRepeated => {
-                let len = 1 + self.rng.below(CHUNK_BYTES_MAX);
+                let len = 1 + self.rng.index(CHUNK_BYTES_MAX);
                 let byte = match self.rng.one_in(2) {
                     true => self.rng.byte(),
                     false => *self.rng.pick(b"\0 \n{[-a0\xff"),
@@ -207,8 +207,8 @@ impl Mutator {
                 if let Some((start, len)) = self.range(data) {
                     let len = len.min(8);
                     // Log-uniform: mostly a few copies, now and then thousands.
-                    let scale = 1 << self.rng.below(REPEATS_MAX.trailing_zeros() as usize + 1);
-                    let times = 1 + self.rng.below(scale);
+                    let scale = 1 << self.rng.index(REPEATS_MAX.trailing_zeros() as usize + 1);
+                    let times = 1 + self.rng.index(scale);
                     let unit = data[start..start + len].to_vec();
                     let room = self.len_max.saturating_sub(data.len()) / len;
                     let copies = unit.repeat(times.min(room));
@@ -217,7 +217,7 @@ impl Mutator {
             }
             Edit::CopyRange => {
                 if let Some((start, len)) = self.range(data) {
-                    let to = self.rng.below(data.len() - len + 1);
+                    let to = self.rng.index(data.len() - len + 1);
                     data.copy_within(start..start + len, to);
                 }
             }
@@ -230,7 +230,7 @@ impl Mutator {
                 if let Some(token) = self.token()
                     && token.len() <= data.len()
                 {
-                    let at = self.rng.below(data.len() - token.len() + 1);
+                    let at = self.rng.index(data.len() - token.len() + 1);
                     data[at..at + token.len()].copy_from_slice(token);
                 }
             }
@@ -257,14 +257,14 @@ impl Mutator {
             }
             Edit::Splice => {
                 // The head of this input and the tail of the other.
-                let cut = self.rng.below(data.len() + 1);
-                let from = self.rng.below(other.len() + 1);
+                let cut = self.rng.index(data.len() + 1);
+                let from = self.rng.index(other.len() + 1);
                 data.truncate(cut);
                 data.extend_from_slice(&other[from..]);
             }
             Edit::Truncate => {
                 if !data.is_empty() {
-                    let keep = self.rng.below(data.len());
+                    let keep = self.rng.index(data.len());
                     data.truncate(keep);
                 }
             }
@@ -272,7 +272,7 @@ impl Mutator {
     }
 
     fn position(&mut self, data: &[u8]) -> Option<usize> {
-        (!data.is_empty()).then(|| self.rng.below(data.len()))
+        (!data.is_empty()).then(|| self.rng.index(data.len()))
     }
 
     /// A non-empty range of `data`, at most `CHUNK_BYTES_MAX` long.
@@ -280,8 +280,8 @@ impl Mutator {
         if data.is_empty() {
             return None;
         }
-        let len = 1 + self.rng.below(data.len().min(CHUNK_BYTES_MAX));
-        let start = self.rng.below(data.len() - len + 1);
+        let len = 1 + self.rng.index(data.len().min(CHUNK_BYTES_MAX));
+        let start = self.rng.index(data.len() - len + 1);
         Some((start, len))
     }
 
@@ -300,7 +300,7 @@ impl Mutator {
     }
 
     fn insert_at_line_start(&mut self, data: &mut Vec<u8>, line: &[u8]) {
-        let at = self.rng.below(data.len() + 1);
+        let at = self.rng.index(data.len() + 1);
         let start = data[..at]
             .iter()
             .rposition(|&b| b == b'\n')
@@ -317,7 +317,7 @@ impl Mutator {
     }
 
     fn insert(&mut self, data: &mut Vec<u8>, bytes: &[u8]) {
-        let at = self.rng.below(data.len() + 1);
+        let at = self.rng.index(data.len() + 1);
         self.insert_at(data, at, bytes);
     }
 
@@ -341,7 +341,7 @@ impl Mutator {
             self.insert(data, word);
             return;
         }
-        let at = self.rng.below(data.len() - word.len() + 1);
+        let at = self.rng.index(data.len() - word.len() + 1);
         data[at..at + word.len()].copy_from_slice(word);
     }
 
@@ -351,8 +351,8 @@ impl Mutator {
         if data.len() < width {
             return;
         }
-        let at = self.rng.below(data.len() - width + 1);
-        let delta = 1 + self.rng.below(35) as u32;
+        let at = self.rng.index(data.len() - width + 1);
+        let delta = 1 + self.rng.index(35) as u32;
         let big = self.rng.one_in(2);
         let word = &mut data[at..at + width];
         let mut v = 0u32;

@@ -1,3 +1,4 @@
-//! What the `flo-loadtest` and `flo-chaos` binaries share: running a flo server of their own.
+//! What the `flo-loadtest` and `flo-chaos` binaries share: where the `flo` binary is, and
+//! `--spawn`'s server of their own.
 
 pub mod spawn;

@@ -102,12 +102,8 @@ impl Generator for KvPut {
 
 /// The action `wasm-invoke` runs: returns `{"ok":true}` whatever its input.
 pub const WASM_ACTION: &str = "loadtest-ok";
-const WASM_ACTION_WAT: &str = r#"(module
-  (memory (export "memory") 1)
-  (data (i32.const 16) "{\"ok\":true}")
-  (func (export "alloc") (param i32) (result i32) (i32.const 1024))
-  (func (export "handle") (param i32 i32) (result i64)
-    (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const 11))))"#;
+/// What `WASM_ACTION` returns.
+const WASM_ACTION_OUTPUT: &str = r#"{"ok":true}"#;
 
 /// Registers the action `wasm-invoke` needs.
 pub fn register_wasm_action(
@@ -122,7 +118,7 @@ pub fn register_wasm_action(
         namespace: namespace.into(),
         name: WASM_ACTION.into(),
         kind: ActionKind::Wasm,
-        wasm: Some(WASM_ACTION_WAT.as_bytes().to_vec()),
+        wasm: Some(flo_testkit::guests::fixed_guest(WASM_ACTION_OUTPUT).into_bytes()),
         timeout_ms: Some(5_000),
         max_retries: Some(0),
         retry_delay_ms: None,

@@ -58,9 +58,9 @@ fn long_poll_does_not_hold_up_other_calls() {
         thread::spawn(move || client.await_tasks("w", &["a"], 1, 10_000))
     };
     wait_for_awaits(&fake, 1);
-    let started = Instant::now();
     assert_eq!(client.heartbeat("w", 0).unwrap(), WorkerStatus::Active);
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // Answered while the poll still waits: a heartbeat queued behind the poll would have
+    // come back only after it (at its 10 s limit at the earliest).
     assert!(!poll.is_finished(), "the poll is still waiting for a task");
     let task_id = fake.push_task("a", "{}");
     let tasks = poll.join().unwrap().unwrap();
@@ -120,13 +120,12 @@ fn connection_loss_fails_every_waiting_call_with_io() {
         })
         .collect();
     wait_for_awaits(&fake, 3);
-    let cut = Instant::now();
     fake.cut_connections();
     for poll in polls {
         let result = poll.join().unwrap();
+        // An io error, not the empty answer of the poll's own 30 s limit: the cut ended it.
         assert!(is_io(&result), "expected an io error, got {result:?}");
     }
-    assert!(cut.elapsed() < Duration::from_secs(5));
     assert!(client.is_closed());
     assert!(is_io(&client.heartbeat("w", 0)), "later calls are refused");
 }

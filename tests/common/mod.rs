@@ -6,13 +6,13 @@
 
 use flo::Client;
 use flo::protocol::{ActionKind, ActionSpec};
-use std::io::{BufRead, BufReader, Read};
+use flo_testkit::server::{
+    ServerCommand, ServerProcess, StartError, StderrLog, StderrMode, parse_listening, wait_exit,
+};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -27,13 +27,11 @@ pub const TEST_SEGMENT_BYTES: u64 = 4 << 20;
 
 /// A running `flo server`.
 pub struct TestServer {
-    child: Option<Child>,
+    process: ServerProcess,
     pub addr: SocketAddr,
     pub dir: PathBuf,
     /// The ready line the server printed.
     pub ready_line: String,
-    stderr: Arc<Mutex<String>>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 /// A server that exited instead of becoming ready.
@@ -96,89 +94,34 @@ impl TestServer {
         args: &[String],
         env: &[(&str, &str)],
     ) -> Result<TestServer, Refused> {
-        let mut child = Command::new(FLO_BIN)
-            .arg("server")
-            .arg("--data-dir")
-            .arg(dir)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the flo binary");
-
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut threads = Vec::new();
-        {
-            let mut pipe = child.stderr.take().unwrap();
-            let sink = stderr.clone();
-            threads.push(std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                loop {
-                    match pipe.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => sink
-                            .lock()
-                            .unwrap()
-                            .push_str(&String::from_utf8_lossy(&buf[..n])),
-                    }
-                }
-            }));
-        }
-        let (tx, rx) = mpsc::channel::<Option<String>>();
-        {
-            let pipe = child.stdout.take().unwrap();
-            threads.push(std::thread::spawn(move || {
-                let mut lines = BufReader::new(pipe).lines();
-                match lines.next() {
-                    Some(Ok(line)) => {
-                        let _ = tx.send(Some(line));
-                        // Keep draining so the server never blocks on a full pipe.
-                        for _ in lines {}
-                    }
-                    _ => {
-                        let _ = tx.send(None);
-                    }
-                }
-            }));
-        }
-
-        let line = match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(Some(line)) => line,
-            Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // stdout closed without a ready line: the server exited.
-                let status = wait_timeout(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
-                    let _ = child.kill();
-                    panic!("server closed stdout without exiting")
-                });
-                for t in threads {
-                    let _ = t.join();
-                }
-                let stderr = stderr.lock().unwrap().clone();
-                return Err(Refused { status, stderr });
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "server not ready after {READY_TIMEOUT:?}; stderr:\n{}",
-                    stderr.lock().unwrap()
-                );
-            }
+        let command = ServerCommand {
+            bin: FLO_BIN.into(),
+            data_dir: dir.to_path_buf(),
+            args: args.to_vec(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            stderr: StderrMode::Capture {
+                log: StderrLog::all(),
+                on_line: None,
+            },
         };
-        let addr = parse_ready_line(&line).unwrap_or_else(|| {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("unexpected ready line: {line:?}")
-        });
+        let process = match ServerProcess::start(&command, READY_TIMEOUT) {
+            Ok(process) => process,
+            Err(StartError::Exited { status, stderr }) => return Err(Refused { status, stderr }),
+            Err(e) => panic!("server did not start: {e}; stderr:\n{}", e.stderr()),
+        };
+        let listening = &process.listening;
+        let addr = listening
+            .addr
+            .parse()
+            .unwrap_or_else(|_| panic!("unexpected ready line: {:?}", listening.line));
         Ok(TestServer {
-            child: Some(child),
             addr,
             dir: dir.to_path_buf(),
-            ready_line: line,
-            stderr,
-            threads,
+            ready_line: listening.line.clone(),
+            process,
         })
     }
 
@@ -192,36 +135,26 @@ impl TestServer {
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("server running").id() as i32
+        self.process.pid() as i32
     }
 
     /// Whether the server process is still running.
     pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(child) => child.try_wait().expect("try_wait").is_none(),
-            None => false,
-        }
+        self.process.is_running()
     }
 
     /// What the server wrote on stderr so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.process.stderr()
     }
 
     /// SIGTERM, wait for the exit, assert it was a clean one. Returns the server's stderr.
-    pub fn stop(mut self) -> String {
-        let mut child = self.child.take().expect("server running");
-        signal(&child, libc::SIGTERM);
-        let status = wait_timeout(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "server did not stop within {EXIT_TIMEOUT:?} of SIGTERM; stderr:\n{}",
-                self.stderr()
-            )
+    pub fn stop(self) -> String {
+        let ended = self.process.stop(EXIT_TIMEOUT);
+        let stderr = ended.stderr;
+        let status = ended.status.unwrap_or_else(|| {
+            panic!("server did not stop within {EXIT_TIMEOUT:?} of SIGTERM; stderr:\n{stderr}")
         });
-        self.join_threads();
-        let stderr = self.stderr();
         assert!(
             status.success(),
             "graceful stop must exit 0, got {status}; stderr:\n{stderr}"
@@ -231,68 +164,24 @@ impl TestServer {
 
     /// Waits for the server to exit by itself; its status and stderr. Panics after
     /// `timeout`.
-    pub fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
-        let mut child = self.child.take().expect("server running");
-        let status = wait_timeout(&mut child, timeout).unwrap_or_else(|| {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("server still running after {timeout:?}")
-        });
-        self.join_threads();
-        (status, self.stderr())
+    pub fn wait_exit(self, timeout: Duration) -> (ExitStatus, String) {
+        let ended = self.process.wait_exit(timeout);
+        let status = ended
+            .status
+            .unwrap_or_else(|| panic!("server still running after {timeout:?}"));
+        (status, ended.stderr)
     }
 
     /// SIGKILL and reap. Returns the server's stderr.
-    pub fn kill9(mut self) -> String {
-        let mut child = self.child.take().expect("server running");
-        signal(&child, libc::SIGKILL);
-        let status = child.wait().expect("wait for the killed server");
-        assert!(
-            !status.success(),
-            "a SIGKILLed server cannot exit cleanly: {status}"
-        );
-        self.join_threads();
-        self.stderr()
-    }
-
-    fn join_threads(&mut self) {
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+    pub fn kill9(self) -> String {
+        let ended = self.process.kill();
+        if let Some(status) = ended.status {
+            assert!(
+                !status.success(),
+                "a SIGKILLed server cannot exit cleanly: {status}"
+            );
         }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: plain kill(2) on the pid of a child we spawned and have not reaped yet.
-    let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
-    assert_eq!(
-        rc,
-        0,
-        "kill({}, {sig}) failed: {}",
-        child.id(),
-        std::io::Error::last_os_error()
-    );
-}
-
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+        ended.stderr
     }
 }
 
@@ -300,28 +189,29 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 /// handles (`child.stderr`: left unread, or closed), unlike `TestServer`, which drains it.
 /// Returns once the server says it listens. The caller kills or stops the child.
 pub fn spawn_with_own_stderr(dir: &Path, shards: u32) -> (Child, SocketAddr) {
-    let mut child = Command::new(FLO_BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--shards"])
-        .arg(shards.to_string())
-        .arg("--data-dir")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the flo binary");
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let addr = parse_ready_line(ready.trim()).unwrap_or_else(|| panic!("ready line: {ready:?}"));
-    (child, addr)
+    let command = ServerCommand {
+        bin: FLO_BIN.into(),
+        data_dir: dir.to_path_buf(),
+        args: vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--shards".into(),
+            shards.to_string(),
+        ],
+        env: Vec::new(),
+        stderr: StderrMode::Piped,
+    };
+    let process = ServerProcess::start(&command, READY_TIMEOUT)
+        .unwrap_or_else(|e| panic!("server did not start: {e}"));
+    let addr = process.listening.addr.parse().unwrap_or_else(|_| {
+        panic!("ready line: {:?}", process.listening.line);
+    });
+    (process.into_child(), addr)
 }
 
 /// `flo 0.1.0 listening on 127.0.0.1:PORT (2 shards, durability sync, data DIR)` → address.
 pub fn parse_ready_line(line: &str) -> Option<SocketAddr> {
-    let rest = line.split_once(" listening on ")?.1;
-    rest.split_whitespace().next()?.parse().ok()
+    parse_listening(line)?.addr.parse().ok()
 }
 
 /// Starts a server that must be refused; returns its exit status and stderr.
@@ -394,7 +284,7 @@ pub fn run_command(mut cmd: Command) -> CliOutput {
         let _ = err_pipe.read_to_string(&mut s);
         s
     });
-    let status = wait_timeout(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
+    let status = wait_exit(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
         let _ = child.kill();
         let _ = child.wait();
         panic!("command {cmd:?} did not finish within {EXIT_TIMEOUT:?}")
@@ -462,41 +352,9 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A small deterministic PRNG (xorshift64*), so tests need no extra crate.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.max(1))
-    }
-
-    /// Seeded from the clock and the thread, for data that only needs to differ per run.
-    pub fn from_time() -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        Rng::new(nanos ^ (std::process::id() as u64).rotate_left(32))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
-    }
-}
+/// The seeded RNG shared by every test and harness.
+#[allow(unused_imports)] // Not every test file draws random numbers.
+pub use flo_testkit::Rng;
 
 /// Runs the CLI, asserts success and an empty stderr, returns stdout.
 pub fn cli_ok(addr: &str, args: &[&str]) -> String {

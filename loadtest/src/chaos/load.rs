@@ -6,9 +6,9 @@
 use crate::defs::{GUEST_ACTION, NAMESPACE, SIGNAL, TASK_ACTION, WORKFLOW};
 use crate::model::{Counts, KvKey, KvOp, KvState, RunEntry, RunKind, Sent};
 use crate::report::Report;
-use crate::rng::Rng;
 use flo::protocol::{ErrorCode, ErrorValue};
 use flo::{Client, InvokeOptions, PutOptions, StartOptions};
+use flo_testkit::Rng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 

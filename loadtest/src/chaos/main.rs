@@ -13,7 +13,6 @@ mod history;
 mod load;
 mod model;
 mod report;
-mod rng;
 mod server;
 mod verify;
 mod watchdog;
@@ -22,10 +21,10 @@ mod workers;
 use args::Args;
 use clap::Parser;
 use flo_loadtest::spawn;
+use flo_testkit::Rng;
 use load::{ClientLedger, Load};
 use model::{Settled, TaskLedger};
 use report::{Campaign, Report};
-use rng::Rng;
 use server::{Server, ServerSpec};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -460,8 +459,5 @@ fn data_dir(args: &Args) -> Result<(std::path::PathBuf, Option<tempfile::TempDir
 }
 
 fn seed_from_clock() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    Rng::derive(nanos, u64::from(std::process::id()), 0).next_u64() % 1_000_000_000
+    Rng::from_time().next_u64() % 1_000_000_000
 }

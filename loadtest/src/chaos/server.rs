@@ -1,16 +1,12 @@
 //! The server under test: `flo server` on a fixed data directory and port, killed with
-//! SIGKILL and started again on both.
+//! SIGKILL and started again on both (the process itself: `flo_testkit::server`).
 
-use crate::rng::Rng;
-use flo_loadtest::spawn::{NotListening, wait_exit, wait_listening};
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
+use flo_testkit::Rng;
+use flo_testkit::server::{ServerCommand, ServerProcess, StderrLog, StderrMode};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a start has to print its `listening` line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,13 +46,11 @@ pub struct ServerSpec {
 
 /// A running server.
 pub struct Server {
-    child: Option<Child>,
+    process: ServerProcess,
     /// Where it listens, `127.0.0.1:PORT`.
     pub addr: String,
     /// From spawning it to its `listening` line.
     pub ready_in: Duration,
-    stderr: Arc<Mutex<Tail>>,
-    reader: Option<JoinHandle<()>>,
 }
 
 /// A start that did not give a ready server.
@@ -75,34 +69,7 @@ pub struct Killed {
 }
 
 /// The last lines a server wrote on stderr, readable from another thread.
-#[derive(Clone)]
-pub struct StderrTail(Arc<Mutex<Tail>>);
-
-impl StderrTail {
-    pub fn text(&self) -> String {
-        self.0.lock().unwrap().text()
-    }
-}
-
-/// The last lines the server wrote on stderr.
-#[derive(Default)]
-struct Tail {
-    lines: VecDeque<String>,
-}
-
-impl Tail {
-    fn push(&mut self, line: String) {
-        if self.lines.len() == STDERR_TAIL_LINES {
-            self.lines.pop_front();
-        }
-        self.lines.push_back(line);
-    }
-
-    fn text(&self) -> String {
-        let lines: Vec<&str> = self.lines.iter().map(String::as_str).collect();
-        lines.join("\n")
-    }
-}
+pub type StderrTail = StderrLog;
 
 impl Server {
     /// The first start: on a loopback port below the kernel's ephemeral range, so that no
@@ -110,10 +77,7 @@ impl Server {
     /// down between a kill and the restart. Another port is tried when one is taken.
     pub fn start_first(spec: &ServerSpec) -> Result<Server, StartFailure> {
         let (low, high) = free_port_range();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let mut rng = Rng::derive(nanos, u64::from(std::process::id()), 0);
+        let mut rng = Rng::from_time();
         let mut attempt = 0;
         loop {
             let port = rng.between(low, high);
@@ -131,136 +95,78 @@ impl Server {
     /// Starts `flo server --data-dir DIR --listen LISTEN --shards N EXTRA...` and waits for
     /// its `listening` line.
     pub fn start(spec: &ServerSpec, listen: &str) -> Result<Server, StartFailure> {
-        let started = Instant::now();
-        let mut child = Command::new(&spec.bin)
-            .arg("server")
-            .arg("--data-dir")
-            .arg(&spec.data_dir)
-            .args(["--listen", listen, "--shards", &spec.shards.to_string()])
-            .args(&spec.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| StartFailure {
-                what: format!("cannot run {}: {e}", spec.bin.display()),
-                stderr: String::new(),
-            })?;
-        let stderr = Arc::new(Mutex::new(Tail::default()));
-        let pipe = child.stderr.take().expect("stderr is piped");
-        let sink = stderr.clone();
-        let reader = thread::Builder::new()
-            .name("flo-stderr".into())
-            .spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    count_wake_up(&line);
-                    sink.lock().unwrap().push(line);
-                }
-            })
-            .ok();
-        let mut server = Server {
-            child: Some(child),
-            addr: String::new(),
-            ready_in: Duration::ZERO,
-            stderr,
-            reader,
+        let mut args: Vec<String> = vec![
+            "--listen".into(),
+            listen.into(),
+            "--shards".into(),
+            spec.shards.to_string(),
+        ];
+        args.extend(spec.extra.iter().cloned());
+        let command = ServerCommand {
+            bin: spec.bin.clone(),
+            data_dir: spec.data_dir.clone(),
+            args,
+            env: Vec::new(),
+            stderr: StderrMode::Capture {
+                log: StderrLog::tail(STDERR_TAIL_LINES),
+                on_line: Some(count_wake_up),
+            },
         };
-        let child = server.child.as_mut().expect("just started");
-        match wait_listening(child, READY_TIMEOUT) {
-            Ok(listening) => {
-                server.addr = listening.addr;
-                server.ready_in = started.elapsed();
-                Ok(server)
-            }
-            Err(why) => {
-                let what = match why {
-                    NotListening::Exited(status) => {
-                        format!("exited before it was ready ({status})")
-                    }
-                    NotListening::ClosedStdout => "closed its stdout before it was ready".into(),
-                    NotListening::TimedOut => format!(
-                        "not ready within {} s (no `listening` line)",
-                        READY_TIMEOUT.as_secs()
-                    ),
-                    NotListening::NoThread(e) => format!("cannot read its stdout: {e}"),
-                };
-                let stderr = server.kill().stderr;
-                Err(StartFailure { what, stderr })
-            }
+        match ServerProcess::start(&command, READY_TIMEOUT) {
+            Ok(process) => Ok(Server {
+                addr: process.listening.addr.clone(),
+                ready_in: process.ready_in,
+                process,
+            }),
+            Err(e) => Err(StartFailure {
+                what: e.to_string(),
+                stderr: e.stderr().to_string(),
+            }),
         }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.process.pid()
     }
 
     /// SIGKILL, then reap it.
-    pub fn kill(mut self) -> Killed {
-        let mut child = self.child.take().expect("a server not yet stopped");
-        let exited_before = child.try_wait().ok().flatten();
-        if exited_before.is_none() {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
+    pub fn kill(self) -> Killed {
+        let ended = self.process.kill();
         Killed {
-            exited_before,
-            stderr: self.finish_stderr(),
+            exited_before: ended.status.filter(|_| ended.exited_before),
+            stderr: ended.stderr,
         }
     }
 
     /// SIGTERM and wait: `Err` (with the stderr tail) unless it exits 0 in time.
-    pub fn stop(mut self) -> Result<(), StartFailure> {
-        let mut child = self.child.take().expect("a server not yet stopped");
-        // SAFETY: kill(2) on the pid of our own child, not yet reaped.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let status = wait_exit(&mut child, STOP_TIMEOUT);
-        if status.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let stderr = self.finish_stderr();
-        match status {
+    pub fn stop(self) -> Result<(), StartFailure> {
+        let ended = self.process.stop(STOP_TIMEOUT);
+        match ended.status {
             Some(status) if status.success() => Ok(()),
             Some(status) => Err(StartFailure {
                 what: format!("a graceful stop (SIGTERM) exited with {status}"),
-                stderr,
+                stderr: ended.stderr,
             }),
             None => Err(StartFailure {
                 what: format!(
                     "did not exit within {} s of SIGTERM",
                     STOP_TIMEOUT.as_secs()
                 ),
-                stderr,
+                stderr: ended.stderr,
             }),
         }
     }
 
     /// The last lines of its stderr so far.
     pub fn stderr_tail(&self) -> String {
-        self.stderr.lock().unwrap().text()
+        self.process.stderr()
     }
 
     /// A handle on its stderr tail for another thread.
     pub fn stderr_handle(&self) -> StderrTail {
-        StderrTail(self.stderr.clone())
-    }
-
-    /// Once the process is gone: the stderr reader ends with the pipe.
-    fn finish_stderr(&mut self) -> String {
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-        self.stderr_tail()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process
+            .stderr_log()
+            .expect("the server's stderr is captured")
     }
 }
 

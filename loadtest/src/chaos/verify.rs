@@ -18,11 +18,11 @@ use crate::history;
 use crate::load::{ClientLedger, describe_op, describe_state};
 use crate::model::{KvState, RunEntry, RunKind, Sent, Settled, TaskLedger};
 use crate::report::{Report, Verified};
-use crate::rng::Rng;
 use flo::Client;
 use flo::protocol::{
     ErrorValue, InvokeSpec, KV_LIST_LIMIT_MAX, Op, RUN_WAIT_MS_MAX, Reply, WorkflowStartSpec,
 };
+use flo_testkit::Rng;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::thread;

@@ -312,55 +312,13 @@ fn executions_of(run: &WorkflowRunInfo, step: &str) -> u32 {
         .map_or(0, |s| s.executions)
 }
 
-const PROCESS_ORDER: &str = r#"
-kind: Workflow
-name: process-order
-version: "1.0.0"
-start:
-  run: "@actions/validate-order"
-  transitions:
-    success: charge
-    failure: flo.Failed
-steps:
-  charge:
-    run: "@actions/charge-payment"
-    inputMapping: '{"amount": "$.input.amount", "valid": "$.steps._start.output.valid", "run": "$.flo.run_id"}'
-    retry:
-      max_attempts: 3
-      backoff: exponential
-      initial_delay_ms: 1000
-      max_delay_ms: 30000
-    transitions:
-      success: ship
-      failure: flo.Failed
-  ship:
-    run: "@actions/create-shipment"
-    transitions:
-      success: flo.Completed
-      failure: flo.Failed
-"#;
+/// Three steps passing data along, the second retried (shared with the integration tests).
+const PROCESS_ORDER: &str =
+    include_str!("../../../testdata/workflows/process-order-data-flow.yaml");
 
-const SIGNALS: &str = r#"
-kind: Workflow
-name: approval
-version: "1"
-start:
-  waitForSignal:
-    type: approval
-    timeoutMs: 5000
-    onTimeout: Expired
-  transitions:
-    success: second
-steps:
-  second:
-    waitForSignal:
-      type: approval
-    transitions:
-      success: flo.Completed
-terminals:
-  Expired:
-    status: failed
-"#;
+/// Two waits for `approval`, the first ending in `Expired` after 5 s (shared with the
+/// integration tests and the simulation).
+const SIGNALS: &str = include_str!("../../../testdata/workflows/approval-two-waits.yaml");
 
 fn order_actions(t: &mut T) {
     for a in ["validate-order", "charge-payment", "create-shipment"] {

@@ -1,6 +1,7 @@
-//! The reference's complete workflow examples (`testdata/workflows/`, copied from the spec)
-//! are accepted, or refused only for the features not built yet (E105) — so a feature that
-//! lands moves its example from one list to the other.
+//! The workflow definitions of `testdata/workflows/` — the reference's complete examples
+//! (copied from the spec) and the definitions several tests share — are accepted, or
+//! refused only for the features not built yet (E105): a feature that lands moves its
+//! example from one list to the other.
 
 use flo_workflow::parse_workflow;
 use std::fs;
@@ -33,9 +34,11 @@ fn the_spec_examples_are_accepted_or_refused_only_for_features_not_built_yet() {
     assert_eq!(
         accepted,
         [
-            "order-processing.yaml",
-            "order-processor.yaml",
-            "process-order.yaml"
+            "approval-two-waits.yaml",      // shared by tests
+            "order-processing.yaml",        // the reference's
+            "order-processor.yaml",         // the reference's (a stream trigger)
+            "process-order-data-flow.yaml", // shared by tests
+            "process-order.yaml",           // the reference's
         ]
     );
     assert_eq!(

@@ -10,6 +10,7 @@ use flo_protocol::{
     ActionKind, ActionSpec, ErrorCode, InvokeSpec, Op, Reply, RunStatus, TaskAssignment,
     WorkerSpec, WorkerType, WorkflowRunStatus, WorkflowStartSpec,
 };
+use flo_testkit::Rng;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -56,32 +57,6 @@ pub fn trace_dump() -> String {
     TRACE.with(|t| t.borrow().iter().cloned().collect::<Vec<_>>().join("\n"))
 }
 
-/// splitmix64: small, seedable, good enough to choose.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-
-    /// True one time in `n`.
-    pub fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
 const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
 const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
 const GPU_LABELS: &str = r#"{"gpu":true}"#;
@@ -114,27 +89,12 @@ steps:
       success: flo.Completed
       failure: flo.Failed
 "#,
-    r#"
-kind: Workflow
-name: approval
-version: "1"
-start:
-  waitForSignal:
-    type: approval
-    timeoutMs: 5000
-    onTimeout: Expired
-  transitions:
-    success: second
-steps:
-  second:
-    waitForSignal:
-      type: approval
-    transitions:
-      success: flo.Completed
-terminals:
-  Expired:
-    status: failed
-"#,
+    // With the leading newline it always had: the definition's text is in the records, so
+    // the published seeds replay only if it is the same.
+    concat!(
+        "\n",
+        include_str!("../../../../testdata/workflows/approval-two-waits.yaml")
+    ),
     r#"
 kind: Workflow
 name: review
@@ -367,7 +327,7 @@ fn ok_reply(result: &ReplyResult) -> Option<&Reply> {
 
 impl Sim {
     pub fn new(seed: u64) -> Sim {
-        let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x5eed);
+        let mut rng = Rng::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x5eed);
         let shards = 1 + rng.below(3) as u32;
         let storage = StorageConfig {
             retention_ms: *rng.pick(&RETENTIONS_MS),
