@@ -511,6 +511,7 @@ fn sample_ops() -> Vec<Op> {
             count: Some(10),
             partition: Some(1),
             tail: false,
+            block_ms: Some(100),
         }),
         Op::StreamGet {
             namespace: ns(),
