@@ -601,6 +601,19 @@ impl Streams {
                 part.appended,
                 part.entries.front().map(|e| e.id)
             ));
+            for (group, g) in &part.groups {
+                out.push(format!(
+                    "stream-group {ns}/{name}/{p}/{group} cursor={:?} pending={:?} consumers={:?} \
+                     active={:?} delivered={} acked={} dead={}",
+                    g.cursor,
+                    g.pending,
+                    g.consumers,
+                    g.active,
+                    g.delivered,
+                    g.acked,
+                    g.dead_lettered
+                ));
+            }
         }
     }
 }

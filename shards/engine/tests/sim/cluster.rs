@@ -113,6 +113,38 @@ pub fn facts_of(record: &Record, shard_facts: &mut HashMap<String, u64>) {
             origin_lsn,
             ..
         } => add(format!("remote o{origin_shard} l{origin_lsn}")),
+        Record::StreamAppended {
+            namespace,
+            stream,
+            entries,
+            ..
+        } => {
+            for e in entries {
+                add(format!("sappend {namespace}/{stream} {}", e.id));
+            }
+        }
+        Record::StreamDelivered {
+            namespace,
+            stream,
+            group,
+            ids,
+            ..
+        } => {
+            for id in ids {
+                add(format!("sdeliver {namespace}/{stream}/{group} {id}"));
+            }
+        }
+        Record::StreamAcked {
+            namespace,
+            stream,
+            group,
+            ids,
+            ..
+        } => {
+            for id in ids {
+                add(format!("sack {namespace}/{stream}/{group} {id}"));
+            }
+        }
         _ => {}
     }
 }
@@ -520,6 +552,10 @@ impl Cluster {
 
     pub fn owner(&self, namespace: &str, key: &str) -> u32 {
         self.part.shard_of(namespace, key)
+    }
+
+    pub fn partitioning(&self) -> Partitioning {
+        self.part
     }
 
     pub fn engine(&self, shard: u32) -> &Engine {

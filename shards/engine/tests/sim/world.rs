@@ -3,11 +3,12 @@
 
 use crate::cluster::storage::{CrashPlan, SnapPhase};
 use crate::cluster::{Cluster, Node, StorageConfig, assert_same_fold, new_engine_with, replayed};
-use flo_engine::testing::RunKind;
 use flo_engine::testing::record::{Record, StepWait};
+use flo_engine::testing::{RunKind, streams};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
-    ActionKind, ActionSpec, ErrorCode, InvokeSpec, Op, Reply, RunStatus, TaskAssignment,
+    ActionKind, ActionSpec, ErrorCode, GroupConfig, GroupReadSpec, GroupStart, InvokeSpec, Op,
+    Reply, RunStatus, StreamConfig, StreamId, StreamReadSpec, StreamRecordIn, TaskAssignment,
     WorkerSpec, WorkerType, WorkflowRunStatus, WorkflowStartSpec,
 };
 use flo_testkit::Rng;
@@ -15,6 +16,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 const NS: &str = "sim";
+const STREAM: &str = "events";
+const GROUP: &str = "g";
 /// The run index keeps one time mark per second of finish times (`archive/index.rs`): a
 /// run may be forgotten up to this much after its window ended, never before.
 const TIME_MARK_MS: u64 = 1000;
@@ -235,6 +238,14 @@ struct Model {
     signals: BTreeMap<String, (u32, u64)>,
     actions: BTreeMap<String, u32>,
     workflows: BTreeSet<(String, String)>,
+    /// Stream records acknowledged appended, delivered to the group, and acknowledged by
+    /// it (an acked record is never delivered again).
+    appended: BTreeSet<StreamId>,
+    delivered: Vec<StreamId>,
+    /// Acked records, with the deliveries of each durable when its ack was answered.
+    acked: BTreeMap<StreamId, u64>,
+    /// The stream and its group are created (their creation answered).
+    stream_ready: bool,
 }
 
 pub struct Sim {
@@ -481,6 +492,97 @@ impl Sim {
             };
             self.send(shard, conn, op);
         }
+        if !self.model.stream_ready {
+            let op = Op::StreamCreate {
+                namespace: NS.into(),
+                name: STREAM.into(),
+                config: StreamConfig {
+                    partitions: Some(3),
+                    ..Default::default()
+                },
+            };
+            self.send(shard, conn, op);
+            let op = Op::StreamGroupCreate {
+                namespace: NS.into(),
+                stream: STREAM.into(),
+                group: GROUP.into(),
+                config: GroupConfig {
+                    start: GroupStart::Start,
+                    max_deliveries: Some(1_000),
+                    message_timeout_ms: Some(5_000),
+                    ..Default::default()
+                },
+            };
+            self.send(shard, conn, op);
+        }
+    }
+
+    /// A stream operation: appends, reads, group reads, acks and nacks.
+    fn stream_op(&mut self, roll: u64) -> Option<Op> {
+        if !self.model.stream_ready {
+            return None;
+        }
+        let (namespace, stream, group) = (NS.to_string(), STREAM.to_string(), GROUP.to_string());
+        Some(match roll {
+            0..=4 => Op::StreamAppend {
+                namespace,
+                stream,
+                records: (0..1 + self.rng.below(3))
+                    .map(|i| StreamRecordIn {
+                        key: self
+                            .rng
+                            .one_in(2)
+                            .then(|| format!("k{}", self.rng.below(5))),
+                        headers: Default::default(),
+                        payload: format!("r{i}").into_bytes(),
+                    })
+                    .collect(),
+                partition: None,
+            },
+            5..=6 => Op::StreamRead(StreamReadSpec {
+                namespace,
+                stream,
+                count: Some(20),
+                ..Default::default()
+            }),
+            7..=9 => Op::StreamGroupRead(GroupReadSpec {
+                namespace,
+                stream,
+                group,
+                consumer: format!("c{}", self.rng.below(3)),
+                count: Some(1 + self.rng.below(5) as u32),
+                block_ms: None,
+            }),
+            _ => {
+                let open: Vec<StreamId> = self
+                    .model
+                    .delivered
+                    .iter()
+                    .filter(|id| !self.model.acked.contains_key(id))
+                    .copied()
+                    .collect();
+                if open.is_empty() {
+                    return None;
+                }
+                let ids = vec![*self.rng.pick(&open)];
+                if self.rng.one_in(4) {
+                    Op::StreamGroupNack {
+                        namespace,
+                        stream,
+                        group,
+                        ids,
+                        delay_ms: Some(self.rng.below(2_000)),
+                    }
+                } else {
+                    Op::StreamGroupAck {
+                        namespace,
+                        stream,
+                        group,
+                        ids,
+                    }
+                }
+            }
+        })
     }
 
     fn random_step(&mut self) {
@@ -691,9 +793,13 @@ impl Sim {
         }
         let i = self.rng.below(self.clients.len() as u64) as usize;
         let (conn, shard) = self.clients[i];
-        let roll = self.rng.below(100);
+        let roll = self.rng.below(112);
         let key = format!("c-{}", self.rng.below(16));
         let op = match roll {
+            100.. => match self.stream_op(roll - 100) {
+                Some(op) => op,
+                None => return,
+            },
             0..=21 => Op::KvPut {
                 namespace: NS.into(),
                 key,
@@ -988,9 +1094,56 @@ impl Sim {
         );
     }
 
+    /// How many times fact `fact` is durable on the shard holding stream record `id`.
+    fn stream_fact(&self, id: StreamId, fact: &str) -> u64 {
+        let p = id.partition(3);
+        let owner = streams::owner_of(&self.c.partitioning(), NS, STREAM, p);
+        self.c.nodes[owner as usize].fact(fact)
+    }
+
     fn on_reply(&mut self, conn: u64, op: Op, result: ReplyResult) {
         let reply = ok_reply(&result);
         match (&op, reply) {
+            (Op::StreamGroupCreate { .. }, Some(Reply::GroupCreated { .. })) => {
+                self.model.stream_ready = true;
+            }
+            (Op::StreamAppend { .. }, Some(Reply::StreamAppended { ids })) => {
+                for id in ids {
+                    let fact = format!("sappend {NS}/{STREAM} {id}");
+                    let durable = self.stream_fact(*id, &fact) > 0;
+                    assert!(durable, "{op:?} answered before {fact}");
+                    self.model.appended.insert(*id);
+                }
+            }
+            (Op::StreamGroupRead(_), Some(Reply::StreamRecords { records, .. })) => {
+                for r in records {
+                    let fact = format!("sdeliver {NS}/{STREAM}/{GROUP} {}", r.id);
+                    let deliveries = self.stream_fact(r.id, &fact);
+                    assert!(deliveries > 0, "delivered before {fact}");
+                    // A delivery made before the ack (its reply still on the way) may come
+                    // after the ack's answer; one made after it may not.
+                    if let Some(&at_ack) = self.model.acked.get(&r.id) {
+                        assert!(
+                            deliveries <= at_ack,
+                            "record {} was delivered again after its ack was answered",
+                            r.id
+                        );
+                    }
+                    self.model.delivered.push(r.id);
+                }
+            }
+            (Op::StreamGroupAck { ids, .. }, Some(Reply::GroupAcked { count })) => {
+                if *count == ids.len() as u64 {
+                    for id in ids {
+                        let fact = format!("sack {NS}/{STREAM}/{GROUP} {id}");
+                        let durable = self.stream_fact(*id, &fact) > 0;
+                        assert!(durable, "ack answered before {fact}");
+                        let delivered = format!("sdeliver {NS}/{STREAM}/{GROUP} {id}");
+                        let n = self.stream_fact(*id, &delivered);
+                        self.model.acked.insert(*id, n);
+                    }
+                }
+            }
             (Op::KvPut { key, .. }, Some(Reply::KvPut { version })) => {
                 self.require_durable(key, format!("kvput {NS}/{key} v{version}"), &op);
                 if !self.model.tainted.contains(key) {
@@ -1296,6 +1449,28 @@ impl Sim {
 
     fn check_model(&self, when: &str) {
         let now = self.c.now();
+        // Every acknowledged append is there (the stream has no retention).
+        for id in &self.model.appended {
+            let p = id.partition(3);
+            let owner = streams::owner_of(&self.c.partitioning(), NS, STREAM, p);
+            let part = self
+                .c
+                .engine(owner)
+                .state()
+                .streams
+                .partition(NS, STREAM, p);
+            assert!(
+                part.is_some_and(|part| part.entry(*id).is_some()),
+                "{when}: stream record {id} was acknowledged appended and is gone"
+            );
+            let acked = part
+                .and_then(|part| part.groups.get(GROUP))
+                .is_some_and(|g| !g.pending.contains_key(id) && g.cursor >= Some(*id));
+            assert!(
+                !self.model.acked.contains_key(id) || acked,
+                "{when}: stream record {id} was acknowledged by the group and is pending again"
+            );
+        }
         let state = |key: &str| self.c.engine(self.c.owner(NS, key)).state();
         for (key, v) in &self.model.kv {
             if self.model.tainted.contains(key) {
@@ -1497,13 +1672,17 @@ impl Sim {
         }
         format!(
             "{} shards, {} inputs, {} crashes, {} workflows acked, records {records:?}, runs {runs:?}, workflow runs {wf:?}, \
-             {} acked puts, {} acked completions; retention {} ms, segments of {} bytes: {:?}",
+             {} acked puts, {} acked completions, stream records {} appended {} delivered {} \
+             acked; retention {} ms, segments of {} bytes: {:?}",
             self.shards(),
             self.c.steps,
             self.crashes,
             self.model.workflows.len(),
             self.model.kv.len(),
             self.model.completed.len(),
+            self.model.appended.len(),
+            self.model.delivered.len(),
+            self.model.acked.len(),
             self.c.storage.retention_ms,
             self.c.storage.segment_bytes,
             self.counts
