@@ -1132,16 +1132,16 @@ impl Sim {
                     self.model.delivered.push(r.id);
                 }
             }
-            (Op::StreamGroupAck { ids, .. }, Some(Reply::GroupAcked { count })) => {
-                if *count == ids.len() as u64 {
-                    for id in ids {
-                        let fact = format!("sack {NS}/{STREAM}/{GROUP} {id}");
-                        let durable = self.stream_fact(*id, &fact) > 0;
-                        assert!(durable, "ack answered before {fact}");
-                        let delivered = format!("sdeliver {NS}/{STREAM}/{GROUP} {id}");
-                        let n = self.stream_fact(*id, &delivered);
-                        self.model.acked.insert(*id, n);
-                    }
+            (Op::StreamGroupAck { ids, .. }, Some(Reply::GroupAcked { count }))
+                if *count == ids.len() as u64 =>
+            {
+                for id in ids {
+                    let fact = format!("sack {NS}/{STREAM}/{GROUP} {id}");
+                    let durable = self.stream_fact(*id, &fact) > 0;
+                    assert!(durable, "ack answered before {fact}");
+                    let delivered = format!("sdeliver {NS}/{STREAM}/{GROUP} {id}");
+                    let n = self.stream_fact(*id, &delivered);
+                    self.model.acked.insert(*id, n);
                 }
             }
             (Op::KvPut { key, .. }, Some(Reply::KvPut { version })) => {
