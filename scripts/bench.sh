@@ -5,8 +5,8 @@
 # table, each against a server of its own (`flo-loadtest --spawn`), and prints each row's
 # figures followed by a summary.
 #
-#   WORKLOAD...   only the rows of these workloads: kv-put, wasm-invoke, worker, workflow
-#                 (default: every row)
+#   WORKLOAD...   only the rows of these workloads: kv-put, wasm-invoke, worker, workflow,
+#                 stream-append, stream-consume (default: every row)
 #   --ops N       run every row with N operations instead of the table's (a quick check:
 #                 --ops 20000)
 #
@@ -37,8 +37,12 @@ ROWS=(
     "--workload worker --ops 500000 --shards 2 --connections 2 --pipeline 64 --workers 2 --await-batch 256"
     "--workload worker --ops 500000 --shards 2 --connections 2 --pipeline 32 --workers 4 --await-batch 64"
     "--workload workflow --ops 500000 --shards 2 --connections 4 --pipeline 128"
+    "--workload stream-append --ops 300000 --shards 2 --connections 4 --pipeline 128"
+    "--workload stream-append --ops 10000 --shards 2 --connections 4 --pipeline 16 --batch 100"
+    "--workload stream-consume --ops 3000 --shards 2 --connections 2 --pipeline 8 --batch 100 --workers 2 --await-batch 1000"
+    "--workload stream-consume --ops 300000 --shards 2 --connections 2 --pipeline 16 --workers 2 --await-batch 256"
 )
-WORKLOADS="kv-put wasm-invoke worker workflow"
+WORKLOADS="kv-put wasm-invoke worker workflow stream-append stream-consume"
 
 usage() {
     sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' >&2
