@@ -691,3 +691,84 @@ fn a_blocking_read_is_answered_by_the_next_append_or_empty_at_its_deadline() {
     );
     server.stop();
 }
+
+#[test]
+fn a_key_shared_group_keeps_each_key_with_one_consumer_until_it_stops() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    let config = StreamConfig {
+        partitions: Some(1),
+        ..Default::default()
+    };
+    c.create_stream("accounts", config).unwrap();
+    // Interleaved keys a, b, c; one record without a key.
+    let mut all = Vec::new();
+    for i in 0..12 {
+        let key = ["a", "b", "c"][i % 3];
+        all.push((
+            c.append("accounts", vec![record(&format!("{key}{i}"), Some(key))])
+                .unwrap()[0],
+            key,
+        ));
+    }
+    c.append("accounts", vec![record("nokey", None)]).unwrap();
+    c.create_group(
+        "accounts",
+        "ks",
+        group_config(GroupMode::KeyShared, 5_000, 16),
+    )
+    .unwrap();
+    let payloads = |c: &mut Client, consumer: &str, n: u32| -> Vec<String> {
+        let spec = GroupReadSpec {
+            stream: "accounts".into(),
+            group: "ks".into(),
+            consumer: consumer.into(),
+            count: Some(n),
+            ..Default::default()
+        };
+        c.group_read(spec)
+            .unwrap()
+            .iter()
+            .map(|r| String::from_utf8(r.payload.clone()).unwrap())
+            .collect()
+    };
+    // x takes the first records of a, b and c (their keys are free), in order.
+    let x1 = payloads(&mut c, "x", 3);
+    assert_eq!(x1, ["a0", "b1", "c2"]);
+    // y finds every keyed record held by x: only the record without a key.
+    assert_eq!(payloads(&mut c, "y", 10), ["nokey"]);
+    let held_by_y: Vec<StreamId> = c
+        .group_pending("accounts", "ks", None)
+        .unwrap()
+        .iter()
+        .filter(|p| p.consumer == "y")
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(c.ack("accounts", "ks", held_by_y).unwrap(), 1);
+    // x gets the rest of its keys, in order.
+    let x2 = payloads(&mut c, "x", 100);
+    assert_eq!(x2, ["a3", "b4", "c5", "a6", "b7", "c8", "a9", "b10", "c11"]);
+    let info = &c.groups("accounts", Some("ks")).unwrap()[0];
+    assert_eq!((info.pending, info.lag), (12, 0), "{info:?}");
+    // x acks and stops; after the timeout, y takes over x's keys.
+    let ids: Vec<StreamId> = all.iter().map(|(id, _)| *id).collect();
+    c.ack("accounts", "ks", ids[..6].to_vec()).unwrap();
+    for i in 12..15 {
+        let key = ["a", "b", "c"][i % 3];
+        c.append("accounts", vec![record(&format!("{key}{i}"), Some(key))])
+            .unwrap();
+    }
+    assert!(
+        payloads(&mut c, "y", 10).is_empty(),
+        "x still holds its keys"
+    );
+    c.advance_clock(5_001).unwrap();
+    // x's unacked records come first (due again), then the new ones, in order.
+    let y = payloads(&mut c, "y", 100);
+    assert_eq!(
+        y,
+        ["a6", "b7", "c8", "a9", "b10", "c11", "a12", "b13", "c14"]
+    );
+    server.stop();
+}

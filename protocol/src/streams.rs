@@ -187,6 +187,10 @@ pub enum GroupMode {
     /// One consumer at a time per partition; another takes over when it stops reading and
     /// its records time out.
     Exclusive,
+    /// Records with one key go to one consumer, in order; a key moves to another consumer
+    /// only once its consumer has stopped (nothing delivered to it and none of its records
+    /// held within the message timeout). Records without a key go to any consumer.
+    KeyShared,
 }
 
 /// Where a new group starts.

@@ -222,6 +222,7 @@ fn mode_name(mode: GroupMode) -> &'static str {
     match mode {
         GroupMode::Shared => "shared",
         GroupMode::Exclusive => "exclusive",
+        GroupMode::KeyShared => "key_shared",
     }
 }
 

@@ -695,12 +695,13 @@ steps:
                 path,
             );
         }
-        refused(
-            &wf(&format!(
-                "trigger: {{stream: s, mode: key_shared}}\n{START_OK}"
-            )),
-            "E105",
-            "trigger.mode",
+        let key_shared = wf(&format!(
+            "trigger: {{stream: s, mode: key_shared}}\n{START_OK}"
+        ));
+        let def = crate::parse_workflow(&key_shared).expect("key_shared").def;
+        assert_eq!(
+            def.trigger.map(|t| t.mode),
+            Some(flo_protocol::GroupMode::KeyShared)
         );
         refused(
             &wf(&format!("trigger: {{stream: s, colour: red}}\n{START_OK}")),

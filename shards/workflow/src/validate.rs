@@ -12,7 +12,7 @@
 //! | E102 | `name` missing, empty or invalid (1 to 256 bytes, no whitespace, no `:`) |
 //! | E103 | `version` missing, empty or invalid (1 to 128 bytes, no whitespace) |
 //! | E104 | `start` missing |
-//! | E105 | a feature not supported yet: `plans`, `schedule`, `searchAttributes`, `@plan/` targets, a trigger's `key_shared` mode |
+//! | E105 | a feature not supported yet: `plans`, `schedule`, `searchAttributes`, `@plan/` targets |
 //! | E106 | unknown field |
 //! | E107 | a step has both or neither of `run` and `waitForSignal` |
 //! | E108 | `idempotency` not `none`, `optional` or `required` |
@@ -31,7 +31,7 @@
 //! | E502 | invalid `poll` (the same checks; `maxDelayMs` below `baseDelayMs`) |
 //! | E503 | invalid `waitForSignal` (`type` missing or empty, `timeoutMs` 0 or over 2^63-1) |
 //! | E504 | `retry`, `poll` or `inputMapping` on a `waitForSignal` step |
-//! | E505 | invalid `trigger` (`stream` missing or not a stream name, `namespace` or `consumer_group` invalid, `mode` not `shared` or `exclusive`, `batch_size` not 1..=1000) |
+//! | E505 | invalid `trigger` (`stream` missing or not a stream name, `namespace` or `consumer_group` invalid, `mode` not `shared`, `exclusive` or `key_shared`, `batch_size` not 1..=1000) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -247,19 +247,12 @@ impl Checker {
         let mode = match raw.mode.as_deref() {
             None | Some("shared") => flo_protocol::GroupMode::Shared,
             Some("exclusive") => flo_protocol::GroupMode::Exclusive,
-            Some("key_shared") => {
-                self.error(
-                    IssueCode::E105,
-                    "trigger.mode",
-                    "`key_shared` is not supported yet: use `shared` or `exclusive`",
-                );
-                flo_protocol::GroupMode::Shared
-            }
+            Some("key_shared") => flo_protocol::GroupMode::KeyShared,
             Some(other) => {
                 bad(
                     self,
                     "mode",
-                    format!("found `mode: {other}`; use `shared` or `exclusive`"),
+                    format!("found `mode: {other}`; use `shared`, `exclusive` or `key_shared`"),
                 );
                 flo_protocol::GroupMode::Shared
             }

@@ -2,14 +2,14 @@
 //! and dead-lettering against a partition's group state (`stream_groups`), and applying
 //! their records.
 
-use crate::fold::stream_groups::{GroupDef, GroupState};
+use crate::fold::stream_groups::{GroupDef, GroupState, key_hash};
 
 use crate::fold::record::{Record, StreamEntry};
 use crate::fold::streams::{Partition, StreamDef, Streams, next_ids};
 use flo_protocol::StreamId;
 use flo_protocol::{
     DEAD_LETTER_SUFFIX, ErrorCode, ErrorValue, GROUP_CONSUMERS_MAX, GROUP_MAX_DELIVERIES_DEFAULT,
-    GROUP_MESSAGE_TIMEOUT_MS_DEFAULT, GROUP_PENDING_MAX, GroupConfig, GroupInfo,
+    GROUP_MESSAGE_TIMEOUT_MS_DEFAULT, GROUP_PENDING_MAX, GroupConfig, GroupInfo, GroupMode,
     check_consumer_name, check_group_name,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +22,9 @@ pub struct GroupAt<'a> {
     pub partition: u32,
     pub group: &'a str,
 }
+
+/// Records a key_shared read looks at past the cursor, at most.
+const KEY_SHARED_SCAN_MAX: usize = 4096;
 
 /// Records dead-lettered by one read, at most (more go with the next).
 const DEAD_LETTERS_PER_READ_MAX: usize = 1024;
@@ -198,13 +201,29 @@ impl Streams {
                 ),
             ));
         }
-        if gdef.mode == flo_protocol::GroupMode::Exclusive
+        if gdef.mode == GroupMode::Exclusive
             && let Some(active) = &g.active
             && **active != *consumer
             && g.holds(active, gdef.message_timeout_ms, now_ms)
         {
             return Ok(Vec::new());
         }
+        // key_shared: a record whose key another live consumer holds is not for this one.
+        let key_shared = gdef.mode == GroupMode::KeyShared;
+        let for_me = |id: StreamId| {
+            if !key_shared {
+                return true;
+            }
+            let Some(key) = part.entry(id).and_then(|e| e.key.as_deref()) else {
+                return true;
+            };
+            match g.key_owners.get(&key_hash(key)) {
+                Some(owner) => {
+                    **owner == *consumer || !g.holds(owner, gdef.message_timeout_ms, now_ms)
+                }
+                None => true,
+            }
+        };
         let mut again = Vec::new();
         let mut dead = Vec::new();
         let mut delivery = None;
@@ -218,6 +237,9 @@ impl Streams {
             if whole && *delivery.get_or_insert(p.delivered_at_ms) != p.delivered_at_ms {
                 continue;
             }
+            if !for_me(id) {
+                continue;
+            }
             if p.deliveries >= gdef.max_deliveries {
                 dead.push(id);
             } else {
@@ -226,6 +248,30 @@ impl Streams {
         }
         let new = if whole && delivery.is_some() {
             Vec::new()
+        } else if key_shared {
+            // Records after the cursor not delivered yet, of keys this consumer may take
+            // (a bounded look ahead).
+            let mut taken: Vec<StreamId> = Vec::new();
+            let mut claimed: BTreeMap<u64, ()> = BTreeMap::new();
+            for e in part.read(g.cursor, KEY_SHARED_SCAN_MAX) {
+                if taken.len() + again.len() >= count {
+                    break;
+                }
+                if g.delivered_ahead(e.id) {
+                    continue;
+                }
+                // A key met undeliverable stays so for the rest of the scan (order per key).
+                let h = e.key.as_deref().map(key_hash);
+                if h.is_some_and(|h| claimed.contains_key(&h)) {
+                    continue;
+                }
+                if for_me(e.id) {
+                    taken.push(e.id);
+                } else if let Some(h) = h {
+                    claimed.insert(h, ());
+                }
+            }
+            taken
         } else {
             part.read(g.cursor, count - again.len())
                 .map(|e| e.id)
@@ -396,18 +442,50 @@ impl Streams {
         at_ms: u64,
         lsn: u64,
     ) -> bool {
-        let Some(timeout) = self
+        let Some((timeout, mode)) = self
             .def(at.namespace, at.stream)
             .and_then(|d| d.groups.get(at.group))
-            .map(|g| g.message_timeout_ms)
+            .map(|g| (g.message_timeout_ms, g.mode))
         else {
             return false;
         };
-        let Some(g) = self.group_state(at, lsn) else {
+        let Some(part) = self.partition_mut(at.namespace, at.stream, at.partition) else {
             return false;
         };
+        part.lsn = lsn;
+        let Partition {
+            entries, groups, ..
+        } = part;
+        let Some(g) = groups.get_mut(at.group) else {
+            return false;
+        };
+        let key_shared = mode == GroupMode::KeyShared;
         for id in ids {
-            g.deliver(*id, consumer, at_ms, timeout);
+            g.deliver(*id, consumer, at_ms, timeout, !key_shared);
+            if key_shared {
+                let at = entries.partition_point(|e| e.id < *id);
+                if let Some(key) = entries
+                    .get(at)
+                    .filter(|e| e.id == *id)
+                    .and_then(|e| e.key.as_deref())
+                {
+                    g.key_owners.insert(key_hash(key), consumer.into());
+                }
+            }
+        }
+        if key_shared {
+            // The cursor moves over the records delivered (or done) ahead of it.
+            let mut from = g
+                .cursor
+                .map_or(0, |c| entries.partition_point(|e| e.id <= c));
+            while let Some(e) = entries.get(from) {
+                if !g.delivered_ahead(e.id) {
+                    break;
+                }
+                g.done_ahead.remove(&e.id);
+                g.cursor = Some(e.id);
+                from += 1;
+            }
         }
         g.seen(consumer, at_ms, GROUP_CONSUMERS_MAX);
         true

@@ -42,6 +42,13 @@ pub struct GroupState {
     pub consumers: BTreeMap<Box<str>, u64>,
     /// The consumer the last delivery went to (who an exclusive group serves).
     pub active: Option<Box<str>>,
+    /// A key_shared group: each key's consumer (by the key's hash).
+    #[serde(default)]
+    pub key_owners: BTreeMap<u64, Box<str>>,
+    /// A key_shared group: records after the cursor already delivered and acknowledged
+    /// (the cursor moves over them once the records before them are delivered too).
+    #[serde(default)]
+    pub done_ahead: BTreeSet<StreamId>,
     pub delivered: u64,
     pub acked: u64,
     pub dead_lettered: u64,
@@ -100,8 +107,18 @@ impl GroupState {
                 .any(|p| &*p.consumer == consumer && p.due_at_ms > now_ms)
     }
 
-    pub fn deliver(&mut self, id: StreamId, consumer: &str, at_ms: u64, timeout_ms: u64) {
-        if self.cursor.is_none_or(|c| id > c) {
+    /// Delivers `id` to `consumer`. `in_order`: the cursor moves to it (shared and
+    /// exclusive groups deliver in id order); else the record is delivered ahead of the
+    /// cursor (key_shared), which `advance` moves over delivered records.
+    pub fn deliver(
+        &mut self,
+        id: StreamId,
+        consumer: &str,
+        at_ms: u64,
+        timeout_ms: u64,
+        in_order: bool,
+    ) {
+        if in_order && self.cursor.is_none_or(|c| id > c) {
             self.cursor = Some(id);
         }
         let due_at_ms = at_ms.saturating_add(timeout_ms);
@@ -150,10 +167,27 @@ impl GroupState {
         match self.pending.remove(&id) {
             Some(p) => {
                 self.due.remove(&(p.due_at_ms, id));
+                if self.cursor.is_some_and(|c| id > c) {
+                    self.done_ahead.insert(id);
+                }
                 true
             }
             None => false,
         }
+    }
+
+    /// A record removed from the partition (retention, a trim): it can be neither pending
+    /// nor waited for.
+    pub fn forget(&mut self, id: StreamId) {
+        if let Some(p) = self.pending.remove(&id) {
+            self.due.remove(&(p.due_at_ms, id));
+        }
+        self.done_ahead.remove(&id);
+    }
+
+    /// Whether the record `id` after the cursor was delivered already (pending or done).
+    pub fn delivered_ahead(&self, id: StreamId) -> bool {
+        self.pending.contains_key(&id) || self.done_ahead.contains(&id)
     }
 
     /// A nacked record: due again at `due_at_ms`.
@@ -173,4 +207,9 @@ impl GroupState {
             delivered_at_ms: p.delivered_at_ms,
         })
     }
+}
+
+/// The hash a key_shared group keeps a key's consumer by.
+pub fn key_hash(key: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key.as_bytes())
 }

@@ -118,7 +118,7 @@ impl Partition {
             self.removed_up_to = Some(self.removed_up_to.map_or(e.id, |r| r.max(e.id)));
             // A record gone cannot be delivered again.
             for g in self.groups.values_mut() {
-                g.settle(e.id);
+                g.forget(e.id);
             }
         }
     }

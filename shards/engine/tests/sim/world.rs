@@ -7,9 +7,9 @@ use flo_engine::testing::record::{Record, StepWait};
 use flo_engine::testing::{RunKind, streams};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
-    ActionKind, ActionSpec, ErrorCode, GroupConfig, GroupReadSpec, GroupStart, InvokeSpec, Op,
-    Reply, RunStatus, StreamConfig, StreamId, StreamReadSpec, StreamRecordIn, TaskAssignment,
-    WorkerSpec, WorkerType, WorkflowRunStatus, WorkflowStartSpec,
+    ActionKind, ActionSpec, ErrorCode, GroupConfig, GroupMode, GroupReadSpec, GroupStart,
+    InvokeSpec, Op, Reply, RunStatus, StreamConfig, StreamId, StreamReadSpec, StreamRecordIn,
+    TaskAssignment, WorkerSpec, WorkerType, WorkflowRunStatus, WorkflowStartSpec,
 };
 use flo_testkit::Rng;
 use std::cell::RefCell;
@@ -264,6 +264,8 @@ pub struct Sim {
     known_wf_runs: Vec<String>,
     crashes: u32,
     final_phase: bool,
+    /// How the stream's group shares its records (drawn from the seed at the end of `new`).
+    group_mode: GroupMode,
     /// Log bytes between snapshots.
     snapshot_every: u64,
     counts: Counts,
@@ -364,6 +366,7 @@ impl Sim {
             known_wf_runs: Vec::new(),
             crashes: 0,
             final_phase: false,
+            group_mode: GroupMode::Shared,
             snapshot_every,
             counts: Counts::default(),
             damaged_at: vec![None; shards as usize],
@@ -394,6 +397,12 @@ impl Sim {
                 held: Vec::new(),
             });
         }
+        let modes = [
+            GroupMode::Shared,
+            GroupMode::Exclusive,
+            GroupMode::KeyShared,
+        ];
+        sim.group_mode = *sim.rng.pick(&modes);
         sim
     }
 
@@ -507,10 +516,10 @@ impl Sim {
                 stream: STREAM.into(),
                 group: GROUP.into(),
                 config: GroupConfig {
+                    mode: self.group_mode,
                     start: GroupStart::Start,
                     max_deliveries: Some(1_000),
                     message_timeout_ms: Some(5_000),
-                    ..Default::default()
                 },
             };
             self.send(shard, conn, op);
@@ -1465,7 +1474,10 @@ impl Sim {
             );
             let acked = part
                 .and_then(|part| part.groups.get(GROUP))
-                .is_some_and(|g| !g.pending.contains_key(id) && g.cursor >= Some(*id));
+                .is_some_and(|g| {
+                    let passed = g.cursor >= Some(*id) || g.done_ahead.contains(id);
+                    !g.pending.contains_key(id) && passed
+                });
             assert!(
                 !self.model.acked.contains_key(id) || acked,
                 "{when}: stream record {id} was acknowledged by the group and is pending again"
