@@ -6,7 +6,7 @@
 # figures followed by a summary.
 #
 #   WORKLOAD...   only the rows of these workloads: kv-put, wasm-invoke, worker, workflow,
-#                 stream-append, stream-consume (default: every row)
+#                 stream-append, stream-consume, trigger (default: every row)
 #   --ops N       run every row with N operations instead of the table's (a quick check:
 #                 --ops 20000)
 #
@@ -41,8 +41,9 @@ ROWS=(
     "--workload stream-append --ops 10000 --shards 2 --connections 4 --pipeline 16 --batch 100"
     "--workload stream-consume --ops 3000 --shards 2 --connections 2 --pipeline 8 --batch 100 --workers 2 --await-batch 1000"
     "--workload stream-consume --ops 300000 --shards 2 --connections 2 --pipeline 16 --workers 2 --await-batch 256"
+    "--workload trigger --ops 5000 --shards 2 --connections 2 --pipeline 4 --batch 100"
 )
-WORKLOADS="kv-put wasm-invoke worker workflow stream-append stream-consume"
+WORKLOADS="kv-put wasm-invoke worker workflow stream-append stream-consume trigger"
 
 usage() {
     sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' >&2

@@ -65,6 +65,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         }
         Workload::StreamAppend => streams::prepare(&addr, token, &args.namespace, false)?,
         Workload::StreamConsume => streams::prepare(&addr, token, &args.namespace, true)?,
+        Workload::Trigger => streams::prepare_trigger(&addr, token, &args.namespace)?,
     }
     let (outcome, tasks) = run_workload(args, &cfg);
 
@@ -176,6 +177,25 @@ fn run_workload(
                 })
             });
             (outcome, Some(acked))
+        }
+        Workload::Trigger => {
+            let trigger_cfg = streams::ConsumeConfig {
+                addr: cfg.addr.clone(),
+                token: cfg.token.clone(),
+                namespace: args.namespace.clone(),
+                consumers: 0,
+                read_batch: 0,
+                batch: args.batch,
+                max_duration: cfg.max_duration,
+                epoch: Instant::now(),
+            };
+            let (outcome, runs) = streams::run_trigger(&trigger_cfg, || {
+                driver::run(cfg, || {
+                    let value = args.value_bytes as usize;
+                    streams::StreamAppend::new(&args.namespace, args.keys, args.batch, value, None)
+                })
+            });
+            (outcome, Some(runs))
         }
     }
 }

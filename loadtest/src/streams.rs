@@ -270,3 +270,87 @@ impl Shared {
         }
     }
 }
+
+/// The workflow the `trigger` workload's records start: one step on `loadtest-ok`.
+pub const TRIGGER_WORKFLOW: &str = "loadtest-trigger";
+const TRIGGER_YAML: &str = r#"kind: Workflow
+name: loadtest-trigger
+version: "1"
+trigger:
+  stream: loadtest-stream
+start:
+  run: "@actions/loadtest-ok"
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+"#;
+
+/// Registers `loadtest-ok`, creates the stream and the workflow its records trigger.
+pub fn prepare_trigger(addr: &str, token: Option<&str>, namespace: &str) -> Result<(), String> {
+    crate::workload::register_wasm_action(addr, token, namespace)?;
+    prepare(addr, token, namespace, false)?;
+    let mut client = flo::Client::connect_as(addr, token)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?
+        .with_namespace(namespace);
+    client
+        .create_workflow(TRIGGER_YAML)
+        .map_err(|e| format!("cannot create {TRIGGER_WORKFLOW}: {e}"))?;
+    Ok(())
+}
+
+/// How often the `trigger` workload looks at the trigger's progress.
+const TRIGGER_POLL: Duration = Duration::from_millis(20);
+
+/// Runs the appends, then waits until the trigger acknowledged every record and no
+/// workflow run is left in flight: every run started and completed.
+pub fn run_trigger(
+    cfg: &ConsumeConfig,
+    append: impl FnOnce() -> driver::Outcome,
+) -> (driver::Outcome, TaskOutcome) {
+    let start = Instant::now();
+    let appended = append();
+    let expected = appended.ops.saturating_sub(appended.errors) * cfg.batch as u64;
+    let mut outcome = TaskOutcome {
+        latency_us: new_histogram(),
+        completed: 0,
+        expected,
+        errors: 0,
+        first_error: None,
+        failures: Vec::new(),
+        elapsed: Duration::ZERO,
+        hit_time_limit: false,
+    };
+    let client = flo::Client::connect_as(cfg.addr.as_str(), cfg.token.as_deref())
+        .map(|c| c.with_namespace(cfg.namespace.clone()));
+    let mut client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            outcome.failures.push(format!("cannot connect: {e}"));
+            return (appended, outcome);
+        }
+    };
+    let group = format!("wf-{TRIGGER_WORKFLOW}");
+    let deadline = start + cfg.max_duration;
+    loop {
+        let acked = client
+            .groups(STREAM, Some(&group))
+            .ok()
+            .and_then(|g| g.first().map(|g| g.acked))
+            .unwrap_or(0);
+        let in_flight = client
+            .status()
+            .map(|s| s.shards.iter().map(|s| s.workflow_runs).sum::<u64>())
+            .unwrap_or(u64::MAX);
+        outcome.completed = acked;
+        if acked >= expected && in_flight == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            outcome.hit_time_limit = true;
+            break;
+        }
+        thread::sleep(TRIGGER_POLL);
+    }
+    outcome.elapsed = start.elapsed();
+    (appended, outcome)
+}

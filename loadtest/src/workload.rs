@@ -30,6 +30,10 @@ pub enum Workload {
     /// each reading up to `--await-batch` records and acking them in one request. Reports
     /// records acked/s and append-to-ack latency.
     StreamConsume,
+    /// The appends of `stream-append` (`--batch` records each) to a stream that triggers a
+    /// one-step workflow of a WASM action (`loadtest-trigger`): reports records in to
+    /// completed runs out (runs/s over the whole run; no latency).
+    Trigger,
 }
 
 impl Workload {
@@ -41,6 +45,7 @@ impl Workload {
             Workload::Workflow => "workflow",
             Workload::StreamAppend => "stream-append",
             Workload::StreamConsume => "stream-consume",
+            Workload::Trigger => "trigger",
         }
     }
 }
