@@ -160,16 +160,7 @@ pub fn run(
         let appended = append();
         let expected = appended.ops.saturating_sub(appended.errors) * cfg.batch as u64;
         shared.expected.store(expected, Relaxed);
-        let mut outcome = TaskOutcome {
-            latency_us: new_histogram(),
-            completed: 0,
-            expected,
-            errors: 0,
-            first_error: None,
-            failures: Vec::new(),
-            elapsed: Duration::ZERO,
-            hit_time_limit: false,
-        };
+        let mut outcome = no_outcome(expected);
         for (i, handle) in handles.into_iter().enumerate() {
             match handle.join() {
                 Ok(Ok((latency, timed_out))) => {
@@ -192,6 +183,20 @@ pub fn run(
         };
         (appended, outcome)
     })
+}
+
+/// Nothing done yet of `expected` records.
+fn no_outcome(expected: u64) -> TaskOutcome {
+    TaskOutcome {
+        latency_us: new_histogram(),
+        completed: 0,
+        expected,
+        errors: 0,
+        first_error: None,
+        failures: Vec::new(),
+        elapsed: Duration::ZERO,
+        hit_time_limit: false,
+    }
 }
 
 type Consumed = Result<(hdrhistogram::Histogram<u64>, bool), String>;
@@ -310,16 +315,7 @@ pub fn run_trigger(
     let start = Instant::now();
     let appended = append();
     let expected = appended.ops.saturating_sub(appended.errors) * cfg.batch as u64;
-    let mut outcome = TaskOutcome {
-        latency_us: new_histogram(),
-        completed: 0,
-        expected,
-        errors: 0,
-        first_error: None,
-        failures: Vec::new(),
-        elapsed: Duration::ZERO,
-        hit_time_limit: false,
-    };
+    let mut outcome = no_outcome(expected);
     let client = flo::Client::connect_as(cfg.addr.as_str(), cfg.token.as_deref())
         .map(|c| c.with_namespace(cfg.namespace.clone()));
     let mut client = match client {

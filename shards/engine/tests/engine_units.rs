@@ -1545,3 +1545,109 @@ fn mutations_answer_overloaded_while_the_log_writer_is_far_behind() {
     t.settle();
     t.ok(0, put_op("after", "v"));
 }
+
+/// A trigger's run is started exactly once per record, also when the shard holding the
+/// stream crashes after the run's start was durable on the run's shard but before its
+/// ack was: the record comes back after the trigger's timeout, finds its run, and is
+/// acknowledged.
+#[test]
+fn a_trigger_redelivered_after_a_crash_finds_its_run_instead_of_starting_a_second() {
+    use flo_engine::hash::stable_hash;
+    use flo_engine::testing::streams::owner_of;
+    use flo_protocol::{StreamConfig, StreamId, StreamRecordIn};
+
+    let mut t = T::new(2);
+    t.settle();
+    t.wasm_action("a-ok");
+    let now = START_MS + 1_000;
+    t.set_clock(now);
+    // A stream whose partition and whose first record's run live on different shards.
+    let part = t.c.partitioning();
+    let (stream, p_owner, r_owner) = (0..50)
+        .map(|i| format!("ev{i}"))
+        .find_map(|stream| {
+            let p = owner_of(&part, NS, &stream, 0);
+            let h = stable_hash(NS, &format!("{stream}\u{0}on-event"));
+            let run_id = format!("trig-{h:016x}-{}", StreamId::new(now, 0));
+            let r = part.shard_of(NS, &run_id);
+            (p != r).then_some((stream, p, r))
+        })
+        .expect("a stream whose record's run is on the other shard");
+    t.ok(
+        0,
+        Op::StreamCreate {
+            namespace: NS.into(),
+            name: stream.clone(),
+            config: StreamConfig {
+                partitions: Some(1),
+                ..Default::default()
+            },
+        },
+    );
+    t.workflow(&format!(
+        "kind: Workflow\nname: on-event\nversion: \"1\"\ntrigger:\n  stream: {stream}\n\
+         start:\n  run: \"@actions/a-ok\"\n  transitions:\n    success: flo.Completed\n"
+    ));
+    t.settle();
+    let group_info = |t: &mut T| match t.ok(
+        0,
+        Op::StreamGroupInfo {
+            namespace: NS.into(),
+            stream: stream.clone(),
+            group: Some("wf-on-event".into()),
+        },
+    ) {
+        Reply::Groups(g) => g[0].clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(group_info(&mut t).pending, 0, "the trigger's group exists");
+
+    // The append, the delivery to the trigger and the run's start are durable; the ack is
+    // not when the stream's shard crashes.
+    t.c.auto_write = false;
+    let append = Op::StreamAppend {
+        namespace: NS.into(),
+        stream: stream.clone(),
+        records: vec![StreamRecordIn {
+            payload: b"{\"n\":1}".to_vec(),
+            ..Default::default()
+        }],
+        partition: None,
+    };
+    t.send(p_owner, append);
+    t.c.complete_write(p_owner);
+    assert!(
+        t.c.deliver(p_owner, r_owner),
+        "the run's start goes to its shard"
+    );
+    t.c.complete_write(r_owner);
+    assert!(t.c.deliver(r_owner, p_owner), "the start is answered");
+    t.c.crash(&[p_owner], &[]);
+    t.c.start(p_owner);
+    t.c.auto_write = true;
+    t.settle();
+    assert_eq!(
+        group_info(&mut t).pending,
+        1,
+        "the record waits for its ack again"
+    );
+
+    // Past the trigger's timeout the record comes back: its run exists, it is acked.
+    t.set_clock(now + 31_000);
+    t.set_clock(now + 32_000);
+    let info = group_info(&mut t);
+    assert_eq!((info.pending, info.acked), (0, 1), "{info:?}");
+    match t.ok(
+        0,
+        Op::WorkflowListRuns {
+            namespace: NS.into(),
+            name: "on-event".into(),
+            status: None,
+            limit: Some(10),
+            cursor: None,
+        },
+    ) {
+        Reply::WorkflowRuns { runs, .. } => assert_eq!(runs.len(), 1, "{runs:?}"),
+        other => panic!("{other:?}"),
+    }
+}

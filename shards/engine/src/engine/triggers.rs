@@ -15,6 +15,7 @@ use crate::core::Waiting;
 use crate::core::io::{PeerRequest, ReplyResult, ReplyTo};
 use crate::definitions::{self, COORDINATOR};
 use crate::fold::record::Record;
+use crate::fold::stream_group_ops::GroupAt;
 use crate::hash::stable_hash;
 use crate::tables::HashMap;
 use crate::workflows;
@@ -186,15 +187,14 @@ impl Engine {
         if count == 0 {
             return;
         }
-        let planned = self.core.state().streams.plan_trigger_delivery(
-            &t.source,
-            &t.stream,
-            &t.group,
+        let at = GroupAt {
+            namespace: &t.source,
+            stream: &t.stream,
             partition,
-            TRIGGER_CONSUMER,
-            count as usize,
-            now,
-        );
+            group: &t.group,
+        };
+        let streams = &self.core.state().streams;
+        let planned = streams.plan_delivery(at, TRIGGER_CONSUMER, count as usize, now, true);
         let Ok(records) = planned else {
             return;
         };

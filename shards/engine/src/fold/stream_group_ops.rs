@@ -124,53 +124,12 @@ impl Streams {
         })
     }
 
-    /// What a read of `consumer` takes from partition `partition` at `now_ms`, at most
+    /// What a read of `consumer` takes from partition `at.partition` at `now_ms`, at most
     /// `count` records: pending records due again (those delivered too often go to the
-    /// dead-letter stream instead), then records not delivered yet.
-    #[allow(clippy::too_many_arguments)]
-    pub fn plan_deliver(
-        &self,
-        namespace: &str,
-        stream: &str,
-        group: &str,
-        partition: u32,
-        consumer: &str,
-        count: usize,
-        now_ms: u64,
-    ) -> Result<Vec<Record>, ErrorValue> {
-        let at = GroupAt {
-            namespace,
-            stream,
-            partition,
-            group,
-        };
-        self.plan_delivery(at, consumer, count, now_ms, false)
-    }
-
-    /// Like `plan_deliver`, for a stream trigger: records due again are redelivered as the
-    /// delivery they came in (those delivered at the same moment), alone, so that a batch
-    /// comes back whole.
-    #[allow(clippy::too_many_arguments)]
-    pub fn plan_trigger_delivery(
-        &self,
-        namespace: &str,
-        stream: &str,
-        group: &str,
-        partition: u32,
-        consumer: &str,
-        count: usize,
-        now_ms: u64,
-    ) -> Result<Vec<Record>, ErrorValue> {
-        let at = GroupAt {
-            namespace,
-            stream,
-            partition,
-            group,
-        };
-        self.plan_delivery(at, consumer, count, now_ms, true)
-    }
-
-    fn plan_delivery(
+    /// dead-letter stream instead), then records not delivered yet. `whole` (a stream
+    /// trigger): records due again are redelivered as the delivery they came in (those
+    /// delivered at the same moment), alone, so that a batch comes back whole.
+    pub fn plan_delivery(
         &self,
         at: GroupAt,
         consumer: &str,

@@ -5,6 +5,7 @@
 use crate::core::Core;
 use crate::core::io::{Done, ReplyResult};
 use crate::fold::record::Record;
+use crate::fold::stream_group_ops::GroupAt;
 use flo_protocol::{GroupInfo, PendingRecord, Reply, STREAM_READ_COUNT_DEFAULT, StreamId};
 use std::collections::BTreeMap;
 
@@ -21,15 +22,13 @@ pub fn deliver(
 ) -> Done {
     let now = core.now_ms();
     let streams = &core.state().streams;
-    let planned = streams.plan_deliver(
+    let at = GroupAt {
         namespace,
         stream,
-        group,
         partition,
-        consumer,
-        count as usize,
-        now,
-    );
+        group,
+    };
+    let planned = streams.plan_delivery(at, consumer, count as usize, now, false);
     let records = match planned {
         Ok(records) => records,
         Err(e) => return Done::now(Err(e)),
