@@ -18,6 +18,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 "snapshot_pause_ms": s.snapshot_pause_ms,
                 "snapshot_write_ms": s.snapshot_write_ms, "disk_bytes": s.disk_bytes,
                 "disk_full": s.disk_full, "executions": s.executions,
+                "stream_records": s.stream_records, "stream_bytes": s.stream_bytes,
             })
         })
         .collect();
@@ -49,7 +50,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
         }
         text.push('\n');
         text.push_str(&format!(
-            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>6}  {}",
+            "{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>12} {:>9} {:>10} {:>6}  {}",
             "SHARD",
             "LSN",
             "DURABLE",
@@ -59,6 +60,8 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
             "WF RUNS",
             "ARCHIVED",
             "INDEX",
+            "STREAM RECS",
+            "STREAM BYTES",
             "SNAPSHOT",
             "AGE",
             "DISK",
@@ -70,7 +73,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 .snapshot_age_ms
                 .map_or("-".to_string(), |ms| format!("{}s", ms / 1000));
             text.push_str(&format!(
-                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>6}  {}",
+                "\n{:<6} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>12} {:>9} {:>10} {:>6}  {}",
                 s.shard,
                 s.lsn,
                 s.durable_lsn,
@@ -80,6 +83,8 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                 s.workflow_runs,
                 s.archived_runs,
                 human_bytes(s.run_index_bytes),
+                s.stream_records,
+                human_bytes(s.stream_bytes),
                 s.snapshot_lsn,
                 age,
                 human_bytes(s.disk_bytes),
