@@ -371,7 +371,9 @@ fn a_silent_worker_becomes_unhealthy_and_a_heartbeat_recovers_it() {
     }));
     assert_eq!(c.heartbeat("w1", 2).unwrap(), WorkerStatus::Active);
     assert_eq!(c.worker("w1").unwrap().current_load, 2);
-    assert_eq!(c.heartbeat("w1", 0).unwrap(), WorkerStatus::Idle);
+    // Answered `active` (healthy, ready), shown `idle` in the registry without tasks.
+    assert_eq!(c.heartbeat("w1", 0).unwrap(), WorkerStatus::Active);
+    assert_eq!(c.worker("w1").unwrap().status, WorkerStatus::Idle);
     let list = c.list_workers().unwrap();
     assert_eq!(list.len(), 1);
 }

@@ -195,14 +195,17 @@ impl WorkerRegistry {
             .ok_or_else(|| not_registered(namespace, worker_id))?;
         worker.last_heartbeat_ms = now_ms;
         worker.current_load = current_load;
-        if !worker.is_draining() {
-            worker.status = if current_load == 0 {
-                WorkerStatus::Idle
-            } else {
-                WorkerStatus::Active
-            };
+        if worker.is_draining() {
+            return Ok(WorkerStatus::Draining);
         }
-        Ok(worker.status)
+        // The registry shows a worker without tasks as idle; the heartbeat answers
+        // `active` (healthy, ready for tasks), as in the spec's diagram.
+        worker.status = if current_load == 0 {
+            WorkerStatus::Idle
+        } else {
+            WorkerStatus::Active
+        };
+        Ok(WorkerStatus::Active)
     }
 
     pub fn drain(&mut self, namespace: &str, worker_id: &str) -> Result<WorkerInfo, ErrorValue> {
