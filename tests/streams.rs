@@ -563,6 +563,16 @@ fn bad_group_requests_get_clear_errors() {
     let text = cli_ok(&addr, &["stream", "group", "info", "s", "g"]);
     assert!(text.contains("mode:            shared"), "{text}");
     cli_ok(&addr, &["stream", "group", "delete", "s", "g"]);
+    // Groups per stream are bounded.
+    for i in 0..flo::protocol::GROUPS_PER_STREAM_MAX {
+        c.create_group("s", &format!("g{i}"), GroupConfig::default())
+            .unwrap();
+    }
+    let (code, e) = server_error(
+        c.create_group("s", "one-more", GroupConfig::default())
+            .unwrap_err(),
+    );
+    assert_eq!(code, ErrorCode::Overloaded, "{e}");
     let e = cli_fails(&addr, &["stream", "group", "info", "s", "g"]);
     assert!(e.contains("g"), "{e}");
     server.stop();

@@ -176,6 +176,10 @@ pub const GROUP_CONSUMERS_MAX: usize = 1024;
 pub const GROUP_BLOCK_MS_MAX: u64 = 300_000;
 /// Most ids one ack or nack carries.
 pub const GROUP_ACK_IDS_MAX: usize = 10_000;
+/// Streams a server holds (all namespaces, dead-letter streams included), and consumer
+/// groups per stream: every shard holds every definition.
+pub const STREAMS_MAX: usize = 10_000;
+pub const GROUPS_PER_STREAM_MAX: usize = 64;
 
 /// How a group shares records among its consumers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

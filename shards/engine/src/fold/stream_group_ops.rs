@@ -9,8 +9,8 @@ use crate::fold::streams::{Partition, StreamDef, Streams, next_ids};
 use flo_protocol::StreamId;
 use flo_protocol::{
     DEAD_LETTER_SUFFIX, ErrorCode, ErrorValue, GROUP_CONSUMERS_MAX, GROUP_MAX_DELIVERIES_DEFAULT,
-    GROUP_MESSAGE_TIMEOUT_MS_DEFAULT, GROUP_PENDING_MAX, GroupConfig, GroupInfo, GroupMode,
-    check_consumer_name, check_group_name,
+    GROUP_MESSAGE_TIMEOUT_MS_DEFAULT, GROUP_PENDING_MAX, GROUPS_PER_STREAM_MAX, GroupConfig,
+    GroupInfo, GroupMode, check_consumer_name, check_group_name,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -95,6 +95,15 @@ impl Streams {
                  deliveries {}, message timeout {} ms); delete it first to change them",
                 g.mode, g.max_deliveries, g.message_timeout_ms
             )));
+        }
+        if def.groups.len() >= GROUPS_PER_STREAM_MAX {
+            return Err(ErrorValue::new(
+                ErrorCode::Overloaded,
+                format!(
+                    "stream {stream:?} has {GROUPS_PER_STREAM_MAX} consumer groups, the most \
+                     it takes; delete one first"
+                ),
+            ));
         }
         Ok(Some(Record::StreamGroupCreated {
             namespace: namespace.to_string(),

@@ -409,6 +409,17 @@ impl Streams {
                 def.partitions, def.retention_ms, def.max_len, def.max_bytes
             )));
         }
+        // Room for the stream and the dead-letter stream its first group brings.
+        if self.defs.len() + 2 > flo_protocol::STREAMS_MAX {
+            return Err(ErrorValue::new(
+                flo_protocol::ErrorCode::Overloaded,
+                format!(
+                    "the server holds {} streams, the most it takes ({}); delete some first",
+                    self.defs.len(),
+                    flo_protocol::STREAMS_MAX
+                ),
+            ));
+        }
         Ok(Some(Record::StreamCreated {
             namespace: namespace.to_string(),
             name: name.to_string(),

@@ -53,6 +53,8 @@ enum Gathered {
         shares: Vec<(u32, u32)>,
         filled: Vec<u32>,
         round: u32,
+        /// Why this shard could not log when the read came (for its parts of later rounds).
+        refusal: Option<ErrorValue>,
     },
     /// Ack or nack: how many ids were pending.
     Count(u64),
@@ -480,6 +482,7 @@ fn deliver_round(
             shares: shares.clone(),
             filled: Vec::new(),
             round: round.round,
+            refusal: refusal.clone(),
         },
         remaining: shares.len(),
         error: None,
@@ -670,6 +673,7 @@ pub fn on_part(core: &mut Core, sc: &mut Scatter, gather: u64, part: usize, resu
                 poll_ms,
                 filled,
                 round,
+                refusal,
                 ..
             },
         ) => {
@@ -683,7 +687,7 @@ pub fn on_part(core: &mut Core, sc: &mut Scatter, gather: u64, part: usize, resu
                     poll_ms,
                     round: round + 1,
                 };
-                deliver_round(core, sc, g.to, spec, &filled, missing, next, &None);
+                deliver_round(core, sc, g.to, spec, &filled, missing, next, &refusal);
                 return;
             }
             if records.is_empty() && core.wall_ms() < deadline_ms {
