@@ -545,22 +545,23 @@ impl Streams {
             return false;
         };
         let (max_len, max_bytes) = def.caps();
-        let groups: Vec<_> = def
-            .groups
-            .iter()
-            .map(|(name, g)| (name.clone(), g.start))
-            .collect();
-        let part = self
-            .parts
-            .entry((namespace, stream, partition))
-            .or_insert_with(|| Partition {
-                // A new partition: every group starts with its first record.
-                groups: groups
-                    .into_iter()
-                    .map(|(name, start)| (name, GroupState::starting(start, None)))
-                    .collect(),
+        let key = (namespace, stream, partition);
+        if !self.parts.contains_key(&key) {
+            // A new partition: every group starts with its first record.
+            let groups = def
+                .groups
+                .iter()
+                .map(|(name, g)| (name.clone(), GroupState::starting(g.start, None)))
+                .collect();
+            let part = Partition {
+                groups,
                 ..Default::default()
-            });
+            };
+            self.parts.insert(key.clone(), part);
+        }
+        let Some(part) = self.parts.get_mut(&key) else {
+            return false;
+        };
         for e in entries {
             part.last_id = Some(part.last_id.map_or(e.id, |l| l.max(e.id)));
             part.bytes += e.payload.len() as u64;
