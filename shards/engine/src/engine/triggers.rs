@@ -119,22 +119,37 @@ impl Engine {
         if self.triggers.list.is_empty() || self.stopping || self.log_refusal().is_some() {
             return;
         }
-        for t in self.triggers.list.clone() {
-            let streams = &self.core.state().streams;
+        // What each trigger has to do, found without copying the list; copies only for
+        // the triggers with work.
+        let now = self.core.now_ms();
+        let streams = &self.core.state().streams;
+        let mut work: Vec<(usize, Option<Vec<u32>>)> = Vec::new();
+        for (i, t) in self.triggers.list.iter().enumerate() {
             let Some(def) = streams.def(&t.source, &t.stream) else {
                 continue;
             };
             if !def.groups.contains_key(&t.group) {
-                self.ask_for_group(&t);
+                work.push((i, None));
                 continue;
             }
             let partitions: Vec<u32> = streams
                 .local_partitions(&t.source, &t.stream)
-                .filter(|(_, part)| has_work(part, &t.group, self.core.now_ms()))
+                .filter(|(_, part)| has_work(part, &t.group, now))
                 .map(|(p, _)| p)
                 .collect();
-            for p in partitions {
-                self.deliver_to_trigger(&t, p);
+            if !partitions.is_empty() {
+                work.push((i, Some(partitions)));
+            }
+        }
+        for (i, partitions) in work {
+            let t = self.triggers.list[i].clone();
+            match partitions {
+                None => self.ask_for_group(&t),
+                Some(partitions) => {
+                    for p in partitions {
+                        self.deliver_to_trigger(&t, p);
+                    }
+                }
             }
         }
     }
