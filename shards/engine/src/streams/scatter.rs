@@ -276,6 +276,7 @@ fn append(
     refusal: Option<ErrorValue>,
 ) -> Result<(), ErrorValue> {
     let parts = split(core, sc, &namespace, &stream, records, partition)?;
+    forget_deleted(core, sc);
     let key = (namespace.clone(), stream.clone());
     let min_id = sc.last.get(&key).map(|l| StreamId::new(l.ms, l.seq + 1));
     let n = parts.iter().map(|(_, slots, _)| slots.len()).sum();
@@ -304,6 +305,19 @@ fn append(
         send_part(core, sc, id, i, owner, req, &refusal);
     }
     Ok(())
+}
+
+/// Drops the turns and last ids of streams deleted since, once they could outnumber the
+/// streams that exist: the two maps stay bounded through any create/delete churn.
+fn forget_deleted(core: &Core, sc: &mut Scatter) {
+    if sc.turn.len().max(sc.last.len()) <= flo_protocol::STREAMS_MAX {
+        return;
+    }
+    let streams = &core.state().streams;
+    sc.turn
+        .retain(|(ns, name), _| streams.def(ns, name).is_some());
+    sc.last
+        .retain(|(ns, name), _| streams.def(ns, name).is_some());
 }
 
 /// The records by partition: (partition, their positions in the request, the records).
