@@ -128,3 +128,94 @@ fn a_step_output_too_large_for_its_record_fails_the_step_and_the_shard_goes_on()
     c.settle();
     assert!(matches!(c.take_reply(1, 4), Some(Ok(_))));
 }
+
+fn create(c: &mut Cluster, id: u64, yaml: String) -> Result<flo_protocol::Reply, String> {
+    c.client(
+        0,
+        1,
+        id,
+        Op::WorkflowCreate {
+            namespace: NS.into(),
+            yaml,
+        },
+    );
+    c.settle();
+    match c.take_reply(1, id) {
+        Some(Ok(reply)) => Ok(reply),
+        Some(Err(e)) => Err(e.message),
+        None => panic!("no reply to the definition"),
+    }
+}
+
+/// Issue 21, item 3: a ~100 KB definition whose aliases repeat a 64 KiB scalar expanded
+/// into a 655 MB definition record, which the log refused and `Core::commit` stopped the
+/// server on. Now the definition is refused before it is expanded.
+#[test]
+fn a_definition_that_expands_through_aliases_is_refused_and_the_shard_goes_on() {
+    let mut c = Cluster::new(1, 1_000_000);
+    register(&mut c);
+    let mut yaml = format!(
+        "kind: Workflow\nname: bomb\nversion: \"1\"\ndescription: &s \"{}\"\nstart:\n  \
+         run: \"@actions/big\"\n  inputMapping:\n",
+        "x".repeat(64 << 10)
+    );
+    for i in 0..1000 {
+        yaml.push_str(&format!("    k{i}: *s\n"));
+    }
+    yaml.push_str("  transitions:\n    success: flo.Completed\n");
+    assert!(yaml.len() < 100_000);
+    let err = create(&mut c, 10, yaml).unwrap_err();
+    assert!(err.contains("aliases"), "{err}");
+    // The same definition without the repetition is accepted.
+    let fine = "kind: Workflow\nname: bomb\nversion: \"1\"\nstart:\n  run: \"@actions/big\"\n  \
+                transitions:\n    success: flo.Completed\n";
+    create(&mut c, 11, fine.into()).expect("a plain definition is accepted");
+}
+
+/// The largest text a definition may be (1 MiB), made of the smallest steps, normalises to
+/// a definition that still fits in one log record, or is refused with a reason — never a
+/// record the log cannot hold.
+#[test]
+fn the_largest_definition_text_is_stored_or_refused_never_oversize() {
+    let mut c = Cluster::new(1, 1_000_000);
+    register(&mut c);
+    let mut yaml = String::from(
+        "kind: Workflow\nname: wide\nversion: \"1\"\nstart:\n  run: \"@actions/big\"\n  \
+         transitions:\n    success: s0\nsteps:\n",
+    );
+    let mut i = 0;
+    loop {
+        let step = format!(
+            "  s{i}:\n    run: \"@actions/big\"\n    transitions:\n      success: s{}\n",
+            i + 1
+        );
+        if yaml.len() + step.len() + 200 > flo_workflow::DEFINITION_BYTES_MAX {
+            break;
+        }
+        yaml.push_str(&step);
+        i += 1;
+    }
+    yaml.push_str(&format!(
+        "  s{i}:\n    run: \"@actions/big\"\n    transitions:\n      success: flo.Completed\n"
+    ));
+    match create(&mut c, 20, yaml) {
+        Ok(_) => {}
+        Err(e) => assert!(e.contains("at most"), "{e}"),
+    }
+    // The shard still answers either way.
+    c.client(
+        0,
+        1,
+        21,
+        Op::KvPut {
+            namespace: NS.into(),
+            key: "after".into(),
+            value: b"v".to_vec(),
+            ttl_ms: None,
+            if_version: None,
+            if_exists: false,
+        },
+    );
+    c.settle();
+    assert!(matches!(c.take_reply(1, 21), Some(Ok(_))));
+}

@@ -24,7 +24,9 @@ pub use def::{
     BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
     Step, StepAction, Target, Trigger, Validated, WorkflowDef,
 };
-pub use definition::{DEFINITION_BYTES_MAX, DEFINITION_NESTING_MAX, parse_workflow};
+pub use definition::{
+    DEFINITION_BYTES_MAX, DEFINITION_EXPANDED_BYTES_MAX, DEFINITION_NESTING_MAX, parse_workflow,
+};
 pub use issues::IssueCode;
 pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};
 pub use names::{check_version, check_workflow_name, parse_target};

@@ -13,7 +13,7 @@
 //! or the same in TOML (`[[tokens]]` tables). Tokens are kept as SHA-256 digests and a
 //! presented token is compared with every one of them in constant time.
 
-use flo_workflow::yaml_depth::{YAML_NESTING_MAX, nests_deeper_than};
+use flo_workflow::yaml_depth::{YAML_NESTING_MAX, YamlLimits, exceeds};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
@@ -22,6 +22,12 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 pub const AUTH_TOKENS_MAX: usize = 10_000;
 /// Longest token accepted, in the file and in a handshake.
 pub const TOKEN_BYTES_MAX: usize = 4096;
+/// Largest auth file once its YAML aliases are expanded.
+pub const AUTH_FILE_EXPANDED_BYTES_MAX: u64 = 16 << 20;
+const AUTH_YAML_LIMITS: YamlLimits = YamlLimits {
+    nesting_max: YAML_NESTING_MAX,
+    expanded_bytes_max: AUTH_FILE_EXPANDED_BYTES_MAX,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -152,9 +158,11 @@ pub struct AuthTable {
 impl AuthTable {
     pub fn parse(text: &str, format: FileFormat) -> Result<AuthTable, AuthFileError> {
         let raw: RawFile = match format {
-            FileFormat::Yaml if nests_deeper_than(text, YAML_NESTING_MAX) => {
+            FileFormat::Yaml if exceeds(text, AUTH_YAML_LIMITS).is_some() => {
                 return Err(AuthFileError::Parse(format!(
-                    "it nests collections more than {YAML_NESTING_MAX} levels deep"
+                    "it nests collections more than {YAML_NESTING_MAX} levels deep, or is \
+                     larger than {AUTH_FILE_EXPANDED_BYTES_MAX} bytes once its YAML aliases \
+                     are expanded"
                 )));
             }
             FileFormat::Yaml => {

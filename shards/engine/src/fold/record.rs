@@ -505,6 +505,13 @@ impl Record {
         }
     }
 
+    /// Bytes `encode` writes.
+    pub fn encoded_len(&self) -> usize {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out.len()
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut ser = rmp_serde::Serializer::new(out);
         // Encoding plain owned data into a Vec cannot fail.

@@ -7,6 +7,9 @@ use flo_protocol::check_namespace;
 use flo_protocol::{ErrorValue, ValidationIssue, WorkflowInfo};
 
 pub const WORKFLOW_YAML_BYTES_MAX: usize = 1 << 20;
+/// Largest definition record (its YAML and the validated definition), below the log's
+/// record limit.
+pub const DEFINITION_RECORD_BYTES_MAX: usize = 6 << 20;
 
 /// Validates a new definition; `None` when this exact version exists already.
 pub fn plan_create(
@@ -54,6 +57,15 @@ pub fn plan_create(
         at_ms: now_ms,
         def: Some(Box::new(validated.def)),
     };
+    // The text is bounded and so is its expansion, but the definition the record carries
+    // beside it normalises every step: refuse here what the log could not hold.
+    let bytes = record.encoded_len();
+    if bytes > DEFINITION_RECORD_BYTES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "the workflow definition takes {bytes} bytes once validated and stored; at most \
+             {DEFINITION_RECORD_BYTES_MAX} are allowed: split it into child workflows"
+        )));
+    }
     Ok((Some(record), name, version, validated.warnings))
 }
 
