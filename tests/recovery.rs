@@ -8,6 +8,7 @@ use flo::PutOptions;
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 const ONE_SHARD: &[&str] = &["--shards", "1", "--segment-bytes", "1048576"];
 const SEGMENT_BYTES: u64 = 1 << 20;
@@ -38,10 +39,23 @@ fn write_keys(dir: &Path) -> PathBuf {
     drop(c);
     server.stop();
     common::remove_snapshots(dir);
+    forget_acked_mark(dir);
     let files = segment_files(dir, 0);
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(files[0].file_name().unwrap(), "00000000000000000001.ual");
     files[0].clone()
+}
+
+/// Removes shard 0's acknowledged mark: the damage these tests make at the end of the
+/// log then reads as it would after a crash before the last batches were synced (a torn
+/// tail), not as the loss of acknowledged records (which the last tests below refuse).
+fn forget_acked_mark(dir: &Path) {
+    let mark = dir.join("shard-000").join(flo_ual::ACKED_MARK_FILE);
+    match fs::remove_file(&mark) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("{}: {e}", mark.display()),
+    }
 }
 
 /// One record found by walking the log the way the format describes it.
@@ -475,6 +489,7 @@ fn write_keys_over_segments(dir: &Path, n: usize) -> Vec<PathBuf> {
     drop(c);
     server.stop();
     common::remove_snapshots(dir);
+    forget_acked_mark(dir);
     segment_files(dir, 0)
 }
 
@@ -564,5 +579,54 @@ fn torn_tail_of_the_newest_of_several_segments_keeps_the_older_ones() {
     let status = server.client().status().unwrap();
     assert_eq!(status.shards[0].segments, 3);
     assert_eq!(status.shards[0].lsn, KEYS as u64 - 1);
+    server.stop();
+}
+
+/// Issue 21, item 5: one flipped byte in the last acknowledged batch (media damage, not a
+/// torn write: the batch was synced before the put was answered). Recovery used to cut it
+/// as a torn tail, claiming every record before it intact, and the acknowledged key read
+/// `not found`. Now the start is refused, naming the records, and the log is left as it
+/// is; an operator who removes the mark accepts the loss knowingly.
+#[test]
+fn damage_to_an_acknowledged_last_batch_refuses_the_start_instead_of_cutting_it() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), ONE_SHARD);
+    let mut c = server.client();
+    for i in 0..KEYS {
+        c.kv_put(&key(i), &value(i), PutOptions::default()).unwrap();
+    }
+    drop(c);
+    let shard = dir.path().join("shard-000");
+    // The mark follows the syncs a few milliseconds behind: wait for it to reach the last.
+    assert!(
+        common::wait_until(Duration::from_secs(30), || {
+            flo_ual::read_acked_mark(&shard).unwrap() >= KEYS as u64
+        }),
+        "the acknowledged mark did not reach the last put"
+    );
+    server.kill9();
+    common::remove_snapshots(dir.path());
+    let segment = segment_files(dir.path(), 0)[0].clone();
+    let (mut bytes, records, _) = read_segment(&segment);
+    let last = *records.last().unwrap();
+    bytes[last.start + HEADER + 2] ^= 0x40;
+    fs::write(&segment, &bytes).unwrap();
+
+    let refused = expect_refusal(dir.path(), ONE_SHARD);
+    let msg = &refused.stderr;
+    assert!(msg.contains("acknowledged"), "{msg}");
+    assert!(msg.contains(flo_ual::ACKED_MARK_FILE), "{msg}");
+    assert!(msg.contains("00000000000000000001.ual"), "{msg}");
+    assert_eq!(
+        fs::read(&segment).unwrap(),
+        bytes,
+        "a refused start cuts nothing"
+    );
+
+    // The operator's choice: remove the mark to start without the damaged record.
+    fs::remove_file(shard.join(flo_ual::ACKED_MARK_FILE)).unwrap();
+    let server = TestServer::start(dir.path(), ONE_SHARD);
+    assert!(server.stderr().contains("torn"), "{}", server.stderr());
+    assert_keys(&server, KEYS - 1);
     server.stop();
 }

@@ -6,7 +6,7 @@ use crate::fault_disk::FaultDisk;
 use crate::inbox::Inbox;
 use crate::listener::{Conns, accept_loop};
 use crate::log_reader::LogMap;
-use crate::log_writer::{LogSlot, SegmentWriter, writer_loop};
+use crate::log_writer::{LogSlot, SegmentWriter, acked_mark_loop, writer_loop};
 use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
 use crate::shard_loop::ShardLoop;
 use crate::snapshots::{self, Snapshotter};
@@ -633,6 +633,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     inbox.push(snapshotter.storage(log.segments.len().max(1) as u32));
     let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);
     glommio::spawn_local(writer_task).detach();
+    glommio::spawn_local(acked_mark_loop(slot.clone(), boot.dir.clone(), id)).detach();
     let alarm = Rc::new(Alarm::default());
     glommio::spawn_local(alarm_loop(
         alarm.clone(),

@@ -261,6 +261,8 @@ pub(crate) struct LogSlot {
     durable: Cell<Option<(u64, u32)>>,
     /// Every record up to this LSN is written and synced.
     written: Cell<u64>,
+    /// `written` moved: the acknowledged mark follows it (`acked_mark_loop`).
+    mark: Signal,
 }
 
 impl LogSlot {
@@ -371,7 +373,82 @@ fn written(slot: &LogSlot, batch: Batch, segments: u32, inbox: &Inbox) {
     // replies go out and the next batch is handed over without delay.
     slot.durable.set(Some((batch.last_lsn, segments)));
     slot.written.set(batch.last_lsn);
+    slot.mark.notify();
     inbox.poke();
+}
+
+/// After an update of the acknowledged mark, the next waits at least this long: under
+/// load the mark costs at most this many fdatasyncs of its own file a second (1000 / it),
+/// and lags the acknowledgements by about this plus one sync.
+const ACKED_MARK_SPACING_MS: u64 = 5;
+
+/// Keeps the log's acknowledged mark (`flo_ual::ACKED_MARK_FILE`) following what is
+/// synced, so recovery never cuts a synced record as a torn tail. The file is made at
+/// its full size once; each update writes one of its two blocks in place and syncs it,
+/// beside the segment writes (never before an acknowledgement: it costs them nothing).
+/// A failure to update it is said once and the mark stays where it was (it only ever
+/// protects less, never refuses a good log).
+pub(crate) async fn acked_mark_loop(slot: std::rc::Rc<LogSlot>, dir: PathBuf, shard: u32) {
+    let path = dir.join(flo_ual::ACKED_MARK_FILE);
+    let file = match open_mark(&dir, &path).await {
+        Ok(file) => file,
+        Err(e) => {
+            crate::stderr::say!(
+                "warning: shard {shard}: cannot keep the acknowledged mark {}: {e}; recovery \
+                 will not tell synced records from a torn tail",
+                path.display()
+            );
+            return;
+        }
+    };
+    let mut marked = 0u64;
+    let mut seq = 0u64;
+    loop {
+        slot.mark.wait().await;
+        let lsn = slot.written_lsn();
+        if lsn <= marked {
+            continue;
+        }
+        if let Err(e) = write_mark(&file, seq, lsn).await {
+            crate::stderr::say!(
+                "warning: shard {shard}: cannot update the acknowledged mark {}: {e}; it \
+                 stays at LSN {marked}",
+                path.display()
+            );
+            return;
+        }
+        marked = lsn;
+        seq += 1;
+        glommio::timer::sleep(Duration::from_millis(ACKED_MARK_SPACING_MS)).await;
+    }
+}
+
+async fn open_mark(dir: &Path, path: &Path) -> io::Result<DmaFile> {
+    let file = open_file(path.to_path_buf())
+        .await
+        .map_err(LogWriteError::into_io)?;
+    let size = poked(file.file_size()).await.map_err(to_io)?;
+    if size < flo_ual::ACKED_MARK_BYTES {
+        poked(file.pre_allocate(flo_ual::ACKED_MARK_BYTES, false))
+            .await
+            .map_err(to_io)?;
+        poked(file.fdatasync()).await.map_err(to_io)?;
+        poked(sync_dir(dir)).await?;
+    }
+    Ok(file)
+}
+
+async fn write_mark(file: &DmaFile, seq: u64, lsn: u64) -> io::Result<()> {
+    let (offset, filled) = flo_ual::acked_slot(seq, lsn);
+    let mut buf = file.alloc_dma_buffer(flo_ual::ACKED_SLOT_BYTES);
+    let bytes = buf.as_bytes_mut();
+    bytes.fill(0);
+    bytes[..filled.len()].copy_from_slice(&filled);
+    let written = poked(file.write_at(buf, offset)).await.map_err(to_io)?;
+    if written != flo_ual::ACKED_SLOT_BYTES {
+        return Err(io::Error::other(format!("short write: {written} bytes")));
+    }
+    poked(file.fdatasync()).await.map_err(to_io)
 }
 
 /// Tells the engine when the disk became full (`outcome` is the lack of space) or has

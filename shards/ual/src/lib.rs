@@ -3,11 +3,13 @@
 //! The log knows bytes, not records: a record is a type code and an opaque payload, and
 //! records appended as a group are recovered all or none.
 
+mod acked;
 mod buffer;
 mod format;
 mod read;
 mod recovery;
 
+pub use acked::{ACKED_MARK_BYTES, ACKED_MARK_FILE, ACKED_SLOT_BYTES, acked_slot, read_acked_mark};
 pub use buffer::{Batch, LogBuffer};
 pub use format::{
     AppendError, BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, LSN_MAX, RECORD_HEADER_BYTES,

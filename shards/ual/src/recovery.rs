@@ -8,6 +8,7 @@
 //! file is cut at the end of the last complete group. A group still open when a batch
 //! starts (in this segment or a later one) means acknowledged records were lost: refused.
 
+use crate::acked::{ACKED_MARK_FILE, read_acked_mark};
 use crate::format::{
     BLOCK_BYTES, FLAG_BATCH_START, FLAG_GROUP_CONT, LSN_MAX, Parsed, align_up, parse_record,
     parse_segment_file_name,
@@ -86,6 +87,28 @@ pub enum RecoveryError {
         /// What says the records should be there.
         what: String,
     },
+    #[error(
+        "log damage in {file} at offset {offset} ({reason}) takes records {from} to {to}, \
+         which were synced and may have been acknowledged (the log's acknowledged mark, \
+         {ACKED_MARK_FILE}, is at LSN {to}): this is not a torn write, and flo refuses to \
+         start rather than drop them. Restore the segment from a backup or a copy; or, to \
+         start without those records knowingly, remove {ACKED_MARK_FILE} from the shard's \
+         directory (docs/reliability.md, \"Damage below the acknowledged mark\")"
+    )]
+    AckedDamaged {
+        file: PathBuf,
+        offset: u64,
+        reason: &'static str,
+        from: u64,
+        to: u64,
+    },
+    #[error(
+        "the log in {dir} ends at LSN {last}, but records up to LSN {acked} were synced \
+         and may have been acknowledged (its {ACKED_MARK_FILE}): a segment was cut or \
+         lost. Restore it; or, to start without those records knowingly, remove \
+         {ACKED_MARK_FILE} from {dir}"
+    )]
+    AckedMissing { dir: PathBuf, last: u64, acked: u64 },
     #[error(
         "the log in {dir} ends at LSN {last}, before its snapshot at LSN {snapshot}; a \
          segment was cut or lost"
@@ -181,6 +204,7 @@ pub fn recover_from<E: Into<ApplyError>>(
         });
     }
     let mut segments = list_segments(dir)?;
+    let acked = read_acked_mark(dir).map_err(io_err(dir))?;
     if let Some(first) = segments.first()
         && first.first_lsn > after_lsn + 1
     {
@@ -251,6 +275,15 @@ pub fn recover_from<E: Into<ApplyError>>(
                 reason,
             });
         }
+        if last_lsn < acked {
+            return Err(RecoveryError::AckedDamaged {
+                file: seg.path.clone(),
+                offset: offset as u64,
+                reason,
+                from: last_lsn + 1,
+                to: acked,
+            });
+        }
         cut_tail(&seg.path, tail_end).map_err(io_err(dir))?;
         for later in &segments[index + 1..] {
             let mut torn = later.path.clone().into_os_string();
@@ -263,6 +296,13 @@ pub fn recover_from<E: Into<ApplyError>>(
             None => (seg.path.clone(), offset as u64, reason),
         });
         break;
+    }
+    if last_lsn < acked && truncated.is_none() {
+        return Err(RecoveryError::AckedMissing {
+            dir: dir.to_path_buf(),
+            last: last_lsn,
+            acked,
+        });
     }
     if last_lsn < after_lsn {
         return Err(RecoveryError::Behind {
@@ -625,6 +665,83 @@ mod tests {
         assert!((21..30).contains(&kept), "{kept}");
         assert_applied(&applied, 1..kept + 1, &[&w]);
         assert_eq!(rec.last_lsn, kept);
+    }
+
+    fn write_mark(dir: &Path, lsn: u64) {
+        let mut file = vec![0u8; crate::ACKED_MARK_BYTES as usize];
+        let (at, bytes) = crate::acked_slot(0, lsn);
+        file[at as usize..at as usize + bytes.len()].copy_from_slice(&bytes);
+        fs::write(dir.join(ACKED_MARK_FILE), file).unwrap();
+    }
+
+    /// Issue 21, item 5: one flipped byte in the last batch, which was synced (and
+    /// acknowledged) before the crash. Without the mark it reads as a torn tail and is cut;
+    /// with the mark past it, recovery refuses and names the records, and cuts nothing.
+    #[test]
+    fn damage_below_the_acknowledged_mark_is_refused_not_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SegmentWriter::new(dir.path(), 1);
+        for _ in 0..3 {
+            w.batch(&groups(10, 1, 100));
+        }
+        let mut bytes = fs::read(&w.path).unwrap();
+        let at = w.record(25).start as usize + RECORD_HEADER_BYTES + 3;
+        bytes[at] ^= 0x40;
+        fs::write(&w.path, &bytes).unwrap();
+        let len = bytes.len() as u64;
+        write_mark(dir.path(), 30);
+        let err = replay(dir.path()).unwrap_err();
+        match &err {
+            RecoveryError::AckedDamaged { from, to, .. } => assert_eq!((*from, *to), (25, 30)),
+            other => panic!("{other}"),
+        }
+        assert!(err.to_string().contains(ACKED_MARK_FILE), "{err}");
+        assert_eq!(fs::metadata(&w.path).unwrap().len(), len, "nothing was cut");
+        // A mark below the damage: the damaged records were never synced, a torn tail.
+        write_mark(dir.path(), 24);
+        let (rec, applied) = replay(dir.path()).unwrap();
+        assert_applied(&applied, 1..25, &[&w]);
+        assert!(rec.truncated.is_some());
+    }
+
+    /// The operator's way out: without the mark, the damaged tail is cut as before.
+    #[test]
+    fn removing_the_mark_lets_recovery_cut_the_damaged_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SegmentWriter::new(dir.path(), 1);
+        for _ in 0..2 {
+            w.batch(&groups(10, 1, 100));
+        }
+        set_len(&w.path, w.batch_starts[1] + 300);
+        write_mark(dir.path(), 20);
+        assert!(matches!(
+            replay(dir.path()),
+            Err(RecoveryError::AckedDamaged { .. })
+        ));
+        fs::remove_file(dir.path().join(ACKED_MARK_FILE)).unwrap();
+        let (rec, _) = replay(dir.path()).unwrap();
+        assert!(rec.truncated.is_some() && rec.last_lsn < 20);
+    }
+
+    /// A log that simply ends before the mark (its last segment lost) is refused too.
+    #[test]
+    fn a_log_shorter_than_the_acknowledged_mark_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SegmentWriter::new(dir.path(), 1);
+        w.batch(&groups(10, 1, 100));
+        write_mark(dir.path(), 15);
+        let err = replay(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RecoveryError::AckedMissing {
+                    last: 10,
+                    acked: 15,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

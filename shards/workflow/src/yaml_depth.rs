@@ -87,7 +87,7 @@ pub fn exceeds(yaml: &str, limits: YamlLimits) -> Option<YamlExcess> {
                 YAML_SEQUENCE_END_EVENT | YAML_MAPPING_END_EVENT => count.close(),
                 YAML_SCALAR_EVENT => {
                     let scalar = (*event).data.scalar;
-                    count.scalar(anchor_name(scalar.anchor), scalar.length as u64)
+                    count.scalar(anchor_name(scalar.anchor), scalar.length)
                 }
                 YAML_ALIAS_EVENT => count.alias(anchor_name((*event).data.alias.anchor)),
                 _ => {}
