@@ -4,3 +4,42 @@
 pub type RunKey = (String, String);
 /// (namespace, worker id).
 pub type WorkerKey = (String, String);
+
+/// The first id after counter `last` that `ok` accepts (an id this shard owns and no run
+/// has). Counters never wrap: past `u64::MAX` (where an older version let a caller's
+/// `wfrun-18446744073709551615` push one) ids go on with a second number.
+pub fn fresh_run_id(last: u64, make: impl Fn(u64) -> String, ok: impl Fn(&str) -> bool) -> String {
+    let mut n = last;
+    while let Some(next) = n.checked_add(1) {
+        n = next;
+        let id = make(n);
+        if ok(&id) {
+            return id;
+        }
+    }
+    let base = make(u64::MAX);
+    let mut k = 0u64;
+    loop {
+        k = k.wrapping_add(1);
+        let id = format!("{base}.{k}");
+        if ok(&id) {
+            return id;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_ids_skip_what_is_taken_and_never_wrap() {
+        let make = |n| format!("wfrun-{n}");
+        assert_eq!(fresh_run_id(0, make, |_| true), "wfrun-1");
+        assert_eq!(fresh_run_id(4, make, |id| id != "wfrun-5"), "wfrun-6");
+        let last = fresh_run_id(u64::MAX - 1, make, |_| true);
+        assert_eq!(last, format!("wfrun-{}", u64::MAX));
+        let after = fresh_run_id(u64::MAX, make, |id| !id.ends_with(".1"));
+        assert_eq!(after, format!("wfrun-{}.2", u64::MAX));
+    }
+}

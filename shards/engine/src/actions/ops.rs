@@ -69,6 +69,7 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
                 let state = core.state();
                 let id = state.runs.next_run_id(&spec.namespace, &spec.action, |id| {
                     state.owns(&spec.namespace, id)
+                        && state.run_id_free(RunKind::Action, &spec.namespace, id)
                 });
                 (id, false)
             }

@@ -17,10 +17,17 @@ use flo_protocol::{ErrorValue, Reply, RunInfo, WorkflowRunInfo};
 pub const LIST_SCAN_MAX: usize = 100_000;
 
 /// What a read of one archived run answers with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Want {
     RunStatus,
     WfStatus,
+    /// A start naming this run's id with an idempotency key: the run started then, if it
+    /// is of `workflow` and was started with `key` (answered `WorkflowStarted`, not
+    /// created); otherwise the id is taken (`conflict`).
+    WfStartRepeat {
+        workflow: String,
+        key: String,
+    },
     /// The whole history, or a page of it.
     WfHistory {
         limit: Option<u32>,
@@ -295,11 +302,24 @@ fn answer(s: &Single, doc: ArchivedRun) -> Result<Reply, ErrorValue> {
     if doc.kind() != s.kind || doc.id() != (s.namespace.as_str(), s.run_id.as_str()) {
         return Err(not_found(s));
     }
-    match (s.want, doc) {
+    match (&s.want, doc) {
         (Want::RunStatus, ArchivedRun::Action(info)) => Ok(Reply::Run(*info)),
         (Want::WfStatus, ArchivedRun::Workflow(w)) => Ok(Reply::WorkflowRun(w.info)),
         (Want::WfHistory { limit, after }, ArchivedRun::Workflow(w)) => {
-            crate::workflows::history_page(&w.history, limit, after)
+            crate::workflows::history_page(&w.history, *limit, *after)
+        }
+        (Want::WfStartRepeat { workflow, key }, ArchivedRun::Workflow(w)) => {
+            if w.info.workflow == *workflow && w.info.idempotency_key.as_ref() == Some(key) {
+                return Ok(Reply::WorkflowStarted {
+                    run_id: s.run_id.clone(),
+                    created: false,
+                });
+            }
+            Err(crate::workflows::run_id_taken(
+                &s.run_id,
+                &w.info.workflow,
+                w.info.status.as_str(),
+            ))
         }
         _ => Err(not_found(s)),
     }

@@ -261,7 +261,21 @@ impl Engine {
             },
             Op::WorkflowStart(spec) => {
                 let (namespace, wait_ms) = (spec.namespace.clone(), spec.wait_ms);
-                let done = workflows::start(&mut self.core, spec);
+                let done = match workflows::start(&mut self.core, spec) {
+                    workflows::Started::Done(done) => done,
+                    workflows::Started::CheckArchived {
+                        run_id,
+                        workflow,
+                        key,
+                    } => {
+                        let want = Want::WfStartRepeat { workflow, key };
+                        let wf = RunKind::Workflow;
+                        if !self.read_archived(wf, want, &namespace, &run_id, to) {
+                            unreachable!("an archived run is found where it was found");
+                        }
+                        return None;
+                    }
+                };
                 match (wait_ms, done.result) {
                     (Some(wait_ms), Ok(Reply::WorkflowStarted { run_id, .. })) => {
                         self.wait_for((namespace, run_id), true, wait_ms, to);

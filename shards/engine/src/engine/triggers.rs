@@ -19,7 +19,9 @@ use crate::fold::stream_group_ops::GroupAt;
 use crate::hash::stable_hash;
 use crate::tables::HashMap;
 use crate::workflows;
-use flo_protocol::{ErrorCode, GroupConfig, GroupStart, Op, Reply, StreamId, WorkflowStartSpec};
+use flo_protocol::{
+    ErrorCode, ErrorValue, GroupConfig, GroupStart, Op, Reply, StreamId, WorkflowStartSpec,
+};
 use std::collections::HashSet;
 
 /// The consumer name triggers read as.
@@ -283,8 +285,14 @@ impl Engine {
                 .call(owner, 0, req, Waiting::TriggerStart(Box::new(start)));
             return;
         }
-        let done = workflows::start(&mut self.core, spec);
-        self.on_trigger_started(start, done.result);
+        let result = match workflows::start(&mut self.core, spec) {
+            workflows::Started::Done(done) => done.result,
+            // Triggered starts carry no idempotency key.
+            workflows::Started::CheckArchived { run_id, .. } => Err(ErrorValue::conflict(format!(
+                "workflow run {run_id:?} exists already"
+            ))),
+        };
+        self.on_trigger_started(start, result);
     }
 
     /// A triggered run's start answered: its records are acknowledged when it started (or

@@ -120,26 +120,15 @@ impl Runs {
         })
     }
 
-    /// A fresh `ACTION-N` id that `owned` accepts (ids hash to shards; this shard only
+    /// A fresh `ACTION-N` id that `ok` accepts (ids hash to shards; this shard only
     /// hands out ids it owns, so shards never collide).
-    pub fn next_run_id(
-        &self,
-        namespace: &str,
-        action: &str,
-        owned: impl Fn(&str) -> bool,
-    ) -> String {
-        let mut n = self
+    pub fn next_run_id(&self, namespace: &str, action: &str, ok: impl Fn(&str) -> bool) -> String {
+        let last = self
             .counters
             .get(&(namespace.to_string(), action.to_string()))
             .copied()
             .unwrap_or(0);
-        loop {
-            n += 1;
-            let id = format!("{action}-{n}");
-            if owned(&id) {
-                return id;
-            }
-        }
+        crate::ids::fresh_run_id(last, |n| format!("{action}-{n}"), ok)
     }
 
     /// Validates an invocation and builds its record. `run_id` is the id chosen for it.

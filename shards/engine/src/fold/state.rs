@@ -64,6 +64,15 @@ impl ShardState {
         self.partitioning.shard_of(namespace, key) == self.shard
     }
 
+    /// Whether no run, live or archived, has this id.
+    pub fn run_id_free(&self, kind: RunKind, namespace: &str, run_id: &str) -> bool {
+        let live = match kind {
+            RunKind::Action => self.runs.get(namespace, run_id).is_some(),
+            RunKind::Workflow => self.workflows.run(namespace, run_id).is_some(),
+        };
+        !live && self.archive.get(run_key(kind, namespace, run_id)).is_none()
+    }
+
     /// The index entry of a run that is archived (not in memory).
     pub fn archived(&self, kind: RunKind, namespace: &str, run_id: &str) -> Option<Entry> {
         let live = match kind {

@@ -12,6 +12,10 @@ use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// The ids a shard hands out to runs started without one: `wfrun-N` (reserved: callers
+/// cannot choose them).
+pub const GENERATED_RUN_ID_PREFIX: &str = "wfrun-";
+
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct StepState {
     pub name: String,
@@ -213,7 +217,7 @@ impl Workflows {
     /// Whether `run_id` is a `wfrun-N` id this shard handed out (a run that existed).
     pub fn was_issued(&self, namespace: &str, run_id: &str) -> bool {
         run_id
-            .strip_prefix("wfrun-")
+            .strip_prefix(GENERATED_RUN_ID_PREFIX)
             .and_then(|n| n.parse::<u64>().ok())
             .is_some_and(|n| self.counters.get(namespace).is_some_and(|&last| n <= last))
     }
@@ -235,16 +239,10 @@ impl Workflows {
             .map(|r| &mut **r)
     }
 
-    /// A fresh `wfrun-N` id that `owned` accepts.
-    pub fn next_run_id(&self, namespace: &str, owned: impl Fn(&str) -> bool) -> String {
-        let mut n = self.counters.get(namespace).copied().unwrap_or(0);
-        loop {
-            n += 1;
-            let id = format!("wfrun-{n}");
-            if owned(&id) {
-                return id;
-            }
-        }
+    /// A fresh `wfrun-N` id that `ok` accepts (owned here, free).
+    pub fn next_run_id(&self, namespace: &str, ok: impl Fn(&str) -> bool) -> String {
+        let last = self.counters.get(namespace).copied().unwrap_or(0);
+        crate::ids::fresh_run_id(last, |n| format!("{GENERATED_RUN_ID_PREFIX}{n}"), ok)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -261,7 +259,7 @@ impl Workflows {
         lsn: u64,
     ) {
         if let Some(n) = run_id
-            .strip_prefix("wfrun-")
+            .strip_prefix(GENERATED_RUN_ID_PREFIX)
             .and_then(|n| n.parse::<u64>().ok())
         {
             let counter = self.counters.entry(namespace.clone()).or_insert(0);

@@ -8,6 +8,7 @@
 use super::finish::{end, finish};
 use crate::clock::deadline_after;
 use crate::core::{Core, Task};
+use crate::fold::archive::RunKind;
 use crate::fold::record::{Record, StepOutcome, StepRef, StepWait};
 use crate::ids::RunKey;
 use flo_protocol::RUN_INPUT_BYTES_MAX;
@@ -256,9 +257,9 @@ fn run_target(
             };
             let version = def.version;
             let state = core.state();
-            let action_run = state
-                .runs
-                .next_run_id(namespace, name, |id| state.owns(namespace, id));
+            let action_run = state.runs.next_run_id(namespace, name, |id| {
+                state.owns(namespace, id) && state.run_id_free(RunKind::Action, namespace, id)
+            });
             core.commit(Record::RunCreated {
                 namespace: namespace.to_string(),
                 run_id: action_run.clone(),
@@ -287,9 +288,9 @@ fn run_target(
                 return false;
             };
             let state = core.state();
-            let child = state
-                .workflows
-                .next_run_id(namespace, |id| state.owns(namespace, id));
+            let child = state.workflows.next_run_id(namespace, |id| {
+                state.owns(namespace, id) && state.run_id_free(RunKind::Workflow, namespace, id)
+            });
             // The child's start and the parent's wait are one atomic group.
             core.commit_group(vec![
                 Record::WfRunStarted {

@@ -6,8 +6,9 @@ use super::advance::advance;
 use super::definitions::find_entry;
 use crate::core::Core;
 use crate::core::io::Done;
-use crate::fold::archive::RunKind;
+use crate::fold::archive::{RunKind, name_tag};
 use crate::fold::record::Record;
+use crate::fold::workflows::GENERATED_RUN_ID_PREFIX;
 use flo_protocol::check_namespace;
 use flo_protocol::{
     ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, Reply,
@@ -25,7 +26,8 @@ pub fn idempotent_workflow_run_id(workflow: &str, key: &str) -> String {
 }
 
 /// A run id chosen by the caller: 1 to `RUN_ID_BYTES_MAX` ASCII letters, digits, `-`, `_`,
-/// `.`, `:`, not starting with `wfrun:` (the ids idempotency keys map to).
+/// `.`, `:`, not starting with `wfrun:` (the ids idempotency keys map to) nor of the form
+/// `wfrun-N` (the ids the server hands out).
 pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
     let ok_chars = id
         .bytes()
@@ -34,6 +36,15 @@ pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
         return Err(ErrorValue::bad_request(format!(
             "run id {id:?} is invalid: use 1 to {RUN_ID_BYTES_MAX} letters, digits, '-', '_', \
              '.' or ':'"
+        )));
+    }
+    if let Some(n) = id.strip_prefix(GENERATED_RUN_ID_PREFIX)
+        && !n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(ErrorValue::bad_request(format!(
+            "run id {id:?} is invalid: ids {GENERATED_RUN_ID_PREFIX}N are handed out by the \
+             server to runs started without one; choose another id"
         )));
     }
     if id.starts_with(IDEMPOTENT_RUN_ID_PREFIX) {
@@ -45,8 +56,29 @@ pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
     Ok(())
 }
 
+/// What a start did, or what it needs first.
+pub enum Started {
+    Done(Done),
+    /// The caller's run id names an archived run of this workflow and the start carries
+    /// an idempotency key: whether it is that run's repeat is in its archived document
+    /// (read it with `Want::WfStartRepeat`).
+    CheckArchived {
+        run_id: String,
+        workflow: String,
+        key: String,
+    },
+}
+
+/// The answer to a start naming a run id that exists and is not its repeat.
+pub fn run_id_taken(run_id: &str, workflow: &str, status: &str) -> ErrorValue {
+    ErrorValue::conflict(format!(
+        "workflow run {run_id:?} exists already (workflow {workflow:?}, {status}); choose \
+         another run id, or start with its idempotency key to get that run back"
+    ))
+}
+
 /// Starts a run on this shard (the caller routed it here) and advances it.
-pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
+pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Started {
     let now = core.now_ms();
     let planned = plan_start(core, &spec);
     let PlannedStart {
@@ -55,7 +87,14 @@ pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
         idempotency_key,
     } = match planned {
         Ok(Ok(v)) => v,
-        Ok(Err(existing)) => {
+        Ok(Err(Repeat::Archived { run_id, key })) => {
+            return Started::CheckArchived {
+                run_id,
+                workflow: spec.name,
+                key,
+            };
+        }
+        Ok(Err(Repeat::Found(existing))) => {
             let lsn = core
                 .state()
                 .workflows
@@ -67,15 +106,15 @@ pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
                         .map(|e| e.lsn)
                 })
                 .unwrap_or(0);
-            return Done {
+            return Started::Done(Done {
                 result: Ok(Reply::WorkflowStarted {
                     run_id: existing,
                     created: false,
                 }),
                 wait_lsn: lsn,
-            };
+            });
         }
-        Err(e) => return Done::now(Err(e)),
+        Err(e) => return Started::Done(Done::now(Err(e))),
     };
     core.commit(Record::WfRunStarted {
         namespace: spec.namespace.clone(),
@@ -88,13 +127,21 @@ pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Done {
         at_ms: now,
     });
     advance(core, &spec.namespace, &run_id);
-    Done {
+    Started::Done(Done {
         result: Ok(Reply::WorkflowStarted {
             run_id,
             created: true,
         }),
         wait_lsn: core.last_lsn(),
-    }
+    })
+}
+
+/// A start that is the repeat of an existing run.
+enum Repeat {
+    /// This run (live, or archived under an id a key derives).
+    Found(String),
+    /// An archived run with the caller's id, which may be the repeat (its document says).
+    Archived { run_id: String, key: String },
 }
 
 /// What a start creates.
@@ -105,11 +152,11 @@ struct PlannedStart {
     idempotency_key: Option<String>,
 }
 
-/// The run a start creates, or `Ok(Err(id))` for an idempotent repeat.
+/// The run a start creates, or `Ok(Err(_))` for an idempotent repeat.
 fn plan_start(
     core: &Core,
     spec: &WorkflowStartSpec,
-) -> Result<Result<PlannedStart, String>, ErrorValue> {
+) -> Result<Result<PlannedStart, Repeat>, ErrorValue> {
     check_namespace(&spec.namespace)?;
     let entry = find_entry(core, &spec.namespace, &spec.name)?;
     if !entry.enabled {
@@ -168,29 +215,34 @@ fn plan_start(
             .state()
             .archived(RunKind::Workflow, &spec.namespace, id)
         {
-            // Finished and archived: its key is in the log, not in memory. A start that
-            // carries a key is taken as its repeat; one without is refused.
-            if key.is_some() {
-                return Ok(Err(id.clone()));
-            }
-            return Err(ErrorValue::conflict(format!(
-                "workflow run {id:?} exists already ({}); choose another run id, or start \
-                 with its idempotency key to get that run back",
-                crate::fold::archived::workflow_status(e.status).as_str()
-            )));
+            // Finished and archived: its key is in the log, not in memory. A start of
+            // another workflow (by the index's tag) is refused at once; with a key, the
+            // archived document says whether it is the repeat.
+            let status = crate::fold::archived::workflow_status(e.status);
+            let same_workflow = e.name_tag == name_tag(&spec.namespace, &spec.name);
+            return match key {
+                Some(key) if same_workflow => Ok(Err(Repeat::Archived {
+                    run_id: id.clone(),
+                    key,
+                })),
+                _ => Err(ErrorValue::conflict(format!(
+                    "workflow run {id:?} exists already ({}); choose another run id, or \
+                     start with its idempotency key to get that run back",
+                    status.as_str()
+                ))),
+            };
         }
         let Some(existing) = core.state().workflows.run(&spec.namespace, id) else {
             return Ok(Ok(planned(id.clone(), key)));
         };
         if key.is_some() && existing.idempotency_key == key && existing.workflow == spec.name {
-            return Ok(Err(id.clone()));
+            return Ok(Err(Repeat::Found(id.clone())));
         }
-        return Err(ErrorValue::conflict(format!(
-            "workflow run {id:?} exists already (workflow {:?}, {}); choose another run id, \
-             or start with its idempotency key to get that run back",
-            existing.workflow,
-            existing.status().as_str()
-        )));
+        return Err(run_id_taken(
+            id,
+            &existing.workflow,
+            existing.status().as_str(),
+        ));
     }
     if let Some(key) = key {
         let id = idempotent_workflow_run_id(&spec.name, &key);
@@ -198,13 +250,13 @@ fn plan_start(
             .state()
             .archived(RunKind::Workflow, &spec.namespace, &id);
         if core.state().workflows.run(&spec.namespace, &id).is_some() || archived.is_some() {
-            return Ok(Err(id));
+            return Ok(Err(Repeat::Found(id)));
         }
         return Ok(Ok(planned(id, Some(key))));
     }
     let state = core.state();
-    let id = state
-        .workflows
-        .next_run_id(&spec.namespace, |id| state.owns(&spec.namespace, id));
+    let id = state.workflows.next_run_id(&spec.namespace, |id| {
+        state.owns(&spec.namespace, id) && state.run_id_free(RunKind::Workflow, &spec.namespace, id)
+    });
     Ok(Ok(planned(id, None)))
 }

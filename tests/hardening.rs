@@ -1,0 +1,182 @@
+//! Attacks a client could make on the server's engine (issue 21): a definition that expands
+//! through YAML aliases, run ids that collide with the server's own, a start that claims
+//! another run as its repeat. Each is answered with a clear error and loses nothing.
+
+mod common;
+
+use common::{TestServer, temp_dir};
+use flo::protocol::{ActionKind, ActionSpec, ErrorCode, WorkflowRunStatus};
+use flo::{Client, Error, StartOptions};
+use flo_testkit::guests::fixed_guest;
+
+fn code(e: Error) -> ErrorCode {
+    match e {
+        Error::Server(v) => v.code,
+        other => panic!("expected a server error, got {other}"),
+    }
+}
+
+fn wasm_action(c: &mut Client, name: &str) {
+    c.register_action(ActionSpec {
+        namespace: String::new(),
+        name: name.into(),
+        kind: ActionKind::Wasm,
+        wasm: Some(fixed_guest(r#"{"ok":true}"#).into_bytes()),
+        timeout_ms: None,
+        max_retries: Some(0),
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+    })
+    .unwrap();
+}
+
+fn one_step(name: &str, extra: &str) -> String {
+    format!(
+        "kind: Workflow\nname: {name}\nversion: \"1\"\n{extra}start:\n  run: \"@actions/a\"\n  \
+         transitions:\n    success: flo.Completed\n    failure: flo.Failed\n"
+    )
+}
+
+/// Item 3: a 95 KB text whose aliases repeat a 64 KiB scalar used to expand into a 655 MB
+/// definition record and stop the whole server (exit 101). Now it is refused (by `flo
+/// workflow validate` too) and the server goes on serving.
+#[test]
+fn a_definition_expanding_through_yaml_aliases_is_refused_and_the_server_goes_on() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    wasm_action(&mut c, "a");
+    let mut yaml = format!(
+        "kind: Workflow\nname: bomb\nversion: \"1\"\ndescription: &s \"{}\"\nstart:\n  run: \
+         \"@actions/a\"\n  inputMapping:\n",
+        "x".repeat(64 << 10)
+    );
+    for i in 0..10_000 {
+        yaml.push_str(&format!("    k{i}: *s\n"));
+        if yaml.len() > 95_000 {
+            break;
+        }
+    }
+    yaml.push_str("  transitions:\n    success: flo.Completed\n");
+    let e = c.create_workflow(&yaml).unwrap_err();
+    let message = e.to_string();
+    assert!(message.contains("aliases"), "{message}");
+    assert_eq!(code(e), ErrorCode::BadRequest);
+    let file = dir.path().join("bomb.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let out = common::cli_command()
+        .args(["validate", "workflow", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "validate accepted the bomb");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("aliases")
+            || String::from_utf8_lossy(&out.stderr).contains("aliases"),
+        "{out:?}"
+    );
+    // The server is up and takes the same workflow without the repetition.
+    c.create_workflow(&one_step("bomb", "")).unwrap();
+    let run = c
+        .start_workflow_and_wait("bomb", b"{}", StartOptions::default(), 20_000)
+        .unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+    server.stop();
+}
+
+/// Item 6: `--run-id wfrun-18446744073709551615` wrapped the shard's id counter, and every
+/// later start without an id was answered `wfrun-1`, replacing the run of that id. The ids
+/// the server hands out are now refused to callers, and a generated id is always free.
+#[test]
+fn callers_cannot_choose_the_ids_the_server_hands_out() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    wasm_action(&mut c, "a");
+    c.create_workflow(&one_step("w", "")).unwrap();
+    let first = c
+        .start_workflow_and_wait("w", b"{}", StartOptions::default(), 20_000)
+        .unwrap();
+    for id in ["wfrun-18446744073709551615", "wfrun-1", "wfrun-99"] {
+        let opts = StartOptions {
+            run_id: Some(id.into()),
+            ..StartOptions::default()
+        };
+        let e = c.start_workflow("w", b"{}", opts).unwrap_err();
+        assert!(e.to_string().contains("handed out by the server"), "{e}");
+        assert_eq!(code(e), ErrorCode::BadRequest, "{id}");
+    }
+    // Ids that only look alike are the caller's to choose.
+    for id in ["wfrun-x1", "wfrun-", "my-wfrun-1"] {
+        let opts = StartOptions {
+            run_id: Some(id.into()),
+            ..StartOptions::default()
+        };
+        assert_eq!(c.start_workflow("w", b"{}", opts).unwrap(), id);
+    }
+    let second = c
+        .start_workflow("w", b"{}", StartOptions::default())
+        .unwrap();
+    assert_ne!(second, first.run_id);
+    assert_eq!(
+        c.workflow_run(&first.run_id).unwrap().status,
+        WorkflowRunStatus::Completed,
+        "the first run is still there"
+    );
+    server.stop();
+}
+
+/// Item 7: a start naming an archived run's id with *any* idempotency key (even one of
+/// another workflow) was answered as that run's repeat. Now the workflow and the key are
+/// compared with what the archived run was started with.
+#[test]
+fn a_start_is_the_repeat_of_an_archived_run_only_with_its_workflow_and_key() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    wasm_action(&mut c, "a");
+    let keyed = "idempotency: optional\n";
+    c.create_workflow(&one_step("pay", keyed)).unwrap();
+    c.create_workflow(&one_step("ship", keyed)).unwrap();
+    let opts = |key: &str| StartOptions {
+        run_id: Some("order-7".into()),
+        idempotency_key: Some(key.into()),
+        ..StartOptions::default()
+    };
+    let run = c
+        .start_workflow_and_wait("pay", b"{}", opts("k-7"), 20_000)
+        .unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+    // Finished runs leave memory for the run index.
+    assert!(
+        common::wait_until(std::time::Duration::from_secs(10), || {
+            let s = c.status().unwrap();
+            s.shards.iter().map(|s| s.workflow_runs).sum::<u64>() == 0
+        }),
+        "the run was not archived"
+    );
+    let check = |c: &mut Client, when: &str| {
+        assert_eq!(
+            c.start_workflow("pay", b"{}", opts("k-7")).unwrap(),
+            "order-7",
+            "the repeat ({when})"
+        );
+        let e = c.start_workflow("pay", b"{}", opts("k-8")).unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "another key ({when})");
+        let e = c.start_workflow("ship", b"{}", opts("k-7")).unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "another workflow ({when})");
+        let plain = StartOptions {
+            run_id: Some("order-7".into()),
+            ..StartOptions::default()
+        };
+        let e = c.start_workflow("pay", b"{}", plain).unwrap_err();
+        assert_eq!(code(e), ErrorCode::Conflict, "no key ({when})");
+    };
+    check(&mut c, "live");
+    drop(c);
+    server.stop();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    check(&mut server.client(), "after a restart");
+    server.stop();
+}
