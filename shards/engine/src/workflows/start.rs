@@ -57,6 +57,8 @@ pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
 }
 
 /// What a start did, or what it needs first.
+// Nearly every start is `Done`, returned by value: boxing it would allocate on the hot path.
+#[allow(clippy::large_enum_variant)]
 pub enum Started {
     Done(Done),
     /// The caller's run id names an archived run of this workflow and the start carries
