@@ -180,3 +180,53 @@ fn a_start_is_the_repeat_of_an_archived_run_only_with_its_workflow_and_key() {
     check(&mut server.client(), "after a restart");
     server.stop();
 }
+
+/// Item 14: a namespace holding a line break (sent without a valid token) put a forged
+/// `fatal: shard 0 panicked` line on the server's stderr. Names with control characters
+/// are refused, and every line input can cause is written with its control characters
+/// escaped.
+#[test]
+fn control_characters_in_names_are_refused_and_never_forge_a_log_line() {
+    let dir = temp_dir();
+    let auth = dir.path().join("auth.yaml");
+    std::fs::write(
+        &auth,
+        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n",
+    )
+    .unwrap();
+    let server = TestServer::start(
+        &dir.path().join("data"),
+        &["--auth-file", auth.to_str().unwrap()],
+    );
+    let addr = server.addr_string();
+    let forged = "x\nfatal: shard 0 panicked: forged";
+    for token in ["admin-token-1", "not-a-token"] {
+        let (status, _, stderr) = common::run_cli(
+            &addr,
+            &[
+                "--token",
+                token,
+                "--namespace",
+                forged,
+                "kv",
+                "put",
+                "k",
+                "v",
+            ],
+        );
+        assert!(!status.success(), "{token}: accepted");
+        assert!(
+            stderr.contains("control characters") || stderr.contains("not authorized"),
+            "{token}: {stderr}"
+        );
+    }
+    let mut c = Client::connect_with_token(server.addr, "admin-token-1").unwrap();
+    c.kv_put("after", b"v", flo::PutOptions::default()).unwrap();
+    let log = server.stderr();
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("fatal: shard 0 panicked: forged")),
+        "a forged line:\n{log}"
+    );
+    server.stop();
+}

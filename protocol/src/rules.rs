@@ -28,12 +28,17 @@ impl From<Invalid> for ErrorValue {
     }
 }
 
-/// Namespaces: 1 to `NAMESPACE_BYTES_MAX` bytes.
+/// Namespaces: 1 to `NAMESPACE_BYTES_MAX` bytes, no control characters.
 pub fn check_namespace(namespace: &str) -> Result<(), Invalid> {
     if namespace.is_empty() || namespace.len() > NAMESPACE_BYTES_MAX {
         return Err(Invalid(format!(
             "namespace must be 1 to {NAMESPACE_BYTES_MAX} bytes, got {}",
             namespace.len()
+        )));
+    }
+    if namespace.chars().any(char::is_control) {
+        return Err(Invalid(format!(
+            "namespace {namespace:?} is invalid: it may not hold control characters"
         )));
     }
     Ok(())
@@ -53,12 +58,17 @@ pub fn check_action_name(name: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// Worker ids: 1 to `WORKER_ID_BYTES_MAX` bytes.
+/// Worker ids: 1 to `WORKER_ID_BYTES_MAX` bytes, no control characters.
 pub fn check_worker_id(worker_id: &str) -> Result<(), Invalid> {
     if worker_id.is_empty() || worker_id.len() > WORKER_ID_BYTES_MAX {
         return Err(Invalid(format!(
             "worker id must be 1 to {WORKER_ID_BYTES_MAX} bytes, got {}",
             worker_id.len()
+        )));
+    }
+    if worker_id.chars().any(char::is_control) {
+        return Err(Invalid(format!(
+            "worker id {worker_id:?} is invalid: it may not hold control characters"
         )));
     }
     Ok(())
@@ -170,6 +180,17 @@ pub fn check_stream_record(record: &StreamRecordIn) -> Result<(), Invalid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_refuse_control_characters() {
+        assert!(check_namespace("team-a/prod é").is_ok());
+        assert!(check_worker_id("worker 1").is_ok());
+        for bad in ["a\nfatal: shard 0 panicked", "a\x1b[2J", "a\u{7f}", "\t"] {
+            assert!(check_namespace(bad).is_err(), "{bad:?}");
+            assert!(check_worker_id(bad).is_err(), "{bad:?}");
+            assert!(check_action_name(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn labels_are_a_flat_object_of_strings_numbers_and_booleans() {

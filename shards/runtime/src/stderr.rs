@@ -46,6 +46,22 @@ thread_local! {
     static BUDGET: LineBudget = const { LineBudget::new(LOG_LINES_PER_SECOND) };
 }
 
+/// `text` as one line: control characters (a line break a guest logs, an escape sequence
+/// in a name) written as Rust escapes, so no input forges a line of the server's own.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c.is_control() {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    out.into()
+}
+
 /// Queues a line of the engine's, within this shard's `LOG_LINES_PER_SECOND`.
 pub fn limited(shard: u32, text: &str) {
     BUDGET.with(|budget| match budget.admit(SystemClock.now_ms()) {
@@ -90,8 +106,12 @@ fn queue() -> Option<&'static Queue> {
 }
 
 /// Hands a line to the writer thread without waiting; written directly if that thread
-/// could not be started.
+/// could not be started. Control characters are escaped (`one_line`).
 pub fn queued(text: String) {
+    let text = match one_line(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    };
     let Some(q) = queue() else {
         return line(format_args!("{text}"));
     };
@@ -129,5 +149,19 @@ pub fn flush(limit: Duration) {
     let until = Instant::now() + limit;
     while q.pending.load(Ordering::Relaxed) > 0 && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_cannot_forge_a_line() {
+        assert_eq!(one_line("plain text é"), "plain text é");
+        assert_eq!(
+            one_line("ns\nfatal: shard 0 panicked\x1b[2J"),
+            "ns\\nfatal: shard 0 panicked\\u{1b}[2J"
+        );
     }
 }
