@@ -17,7 +17,7 @@ use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
 use flo_engine::{Engine, EngineConfig, Input};
-use flo_ual::{RecoveryError, recover_from};
+use flo_ual::{RecoveredLog, RecoveryError, recover_from};
 use flo_wasm::{WasmConfig, WasmEngine};
 use glommio::{LocalExecutorBuilder, Placement};
 use serde::{Deserialize, Serialize};
@@ -543,6 +543,32 @@ async fn shard_main(boot: ShardBoot) {
     }
 }
 
+/// A segment the snapshot lists, starting at `first`, is gone from the middle of the log.
+fn missing_segment(
+    dir: &std::path::Path,
+    shard: u32,
+    first: u64,
+    log: &RecoveredLog,
+) -> ServerError {
+    let next = log
+        .segments
+        .iter()
+        .map(|s| s.first_lsn)
+        .find(|&lsn| lsn > first)
+        .unwrap_or(first + 1);
+    ServerError::Shard {
+        shard,
+        message: format!(
+            "log records {first} to {} are missing from {}: the segment {} is gone from the \
+             middle of the log (the snapshot lists it; finished runs retained in it are read \
+             back from it). Restore it, or move this shard's data away knowingly",
+            next - 1,
+            dir.display(),
+            flo_ual::segment_file_name(first)
+        ),
+    }
+}
+
 async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let id = boot.id;
     boot.pulses[id as usize].started();
@@ -624,11 +650,15 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         kept,
         boot.config.release_memory,
     ));
-    if let Some((lsn, marks)) = loaded {
-        snapshotter.loaded(lsn);
-        log_map.fill_marks(marks);
-    } else {
-        log_map.fill_marks(Vec::new());
+    let missing = match loaded {
+        Some((lsn, marks)) => {
+            snapshotter.loaded(lsn);
+            log_map.fill_marks(marks)
+        }
+        None => log_map.fill_marks(Vec::new()),
+    };
+    if let Some(&first) = missing.first() {
+        return Err(missing_segment(&boot.dir, id, first, &log));
     }
     inbox.push(snapshotter.storage(log.segments.len().max(1) as u32));
     let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);

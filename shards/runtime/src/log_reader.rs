@@ -63,19 +63,30 @@ impl LogMap {
     }
 
     /// Gives the segments recovery did not read the marks a snapshot carried; the others
-    /// (a snapshot that has none for them) are scanned now.
-    pub fn fill_marks(&self, from_snapshot: Vec<(u64, Vec<(u64, u64)>)>) {
+    /// (a snapshot that has none for them) are scanned now. Returns the first LSNs of the
+    /// segments the snapshot lists after the oldest one present that are gone: a segment
+    /// missing from the middle of the log (recovery reads only what follows the snapshot;
+    /// the older segments hold the retained finished runs).
+    pub fn fill_marks(&self, from_snapshot: Vec<(u64, Vec<(u64, u64)>)>) -> Vec<u64> {
         let mut segments = self.segments.borrow_mut();
         let mut given: std::collections::HashMap<u64, Vec<(u64, u64)>> =
             from_snapshot.into_iter().collect();
-        for seg in segments.iter_mut().filter(|s| s.marks.is_empty()) {
-            seg.marks = match given.remove(&seg.first_lsn) {
+        for seg in segments.iter_mut() {
+            let listed = given.remove(&seg.first_lsn);
+            if !seg.marks.is_empty() {
+                continue;
+            }
+            seg.marks = match listed {
                 Some(marks) => marks,
                 None => std::fs::read(&seg.path)
                     .map(|bytes| flo_ual::segment_marks(&bytes))
                     .unwrap_or_default(),
             };
         }
+        let oldest = segments.first().map_or(u64::MAX, |s| s.first_lsn);
+        let mut missing: Vec<u64> = given.into_keys().filter(|&lsn| lsn > oldest).collect();
+        missing.sort_unstable();
+        missing
     }
 
     /// Segment files on disk.

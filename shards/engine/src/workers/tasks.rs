@@ -186,9 +186,11 @@ fn leased_run<'a>(core: &'a Core, r: &TaskReport, now_ms: u64) -> Result<&'a Run
         )));
     };
     if lease.worker_id != r.worker_id {
+        // Not who holds it: a worker learns nothing of another's tasks from a refusal.
         return Err(ErrorValue::conflict(format!(
-            "task {id:?} is leased to worker {:?}, not {:?}",
-            lease.worker_id, r.worker_id
+            "task {id:?} is not leased to worker {:?}; only the worker holding its lease \
+             can report on it",
+            r.worker_id
         )));
     }
     if let Some(attempt) = r.attempt
