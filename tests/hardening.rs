@@ -230,3 +230,94 @@ fn control_characters_in_names_are_refused_and_never_forge_a_log_line() {
     );
     server.stop();
 }
+
+/// Item 8: lists gathered up to 10,000 full documents (values, inputs, outputs), merged
+/// and encoded them, and only then refused the 4 MiB frame (200 archived runs with 1 MiB
+/// inputs: a 210 MB reply built). A page now stops at a byte budget with a cursor, and
+/// paging gives every item once.
+#[test]
+fn lists_of_large_items_stop_at_a_byte_budget_and_page_through_everything() {
+    use flo::protocol::RunStatus;
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    const BIG: usize = 400 << 10;
+    const N: usize = 24;
+    for i in 0..N {
+        let value = vec![b'a' + (i % 26) as u8; BIG];
+        c.kv_put(&format!("big/{i:02}"), &value, flo::PutOptions::default())
+            .unwrap();
+    }
+    let mut keys = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = c
+            .kv_list_page("big/", Some(10_000), cursor.as_deref())
+            .unwrap();
+        let bytes: usize = page.items.iter().map(|e| e.value.len()).sum();
+        assert!(bytes <= 3 << 20, "a page of {bytes} bytes");
+        assert!(!page.items.is_empty());
+        keys.extend(page.items.into_iter().map(|e| e.key));
+        pages += 1;
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert!(pages >= 4, "{pages} pages");
+    let expected: Vec<String> = (0..N).map(|i| format!("big/{i:02}")).collect();
+    assert_eq!(keys, expected);
+
+    // Action runs with large inputs, finished and archived, then listed.
+    c.register_action(ActionSpec {
+        namespace: String::new(),
+        name: "echo".into(),
+        kind: ActionKind::Wasm,
+        wasm: Some(flo_testkit::guests::echo_guest().into_bytes()),
+        timeout_ms: None,
+        max_retries: Some(0),
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+    })
+    .unwrap();
+    // The test guest has one page of memory: inputs of 48 KiB, echoed (96 KiB a run).
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        let input = format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(48 << 10));
+        ids.push(
+            c.invoke("echo", input.as_bytes(), Default::default())
+                .unwrap(),
+        );
+    }
+    for id in &ids {
+        let run = c.wait_run(id, 20_000).unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    }
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut run_pages = 0;
+    loop {
+        run_pages += 1;
+        let page = c
+            .list_runs_page("echo", None, false, Some(10_000), cursor.as_deref())
+            .unwrap();
+        let bytes: usize = page
+            .items
+            .iter()
+            .map(|r| r.input.len() + r.output.as_ref().map_or(0, Vec::len))
+            .sum();
+        assert!(bytes <= 3 << 20, "a page of {bytes} bytes");
+        listed.extend(page.items.into_iter().map(|r| r.run_id));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert!(run_pages >= 3, "{run_pages} pages");
+    listed.sort();
+    ids.sort();
+    assert_eq!(listed, ids, "every run once");
+    server.stop();
+}

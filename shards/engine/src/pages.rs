@@ -15,10 +15,92 @@
 //! (`engine/fanout.rs`) takes a prefix of each shard's runs, newest first, and builds the
 //! next cursor from the positions of the last ones it took.
 
-use flo_protocol::ErrorValue;
+use flo_protocol::{ErrorValue, KvEntry, RunInfo, WorkflowRunInfo};
 
 /// A cursor longer than this is refused before it is parsed.
 pub const CURSOR_BYTES_MAX: usize = 64 << 10;
+
+/// Bytes of items a list reply carries, about: a page (and each shard's part of it) stops
+/// before passing it, with at least one item, and its cursor goes on from there. What a
+/// list builds is bounded by bytes, not only by its count (a page of 10,000 runs with
+/// 1 MiB inputs each must not be built to be refused).
+pub const LIST_REPLY_BYTES_MAX: usize = 2 << 20;
+
+/// What one item adds to a list reply, about (its variable-size fields and a fixed
+/// allowance for the rest).
+pub trait Weighed {
+    fn weight(&self) -> usize;
+}
+
+const ITEM_OVERHEAD_BYTES: usize = 128;
+
+fn opt_len<T: AsRef<[u8]>>(v: &Option<T>) -> usize {
+    v.as_ref().map_or(0, |v| v.as_ref().len())
+}
+
+impl Weighed for RunInfo {
+    fn weight(&self) -> usize {
+        ITEM_OVERHEAD_BYTES
+            + self.run_id.len()
+            + self.namespace.len()
+            + self.action.len()
+            + self.input.len()
+            + opt_len(&self.output)
+            + opt_len(&self.outcome)
+            + opt_len(&self.error)
+            + opt_len(&self.labels)
+            + opt_len(&self.idempotency_key)
+    }
+}
+
+impl Weighed for WorkflowRunInfo {
+    fn weight(&self) -> usize {
+        let steps: usize = self
+            .steps
+            .iter()
+            .map(|s| 32 + s.name.len() + opt_len(&s.outcome) + opt_len(&s.output))
+            .sum();
+        ITEM_OVERHEAD_BYTES
+            + self.run_id.len()
+            + self.namespace.len()
+            + self.workflow.len()
+            + self.version.len()
+            + self.input.len()
+            + opt_len(&self.output)
+            + steps
+            + opt_len(&self.current_step)
+            + opt_len(&self.waiting_for)
+            + opt_len(&self.terminal)
+            + opt_len(&self.error)
+            + opt_len(&self.idempotency_key)
+            + opt_len(&self.parent_run_id)
+    }
+}
+
+impl Weighed for KvEntry {
+    fn weight(&self) -> usize {
+        32 + self.key.len() + self.value.len()
+    }
+}
+
+/// How many of `weights` (in list order) a reply of `budget` bytes takes: at least one
+/// when `at_least_one`, and none past the budget otherwise.
+pub fn fitting(
+    weights: impl IntoIterator<Item = usize>,
+    budget: usize,
+    at_least_one: bool,
+) -> usize {
+    let mut total = 0usize;
+    let mut n = 0;
+    for w in weights {
+        total = total.saturating_add(w);
+        if total > budget && (n > 0 || !at_least_one) {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
 
 /// How far a shard's list was taken.
 #[derive(Debug, Clone, PartialEq, Eq)]

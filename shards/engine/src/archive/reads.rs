@@ -7,9 +7,10 @@ use crate::core::io::{Dest, Done};
 use crate::fold::archive::{Entry, RunKind, name_tag};
 use crate::fold::archived::{ArchivedRun, action_status_code, workflow_status_code};
 use crate::fold::record::Record;
-use crate::pages::{Part, Pos};
+use crate::pages::{self, LIST_REPLY_BYTES_MAX, Part, Pos, Weighed};
 use crate::tables::HashMap;
 use flo_protocol::{ErrorValue, Reply, RunInfo, WorkflowRunInfo};
+use std::collections::VecDeque;
 
 /// Archived entries a list looks at, at most, per shard and call (newest first): a list
 /// over millions of finished runs answers each page in bounded time (a page may be short;
@@ -81,6 +82,34 @@ impl Live {
     fn last_position(&self) -> Option<Pos> {
         self.positions().pop()
     }
+
+    fn weights(&self) -> Vec<usize> {
+        match self {
+            Live::Runs(r) => r.iter().map(Weighed::weight).collect(),
+            Live::WfRuns(r) => r.iter().map(Weighed::weight).collect(),
+        }
+    }
+
+    /// Keeps the runs that fit in a reply's byte budget (at least one); returns whether
+    /// any were cut, and the bytes kept.
+    fn cut_to_budget(&mut self) -> (bool, usize) {
+        let weights = self.weights();
+        let keep = pages::fitting(weights.iter().copied(), LIST_REPLY_BYTES_MAX, true);
+        let kept = weights[..keep].iter().sum();
+        let cut = keep < weights.len();
+        match self {
+            Live::Runs(r) => r.truncate(keep),
+            Live::WfRuns(r) => r.truncate(keep),
+        }
+        (cut, kept)
+    }
+}
+
+fn doc_weight(doc: &ArchivedRun) -> usize {
+    match doc {
+        ArchivedRun::Action(r) => r.weight(),
+        ArchivedRun::Workflow(w) => w.info.weight(),
+    }
 }
 
 struct Single {
@@ -98,10 +127,47 @@ struct List {
     live_lsn: u64,
     /// This shard's position once all its runs of the page are taken.
     end: Pos,
-    remaining: usize,
+    /// Candidates not yet read, newest first: at most `LIST_READS_IN_FLIGHT_MAX` are read
+    /// at once, and none once the page's bytes are used up.
+    unread: VecDeque<u64>,
+    in_flight: usize,
+    /// The LSN of the last candidate read (the oldest).
+    last_read: u64,
+    /// Bytes of the page so far (live runs and archived runs read).
+    bytes: usize,
     /// (LSN, run) of each archived run read.
     found: Vec<(u64, ArchivedRun)>,
 }
+
+impl List {
+    /// Reads the next candidates, as many as may be in flight.
+    fn read_more(&mut self, core: &mut Core, reads: &mut ReadTokens, id: u64) {
+        if self.bytes >= LIST_REPLY_BYTES_MAX {
+            // The page is full: what is not read yet comes on the next page.
+            if !self.unread.is_empty() {
+                self.unread.clear();
+                self.end = Pos::Archive {
+                    below_lsn: self.last_read,
+                };
+            }
+            return;
+        }
+        while self.in_flight < LIST_READS_IN_FLIGHT_MAX {
+            let Some(lsn) = self.unread.pop_front() else {
+                break;
+            };
+            let token = reads.token();
+            reads.slots.insert(token, Slot::List(id, lsn));
+            core.read_log(lsn, token);
+            self.in_flight += 1;
+            self.last_read = lsn;
+        }
+    }
+}
+
+/// Archived runs a list reads from the log at once: a page's documents (each up to a
+/// record's size) are never all held together.
+const LIST_READS_IN_FLIGHT_MAX: usize = 16;
 
 enum Slot {
     Single(Single),
@@ -111,12 +177,17 @@ enum Slot {
 
 #[derive(Default)]
 pub struct Reads {
-    next: u64,
-    slots: HashMap<u64, Slot>,
+    tokens: ReadTokens,
     lists: HashMap<u64, List>,
 }
 
-impl Reads {
+#[derive(Default)]
+struct ReadTokens {
+    next: u64,
+    slots: HashMap<u64, Slot>,
+}
+
+impl ReadTokens {
     fn token(&mut self) -> u64 {
         self.next += 1;
         self.next
@@ -135,8 +206,8 @@ pub fn read_one(
     run_id: &str,
     dest: Dest,
 ) {
-    let token = reads.token();
-    reads.slots.insert(
+    let token = reads.tokens.token();
+    reads.tokens.slots.insert(
         token,
         Slot::Single(Single {
             dest,
@@ -161,6 +232,9 @@ pub fn read_list(
     live_more: bool,
     dest: Dest,
 ) -> Option<Done> {
+    let mut live = live;
+    let (cut, bytes) = live.cut_to_budget();
+    let live_more = live_more || cut;
     let taken = live.len();
     let need = (query.limit as usize).saturating_sub(taken);
     let below = query.from.archive_below();
@@ -176,24 +250,21 @@ pub fn read_list(
     if candidates.is_empty() {
         return Some(finish(query, live, live_lsn, end, Vec::new()));
     }
-    let id = reads.token();
-    for &lsn in &candidates {
-        let token = reads.token();
-        reads.slots.insert(token, Slot::List(id, lsn));
-        core.read_log(lsn, token);
-    }
-    reads.lists.insert(
-        id,
-        List {
-            dest,
-            query,
-            live,
-            live_lsn,
-            end,
-            remaining: candidates.len(),
-            found: Vec::new(),
-        },
-    );
+    let id = reads.tokens.token();
+    let mut list = List {
+        dest,
+        query,
+        live,
+        live_lsn,
+        end,
+        unread: candidates.into(),
+        in_flight: 0,
+        last_read: 0,
+        bytes,
+        found: Vec::new(),
+    };
+    list.read_more(core, &mut reads.tokens, id);
+    reads.lists.insert(id, list);
     None
 }
 
@@ -235,11 +306,12 @@ fn archive_candidates(
 
 /// A read of the log ended: returns the answer and where it goes, once one is complete.
 pub fn on_read(
+    core: &mut Core,
     reads: &mut Reads,
     token: u64,
     result: Result<Vec<u8>, String>,
 ) -> Option<(Dest, Done)> {
-    let slot = reads.slots.remove(&token)?;
+    let slot = reads.tokens.slots.remove(&token)?;
     let doc =
         result.and_then(
             |payload| match Record::decode(&payload).map_err(|e| e.to_string())? {
@@ -270,12 +342,14 @@ pub fn on_read(
         }
         Slot::List(id, lsn) => {
             let list = reads.lists.get_mut(&id)?;
-            list.remaining -= 1;
+            list.in_flight -= 1;
             // A record that cannot be read is left out of a list (a status read names it).
             if let Ok(doc) = doc {
+                list.bytes = list.bytes.saturating_add(doc_weight(&doc));
                 list.found.push((lsn, doc));
             }
-            if list.remaining > 0 {
+            list.read_more(core, &mut reads.tokens, id);
+            if list.in_flight > 0 {
                 return None;
             }
             let list = reads.lists.remove(&id)?;
@@ -336,6 +410,22 @@ fn finish(
     mut found: Vec<(u64, ArchivedRun)>,
 ) -> Done {
     found.sort_by_key(|(lsn, _)| std::cmp::Reverse(*lsn));
+    // The reads in flight when the budget was reached may pass it: keep what fits.
+    let live_bytes: usize = live.weights().iter().sum();
+    let room = LIST_REPLY_BYTES_MAX.saturating_sub(live_bytes);
+    let keep = pages::fitting(
+        found.iter().map(|(_, d)| doc_weight(d)),
+        room,
+        live.len() == 0,
+    );
+    let mut end = end;
+    if keep < found.len() {
+        found.truncate(keep);
+        end = match found.last() {
+            Some(&(lsn, _)) => Pos::Archive { below_lsn: lsn },
+            None => live.last_position().unwrap_or(query.from.clone()),
+        };
+    }
     let mut after_each = live.positions();
     let archived = |lsn| Pos::Archive { below_lsn: lsn };
     let result = match live {

@@ -3,7 +3,7 @@
 
 use crate::core::io::{Done, PeerRequest, ReplyResult, ReplyTo};
 use crate::core::{Core, Waiting};
-use crate::pages::{self, Part, Pos};
+use crate::pages::{self, LIST_REPLY_BYTES_MAX, Part, Pos, Weighed};
 use crate::streams;
 use crate::tables::HashMap;
 use flo_protocol::{
@@ -90,7 +90,7 @@ fn finish_if_done(core: &mut Core, fo: &mut FanOuts, id: u64) {
 }
 
 /// A run of a list: its creation time and id, for ordering across shards.
-trait Listed {
+trait Listed: Weighed {
     fn created_and_id(&self) -> (u64, &str);
 }
 
@@ -150,6 +150,7 @@ fn merge_runs<T: Listed>(
         });
     }
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     while out.len() < limit {
         let next = (0..lists.len())
             .filter_map(|i| lists[i].head_key().map(|k| (k, i)))
@@ -157,6 +158,12 @@ fn merge_runs<T: Listed>(
             .map(|(_, i)| i);
         let Some(i) = next else { break };
         let list = &mut lists[i];
+        // The page stops at its byte budget, with at least one run.
+        let weight = list.rest.last().map_or(0, Weighed::weight);
+        if !out.is_empty() && bytes.saturating_add(weight) > LIST_REPLY_BYTES_MAX {
+            break;
+        }
+        bytes = bytes.saturating_add(weight);
         out.extend(list.rest.pop());
         list.taken += 1;
     }
@@ -209,8 +216,14 @@ fn merge_keys(parts: Vec<Reply>, limit: Option<u32>) -> Reply {
         entries.retain(|e| e.key <= *c);
     }
     entries.sort_by(|a, b| a.key.cmp(&b.key));
-    let next_cursor = if entries.len() > limit {
-        entries.truncate(limit);
+    let fit = pages::fitting(
+        entries.iter().map(Weighed::weight),
+        LIST_REPLY_BYTES_MAX,
+        true,
+    );
+    let keep = limit.min(fit);
+    let next_cursor = if entries.len() > keep {
+        entries.truncate(keep);
         entries.last().map(|e| e.key.clone())
     } else {
         cover

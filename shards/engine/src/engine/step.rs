@@ -60,7 +60,9 @@ impl Engine {
             }
             Input::DiskSpace(space) => self.disk_space(space),
             Input::LogRead { token, result } => {
-                if let Some((dest, done)) = archive::on_read(&mut self.reads, token, result) {
+                if let Some((dest, done)) =
+                    archive::on_read(&mut self.core, &mut self.reads, token, result)
+                {
                     self.deliver(dest, done);
                 }
             }

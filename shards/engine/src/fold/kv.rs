@@ -3,6 +3,7 @@
 
 use crate::clock::deadline_after;
 use crate::fold::record::Record;
+use crate::pages::LIST_REPLY_BYTES_MAX;
 use crate::tables::HashMap;
 use flo_protocol::{DELAY_MS_ACCEPTED_MAX, check_namespace};
 use flo_protocol::{ErrorValue, KV_KEY_BYTES_MAX, KV_LIST_LIMIT_MAX, KV_VALUE_BYTES_MAX, KvEntry};
@@ -245,17 +246,25 @@ impl KvStore {
             .range::<str, _>((start, Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix));
         let mut last = None;
+        let mut bytes = 0usize;
         for (scanned, (k, e)) in matching.enumerate() {
             if scanned == KV_LIST_SCAN_MAX || page.items.len() == limit as usize {
                 page.next = last.map(str::to_string);
                 return Ok(page);
             }
-            last = Some(k.as_str());
-            if !e.live(now_ms) {
+            if e.live(now_ms) {
+                // The page stops at its byte budget (`pages::LIST_REPLY_BYTES_MAX`).
+                let weight = 32 + k.len() + e.value.len();
+                if !page.items.is_empty() && bytes + weight > LIST_REPLY_BYTES_MAX {
+                    page.next = last.map(str::to_string);
+                    return Ok(page);
+                }
+                bytes += weight;
+                page.items.push((k.as_str(), e));
+            } else {
                 page.expired_lsn = page.expired_lsn.max(e.lsn);
-                continue;
             }
-            page.items.push((k.as_str(), e));
+            last = Some(k.as_str());
         }
         Ok(page)
     }
