@@ -1031,6 +1031,10 @@ pub struct StatusInfo {
     /// seen by a shard (the newest view among them).
     #[serde(default)]
     pub module_cache: Option<ModuleCacheInfo>,
+    /// The counts that add up every namespace's data (keys, runs, stream records,
+    /// executions) are left at 0: the token asking may not see every namespace.
+    #[serde(default)]
+    pub counts_hidden: bool,
 }
 
 /// The cache of compiled WebAssembly modules: least recently used evicted beyond its budget.

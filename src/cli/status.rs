@@ -28,6 +28,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
         "durability": info.durability,
         "partitions": info.partitions,
         "shards": shards,
+        "counts_hidden": info.counts_hidden,
         "module_cache": info.module_cache.map(|m| json!({
             "bytes": m.bytes, "modules": m.modules, "budget_bytes": m.budget_bytes,
         })),
@@ -94,6 +95,12 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
                     false => "ok",
                 }
             ));
+        }
+        if info.counts_hidden {
+            text.push_str(
+                "\n(keys, runs, stream records and executions add up every namespace: they \
+                 are shown to tokens for every namespace only)",
+            );
         }
         text
     });

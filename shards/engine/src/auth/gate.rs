@@ -1,10 +1,10 @@
 //! A connection's gate on a server with an auth file: the handshake presents a token,
 //! every later request is authorized against what it grants before it enters the shard.
 
-use super::file::AuthTable;
+use super::file::{AuthTable, Namespaces};
 use super::policy::{authorize, namespace_of, op_name};
 use crate::line_budget::LineBudget;
-use flo_protocol::{ErrorCode, ErrorValue, Op};
+use flo_protocol::{ErrorCode, ErrorValue, Op, Reply};
 use std::sync::Arc;
 
 /// Who a connection is, as far as the gate knows.
@@ -74,6 +74,23 @@ impl Gate {
         authorize(principal, op).map_err(|d| self.refuse(op, Some(index), &d.message, now_ms))
     }
 
+    /// Hides from `reply` what `session` may not see: a server status adds up every
+    /// namespace's data, so only a token for every namespace sees its counts (the others
+    /// see the server's health: LSNs, segments, snapshots, disk).
+    pub fn redact(&self, session: Session, reply: &mut Reply) {
+        if !self.sees_all(session) {
+            hide_counts(reply);
+        }
+    }
+
+    /// Whether `session` may see what adds up every namespace (`redact`).
+    pub fn sees_all(&self, session: Session) -> bool {
+        match session {
+            Session::Authenticated(i) => self.table.principal(i).namespaces == Namespaces::All,
+            Session::Anonymous => false,
+        }
+    }
+
     fn refuse(&self, op: &Op, who: Option<usize>, why: &str, now_ms: u64) -> Refusal {
         let error = ErrorValue::new(ErrorCode::Unauthorized, format!("not authorized: {why}"));
         let log_line = self.denials.admit(now_ms).map(|suppressed| {
@@ -101,11 +118,30 @@ impl Gate {
     }
 }
 
+/// Zeroes the counts of a server status that add up every namespace's data (for a
+/// connection that may not see them all: `Gate::sees_all`); other replies are left alone.
+pub fn hide_counts(reply: &mut Reply) {
+    let Reply::Status(status) = reply else {
+        return;
+    };
+    status.counts_hidden = true;
+    for s in &mut status.shards {
+        s.kv_keys = 0;
+        s.runs = 0;
+        s.workflow_runs = 0;
+        s.archived_runs = 0;
+        s.run_index_bytes = 0;
+        s.executions = 0;
+        s.stream_records = 0;
+        s.stream_bytes = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::auth::FileFormat;
-    use flo_protocol::Token;
+    use flo_protocol::{StatusInfo, Token};
 
     fn gate() -> Gate {
         let yaml = "tokens:\n  - {token: cli, role: client, namespaces: [payments], name: app}\n";
@@ -130,6 +166,43 @@ mod tests {
             wait_ms: None,
             after_version: None,
         }
+    }
+
+    #[test]
+    fn a_status_shows_its_counts_only_to_a_token_for_every_namespace() {
+        let yaml = "tokens:\n  - {token: adm, role: admin, namespaces: [\"*\"]}\n  - {token: cli, \
+                    role: client, namespaces: [payments]}\n";
+        let gate = Gate::new(
+            0,
+            Arc::new(AuthTable::parse(yaml, FileFormat::Yaml).unwrap()),
+        );
+        let status = || {
+            let shard: flo_protocol::ShardInfo =
+                serde_json::from_value(serde_json::json!({"shard": 0, "lsn": 9,
+                    "durable_lsn": 9, "segments": 1, "kv_keys": 5, "runs": 3}))
+                .unwrap();
+            Reply::Status(StatusInfo {
+                server_version: "x".into(),
+                durability: "sync".into(),
+                partitions: 1,
+                shards: vec![shard],
+                module_cache: None,
+                counts_hidden: false,
+            })
+        };
+        let counts = |r: &Reply| match r {
+            Reply::Status(s) => (s.counts_hidden, s.shards[0].kv_keys, s.shards[0].lsn),
+            _ => unreachable!(),
+        };
+        let (mut admin, mut client) = (Session::default(), Session::default());
+        gate.check(&mut admin, &hello(Some("adm")), 0).unwrap();
+        gate.check(&mut client, &hello(Some("cli")), 0).unwrap();
+        let mut r = status();
+        gate.redact(admin, &mut r);
+        assert_eq!(counts(&r), (false, 5, 9));
+        let mut r = status();
+        gate.redact(client, &mut r);
+        assert_eq!(counts(&r), (true, 0, 9), "health stays, counts go");
     }
 
     #[test]

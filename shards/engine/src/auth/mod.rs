@@ -10,5 +10,5 @@ mod gate;
 mod policy;
 
 pub use file::{AuthFileError, AuthTable, FileFormat, Namespaces, Principal, Role};
-pub use gate::{DENIAL_LINES_PER_SECOND_MAX, Gate, Refusal, Session};
+pub use gate::{DENIAL_LINES_PER_SECOND_MAX, Gate, Refusal, Session, hide_counts};
 pub use policy::{Denied, authorize, op_name};

@@ -257,6 +257,7 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
                 partitions: core.partitioning().partitions,
                 shards,
                 module_cache,
+                counts_hidden: false,
             }))
         }
         Op::KvList { limit, .. } => Ok(merge_keys(parts, *limit)),
