@@ -12,12 +12,15 @@
 use super::ops::{absence_lsn, get};
 use crate::core::io::{ConnId, Done, PeerRequest, ReplyResult, ReplyTo};
 use crate::core::{Core, Waiting};
+use crate::shares::{Shares, share_of};
 use crate::tables::HashMap;
 use flo_protocol::{ErrorCode, ErrorValue, KV_WAIT_MS_MAX, Op, Reply};
 use std::collections::BTreeMap;
 
 /// Blocking reads parked on one shard at once; more are refused (`overloaded`).
 pub const KV_WAITS_MAX: usize = 4096;
+/// Of those, one namespace's at most: a tenant filling the pool leaves room for others.
+pub const KV_WAITS_PER_NAMESPACE_MAX: usize = share_of(KV_WAITS_MAX);
 
 /// (namespace, key).
 type KeyRef = (String, String);
@@ -43,6 +46,8 @@ pub struct KvWaits {
     /// call tag).
     forwarded: HashMap<ConnId, Vec<(u32, u64)>>,
     parked: usize,
+    /// Parked reads per namespace (each holds at most `KV_WAITS_PER_NAMESPACE_MAX`).
+    shares: Shares,
     next_id: u64,
 }
 
@@ -74,6 +79,7 @@ impl KvWaits {
                 self.by_peer.insert((shard, tag), (parked.id, key.clone()));
             }
         }
+        self.shares.take(&key.0);
         self.by_key.entry(key).or_default().push(parked);
         self.parked += 1;
     }
@@ -87,6 +93,7 @@ impl KvWaits {
             self.by_key.remove(key);
         }
         self.parked -= 1;
+        self.shares.give_back(&key.0);
         self.deadlines.remove(&(parked.deadline_ms, parked.id));
         match parked.to {
             ReplyTo::Client(c) => {
@@ -145,6 +152,18 @@ pub fn get_or_wait(
             format!(
                 "{KV_WAITS_MAX} blocking reads are waiting on this shard already; retry \
                  later or read without waiting"
+            ),
+        );
+        core.reply_op(to, 0, Err(e));
+        return;
+    }
+    if waits.shares.held(&namespace) >= KV_WAITS_PER_NAMESPACE_MAX {
+        let e = ErrorValue::new(
+            ErrorCode::Overloaded,
+            format!(
+                "namespace {namespace:?} has {KV_WAITS_PER_NAMESPACE_MAX} blocking reads \
+                 waiting on this shard already (its share of the shard's \
+                 {KV_WAITS_MAX}); retry later or read without waiting"
             ),
         );
         core.reply_op(to, 0, Err(e));

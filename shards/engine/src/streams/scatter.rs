@@ -16,6 +16,7 @@ use crate::core::io::{ConnId, Done, PeerRequest, ReplyResult, ReplyTo};
 use crate::core::{Core, Waiting};
 use crate::fold::record::{Record, StreamEntry};
 use crate::fold::streams::{StreamKey, next_ids, owner_of, partition_of_key};
+use crate::shares::{Shares, share_of};
 use crate::tables::HashMap;
 use flo_protocol::{
     DELAY_MS_ACCEPTED_MAX, ErrorValue, GROUP_ACK_IDS_MAX, GROUP_BLOCK_MS_MAX, GroupReadSpec, Op,
@@ -32,6 +33,8 @@ const GROUP_POLL_MS_MAX: u64 = 100;
 const GROUP_READ_ROUNDS_MAX: u32 = 3;
 /// Group reads parked on one shard at once; more are refused (`overloaded`).
 pub const GROUP_READS_PARKED_MAX: usize = 4096;
+/// Of those, one namespace's at most: a tenant filling the pool leaves room for others.
+pub const GROUP_READS_PARKED_PER_NAMESPACE_MAX: usize = share_of(GROUP_READS_PARKED_MAX);
 
 /// What a scattered operation gathers.
 enum Gathered {
@@ -109,6 +112,8 @@ pub struct Scatter {
     last: HashMap<StreamKey, StreamId>,
     /// (next ask, id) → parked read.
     parked: BTreeMap<(u64, u64), Parked>,
+    /// Parked reads per namespace (each holds at most `GROUP_READS_PARKED_PER_NAMESPACE_MAX`).
+    shares: Shares,
 }
 
 impl Scatter {
@@ -752,6 +757,20 @@ fn park(
         core.reply_op(to, 0, Err(e));
         return;
     }
+    let namespace = spec.stream().0;
+    if sc.shares.held(namespace) >= GROUP_READS_PARKED_PER_NAMESPACE_MAX {
+        let e = ErrorValue::new(
+            flo_protocol::ErrorCode::Overloaded,
+            format!(
+                "namespace {namespace:?} has {GROUP_READS_PARKED_PER_NAMESPACE_MAX} blocking \
+                 reads waiting on this shard already (its share of the shard's \
+                 {GROUP_READS_PARKED_MAX}); retry later"
+            ),
+        );
+        core.reply_op(to, 0, Err(e));
+        return;
+    }
+    sc.shares.take(namespace);
     sc.next_id += 1;
     let at = (core.wall_ms() + poll_ms).min(deadline_ms);
     sc.parked.insert(
@@ -794,6 +813,7 @@ pub fn poll_parked(core: &mut Core, sc: &mut Scatter, refusal: Option<ErrorValue
             return;
         }
         let p = entry.remove();
+        sc.shares.give_back(p.spec.stream().0);
         if now >= p.deadline_ms {
             let empty = Reply::StreamRecords {
                 records: Vec::new(),
@@ -817,6 +837,12 @@ pub fn poll_parked(core: &mut Core, sc: &mut Scatter, refusal: Option<ErrorValue
 
 /// A connection closed: its parked reads go.
 pub fn conn_closed(sc: &mut Scatter, conn: ConnId) {
-    sc.parked
-        .retain(|_, p| !matches!(p.to, ReplyTo::Client(c) if c.conn == conn));
+    let shares = &mut sc.shares;
+    sc.parked.retain(|_, p| {
+        let gone = matches!(p.to, ReplyTo::Client(c) if c.conn == conn);
+        if gone {
+            shares.give_back(p.spec.stream().0);
+        }
+        !gone
+    });
 }
