@@ -48,6 +48,35 @@ pub fn parse_log(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
     out
 }
 
+/// Where the record with LSN `lsn` starts in a segment image.
+fn record_offset(bytes: &[u8], lsn: u64) -> Option<usize> {
+    let mut pos = 0usize;
+    while pos + HEADER <= bytes.len() {
+        if BLOCK - pos % BLOCK < HEADER {
+            pos = align_up(pos as u64) as usize;
+            continue;
+        }
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        if len == 0 {
+            pos = align_up(pos as u64 + 1) as usize;
+            continue;
+        }
+        if u64::from_le_bytes(bytes[pos + 8..pos + 16].try_into().unwrap()) == lsn {
+            return Some(pos);
+        }
+        pos += HEADER + len;
+    }
+    None
+}
+
+/// Writes the log's acknowledged mark at `lsn` into `dir`, as the writer keeps it.
+fn write_acked_mark(dir: &std::path::Path, lsn: u64) {
+    let mut file = vec![0u8; flo_ual::ACKED_MARK_BYTES as usize];
+    let (at, bytes) = flo_ual::acked_slot(1, lsn);
+    file[at as usize..at as usize + bytes.len()].copy_from_slice(&bytes);
+    std::fs::write(dir.join(flo_ual::ACKED_MARK_FILE), file).expect("write the mark");
+}
+
 /// Facts a durable record establishes, counted (`kvput ns/key v3` → 1). Checks look
 /// replies up here ("the record this reply reports is durable") and bound counts ("one
 /// completion per run").
@@ -498,6 +527,8 @@ pub struct Cluster {
     pub steps: u64,
     /// Reads of the log that found their record deleted.
     pub reads_missed: u64,
+    /// Media faults recovery refused (`CrashPlan::flip_acked`).
+    pub media_faults: u64,
 }
 
 impl Cluster {
@@ -529,6 +560,7 @@ impl Cluster {
             auto_write: true,
             steps: 0,
             reads_missed: 0,
+            media_faults: 0,
         };
         for s in 0..shards {
             c.step(s, Input::Started);
@@ -854,6 +886,56 @@ impl Cluster {
         out
     }
 
+    /// A media fault: one byte of the last durable (acknowledged) record flipped. Recovery
+    /// must refuse (naming the records below the mark) and change nothing; then the file
+    /// is restored, as an operator would from a copy, and recovery goes on.
+    fn check_media_damage_refused(
+        &mut self,
+        s: u32,
+        dir: &std::path::Path,
+        files: &storage::CrashFiles,
+        durable: u64,
+    ) {
+        // Recovery reads from the snapshot it would load (the newest undamaged one); a
+        // record the snapshot holds is not read at start-up.
+        let from = files.snaps.iter().find(|f| !f.damaged).map_or(0, |f| f.lsn);
+        if durable <= from {
+            return;
+        }
+        let Some((seg, at)) = files
+            .segments
+            .iter()
+            .find_map(|seg| record_offset(&seg.bytes, durable).map(|at| (seg, at)))
+        else {
+            return;
+        };
+        let path = dir.join(segment_file_name(seg.first_lsn));
+        let mut damaged = seg.bytes.clone();
+        damaged[at + HEADER] ^= 0x20;
+        std::fs::write(&path, &damaged).expect("write the damaged segment");
+        match flo_ual::recover_from(dir, from, |_, _, _| Ok::<(), flo_ual::ApplyError>(())) {
+            Err(flo_ual::RecoveryError::AckedDamaged { to, .. }) => {
+                assert_eq!(
+                    to, durable,
+                    "shard {s}: the refusal names the records to the mark"
+                )
+            }
+            // A batch written after the damaged record (the one being written when the
+            // crash struck, in part) makes it mid-log damage: refused as well.
+            Err(flo_ual::RecoveryError::Corruption { .. }) => {}
+            other => panic!(
+                "shard {s}: a flipped byte in record {durable} (acknowledged) was not \
+                 refused: {other:?}"
+            ),
+        }
+        assert!(
+            std::fs::read(&path).expect("read back") == damaged,
+            "shard {s}: a refused recovery changed the segment"
+        );
+        std::fs::write(&path, &seg.bytes).expect("restore the segment");
+        self.media_faults += 1;
+    }
+
     fn recover_node(&mut self, s: u32, plan: &CrashPlan) -> Recovered {
         let node = &self.nodes[s as usize];
         let before = node.engine.durable_lsn();
@@ -865,6 +947,11 @@ impl Cluster {
                 &seg.bytes,
             )
             .expect("write segment");
+        }
+        // The mark follows the syncs: here at its furthest, every durable record.
+        write_acked_mark(dir.path(), before);
+        if plan.flip_acked {
+            self.check_media_damage_refused(s, dir.path(), &files, before);
         }
         let firsts: Vec<u64> = files.segments.iter().map(|f| f.first_lsn).collect();
         let snaps: Vec<(u64, bool)> = files.snaps.iter().map(|f| (f.lsn, f.damaged)).collect();

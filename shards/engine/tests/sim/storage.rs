@@ -94,6 +94,9 @@ pub struct CrashPlan {
     pub unlinked_back: Vec<bool>,
     /// The newest snapshot on disk after the crash is damaged (its checksum fails).
     pub damage_newest: bool,
+    /// A media fault: one byte of the last acknowledged record flipped (recovery must
+    /// refuse it; the file is then restored).
+    pub flip_acked: bool,
 }
 
 /// What a crash leaves of a shard's files.

@@ -300,6 +300,8 @@ pub struct Counts {
     pub old_in_flight: u64,
     /// Reads of the log that found their record deleted (its run forgotten meanwhile).
     pub reads_missed: u64,
+    /// Crashes with a flipped byte in the last acknowledged record, refused by recovery.
+    pub media_faults: u64,
     pub seeds: u64,
 }
 
@@ -320,6 +322,7 @@ impl Counts {
         self.runs_forgotten += o.runs_forgotten;
         self.old_in_flight += o.old_in_flight;
         self.reads_missed += o.reads_missed;
+        self.media_faults += o.media_faults;
         self.seeds += o.seeds;
     }
 }
@@ -1386,6 +1389,7 @@ impl Sim {
             renamed_kept: self.rng.one_in(2),
             unlinked_back,
             damage_newest,
+            flip_acked: self.rng.one_in(6),
         }
     }
 
@@ -1663,6 +1667,7 @@ impl Sim {
                 .count() as u64;
         }
         self.counts.reads_missed = self.c.reads_missed;
+        self.counts.media_faults = self.c.media_faults;
         self.counts.seeds += 1;
     }
 
