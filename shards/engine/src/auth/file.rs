@@ -75,6 +75,22 @@ pub struct Principal {
     pub name: String,
     pub role: Role,
     pub namespaces: Namespaces,
+    /// The worker ids this token may act as (register, heartbeat, take and report tasks):
+    /// exact ids, or prefixes ending in `*`. None: any worker id in its namespaces.
+    pub workers: Option<Vec<String>>,
+}
+
+impl Principal {
+    /// Whether this token may act as worker `worker_id`.
+    pub fn may_act_as(&self, worker_id: &str) -> bool {
+        let Some(patterns) = &self.workers else {
+            return true;
+        };
+        patterns.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => worker_id.starts_with(prefix),
+            None => p == worker_id,
+        })
+    }
 }
 
 /// How the file is written.
@@ -112,6 +128,11 @@ pub enum AuthFileError {
     NoNamespaces { entry: String },
     #[error("{entry}: an empty namespace name")]
     EmptyNamespace { entry: String },
+    #[error(
+        "{entry}: workers must list worker ids or prefixes ending in '*' (leave it out for \
+         any worker id)"
+    )]
+    Workers { entry: String },
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +150,9 @@ struct RawEntry {
     namespaces: Vec<String>,
     #[serde(default)]
     name: Option<String>,
+    /// Worker ids the token may act as (`Principal::workers`).
+    #[serde(default)]
+    workers: Option<Vec<String>>,
 }
 
 // Never show a token, even in a debug print.
@@ -192,7 +216,13 @@ impl AuthTable {
                 .clone()
                 .unwrap_or_else(|| format!("token #{}", i + 1));
             let label = format!("token #{} ({})", i + 1, name);
-            let principal = Self::entry(entry.role, entry.namespaces, name, &label)?;
+            let mut principal = Self::entry(entry.role, entry.namespaces, name, &label)?;
+            if let Some(workers) = &entry.workers
+                && (workers.is_empty() || workers.iter().any(|w| w.is_empty() || w == "*"))
+            {
+                return Err(AuthFileError::Workers { entry: label });
+            }
+            principal.workers = entry.workers;
             if entry.token.is_empty() {
                 return Err(AuthFileError::EmptyToken { entry: label });
             }
@@ -237,6 +267,7 @@ impl AuthTable {
             name,
             role,
             namespaces,
+            workers: None,
         })
     }
 
@@ -385,6 +416,21 @@ namespaces = ["payments"]
         assert!(e.contains("empty namespace"), "{e}");
         let e = refused("tokens:\n  - {token: a, role: client}\n");
         assert!(e.contains("missing field `namespaces`"), "{e}");
+    }
+
+    #[test]
+    fn workers_lists_ids_and_prefixes() {
+        let yaml = "tokens:\n  - {token: w, role: worker, namespaces: [p], workers: [\"gpu-*\"]}\n";
+        let table = AuthTable::parse(yaml, FileFormat::Yaml).unwrap();
+        let p = table.principal(0);
+        assert!(p.may_act_as("gpu-1") && !p.may_act_as("cpu-1"));
+        for bad in ["[]", "[\"\"]", "[\"*\"]"] {
+            let yaml = format!(
+                "tokens:\n  - {{token: w, role: worker, namespaces: [p], workers: {bad}}}\n"
+            );
+            let e = AuthTable::parse(&yaml, FileFormat::Yaml).unwrap_err();
+            assert!(matches!(e, AuthFileError::Workers { .. }), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -136,6 +136,21 @@ fn role_allows(role: Role, roles: Roles) -> bool {
     }
 }
 
+/// The worker an operation acts as, if it acts as one (reads of workers do not).
+fn acting_worker(op: &Op) -> Option<&str> {
+    match op {
+        Op::WorkerRegister(spec) => Some(&spec.worker_id),
+        Op::WorkerHeartbeat { worker_id, .. }
+        | Op::WorkerDrain { worker_id, .. }
+        | Op::WorkerDeregister { worker_id, .. }
+        | Op::TaskAwait { worker_id, .. }
+        | Op::TaskComplete { worker_id, .. }
+        | Op::TaskFail { worker_id, .. }
+        | Op::TaskTouch { worker_id, .. } => Some(worker_id),
+        _ => None,
+    }
+}
+
 /// Whether `principal` may send `op`.
 pub fn authorize(principal: &Principal, op: &Op) -> Result<(), Denied> {
     let rule = rule(op);
@@ -143,6 +158,16 @@ pub fn authorize(principal: &Principal, op: &Op) -> Result<(), Denied> {
     if !role_allows(role, rule.roles) {
         return Err(Denied {
             message: format!("a {} token may not send {}", role.as_str(), rule.name),
+        });
+    }
+    if let Some(worker) = acting_worker(op)
+        && !principal.may_act_as(worker)
+    {
+        return Err(Denied {
+            message: format!(
+                "this token may not act as worker {worker:?} (its workers: {})",
+                principal.workers.as_deref().unwrap_or_default().join(", ")
+            ),
         });
     }
     match rule.scope {
@@ -186,7 +211,36 @@ mod tests {
             name: "t".into(),
             role,
             namespaces,
+            workers: None,
         }
+    }
+
+    #[test]
+    fn a_token_with_workers_acts_only_as_those_workers() {
+        let mut worker = principal(Role::Worker, &["payments"]);
+        worker.workers = Some(vec!["gpu-*".into(), "cpu-1".into()]);
+        let report = |id: &str| Op::TaskComplete {
+            namespace: "payments".into(),
+            worker_id: id.into(),
+            task_id: "t".into(),
+            action: "a".into(),
+            attempt: None,
+            result: Vec::new(),
+            outcome: None,
+        };
+        assert!(authorize(&worker, &report("gpu-7")).is_ok());
+        assert!(authorize(&worker, &report("cpu-1")).is_ok());
+        let denied = authorize(&worker, &report("cpu-2")).unwrap_err();
+        assert!(denied.message.contains("\"cpu-2\""), "{}", denied.message);
+        // Reading other workers is not acting as them.
+        let get = Op::WorkerGet {
+            namespace: "payments".into(),
+            worker_id: "cpu-2".into(),
+        };
+        assert!(authorize(&worker, &get).is_ok());
+        // Without a list, any worker id.
+        let any = principal(Role::Worker, &["payments"]);
+        assert!(authorize(&any, &report("cpu-2")).is_ok());
     }
 
     /// One operation of each kind, in namespace `ns`.
