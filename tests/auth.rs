@@ -438,3 +438,64 @@ fn a_non_loopback_address_needs_an_auth_file_or_insecure() {
     cli_ok(&addr, &with_token(ADMIN, &["status"]));
     assert_unauthorized(&cli_fails(&addr, &["status"]));
 }
+
+/// A token's `workers` list bounds the worker ids it may act as (issue 21): one fleet's
+/// token cannot register as, heartbeat for or report on another fleet's workers.
+#[test]
+fn a_token_acts_only_as_the_workers_it_lists() {
+    let dir = temp_dir();
+    let file = write_file(
+        dir.path(),
+        "auth.yaml",
+        r#"
+tokens:
+  - token: "s3cret-admin-token"
+    role: admin
+    namespaces: ["*"]
+  - token: "gpu-fleet-token"
+    role: worker
+    namespaces: ["payments"]
+    workers: ["gpu-*"]
+"#,
+    );
+    let server = TestServer::start(
+        &dir.path().join("data"),
+        &["--auth-file", file.to_str().unwrap()],
+    );
+    let addr = server.addr_string();
+    cli_ok(
+        &addr,
+        &with_token(
+            ADMIN,
+            &["--namespace", "payments", "action", "register", "charge"],
+        ),
+    );
+    let gpu = |args: &[&'static str]| {
+        let mut all = vec!["--token", "gpu-fleet-token", "--namespace", "payments"];
+        all.extend_from_slice(args);
+        all
+    };
+    cli_ok(&addr, &gpu(&["worker", "register", "gpu-1", "charge"]));
+    cli_ok(
+        &addr,
+        &gpu(&["worker", "heartbeat", "--worker-id", "gpu-1"]),
+    );
+    for args in [
+        &["worker", "register", "cpu-1", "charge"][..],
+        &["worker", "heartbeat", "--worker-id", "cpu-1"],
+        &[
+            "worker",
+            "await",
+            "charge",
+            "--worker-id",
+            "cpu-1",
+            "--block",
+            "0",
+        ],
+    ] {
+        let e = cli_fails(&addr, &gpu(args));
+        assert_unauthorized(&e);
+        assert!(e.contains("may not act as worker \"cpu-1\""), "{e}");
+    }
+    server.stop();
+}
