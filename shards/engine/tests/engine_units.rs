@@ -1651,3 +1651,58 @@ fn a_trigger_redelivered_after_a_crash_finds_its_run_instead_of_starting_a_secon
         other => panic!("{other:?}"),
     }
 }
+
+/// Issue 21, item 10: four looping guests of one namespace held every WASM slot, and
+/// another namespace's run stayed pending. While another namespace's runs wait, a
+/// namespace holds at most `WASM_SLOTS - 1` slots; alone, it uses them all.
+#[test]
+fn a_namespace_leaves_a_wasm_slot_to_another_namespace_waiting() {
+    let mut t = T::new(1);
+    t.wasm_action("spin");
+    let other = |ns: &str| {
+        // Another action name: the harness keys run ids without their namespace.
+        let mut spec = invoke_spec("loop", json!("other"));
+        spec.namespace = ns.into();
+        spec
+    };
+    t.ok(
+        0,
+        Op::ActionRegister(ActionSpec {
+            namespace: "tenant-b".into(),
+            name: "loop".into(),
+            kind: ActionKind::Wasm,
+            wasm: Some(b"(module)".to_vec()),
+            timeout_ms: None,
+            max_retries: Some(0),
+            retry_delay_ms: None,
+            description: None,
+            memory_limit_mb: None,
+        }),
+    );
+    // Alone, one namespace takes every slot.
+    for i in 0..WASM_SLOTS * 3 {
+        t.invoke(0, invoke_spec("spin", json!(i)));
+    }
+    t.settle();
+    let first = t.executions();
+    assert_eq!(first.len(), WASM_SLOTS);
+    assert!(first.iter().all(|(_, x)| x.namespace == NS));
+    // Another namespace's run waits; the next slot freed goes to it, and the first
+    // namespace gets the one after (it holds WASM_SLOTS - 1 while the other runs).
+    t.invoke(0, other("tenant-b"));
+    t.settle();
+    assert!(t.executions().is_empty(), "every slot is busy");
+    t.answer(0, first[0].1.exec, Ok(json!({})));
+    t.settle();
+    let next = t.executions();
+    assert_eq!(next.len(), 1);
+    assert_eq!(
+        next[0].1.namespace, "tenant-b",
+        "the freed slot goes to the waiting tenant"
+    );
+    t.answer(0, first[1].1.exec, Ok(json!({})));
+    t.settle();
+    let after = t.executions();
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].1.namespace, NS);
+}

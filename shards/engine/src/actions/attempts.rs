@@ -12,6 +12,12 @@ use flo_protocol::RunStatus;
 
 /// Concurrent WebAssembly executions per shard; more wait their turn.
 pub const WASM_SLOTS: usize = 4;
+/// Slots one namespace may hold while another namespace's runs wait for one: a tenant whose
+/// guests run long (or loop until their timeout) leaves a slot to the others. Alone, a
+/// namespace uses them all.
+pub const WASM_SLOTS_PER_NAMESPACE_SHARED: usize = WASM_SLOTS - 1;
+/// Runnable runs looked at, past the best one, for another namespace's run.
+const FAIR_SCAN_MAX: usize = 16;
 /// Largest output plus KV writes one attempt may leave: they go into one log record.
 pub const RUN_RESULT_BYTES_MAX: usize = 4 << 20;
 
@@ -30,6 +36,14 @@ pub struct Executions {
 }
 
 impl Executions {
+    /// Slots runs of `namespace` hold.
+    fn held_by(&self, namespace: &str) -> usize {
+        self.executing
+            .keys()
+            .filter(|(ns, _)| ns == namespace)
+            .count()
+    }
+
     pub fn is_executing(&self, namespace: &str, run_id: &str) -> bool {
         !self.executing.is_empty()
             && self
@@ -50,7 +64,7 @@ impl Executions {
 /// Starts executions while slots and runnable runs remain.
 pub fn start_executions(core: &mut Core, execs: &mut Executions) {
     while execs.running.len() < WASM_SLOTS {
-        let Some(key) = core.index_mut().runs.pop_ready() else {
+        let Some(key) = next_fair(core, execs) else {
             return;
         };
         let Some(run) = core.state().runs.get(&key.0, &key.1) else {
@@ -216,6 +230,36 @@ fn record_attempt(
     if !retries {
         core.schedule(Task::ActionFinal(key.clone()));
     }
+}
+
+/// The runnable run to execute next: the best one, unless its namespace holds its shared
+/// slots already and another namespace's run waits (then the best of those found among the
+/// next `FAIR_SCAN_MAX`; none found, the best one after all: a free slot never idles).
+fn next_fair(core: &mut Core, execs: &Executions) -> Option<RunKey> {
+    let sched = &mut core.index_mut().runs;
+    let best = sched.pop_ready_entry()?;
+    let namespace = &best.2.0;
+    if execs.held_by(namespace) < WASM_SLOTS_PER_NAMESPACE_SHARED
+        || !sched.ready_elsewhere(namespace)
+    {
+        return Some(best.2);
+    }
+    let mut passed = vec![best];
+    let mut other = None;
+    for _ in 0..FAIR_SCAN_MAX {
+        let Some(entry) = sched.pop_ready_entry() else {
+            break;
+        };
+        if execs.held_by(&entry.2.0) < WASM_SLOTS_PER_NAMESPACE_SHARED {
+            other = Some(entry.2);
+            break;
+        }
+        passed.push(entry);
+    }
+    for entry in passed {
+        sched.push_ready(entry);
+    }
+    other.or_else(|| sched.pop_ready())
 }
 
 /// A result too large for its completion record fails the attempt instead.

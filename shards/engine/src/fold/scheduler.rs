@@ -14,6 +14,9 @@ pub type ActionKey = (String, String);
 /// A queued user task: priority (higher first), then creation order (older first).
 pub type TaskEntry = (u8, Reverse<u64>, String);
 
+/// A runnable WASM run: priority (higher first), then creation order (older first).
+pub type ReadyEntry = (u8, Reverse<u64>, RunKey);
+
 /// Which queue a pending run waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
@@ -35,7 +38,9 @@ impl Queue {
 #[derive(Default)]
 pub struct Scheduler {
     /// Runnable WASM runs: highest priority first, then oldest.
-    ready: BinaryHeap<(u8, Reverse<u64>, RunKey)>,
+    ready: BinaryHeap<ReadyEntry>,
+    /// Entries of `ready` per namespace (stale ones included, like `ready`).
+    ready_by_namespace: HashMap<String, usize>,
     /// Pending user tasks that may be leased now, per action.
     user_ready: HashMap<ActionKey, BinaryHeap<TaskEntry>>,
     /// Pending runs not yet due: (due ms, seq) → run.
@@ -59,7 +64,7 @@ impl Scheduler {
 
     pub fn make_ready(&mut self, key: RunKey, run: &Run, queue: Queue) {
         match queue {
-            Queue::Wasm => self.ready.push((run.priority, Reverse(run.seq), key)),
+            Queue::Wasm => self.push_ready((run.priority, Reverse(run.seq), key)),
             Queue::User => {
                 let (namespace, run_id) = key;
                 let action = (namespace, run.action.clone());
@@ -79,7 +84,35 @@ impl Scheduler {
     }
 
     pub fn pop_ready(&mut self) -> Option<RunKey> {
-        self.ready.pop().map(|(_, _, key)| key)
+        self.pop_ready_entry().map(|(_, _, key)| key)
+    }
+
+    /// The best runnable WASM run, as queued (to be put back with `push_ready`).
+    pub fn pop_ready_entry(&mut self) -> Option<ReadyEntry> {
+        let entry = self.ready.pop()?;
+        let namespace = &entry.2.0;
+        if let Some(n) = self.ready_by_namespace.get_mut(namespace) {
+            *n -= 1;
+            if *n == 0 {
+                self.ready_by_namespace.remove(namespace);
+            }
+        }
+        Some(entry)
+    }
+
+    pub fn push_ready(&mut self, entry: ReadyEntry) {
+        match self.ready_by_namespace.get_mut(&entry.2.0) {
+            Some(n) => *n += 1,
+            None => {
+                self.ready_by_namespace.insert(entry.2.0.clone(), 1);
+            }
+        }
+        self.ready.push(entry);
+    }
+
+    /// Whether runs of namespaces other than `namespace` wait for a WASM slot.
+    pub fn ready_elsewhere(&self, namespace: &str) -> bool {
+        self.ready.len() > self.ready_by_namespace.get(namespace).copied().unwrap_or(0)
     }
 
     /// The best queued task of an action, without taking it.
@@ -137,11 +170,12 @@ impl Scheduler {
     pub fn retain(&mut self, live: impl Fn(&RunKey) -> bool) {
         let mut seen = HashSet::default();
         let ready = std::mem::take(&mut self.ready);
-        self.ready = ready
-            .into_vec()
-            .into_iter()
-            .filter(|(_, _, k)| live(k) && seen.insert(k.clone()))
-            .collect();
+        self.ready_by_namespace.clear();
+        for entry in ready.into_vec() {
+            if live(&entry.2) && seen.insert(entry.2.clone()) {
+                self.push_ready(entry);
+            }
+        }
         for ((ns, _), queue) in self.user_ready.iter_mut() {
             let mut seen = HashSet::default();
             let entries = std::mem::take(queue).into_vec();
