@@ -1260,17 +1260,40 @@ fn a_closed_connections_parked_reads_are_released_everywhere() {
     assert!(t.reply_on(32, forwarded).is_none());
 }
 
-/// Parked reads are bounded per shard: one more is refused as overloaded.
+/// Parked reads are bounded per shard, and each namespace holds at most a quarter of them
+/// (issue 21, item 10): one more is refused as overloaded, with the reason.
 #[test]
-fn parked_reads_are_bounded_per_shard() {
+fn parked_reads_are_bounded_per_shard_and_per_namespace() {
     let max = flo_engine::testing::KV_WAITS_MAX;
+    let share = max / 4;
     let mut t = T::new(1);
-    for i in 0..max {
-        t.send_on(0, 41, get_wait(&format!("k{i}"), 30_000, None));
+    let get_in = |ns: &str, key: String| Op::KvGet {
+        namespace: ns.into(),
+        key,
+        wait_ms: Some(30_000),
+        after_version: None,
+    };
+    for i in 0..share {
+        t.send_on(0, 41, get_in("tenant-0", format!("k{i}")));
+    }
+    t.settle();
+    assert_eq!(t.c.engine(0).in_flight().kv_waits, share);
+    match t.call(0, get_in("tenant-0", "one-more".into())) {
+        Err(e) => {
+            assert_eq!(e.code, flo_protocol::ErrorCode::Overloaded, "{e}");
+            assert!(e.message.contains("tenant-0"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Other namespaces still park, up to the shard's bound.
+    for ns in 1..4 {
+        for i in 0..share {
+            t.send_on(0, 41, get_in(&format!("tenant-{ns}"), format!("k{i}")));
+        }
     }
     t.settle();
     assert_eq!(t.c.engine(0).in_flight().kv_waits, max);
-    match t.call(0, get_wait("one-more", 30_000, None)) {
+    match t.call(0, get_in("tenant-9", "one-more".into())) {
         Err(e) => assert_eq!(e.code, flo_protocol::ErrorCode::Overloaded, "{e}"),
         other => panic!("{other:?}"),
     }
