@@ -321,3 +321,105 @@ fn lists_of_large_items_stop_at_a_byte_budget_and_page_through_everything() {
     assert_eq!(listed, ids, "every run once");
     server.stop();
 }
+
+/// Item 10: quotas per namespace in the auth file. `live_runs` bounds the runs in flight
+/// of a namespace (each shard its share); beyond, a start answers `overloaded` with the
+/// reason, other namespaces go on, and finished runs make room again.
+#[test]
+fn a_namespace_over_its_live_runs_quota_is_refused_and_others_go_on() {
+    let dir = temp_dir();
+    let auth = dir.path().join("auth.yaml");
+    std::fs::write(
+        &auth,
+        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n\
+         quotas:\n  tenant-a: {live_runs: 4}\n",
+    )
+    .unwrap();
+    let server = TestServer::start(
+        &dir.path().join("data"),
+        &["--shards", "1", "--auth-file", auth.to_str().unwrap()],
+    );
+    let connect = |ns: &str| {
+        Client::connect_with_token(server.addr, "admin-token-1")
+            .unwrap()
+            .with_namespace(ns)
+    };
+    let mut a = connect("tenant-a");
+    let mut b = connect("tenant-b");
+    for c in [&mut a, &mut b] {
+        common::user_action(c, "slow", 60_000, 0, 1000);
+    }
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(a.invoke("slow", b"{}", Default::default()).unwrap());
+    }
+    let e = a.invoke("slow", b"{}", Default::default()).unwrap_err();
+    assert!(e.to_string().contains("live_runs quota"), "{e}");
+    assert_eq!(code(e), ErrorCode::Overloaded);
+    for _ in 0..6 {
+        b.invoke("slow", b"{}", Default::default()).unwrap();
+    }
+    // A finished run makes room.
+    a.cancel_run(&ids[0]).unwrap();
+    assert!(
+        common::wait_until(std::time::Duration::from_secs(10), || {
+            a.invoke("slow", b"{}", Default::default()).is_ok()
+        }),
+        "no room after a run finished"
+    );
+    server.stop();
+}
+
+/// Item 10: `kv_bytes` bounds a namespace's keys and values; a put beyond answers
+/// `overloaded` with the reason, a delete makes room, other namespaces go on.
+#[test]
+fn a_namespace_over_its_kv_bytes_quota_is_refused_and_a_delete_makes_room() {
+    let dir = temp_dir();
+    let auth = dir.path().join("auth.yaml");
+    std::fs::write(
+        &auth,
+        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n\
+         quotas:\n  \"*\": {kv_bytes: 100000}\n",
+    )
+    .unwrap();
+    let server = TestServer::start(
+        &dir.path().join("data"),
+        &["--shards", "1", "--auth-file", auth.to_str().unwrap()],
+    );
+    let connect = |ns: &str| {
+        Client::connect_with_token(server.addr, "admin-token-1")
+            .unwrap()
+            .with_namespace(ns)
+    };
+    let (mut a, mut b) = (connect("tenant-a"), connect("tenant-b"));
+    let value = vec![b'x'; 30_000];
+    for i in 0..3 {
+        a.kv_put(&format!("k{i}"), &value, flo::PutOptions::default())
+            .unwrap();
+    }
+    let e = a
+        .kv_put("k3", &value, flo::PutOptions::default())
+        .unwrap_err();
+    assert!(e.to_string().contains("kv_bytes quota"), "{e}");
+    assert_eq!(code(e), ErrorCode::Overloaded);
+    // Replacing a value with one of the same size fits; another namespace has its own.
+    a.kv_put("k0", &value, flo::PutOptions::default()).unwrap();
+    b.kv_put("k3", &value, flo::PutOptions::default()).unwrap();
+    a.kv_delete("k1", None).unwrap();
+    a.kv_put("k3", &value, flo::PutOptions::default()).unwrap();
+    // After a restart the bytes are counted again from the data.
+    drop((a, b));
+    server.stop();
+    let server = TestServer::start(
+        &dir.path().join("data"),
+        &["--shards", "1", "--auth-file", auth.to_str().unwrap()],
+    );
+    let mut a = Client::connect_with_token(server.addr, "admin-token-1")
+        .unwrap()
+        .with_namespace("tenant-a");
+    let e = a
+        .kv_put("k9", &value, flo::PutOptions::default())
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::Overloaded);
+    server.stop();
+}

@@ -581,6 +581,12 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         durability: boot.config.durability,
         retention_ms: boot.config.retention_ms,
         peer_timeout_ms: boot.config.peer_timeout_ms,
+        quotas: boot
+            .config
+            .auth
+            .as_ref()
+            .map(|table| Arc::new(table.quotas().clone()))
+            .unwrap_or_default(),
     };
     let clock: Box<dyn Clock> = match boot.config.test_clock {
         true => Box::new(boot.clock.clone()),

@@ -98,6 +98,9 @@ pub fn invoke(core: &mut Core, spec: InvokeSpec) -> Done {
             }),
         };
     }
+    if let Err(e) = core.check_live_runs(&spec.namespace) {
+        return Done::now(Err(e));
+    }
     let Some(def) = core.state().registry.get(&spec.namespace, &spec.action) else {
         return Done::now(Err(ErrorValue::internal(
             "the action vanished while invoked",

@@ -128,6 +128,8 @@ pub enum AuthFileError {
     NoNamespaces { entry: String },
     #[error("{entry}: an empty namespace name")]
     EmptyNamespace { entry: String },
+    #[error("quotas: {0}")]
+    Quota(String),
     #[error(
         "{entry}: workers must list worker ids or prefixes ending in '*' (leave it out for \
          any worker id)"
@@ -140,6 +142,41 @@ pub enum AuthFileError {
 struct RawFile {
     #[serde(default)]
     tokens: Vec<RawEntry>,
+    /// Namespace (or `*`: every namespace not listed) → its quota.
+    #[serde(default)]
+    quotas: std::collections::BTreeMap<String, Quota>,
+}
+
+/// What one namespace may hold, over the whole server (each shard enforces its share:
+/// the quota divided by the shards, rounded up — keys and runs hash evenly over them).
+/// None: no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Bytes of KV keys and values.
+    #[serde(default)]
+    pub kv_bytes: Option<u64>,
+    /// Action and workflow runs in flight (not finished).
+    #[serde(default)]
+    pub live_runs: Option<u64>,
+}
+
+/// The auth file's quotas: per namespace, and for every other namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Quotas {
+    by_namespace: std::collections::BTreeMap<String, Quota>,
+    others: Option<Quota>,
+}
+
+impl Quotas {
+    /// The quota of `namespace`, if one applies.
+    pub fn of(&self, namespace: &str) -> Option<&Quota> {
+        self.by_namespace.get(namespace).or(self.others.as_ref())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_namespace.is_empty() && self.others.is_none()
+    }
 }
 
 #[derive(Deserialize)]
@@ -172,11 +209,13 @@ fn digest(token: &str) -> TokenDigest {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// The validated auth file: each token's digest and what it grants.
+/// The validated auth file: each token's digest and what it grants, and the namespaces'
+/// quotas.
 #[derive(Debug, Clone)]
 pub struct AuthTable {
     digests: Vec<TokenDigest>,
     principals: Vec<Principal>,
+    quotas: Quotas,
 }
 
 impl AuthTable {
@@ -206,9 +245,28 @@ impl AuthTable {
         if raw.tokens.len() > AUTH_TOKENS_MAX {
             return Err(AuthFileError::TooMany(raw.tokens.len()));
         }
+        let mut quotas = raw.quotas;
+        if quotas.keys().any(|ns| ns.is_empty()) {
+            return Err(AuthFileError::Quota(
+                "a quota for an empty namespace name".into(),
+            ));
+        }
+        if let Some((ns, _)) = quotas
+            .iter()
+            .find(|(_, q)| q.kv_bytes == Some(0) || q.live_runs == Some(0))
+        {
+            return Err(AuthFileError::Quota(format!(
+                "namespace \"{ns}\": a quota of 0 (leave the field out for no limit)"
+            )));
+        }
+        let others = quotas.remove("*");
         let mut table = AuthTable {
             digests: Vec::with_capacity(raw.tokens.len()),
             principals: Vec::with_capacity(raw.tokens.len()),
+            quotas: Quotas {
+                by_namespace: quotas,
+                others,
+            },
         };
         for (i, entry) in raw.tokens.into_iter().enumerate() {
             let name = entry
@@ -273,6 +331,10 @@ impl AuthTable {
 
     pub fn len(&self) -> usize {
         self.principals.len()
+    }
+
+    pub fn quotas(&self) -> &Quotas {
+        &self.quotas
     }
 
     pub fn is_empty(&self) -> bool {
@@ -416,6 +478,26 @@ namespaces = ["payments"]
         assert!(e.contains("empty namespace"), "{e}");
         let e = refused("tokens:\n  - {token: a, role: client}\n");
         assert!(e.contains("missing field `namespaces`"), "{e}");
+    }
+
+    #[test]
+    fn quotas_per_namespace_and_for_the_others() {
+        let yaml = "tokens:\n  - {token: a, role: admin, namespaces: [\"*\"]}\nquotas:\n  \
+                    payments: {kv_bytes: 1000, live_runs: 10}\n  \"*\": {live_runs: 5}\n";
+        let table = AuthTable::parse(yaml, FileFormat::Yaml).unwrap();
+        let q = table.quotas();
+        assert_eq!(q.of("payments").unwrap().kv_bytes, Some(1000));
+        assert_eq!(q.of("other").unwrap().live_runs, Some(5));
+        assert_eq!(q.of("other").unwrap().kv_bytes, None);
+        let bad = "tokens:\n  - {token: a, role: admin, namespaces: [\"*\"]}\nquotas:\n  \
+                   p: {live_runs: 0}\n";
+        assert!(matches!(
+            AuthTable::parse(bad, FileFormat::Yaml),
+            Err(AuthFileError::Quota(_))
+        ));
+        let unknown = "tokens:\n  - {token: a, role: admin, namespaces: [\"*\"]}\nquotas:\n  \
+                       p: {runs: 3}\n";
+        assert!(AuthTable::parse(unknown, FileFormat::Yaml).is_err());
     }
 
     #[test]

@@ -9,6 +9,6 @@ mod file;
 mod gate;
 mod policy;
 
-pub use file::{AuthFileError, AuthTable, FileFormat, Namespaces, Principal, Role};
+pub use file::{AuthFileError, AuthTable, FileFormat, Namespaces, Principal, Quota, Quotas, Role};
 pub use gate::{DENIAL_LINES_PER_SECOND_MAX, Gate, Refusal, Session, hide_counts};
 pub use policy::{Denied, authorize, op_name};

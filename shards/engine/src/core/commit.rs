@@ -7,6 +7,7 @@ use super::agenda::{Agenda, Task};
 use super::calls::{Calls, Waiting};
 use super::gate::{Durability, Gate, Marks};
 use super::io::{DiskSpace, Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
+use crate::auth::{Quota, Quotas};
 use crate::clock::Clock;
 use crate::fold::index::{Index, Touch};
 use crate::fold::record::Record;
@@ -14,6 +15,7 @@ use crate::fold::state::ShardState;
 use crate::hash::Partitioning;
 use crate::ids::RunKey;
 use flo_ual::{Batch, LogBuffer};
+use std::sync::Arc;
 
 /// The shard's two clocks, read once per input: time stands still while one input is
 /// handled.
@@ -45,6 +47,8 @@ pub struct Core {
     /// Room for the log, as the runtime last said (`Input::DiskSpace`): read-only while
     /// `Full`.
     disk: DiskSpace,
+    /// The namespaces' quotas (`quotas.rs`).
+    quotas: Arc<Quotas>,
 }
 
 impl Core {
@@ -72,6 +76,19 @@ impl Core {
             group_open: false,
             keys_written: None,
             disk: DiskSpace::Available,
+            quotas: Arc::default(),
+        }
+    }
+
+    pub fn set_quotas(&mut self, quotas: Arc<Quotas>) {
+        self.quotas = quotas;
+    }
+
+    /// The quota of `namespace` (the whole server's), if one applies.
+    pub fn quota(&self, namespace: &str) -> Option<&Quota> {
+        match self.quotas.is_empty() {
+            true => None,
+            false => self.quotas.of(namespace),
         }
     }
 

@@ -18,6 +18,7 @@ mod watches;
 pub use fanout::SERVER_VERSION;
 
 use crate::actions::Executions;
+use crate::auth::Quotas;
 use crate::clock::Clock;
 use crate::core::{Core, Durability};
 use crate::definitions::Definitions;
@@ -30,6 +31,7 @@ use crate::kv::{Forwarder, KvWaits};
 use crate::workers::{Awaits, WorkerRegistry};
 use fanout::FanOuts;
 use flo_ual::Batch;
+use std::sync::Arc;
 use watches::Watches;
 
 /// How often expired keys are swept and worker health checked.
@@ -42,7 +44,7 @@ pub const STREAM_SWEEP_PARTITIONS_MAX: usize = 1000;
 /// Expired keys deleted per sweep.
 pub const EXPIRY_SWEEP_KEYS_MAX: usize = 1000;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub shard: u32,
     pub partitioning: Partitioning,
@@ -52,6 +54,8 @@ pub struct EngineConfig {
     /// A client's operation waiting on another shard answers `unavailable` after this
     /// long without its answer.
     pub peer_timeout_ms: u64,
+    /// The namespaces' quotas (from the auth file; empty: none).
+    pub quotas: Arc<Quotas>,
 }
 
 /// Default of `EngineConfig::peer_timeout_ms`.
@@ -92,8 +96,10 @@ impl Engine {
     /// An engine with an empty state; `replay` the log into it, then `recovered`.
     pub fn new(config: EngineConfig, clock: Box<dyn Clock>, wall: Box<dyn Clock>) -> Engine {
         let state = ShardState::new(config.shard, config.partitioning);
+        let mut core = Core::new(state, config.durability, clock, wall);
+        core.set_quotas(config.quotas);
         Engine {
-            core: Core::new(state, config.durability, clock, wall),
+            core,
             workers: WorkerRegistry::default(),
             awaits: Awaits::default(),
             watches: Watches::default(),

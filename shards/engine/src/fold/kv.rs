@@ -68,6 +68,15 @@ pub struct KvStore {
     /// rebuilt by `relink` after a snapshot is loaded).
     #[serde(skip)]
     expiries: BTreeSet<(u64, String, String)>,
+    /// Bytes of keys and values per namespace (derived: rebuilt by `relink`), for the
+    /// namespaces' `kv_bytes` quotas.
+    #[serde(skip)]
+    bytes: HashMap<String, u64>,
+}
+
+/// What an entry counts toward its namespace's `kv_bytes`.
+fn entry_bytes(key: &str, value_len: usize) -> u64 {
+    (key.len() + value_len) as u64
 }
 
 fn validate_key(namespace: &str, key: &str) -> Result<(), ErrorValue> {
@@ -112,8 +121,44 @@ impl KvStore {
             .flat_map(|(ns, space)| space.iter().map(move |(k, e)| (ns.as_str(), k.as_str(), e)))
     }
 
-    /// Rebuilds what a snapshot does not carry (the expiry order).
+    /// Bytes of keys and values `namespace` holds here.
+    pub fn bytes_in(&self, namespace: &str) -> u64 {
+        self.bytes.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// What a put of `value_len` bytes at `key` adds to its namespace's bytes (an existing
+    /// value is replaced).
+    pub fn bytes_added(&self, namespace: &str, key: &str, value_len: usize) -> u64 {
+        let old = self
+            .entry(namespace, key)
+            .map_or(0, |e| entry_bytes(key, e.value.len()));
+        entry_bytes(key, value_len).saturating_sub(old)
+    }
+
+    fn count_bytes(&mut self, namespace: &str, add: u64, remove: u64) {
+        let n = match self.bytes.get_mut(namespace) {
+            Some(n) => n,
+            None => self.bytes.entry(namespace.to_string()).or_insert(0),
+        };
+        *n = (*n + add).saturating_sub(remove);
+        if *n == 0 {
+            self.bytes.remove(namespace);
+        }
+    }
+
+    /// Rebuilds what a snapshot does not carry (the expiry order, the bytes per namespace).
     pub fn relink(&mut self) {
+        self.bytes = self
+            .spaces
+            .iter()
+            .map(|(ns, keys)| {
+                let bytes = keys
+                    .iter()
+                    .map(|(k, e)| entry_bytes(k, e.value.len()))
+                    .sum();
+                (ns.clone(), bytes)
+            })
+            .collect();
         self.expiries = self
             .spaces
             .iter()
@@ -312,6 +357,8 @@ impl KvStore {
             .get_mut(&namespace)
             .expect("namespace inserted above");
         let expiries = &mut self.expiries;
+        let new_bytes = entry_bytes(&key, entry.value.len());
+        let mut old_bytes = 0;
         match space.entry(key) {
             std::collections::btree_map::Entry::Vacant(slot) => {
                 if let Some(at) = expires_at_ms {
@@ -321,6 +368,7 @@ impl KvStore {
                 self.keys += 1;
             }
             std::collections::btree_map::Entry::Occupied(mut slot) => {
+                old_bytes = entry_bytes(slot.key(), slot.get().value.len());
                 let old_at = slot.get().expires_at_ms;
                 if old_at != expires_at_ms {
                     if let Some(at) = old_at {
@@ -333,6 +381,7 @@ impl KvStore {
                 slot.insert(entry);
             }
         }
+        self.count_bytes(&namespace, new_bytes, old_bytes);
     }
 
     /// A WebAssembly guest's write (committed with its run's completion at `at_ms`):
@@ -362,10 +411,12 @@ impl KvStore {
         };
         let Some(old) = space.remove(key) else { return };
         self.keys -= 1;
+        let old_bytes = entry_bytes(key, old.value.len());
         if space.is_empty() {
             self.spaces.remove(namespace);
         }
         self.forget_expiry(namespace, key, Some(&old));
+        self.count_bytes(namespace, 0, old_bytes);
     }
 }
 
@@ -392,6 +443,28 @@ mod tests {
         };
         s.apply(s.applied_lsn + 1, rec);
         Ok(version)
+    }
+
+    #[test]
+    fn bytes_per_namespace_follow_puts_deletes_and_a_relink() {
+        let mut kv = KvStore::default();
+        kv.apply_put("a".into(), "k1".into(), vec![0; 10], 1, None, 1);
+        kv.apply_put("a".into(), "k2".into(), vec![0; 5], 1, None, 2);
+        kv.apply_put("b".into(), "k".into(), vec![0; 7], 1, None, 3);
+        assert_eq!((kv.bytes_in("a"), kv.bytes_in("b")), (12 + 7, 8));
+        kv.apply_put("a".into(), "k1".into(), vec![0; 2], 2, None, 4);
+        assert_eq!(kv.bytes_in("a"), 4 + 7);
+        assert_eq!(kv.bytes_added("a", "k1", 10), 8);
+        assert_eq!(kv.bytes_added("a", "new", 10), 13);
+        kv.apply_delete("a", "k2");
+        assert_eq!(kv.bytes_in("a"), 4);
+        let before = kv.bytes.clone();
+        kv.bytes.clear();
+        kv.relink();
+        assert_eq!(kv.bytes, before);
+        kv.apply_delete("a", "k1");
+        kv.apply_delete("b", "k");
+        assert!(kv.bytes.is_empty());
     }
 
     #[test]

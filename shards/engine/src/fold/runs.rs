@@ -105,6 +105,11 @@ impl Runs {
             .ok_or_else(|| run_not_found(namespace, run_id))
     }
 
+    /// Runs of `namespace` in memory (in flight, or finished and not yet archived).
+    pub fn len_in(&self, namespace: &str) -> usize {
+        self.spaces.get(namespace).map_or(0, HashMap::len)
+    }
+
     pub fn len(&self) -> usize {
         self.spaces.values().map(|runs| runs.len()).sum()
     }

@@ -223,6 +223,11 @@ impl Workflows {
     }
 
     /// Runs in memory.
+    /// Runs of `namespace` in memory (in flight, or finished and not yet archived).
+    pub fn run_count_in(&self, namespace: &str) -> usize {
+        self.runs.get(namespace).map_or(0, HashMap::len)
+    }
+
     pub fn run_count(&self) -> usize {
         self.runs.values().map(|r| r.len()).sum()
     }

@@ -118,6 +118,9 @@ pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Started {
         }
         Err(e) => return Started::Done(Done::now(Err(e))),
     };
+    if let Err(e) = core.check_live_runs(&spec.namespace) {
+        return Started::Done(Done::now(Err(e)));
+    }
     core.commit(Record::WfRunStarted {
         namespace: spec.namespace.clone(),
         run_id: run_id.clone(),

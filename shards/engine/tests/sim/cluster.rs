@@ -455,6 +455,7 @@ pub fn new_engine_with(
             retention_ms,
             // The simulated clock jumps while messages are in flight: no timeouts.
             peer_timeout_ms: u64::MAX,
+            quotas: Default::default(),
         },
         Box::new(clock.clone()),
         Box::new(clock.clone()),
