@@ -625,6 +625,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             partitions: 256,
             shards: vec![shard],
             module_cache: None,
+            counts_hidden: false,
         })),
         Ok(Reply::ShardMap(ShardMap {
             hash: "xxh3-64".into(),
