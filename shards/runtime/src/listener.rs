@@ -169,18 +169,20 @@ impl Admission {
             || self.peers.iter().any(|p| p.len() >= SHARD_BACKLOG_MAX)
     }
 
-    /// Waits until `conn` may take a request reserving `reserve` bytes for its reply:
-    /// room on the connection, and a shard not backlogged (looked at again every
-    /// millisecond while it is).
-    async fn room(&self, conn: &Conn, reserve: Reserve) {
+    /// Waits until `conn` may take a request reserving `reserve` for its reply: room on
+    /// the connection, and a shard not backlogged (looked at again every millisecond
+    /// while it is). Returns whether it had to wait.
+    async fn room(&self, conn: &Conn, reserve: Reserve) -> bool {
+        let mut waited = false;
         loop {
             if !conn.has_room_for(reserve) {
                 conn.room.wait().await;
             } else if self.backlogged() {
                 glommio::timer::sleep(Duration::from_millis(1)).await;
             } else {
-                return;
+                return waited;
             }
+            waited = true;
         }
     }
 }
@@ -789,7 +791,10 @@ async fn read_loop(
     // When the first bytes of the frame not yet whole arrived (server clock, ms).
     let mut partial_since: Option<u64> = None;
     loop {
-        admission.room(conn, RESERVE_SMALL).await;
+        if admission.room(conn, RESERVE_SMALL).await && partial_since.is_some() {
+            // The server did not read meanwhile: the frame's time starts again.
+            partial_since = Some(SystemClock.now_ms());
+        }
         if end == buf.len() {
             make_room(&mut buf, &mut start, &mut end, conn.frame_bytes_max(gate));
         }
