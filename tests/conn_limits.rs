@@ -268,7 +268,7 @@ fn run_waits(server: &TestServer) -> u64 {
 }
 
 #[test]
-fn waits_on_runs_leave_with_their_connection_and_are_bounded_per_connection() {
+fn waits_on_runs_are_bounded_per_connection_and_leave_with_it() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
@@ -286,7 +286,8 @@ fn waits_on_runs_leave_with_their_connection_and_are_bounded_per_connection() {
         .collect();
 
     for round in 0..2 {
-        const WAITS: u64 = 4096;
+        // With the marker below, as many requests as one connection may have in flight.
+        const WAITS: u64 = 4095;
         let mut s = connect(server.addr);
         let mut burst = Vec::new();
         for id in 1..=WAITS {
@@ -298,27 +299,24 @@ fn waits_on_runs_leave_with_their_connection_and_are_bounded_per_connection() {
             };
             burst.extend(request_frame(id, op));
         }
-        // A marker: answered at once, after the refusals of the waits before it.
+        // A request behind the waits is served meanwhile: waits beyond what the connection
+        // may reserve are held, not in the way.
         burst.extend(request_frame(WAITS + 1, Op::ShardMap));
         s.write_all(&burst).unwrap();
-        // Beyond what one connection may hold, waits are refused at once.
-        let mut overloaded = 0;
-        loop {
-            let r = read_response(&mut s);
-            if r.id == WAITS + 1 {
-                break;
-            }
-            let e = r.result.expect_err("only refusals come before the deadline");
-            assert_eq!(e.code, ErrorCode::Overloaded, "{e:?}");
-            overloaded += 1;
-        }
-        let held = WAITS - overloaded;
-        eprintln!("round {round}: {held} waits held, {overloaded} refused");
-        assert!((1..=1024).contains(&held), "{held} waits held");
+        let r = read_response(&mut s);
+        assert_eq!(r.id, WAITS + 1, "{r:?}");
+        assert!(matches!(r.result, Ok(Reply::ShardMap(_))), "{r:?}");
         assert!(
-            wait_until(Duration::from_secs(30), || run_waits(&server) >= held),
-            "round {round}: {} waits counted, {held} held",
-            run_waits(&server)
+            wait_until(Duration::from_secs(30), || run_waits(&server) > 0),
+            "round {round}: no wait is counted"
+        );
+        let held = run_waits(&server);
+        eprintln!("round {round}: {held} waits held by the shards");
+        // At most what one connection's wait budget reserves, counted on its shard and on
+        // the runs' owners.
+        assert!(
+            held <= 2 * 32,
+            "round {round}: {held} waits held for one connection"
         );
         drop(s);
         assert!(

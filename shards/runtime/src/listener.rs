@@ -36,10 +36,14 @@ const RESERVE_SMALL: Reserve = Reserve {
     waits: false,
 };
 /// Reply bytes the waits of one connection (a wait on a run or a key, a task await, a
-/// blocking stream read) may reserve at once, beside `REPLY_BYTES_QUEUED_MAX`: a wait
-/// is parked for as long as it waits, so it never pauses the reader (other requests go on
-/// beside it); one more wait is answered `overloaded` at once.
+/// blocking stream read, a start or an invoke with a wait) may reserve at once, beside
+/// `REPLY_BYTES_QUEUED_MAX`. A wait may last minutes, so one that does not fit does not
+/// pause the reader (the requests behind it may be what it waits for): it is held, in
+/// order, until an earlier wait is answered.
 pub(crate) const WAIT_REPLY_BYTES_RESERVED_MAX: usize = 32 << 20;
+/// Bytes of requests (waits) a connection may have held for lack of room; beyond, the
+/// reader pauses.
+pub(crate) const WAITS_HELD_BYTES_MAX: usize = 32 << 20;
 /// What a wait reserves, whatever it waits for (a reply larger than this is counted
 /// when it comes).
 pub(crate) const REPLY_RESERVE_WAIT_BYTES: usize = REPLY_RESERVE_VALUE_BYTES;
@@ -97,6 +101,12 @@ pub(crate) struct Conn {
     reserved_bytes: Cell<usize>,
     /// Of `reserved_bytes`, what waits reserved.
     waits_reserved_bytes: Cell<usize>,
+    /// Waits taken and not yet admitted for lack of room in the waits' budget, in order,
+    /// and their frames' bytes.
+    held_waits: RefCell<std::collections::VecDeque<HeldWait>>,
+    held_waits_bytes: Cell<usize>,
+    id: ConnId,
+    inbox: Rc<Inbox>,
     /// By request id: the bytes reserved, how many requests reserved them (a client may
     /// give two requests one id) and how many of those are waits.
     reservations: RefCell<HashMap<u64, Reserved>>,
@@ -111,6 +121,14 @@ pub(crate) struct Conn {
     session: Cell<Session>,
     /// It held a read buffer or wrote a reply larger than its usual buffers.
     held_large: Cell<bool>,
+}
+
+/// A wait taken (its gate passed) and not yet admitted.
+struct HeldWait {
+    from: ClientRef,
+    op: Op,
+    reserve: Reserve,
+    frame_bytes: usize,
 }
 
 /// What the requests of one id reserved.
@@ -299,8 +317,12 @@ fn reply_reserve_bytes(op: &Op) -> usize {
 }
 
 impl Conn {
-    fn new() -> Conn {
+    fn new(id: ConnId, inbox: Rc<Inbox>) -> Conn {
         Conn {
+            held_waits: RefCell::default(),
+            held_waits_bytes: Cell::new(0),
+            id,
+            inbox,
             ready: RefCell::new(Vec::new()),
             signal: Signal::default(),
             inflight: Cell::new(0),
@@ -320,6 +342,7 @@ impl Conn {
     /// Queues a reply for sending; what its request reserved is released.
     pub fn send(&self, request: u64, result: ReplyResult) {
         self.release(request);
+        self.admit_held_waits();
         let frame = encode_response(request, result);
         // What the release freed may let the reader admit more.
         self.room.notify();
@@ -385,18 +408,82 @@ impl Conn {
         self.waits_reserved_bytes.get() + bytes <= WAIT_REPLY_BYTES_RESERVED_MAX
     }
 
+    /// Admits `request`: its reply's room reserved, into the inbox; a wait that does not
+    /// fit (or comes behind one held) is held.
+    fn admit(&self, request: Request, reserve: Reserve, frame_bytes: usize) {
+        let from = ClientRef {
+            conn: self.id,
+            request: request.id,
+        };
+        let mut held = self.held_waits.borrow_mut();
+        if reserve.waits && (!held.is_empty() || !self.wait_fits(reserve.bytes)) {
+            held.push_back(HeldWait {
+                from,
+                op: request.op,
+                reserve,
+                frame_bytes,
+            });
+            self.held_waits_bytes
+                .set(self.held_waits_bytes.get() + frame_bytes);
+            return;
+        }
+        drop(held);
+        self.reserve(request.id, reserve);
+        self.inbox.push(Input::Client {
+            from,
+            op: request.op,
+        });
+    }
+
+    /// Admits the waits held, in order, while they fit (not once the connection is done).
+    fn admit_held_waits(&self) {
+        while !self.reader_done.get() {
+            let mut held = self.held_waits.borrow_mut();
+            let Some(next) = held.front() else {
+                return;
+            };
+            if !self.wait_fits(next.reserve.bytes) {
+                return;
+            }
+            let Some(next) = held.pop_front() else {
+                return;
+            };
+            drop(held);
+            self.held_waits_bytes
+                .set(self.held_waits_bytes.get() - next.frame_bytes);
+            self.reserve(next.from.request, next.reserve);
+            self.inbox.push(Input::Client {
+                from: next.from,
+                op: next.op,
+            });
+            self.room.notify();
+        }
+    }
+
+    /// The connection is done: the waits held are dropped (no request of theirs reached
+    /// the shard).
+    fn drop_held_waits(&self) {
+        let dropped = std::mem::take(&mut *self.held_waits.borrow_mut());
+        self.held_waits_bytes.set(0);
+        self.inflight
+            .set(self.inflight.get().saturating_sub(dropped.len()));
+    }
+
     /// Bytes of replies waiting and reserved.
     fn owed_bytes(&self) -> usize {
         self.queued_bytes.get() + self.reserved_bytes.get()
     }
 
-    /// Whether a request reserving `reserve` may be admitted now: waits are bounded by
-    /// their own budget (`wait_fits`, checked before), the rest by the bytes owed beside
-    /// the waits' (one always may when nothing else is owed, whatever it reserves).
+    /// Whether a request reserving `reserve` may be taken now: waits are bounded by their
+    /// own budget (held when it is spent, `admit`), the rest by the bytes owed beside the
+    /// waits' (one always may when nothing else is owed, whatever it reserves); and no
+    /// more is taken while the waits held are many.
     fn has_room_for(&self, reserve: Reserve) -> bool {
         let owed = self.owed_bytes() - self.waits_reserved_bytes.get();
         let fits = reserve.waits || owed == 0 || owed + reserve.bytes <= REPLY_BYTES_QUEUED_MAX;
-        self.inflight.get() < INFLIGHT_REQUESTS_MAX && fits
+        self.inflight.get() < INFLIGHT_REQUESTS_MAX
+            && self.held_waits_bytes.get() < WAITS_HELD_BYTES_MAX
+            && fits
     }
 
     /// `frames` replies of `bytes` were written.
@@ -680,12 +767,13 @@ async fn serve(
     settings: Rc<ConnSettings>,
 ) {
     let _ = stream.set_nodelay(true);
-    let conn = Rc::new(Conn::new());
+    let conn = Rc::new(Conn::new(id, admission.inbox.clone()));
     conns.borrow_mut().insert(id, conn.clone());
     let (reader, writer) = futures_lite::io::split(stream);
     let writing = glommio::spawn_local(write_loop(conn.clone(), writer));
-    read_loop(id, &conn, reader, &admission, &settings).await;
+    read_loop(&conn, reader, &admission, &settings).await;
     conn.reader_done.set(true);
+    conn.drop_held_waits();
     conn.signal.notify();
     admission.inbox.push(Input::ConnClosed { conn: id });
     writing.await;
@@ -778,13 +866,11 @@ enum Woken {
 }
 
 async fn read_loop(
-    id: ConnId,
     conn: &Rc<Conn>,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
     admission: &Admission,
     settings: &ConnSettings,
 ) {
-    let inbox = &*admission.inbox;
     let gate = settings.gate.as_deref();
     let mut buf = vec![0u8; READ_BUFFER_START_BYTES];
     let (mut start, mut end) = (0usize, 0usize);
@@ -861,15 +947,8 @@ async fn read_loop(
                 .map_or(RESERVE_SMALL, |r| reply_reserve(&r.op));
             start += used;
             took = true;
-            if let Ok(request) = &decoded
-                && reserve.waits
-                && !conn.wait_fits(reserve.bytes)
-            {
-                refuse_wait(conn, request.id);
-                continue;
-            }
             admission.room(conn, reserve).await;
-            take_request(id, conn, decoded, reserve, inbox, gate);
+            take_request(conn, decoded, reserve, used, gate);
         }
         let now = SystemClock.now_ms();
         if took {
@@ -960,67 +1039,47 @@ fn decode_request(payload: &[u8]) -> Result<Request, (u64, ErrorValue)> {
     })
 }
 
-/// Admits a request (its reply's `reserve` reserved): into the inbox, or answered here
-/// (undecodable, refused by the gate).
+/// Takes a request (a frame of `frame_bytes`): admitted with its reply's `reserve`, or
+/// answered here (undecodable, refused by the gate).
 fn take_request(
-    id: ConnId,
     conn: &Conn,
     decoded: Result<Request, (u64, ErrorValue)>,
     reserve: Reserve,
-    inbox: &Inbox,
+    frame_bytes: usize,
     gate: Option<&Gate>,
 ) {
     conn.inflight.set(conn.inflight.get() + 1);
-    match decoded {
-        Ok(Request { id: request, op }) => {
-            conn.reserve(request, reserve);
-            if let Some(gate) = gate
-                && !admitted(gate, conn, request, &op)
-            {
-                return;
-            }
-            inbox.push(Input::Client {
-                from: ClientRef { conn: id, request },
-                op,
-            })
-        }
+    let request = match decoded {
+        Ok(request) => request,
         Err((request, e)) => {
-            conn.reserve(request, reserve);
+            conn.reserve(request, RESERVE_SMALL);
             conn.send(request, Err(e));
+            return;
         }
+    };
+    if let Some(gate) = gate
+        && let Err(e) = admitted(gate, conn, &request.op)
+    {
+        conn.reserve(request.id, RESERVE_SMALL);
+        conn.send(request.id, Err(e));
+        return;
     }
+    conn.admit(request, reserve, frame_bytes);
 }
 
-/// Answers a wait the connection has no room for: `overloaded`, at once (a wait may last
-/// minutes; the reader does not pause for it).
-fn refuse_wait(conn: &Conn, request: u64) {
-    conn.inflight.set(conn.inflight.get() + 1);
-    conn.reserve(request, RESERVE_SMALL);
-    let e = ErrorValue::new(
-        ErrorCode::Overloaded,
-        format!(
-            "this connection has as many waits open as it may (their replies could take {} \
-             MiB); wait for fewer at once, or over more connections",
-            WAIT_REPLY_BYTES_RESERVED_MAX >> 20
-        ),
-    );
-    conn.send(request, Err(e));
-}
-
-/// Asks the gate whether the request may enter the shard; if not, answers it
-/// `unauthorized` and logs the denial (within the gate's rate limit).
-fn admitted(gate: &Gate, conn: &Conn, request: u64, op: &flo_protocol::Op) -> bool {
+/// Asks the gate whether the request may enter the shard; if not, the error to answer
+/// (`unauthorized`), the denial logged (within the gate's rate limit).
+fn admitted(gate: &Gate, conn: &Conn, op: &Op) -> Result<(), ErrorValue> {
     let mut session = conn.session.get();
     let verdict = gate.check(&mut session, op, SystemClock.now_ms());
     conn.session.set(session);
     let Err(refusal) = verdict else {
-        return true;
+        return Ok(());
     };
     if let Some(line) = refusal.log_line {
         crate::stderr::queued(line);
     }
-    conn.send(request, Err(refusal.error));
-    false
+    Err(refusal.error)
 }
 
 #[cfg(test)]
