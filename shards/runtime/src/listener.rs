@@ -833,7 +833,8 @@ async fn write_frames(
         if !out.is_empty() && out.len() + frame.len() > WRITE_BUFFER_BYTES {
             writer.write_all(out).await?;
             conn.written(gathered, out.len());
-            (out.clear(), gathered = 0);
+            out.clear();
+            gathered = 0;
         }
         if frame.len() >= WRITE_BUFFER_BYTES {
             conn.held_large.set(true);
