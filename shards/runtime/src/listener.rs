@@ -1089,6 +1089,142 @@ mod tests {
     use crate::mesh::PeerOut;
     use flo_engine::PeerMsg;
 
+    fn kv_get() -> Op {
+        Op::KvGet {
+            namespace: "ns".into(),
+            key: "k".into(),
+            wait_ms: None,
+            after_version: None,
+        }
+    }
+
+    fn run_wait() -> Op {
+        Op::RunWait {
+            namespace: "ns".into(),
+            run_id: "r".into(),
+            timeout_ms: 60_000,
+        }
+    }
+
+    #[test]
+    fn a_request_reserves_its_replys_room_until_it_is_answered() {
+        let conn = Conn::new(1, Rc::new(Inbox::default()));
+        let get = reply_reserve(&kv_get());
+        assert_eq!(get.bytes, REPLY_RESERVE_VALUE_BYTES);
+        let mut taken = 0;
+        while conn.has_room_for(get) {
+            conn.inflight.set(conn.inflight.get() + 1);
+            conn.admit(
+                Request {
+                    id: taken,
+                    op: kv_get(),
+                },
+                get,
+                40,
+            );
+            taken += 1;
+        }
+        // Reservations alone fill the reply bound: one more read waits.
+        assert_eq!(
+            taken as usize,
+            REPLY_BYTES_QUEUED_MAX / REPLY_RESERVE_VALUE_BYTES
+        );
+        assert!(!conn.has_room_for(get));
+        // A small reply takes the place of a large reservation: room again.
+        conn.send(0, Ok(flo_protocol::Reply::Done));
+        assert!(conn.has_room_for(get));
+        assert_eq!(
+            conn.owed_bytes(),
+            (taken as usize - 1) * REPLY_RESERVE_VALUE_BYTES + conn.queued_bytes.get()
+        );
+        for id in 1..taken {
+            conn.send(id, Ok(flo_protocol::Reply::Done));
+        }
+        assert_eq!(conn.reserved_bytes.get(), 0);
+        assert!(conn.reservations.borrow().is_empty());
+    }
+
+    #[test]
+    fn requests_sharing_an_id_release_what_they_reserved_in_full() {
+        let conn = Conn::new(1, Rc::new(Inbox::default()));
+        conn.reserve(5, reply_reserve(&kv_get()));
+        conn.reserve(5, RESERVE_SMALL);
+        conn.release(5);
+        // Counted high, never low, until the last is answered.
+        assert_eq!(conn.reserved_bytes.get(), REPLY_RESERVE_VALUE_BYTES);
+        conn.release(5);
+        assert_eq!(conn.reserved_bytes.get(), 0);
+    }
+
+    #[test]
+    fn waits_beyond_their_budget_are_held_in_order_without_pausing_the_reader() {
+        let inbox = Rc::new(Inbox::default());
+        let conn = Conn::new(1, inbox.clone());
+        let wait = reply_reserve(&run_wait());
+        assert!(wait.waits);
+        let fit = (WAIT_REPLY_BYTES_RESERVED_MAX / wait.bytes) as u64;
+        for id in 0..fit + 3 {
+            assert!(conn.has_room_for(wait), "wait {id}");
+            conn.inflight.set(conn.inflight.get() + 1);
+            conn.admit(Request { id, op: run_wait() }, wait, 50);
+        }
+        assert_eq!(inbox.len() as u64, fit);
+        assert_eq!(conn.held_waits.borrow().len(), 3);
+        // Other requests are still taken.
+        assert!(conn.has_room_for(reply_reserve(&kv_get())));
+        // An answered wait lets the first held one in.
+        conn.send(0, Ok(flo_protocol::Reply::Done));
+        assert_eq!(inbox.len() as u64, fit + 1);
+        assert_eq!(
+            conn.held_waits.borrow().front().unwrap().from.request,
+            fit + 1
+        );
+        // A closed connection admits none of them.
+        conn.reader_done.set(true);
+        conn.send(1, Ok(flo_protocol::Reply::Done));
+        conn.drop_held_waits();
+        assert_eq!(inbox.len() as u64, fit + 1);
+        assert_eq!(conn.held_waits_bytes.get(), 0);
+    }
+
+    #[test]
+    fn a_read_buffer_grows_with_the_bytes_of_a_large_frame_not_its_header() {
+        let mut buf = vec![0u8; READ_BUFFER_START_BYTES];
+        buf[..4].copy_from_slice(&(FRAME_BYTES_MAX as u32 - 4).to_be_bytes());
+        let (mut start, mut end) = (0, buf.len());
+        make_room(&mut buf, &mut start, &mut end, FRAME_BYTES_MAX);
+        assert_eq!(buf.len(), 2 * READ_BUFFER_START_BYTES);
+        // Before a handshake, a frame is at most a few KiB: the buffer never grows past.
+        let mut buf = vec![0u8; UNAUTHENTICATED_FRAME_BYTES_MAX];
+        buf[..4].copy_from_slice(&(FRAME_BYTES_MAX as u32).to_be_bytes());
+        let (mut start, mut end) = (0, buf.len());
+        make_room(
+            &mut buf,
+            &mut start,
+            &mut end,
+            UNAUTHENTICATED_FRAME_BYTES_MAX,
+        );
+        assert_eq!(buf.len(), UNAUTHENTICATED_FRAME_BYTES_MAX);
+    }
+
+    #[test]
+    fn accept_failures_are_reported_once_per_period_with_a_count() {
+        let mut failures = AcceptFailures::default();
+        let e = "too many open files";
+        let first = failures.note(0, &e, 1_000).expect("the first is reported");
+        assert!(
+            first.contains("accepting a connection failed: too many"),
+            "{first}"
+        );
+        for ms in 1_001..1_300 {
+            assert_eq!(failures.note(0, &e, ms), None);
+        }
+        let next = failures
+            .note(0, &e, 1_000 + ACCEPT_WARNING_EVERY_MS)
+            .expect("reported again after the period");
+        assert!(next.contains("failed 300 times"), "{next}");
+    }
+
     #[test]
     fn a_shard_behind_on_its_inbox_or_a_peer_queue_takes_no_more_requests() {
         let inbox = Rc::new(Inbox::default());
