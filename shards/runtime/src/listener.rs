@@ -1204,7 +1204,10 @@ mod tests {
             &mut end,
             UNAUTHENTICATED_FRAME_BYTES_MAX,
         );
-        assert_eq!(buf.len(), UNAUTHENTICATED_FRAME_BYTES_MAX);
+        assert_eq!(
+            buf.len(),
+            FRAME_HEADER_BYTES + UNAUTHENTICATED_FRAME_BYTES_MAX
+        );
     }
 
     #[test]
