@@ -85,6 +85,9 @@ const REFUSAL_LINGER_MS: u64 = 2000;
 /// How often a shard reports that accepting connections fails (with a count of failures
 /// since the last report).
 const ACCEPT_WARNING_EVERY_MS: u64 = 10_000;
+/// For this long after accepting failed, refusals do not linger (their descriptors are
+/// wanted).
+const ACCEPT_FAILED_RECENTLY_MS: u64 = 5_000;
 /// Accepting again after a failure (out of file descriptors, say) waits this long.
 const ACCEPT_RETRY_MS: u64 = 10;
 /// Memory freed by a connection that held large buffers is given back to the system at
@@ -607,12 +610,22 @@ pub(crate) struct ConnLimit {
 struct AcceptFailures {
     reported_at_ms: Option<u64>,
     unreported: u64,
+    /// When the last failure was (server clock, ms).
+    last_ms: Option<u64>,
 }
 
 impl AcceptFailures {
+    /// Whether accepting failed within `ACCEPT_FAILED_RECENTLY_MS` of `now_ms`:
+    /// descriptors are scarce, refusals should not hold theirs.
+    fn recent(&self, now_ms: u64) -> bool {
+        self.last_ms
+            .is_some_and(|at| now_ms < at + ACCEPT_FAILED_RECENTLY_MS)
+    }
+
     /// Notes a failure at `now_ms`; the line to report, if one is due.
     fn note(&mut self, shard: u32, error: &dyn std::fmt::Display, now_ms: u64) -> Option<String> {
         self.unreported += 1;
+        self.last_ms = Some(now_ms);
         if self
             .reported_at_ms
             .is_some_and(|at| now_ms < at + ACCEPT_WARNING_EVERY_MS)
@@ -685,6 +698,10 @@ pub(crate) async fn accept_loop(
                 if let Some(line) = failures.note(shard, &e, SystemClock.now_ms()) {
                     crate::stderr::queued(line);
                 }
+                if spare.is_none() {
+                    // Taken back as soon as any descriptor is free.
+                    spare = spare_fd();
+                }
                 if out_of_fds(&e)
                     && let Some(fd) = spare.take()
                 {
@@ -700,7 +717,8 @@ pub(crate) async fn accept_loop(
         };
         if limit.open.fetch_add(1, Ordering::Relaxed) >= limit.max {
             limit.open.fetch_sub(1, Ordering::Relaxed);
-            let linger = refusing.get() < REFUSING_CONNECTIONS_MAX;
+            let linger =
+                refusing.get() < REFUSING_CONNECTIONS_MAX && !failures.recent(SystemClock.now_ms());
             let error = overloaded_connections(limit.max);
             if !linger {
                 refuse(stream, error, false).await;
