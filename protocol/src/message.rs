@@ -1087,6 +1087,10 @@ pub struct ShardInfo {
     /// WebAssembly executions in progress (each holds one of the shard's slots).
     #[serde(default)]
     pub executions: u32,
+    /// Clients waiting for a run to become final (run and workflow waits, invokes and
+    /// starts with a wait): held here, or sent to the shard that owns the run.
+    #[serde(default)]
+    pub run_waits: u64,
     /// The module cache as this shard last saw it (None: it has not used it yet).
     #[serde(default)]
     pub module_cache: Option<ModuleCacheInfo>,

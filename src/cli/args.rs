@@ -106,6 +106,11 @@ pub struct ServerArgs {
     /// (told first; the SDK's Client connects again by itself): `30s`, `15m`; 0: never.
     #[arg(long, default_value = "15m", value_parser = parse_idle_timeout)]
     pub idle_timeout: u64,
+    /// A frame whose first bytes arrived must arrive whole within this many ms, or its
+    /// connection is closed (for tests; 30 s otherwise).
+    #[arg(long, hide = true, default_value_t = flo_runtime::FRAME_DEADLINE_MS_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub frame_deadline_ms: u64,
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,

@@ -33,6 +33,7 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         peer_timeout_ms: args.peer_timeout,
         max_connections: args.max_connections as usize,
         idle_timeout_ms: args.idle_timeout,
+        frame_deadline_ms: args.frame_deadline_ms,
         release_memory: crate::release_memory,
         snapshot_bytes: args.snapshot_bytes.max(flo_runtime::SEGMENT_BYTES_MIN),
         io_memory_bytes: args.io_memory_mb.max(1) << 20,

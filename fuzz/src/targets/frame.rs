@@ -603,6 +603,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         disk_bytes: 4096,
         disk_full: false,
         executions: 1,
+        run_waits: 0,
         module_cache: Some(ModuleCacheInfo {
             bytes: 4096,
             modules: 1,

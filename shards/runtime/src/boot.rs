@@ -302,6 +302,22 @@ fn injected_faults(shard: u32) {
     }
 }
 
+/// Raises the open-file limit and bounds the connections by it; says so once when that
+/// takes fewer than `requested`.
+fn connections_within_fd_limit(requested: usize, shards: u32) -> usize {
+    let open_files = crate::fd_limit::raise_open_files_limit();
+    let max = crate::fd_limit::connections_within(requested, open_files, shards);
+    if max < requested {
+        crate::stderr::say!(
+            "warning: --max-connections {requested} lowered to {max}: the open-file limit is \
+             {open_files} and {} descriptors are kept for log segments, snapshots and the \
+             shards; raise the limit (ulimit -n, or LimitNOFILE= under systemd) to take more",
+            crate::fd_limit::fds_reserved(shards)
+        );
+    }
+    max
+}
+
 /// Runs the server until `stop` is set. `on_ready` is called once every shard serves.
 pub fn run_server(
     config: ServerConfig,
@@ -328,6 +344,8 @@ pub fn run_server(
         return Err(ServerError::BadShards(n));
     }
     let meta = load_meta(&dir, config.shards)?;
+    let mut config = config;
+    config.max_connections = connections_within_fd_limit(config.max_connections, meta.shards);
     let partitioning = Partitioning::new(meta.partitions, meta.shards);
 
     // Refuse a port another process serves, and learn the port when 0 was asked for.
@@ -705,12 +723,18 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         open: boot.connections.clone(),
         max: boot.config.max_connections,
     };
-    let gate = boot
-        .config
-        .auth
-        .clone()
-        .map(|table| Rc::new(Gate::new(id, table)));
     let idle_ms = boot.config.idle_timeout_ms;
+    let settings = Rc::new(crate::listener::ConnSettings {
+        gate: boot
+            .config
+            .auth
+            .clone()
+            .map(|table| Rc::new(Gate::new(id, table))),
+        idle_ms: if idle_ms == 0 { u64::MAX } else { idle_ms },
+        frame_deadline_ms: boot.config.frame_deadline_ms,
+        release_memory: boot.config.release_memory,
+        released_at_ms: std::cell::Cell::new(0),
+    });
     let admission = Rc::new(crate::listener::Admission {
         inbox: inbox.clone(),
         peers: peers.iter().flatten().cloned().collect(),
@@ -721,8 +745,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         conns.clone(),
         admission,
         limit,
-        gate,
-        if idle_ms == 0 { u64::MAX } else { idle_ms },
+        settings,
     ))
     .detach();
     if idle_ms > 0 {

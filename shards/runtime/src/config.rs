@@ -24,6 +24,9 @@ pub struct ServerConfig {
     /// A connection with no request in flight that sends nothing for this long is told so
     /// and closed (0: never).
     pub idle_timeout_ms: u64,
+    /// A frame whose first bytes arrived must arrive whole within this long, or its
+    /// connection is closed (`FRAME_DEADLINE_MS_DEFAULT`; tests set less).
+    pub frame_deadline_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
     /// Compiled WebAssembly modules kept for reuse (all shards): beyond this, the least

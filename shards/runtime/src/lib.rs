@@ -6,6 +6,7 @@
 mod boot;
 mod config;
 mod fault_disk;
+mod fd_limit;
 mod inbox;
 mod kick;
 mod listener;
@@ -24,5 +25,6 @@ pub use boot::{Ready, SHARDS_MAX, ServerError, run_server};
 pub use config::ServerConfig;
 pub use flo_engine::Durability;
 pub use flo_ual::SEGMENT_BYTES_MIN;
+pub use listener::FRAME_DEADLINE_MS_DEFAULT;
 pub use module_cache::MODULE_CACHE_BYTES_DEFAULT;
 pub use snapshots::SNAPSHOT_BYTES_DEFAULT;

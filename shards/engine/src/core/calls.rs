@@ -13,6 +13,8 @@ pub enum Waiting {
     AwaitRelay { to: ReplyTo, worker: WorkerKey },
     /// A blocking read forwarded to the key's owner: pass the answer on.
     KvWaitRelay(ReplyTo),
+    /// A wait for a run forwarded to its owner: pass the answer on.
+    WatchRelay(ReplyTo),
     /// A part of fan-out `id`.
     FanOut(u64),
     /// A shard's acknowledgement of definition change `id`.
@@ -89,6 +91,7 @@ impl Calls {
                     && matches!(
                         w,
                         Waiting::Relay(_)
+                            | Waiting::WatchRelay(_)
                             | Waiting::FanOut(_)
                             | Waiting::StreamPart { .. }
                             | Waiting::TriggerStart(_)

@@ -291,6 +291,9 @@ pub enum PeerRequest {
     KvRead { namespace: String, key: String },
     /// The connection of a blocking read forwarded to the receiver (its call `tag`) closed.
     KvWaitAbandon { tag: u64 },
+    /// The connection of a wait for a run forwarded to the receiver (its call `tag`)
+    /// closed.
+    WatchAbandon { tag: u64 },
     /// The shared test clock moved: look at timers again.
     ClockMoved,
 }

@@ -49,6 +49,12 @@ impl Engine {
                 Op::KvGet {
                     wait_ms: Some(1..), ..
                 } => kv::forward_wait(&mut self.core, &mut self.kv_waits, s, to, op),
+                Op::RunWait {
+                    timeout_ms: 1.., ..
+                }
+                | Op::WorkflowWait {
+                    timeout_ms: 1.., ..
+                } => self.forward_watch(s, to, op),
                 op => {
                     self.core
                         .call(s, 0, PeerRequest::Client(op), Waiting::Relay(to));
@@ -147,6 +153,7 @@ impl Engine {
                 disk_bytes: self.storage.disk_bytes,
                 disk_full: core.disk() == DiskSpace::Full,
                 executions: self.executions.len() as u32,
+                run_waits: (self.watches.len() + self.watches.relayed_len()) as u64,
                 module_cache: self.module_cache,
                 stream_records: core.state().streams.totals().0,
                 stream_bytes: core.state().streams.totals().1,

@@ -1,6 +1,7 @@
 //! An operation on the shard that owns it, executed by its domain.
 
 use super::Engine;
+use super::run_waits::Asked;
 use crate::actions;
 use crate::archive::Want;
 use crate::core::io::{Dest, Done, ReplyTo};
@@ -135,7 +136,7 @@ impl Engine {
                 let done = actions::invoke(&mut self.core, spec);
                 match (wait_ms, done.result) {
                     (Some(wait_ms), Ok(Reply::Invoked { run_id, .. })) => {
-                        self.wait_for((namespace, run_id), false, wait_ms, to);
+                        self.wait_for((namespace, run_id), false, wait_ms, to, Asked::Start);
                         return None;
                     }
                     (_, result) => Done {
@@ -156,7 +157,7 @@ impl Engine {
                 run_id,
                 timeout_ms,
             } => {
-                self.wait_for((namespace, run_id), false, timeout_ms, to);
+                self.wait_for((namespace, run_id), false, timeout_ms, to, Asked::Wait);
                 return None;
             }
             Op::RunCancel { namespace, run_id } => {
@@ -278,7 +279,7 @@ impl Engine {
                 };
                 match (wait_ms, done.result) {
                     (Some(wait_ms), Ok(Reply::WorkflowStarted { run_id, .. })) => {
-                        self.wait_for((namespace, run_id), true, wait_ms, to);
+                        self.wait_for((namespace, run_id), true, wait_ms, to, Asked::Start);
                         return None;
                     }
                     (_, result) => Done {
@@ -300,7 +301,7 @@ impl Engine {
                 run_id,
                 timeout_ms,
             } => {
-                self.wait_for((namespace, run_id), true, timeout_ms, to);
+                self.wait_for((namespace, run_id), true, timeout_ms, to, Asked::Wait);
                 return None;
             }
             Op::WorkflowHistory {

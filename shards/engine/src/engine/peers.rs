@@ -96,6 +96,7 @@ impl Engine {
                 core.reply(to, lsn, Ok(Reply::Done));
             }
             PeerRequest::KvWaitAbandon { tag } => kv::abandon_wait(&mut self.kv_waits, from, tag),
+            PeerRequest::WatchAbandon { tag } => self.watches.abandon(from, tag),
             PeerRequest::KvRead { namespace, key } => {
                 // The guest's result may depend on what it read: answered once durable.
                 let done = kv::get(core, &namespace, &key);
@@ -115,6 +116,7 @@ impl Engine {
         let core = &mut self.core;
         match waiting {
             Waiting::Relay(to) => core.reply_op(to, 0, result),
+            Waiting::WatchRelay(to) => self.on_watch_relayed(tag, to, result),
             Waiting::KvWaitRelay(to) => {
                 kv::on_wait_relayed(core, &mut self.kv_waits, tag, to, result)
             }

@@ -5,10 +5,22 @@ use super::Engine;
 use super::watches::Watched;
 use crate::actions::{self};
 use crate::archive::Want;
-use crate::core::io::{Done, ReplyTo};
+use crate::core::Waiting;
+use crate::core::io::PeerRequest;
+use crate::core::io::{ConnId, Done, ReplyResult, ReplyTo};
 use crate::fold::archive::RunKind;
 use crate::workflows;
-use flo_protocol::{RUN_WAIT_MS_MAX, Reply};
+use flo_protocol::{ErrorCode, ErrorValue, Op, RUN_WAIT_MS_MAX, Reply};
+
+/// Why a client waits for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Asked {
+    /// `RunWait`, `WorkflowWait`: refused `overloaded` when no more waits fit.
+    Wait,
+    /// An invoke or a start with `wait_ms`: the run exists already, so when no more waits
+    /// fit it is answered as it is now (like a wait whose time is up).
+    Start,
+}
 
 impl Engine {
     fn status_of(&self, run: &Watched) -> Done {
@@ -27,6 +39,7 @@ impl Engine {
         workflow: bool,
         timeout_ms: u64,
         to: ReplyTo,
+        asked: Asked,
     ) {
         let run = (run, workflow);
         // Archived: final.
@@ -41,6 +54,16 @@ impl Engine {
         };
         if is_final || timeout_ms == 0 {
             self.core.reply_op(to, status.wait_lsn, status.result);
+            return;
+        }
+        if let Err(reason) = self.watches.room_for(&to) {
+            match asked {
+                Asked::Start => self.core.reply_op(to, status.wait_lsn, status.result),
+                Asked::Wait => {
+                    let e = ErrorValue::new(ErrorCode::Overloaded, reason);
+                    self.core.reply_op(to, 0, Err(e));
+                }
+            }
             return;
         }
         // Deadlines on the real clock: a test clock moves runs, not client patience.
@@ -69,6 +92,40 @@ impl Engine {
     pub(super) fn answer_watchers(&mut self, run: &Watched) {
         for to in self.watches.take(run) {
             self.answer_watch(run, to);
+        }
+    }
+
+    /// A wait of a client of this shard on a run another shard owns: sent there, and
+    /// remembered by connection, so that a closed connection drops it there too.
+    pub(super) fn forward_watch(&mut self, owner: u32, to: ReplyTo, op: Op) {
+        if let Err(reason) = self.watches.room_for(&to) {
+            let e = ErrorValue::new(ErrorCode::Overloaded, reason);
+            self.core.reply_op(to, 0, Err(e));
+            return;
+        }
+        let tag = self
+            .core
+            .call(owner, 0, PeerRequest::Client(op), Waiting::WatchRelay(to));
+        if let ReplyTo::Client(c) = to {
+            self.watches.relayed(c.conn, owner, tag);
+        }
+    }
+
+    /// The owner answered a forwarded wait (or the call was given up).
+    pub(super) fn on_watch_relayed(&mut self, tag: u64, to: ReplyTo, result: ReplyResult) {
+        if let ReplyTo::Client(c) = to {
+            self.watches.relay_answered(c.conn, tag);
+        }
+        self.core.reply_op(to, 0, result);
+    }
+
+    /// A client connection closed: its waits are dropped, here and on the shards its
+    /// forwarded waits wait on.
+    pub(super) fn watches_conn_closed(&mut self, conn: ConnId) {
+        for (owner, tag) in self.watches.conn_closed(conn) {
+            // Forget the call: an answer already on its way finds nobody.
+            self.core.take_call(tag);
+            self.core.tell(owner, 0, PeerRequest::WatchAbandon { tag });
         }
     }
 }

@@ -52,6 +52,7 @@ impl Engine {
                 workers::conn_closed(&mut self.core, &mut self.awaits, conn);
                 kv::conn_closed(&mut self.core, &mut self.kv_waits, conn);
                 streams::conn_closed(&mut self.streams, conn);
+                self.watches_conn_closed(conn);
             }
             Input::ModuleCache(info) => self.module_cache = Some(info),
             Input::Storage(info) => {
