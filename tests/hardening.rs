@@ -423,3 +423,40 @@ fn a_namespace_over_its_kv_bytes_quota_is_refused_and_a_delete_makes_room() {
     assert_eq!(code(e), ErrorCode::Overloaded);
     server.stop();
 }
+
+/// Item 16: `status` showed every namespace's counts to any token. Only a token for every
+/// namespace sees them now; others see the server's health.
+#[test]
+fn status_counts_are_shown_only_to_a_token_for_every_namespace() {
+    let dir = temp_dir();
+    let auth = dir.path().join("auth.yaml");
+    std::fs::write(
+        &auth,
+        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n  \
+         - token: \"client-token-1\"\n    role: client\n    namespaces: [\"payments\"]\n",
+    )
+    .unwrap();
+    let server = TestServer::start(
+        &dir.path().join("data"),
+        &["--auth-file", auth.to_str().unwrap()],
+    );
+    let mut admin = Client::connect_with_token(server.addr, "admin-token-1")
+        .unwrap()
+        .with_namespace("billing");
+    for i in 0..5 {
+        admin
+            .kv_put(&format!("k{i}"), b"v", flo::PutOptions::default())
+            .unwrap();
+    }
+    let status = admin.status().unwrap();
+    assert!(!status.counts_hidden);
+    assert_eq!(status.shards.iter().map(|s| s.kv_keys).sum::<u64>(), 5);
+    let mut client = Client::connect_with_token(server.addr, "client-token-1")
+        .unwrap()
+        .with_namespace("payments");
+    let status = client.status().unwrap();
+    assert!(status.counts_hidden);
+    assert_eq!(status.shards.iter().map(|s| s.kv_keys).sum::<u64>(), 0);
+    assert!(status.shards.iter().all(|s| s.lsn > 0), "health stays");
+    server.stop();
+}

@@ -122,6 +122,9 @@ pub(crate) struct Conn {
     close: Signal,
     /// Who the handshake authenticated (servers with an auth file).
     session: Cell<Session>,
+    /// Whether it may see what adds up every namespace (a server status's counts): always
+    /// without an auth file, else as its token grants (`Gate::sees_all`).
+    sees_all: Cell<bool>,
     /// It held a read buffer or wrote a reply larger than its usual buffers.
     held_large: Cell<bool>,
 }
@@ -338,14 +341,20 @@ impl Conn {
             last_read_ms: Cell::new(SystemClock.now_ms()),
             close: Signal::default(),
             session: Cell::new(Session::Anonymous),
+            sees_all: Cell::new(true),
             held_large: Cell::new(false),
         }
     }
 
     /// Queues a reply for sending; what its request reserved is released.
-    pub fn send(&self, request: u64, result: ReplyResult) {
+    pub fn send(&self, request: u64, mut result: ReplyResult) {
         self.release(request);
         self.admit_held_waits();
+        if !self.sees_all.get()
+            && let Ok(reply) = &mut result
+        {
+            flo_engine::auth::hide_counts(reply);
+        }
         let frame = encode_response(request, result);
         // What the release freed may let the reader admit more.
         self.room.notify();
@@ -1092,6 +1101,7 @@ fn admitted(gate: &Gate, conn: &Conn, op: &Op) -> Result<(), ErrorValue> {
     let mut session = conn.session.get();
     let verdict = gate.check(&mut session, op, SystemClock.now_ms());
     conn.session.set(session);
+    conn.sees_all.set(gate.sees_all(session));
     let Err(refusal) = verdict else {
         return Ok(());
     };
