@@ -154,6 +154,12 @@ impl Engine {
         self.core.state().archive.oldest_lsn()
     }
 
+    /// Whether the disk is full (the log writer said so): client mutations but deletes
+    /// are refused, and the runtime snapshots to let segments go.
+    pub fn read_only(&self) -> bool {
+        self.core.disk() == crate::core::io::DiskSpace::Full
+    }
+
     /// The fold as a snapshot image, and the LSN it stands at (the last record appended,
     /// which may not be durable yet: write the image only once it is).
     pub fn snapshot(&self) -> (u64, crate::image::Image) {
