@@ -3,8 +3,8 @@
 #
 # One row of the snapshot table in docs/benchmarks.md: a one-shard release server gets
 # KV_MIB MiB of KV values (VALUE_BYTES each, one key per value, flo-loadtest kv-put) and
-# takes one snapshot of them (--snapshot-bytes at KV_MIB MiB of log: it falls due near
-# the end of the load); the script prints the shard's pause for the image, the time the
+# takes one snapshot of them (--snapshot-bytes at KV_MIB + 1/32 + 4 MiB of log; puts of one more
+# key make it fall due after the load); the script prints the shard's pause for the image, the time the
 # writer took, the file's size and the server's peak RSS, then kills the server (-9) and
 # times a restart from the snapshot (start to ready), with its start-up progress lines.
 #
@@ -19,6 +19,7 @@ value=${2:?usage: snapshot-bench.sh KV_MIB VALUE_BYTES}
 bin=${FLO_BENCH_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 work=${FLO_BENCH_DIR:-$(mktemp -d)}
 [[ -n "${FLO_BENCH_DIR:-}" ]] || trap 'rm -rf "$work"' EXIT
+mkdir -p "$work"
 data="$work/data"
 rm -rf "$data"
 port=$((20000 + RANDOM % 20000))
@@ -26,8 +27,10 @@ addr="127.0.0.1:$port"
 ops=$((mib * 1048576 / value))
 
 start_server() {
+    rm -f "$work/server.log"
+    touch "$work/server.log"
     "$bin/flo" server --listen "$addr" --data-dir "$data" --shards 1 \
-        --snapshot-bytes $((mib * 1048576)) 2>"$work/server.log" &
+        --snapshot-bytes $(((mib + mib / 32 + 4) * 1048576)) >"$work/server.log" 2>&1 &
     pid=$!
     until grep -q listening "$work/server.log"; do
         kill -0 "$pid" || { cat "$work/server.log"; exit 1; }
@@ -43,12 +46,11 @@ shard() { # the first shard's field $1 from flo status --json
 start_server
 "$bin/flo-loadtest" --workload kv-put --addr "$addr" --ops "$ops" --keys "$ops" \
     --value-bytes "$value" --connections 4 --pipeline 16 --json >"$work/load.json"
-# Small puts until the snapshot was taken and written.
-i=0
+# Puts of one more key (1 MiB of log at a time) until the snapshot was taken and written.
 until [[ "$(shard snapshot_lsn)" != 0 && -n "$(ls "$data"/shard-000/*.snap 2>/dev/null)" ]]; do
-    "$bin/flo" --addr "$addr" kv put "pad-$i" x >/dev/null
-    i=$((i + 1))
-    sleep 0.2
+    "$bin/flo-loadtest" --workload kv-put --addr "$addr" --namespace pad --ops 256 --keys 1 \
+        --value-bytes 3000 --connections 1 --pipeline 1 --json >/dev/null
+    sleep 0.5
 done
 snap=$(ls "$data"/shard-000/*.snap | tail -1)
 echo "kv: $ops values of $value bytes ($((ops * value)) bytes), keys $(shard kv_keys)"

@@ -169,10 +169,6 @@ fn a_snapshot_of_an_unknown_format_refuses_the_start_and_is_left_alone() {
     assert!(shard_files(dir.path(), ".damaged").is_empty());
 }
 
-fn disk_full(c: &mut Client) -> bool {
-    c.status().unwrap().shards[0].disk_full
-}
-
 /// Bytes of the files in the data directory and its shard's directory.
 fn used_bytes(data: &Path) -> u64 {
     [data.to_path_buf(), data.join("shard-000")]
@@ -184,17 +180,7 @@ fn used_bytes(data: &Path) -> u64 {
         .sum()
 }
 
-/// A shard whose disk fills (the fault-injecting capacity file: room for three segments
-/// more than it started with, and its snapshot reserve) turns read-only, takes deletes —
-/// a key, a stream, an action — and, without the operator freeing anything, snapshots its
-/// way out: the reserve gives the snapshot room, the segments it lets go give the log
-/// room, and the shard takes writes again. Everything survives a restart.
-#[test]
-fn deletes_are_taken_on_a_full_disk_and_a_snapshot_lets_the_shard_write_again() {
-    let dir = temp_dir();
-    let outside = temp_dir();
-    let capacity = outside.path().join("capacity");
-    fs::write(&capacity, (64u64 << 20).to_string()).unwrap();
+fn start_with_capacity(dir: &Path, capacity: &Path) -> TestServer {
     let capacity_arg = capacity.to_string_lossy().to_string();
     let args = [
         "--shards",
@@ -204,58 +190,109 @@ fn deletes_are_taken_on_a_full_disk_and_a_snapshot_lets_the_shard_write_again() 
         "--fault-disk-capacity-file",
         capacity_arg.as_str(),
     ];
-    let server = TestServer::start(dir.path(), &args);
-    let addr = server.addr_string();
-    let mut c = server.client();
-    common::user_action(&mut c, "report", 60_000, 0, 1000);
-    cli_ok(&addr, &["stream", "append", "audit", "one record"]);
-    let reserve = dir.path().join("shard-000/snapshot.reserve");
-    assert!(reserve.exists(), "a reserve is made at start-up");
-    fs::write(&capacity, (used_bytes(dir.path()) + 3 * 65536).to_string()).unwrap();
+    TestServer::start(dir, &args)
+}
 
-    let value = vec![7u8; 1024];
+/// Puts `value` under `k0000`, `k0001`, … until one is refused; returns how many were
+/// acknowledged.
+fn put_until_full(c: &mut Client, value: &[u8]) -> usize {
     let mut acked = 0;
     let refusal = loop {
-        match c.kv_put(&format!("k{acked:04}"), &value, PutOptions::default()) {
+        match c.kv_put(&format!("k{acked:04}"), value, PutOptions::default()) {
             Ok(_) => acked += 1,
             Err(e) => break e,
         }
         assert!(acked < 1000, "the disk never filled");
     };
     assert!(refusal.to_string().contains("disk full on shard 0"), "{refusal}");
-    assert!(acked >= 10, "only {acked} puts before the disk was full");
-    assert!(disk_full(&mut c));
+    assert!(acked >= 5, "only {acked} puts before the disk was full");
+    acked
+}
 
-    // Deletes are taken while read-only.
-    assert!(c.kv_delete("k0000", None).unwrap());
-    cli_ok(&addr, &["stream", "delete", "audit"]);
-    cli_ok(&addr, &["action", "delete", "report"]);
+/// A shard whose disk is full (the fault-injecting capacity file: room for four segments,
+/// none for a snapshot reserve) takes deletes — a key, a stream, an action — while it
+/// refuses other mutations; they are durable: a restart (with room again) has them.
+#[test]
+fn deletes_are_taken_while_the_disk_is_full() {
+    let dir = temp_dir();
+    let outside = temp_dir();
+    let capacity = outside.path().join("capacity");
+    fs::write(&capacity, (4 * 65536).to_string()).unwrap();
+    let server = start_with_capacity(dir.path(), &capacity);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    common::user_action(&mut c, "report", 60_000, 0, 1000);
+    cli_ok(&addr, &["stream", "append", "audit", "one record"]);
+    let acked = put_until_full(&mut c, &[7u8; 1024]);
+    assert!(c.status().unwrap().shards[0].disk_full);
     let stderr = cli_fails(&addr, &["kv", "put", "late", "v"]);
     assert!(stderr.contains("disk full on shard 0"), "{stderr}");
 
-    // Snapshots while read-only let the segments go: writable again by itself.
-    assert!(
-        wait_until(Duration::from_secs(20), || !disk_full(&mut c)),
-        "still read-only: {:?}\n{}",
-        c.status(),
-        server.stderr()
-    );
-    c.kv_put("late", b"v", PutOptions::default()).unwrap();
+    // Nothing was logged since the disk filled: no snapshot can have let it out yet.
+    assert!(c.kv_delete("k0000", None).unwrap());
+    cli_ok(&addr, &["stream", "delete", "audit"]);
+    cli_ok(&addr, &["action", "delete", "report"]);
     assert!(c.kv_get("k0000").unwrap().is_none());
-    for i in 1..acked {
-        assert!(c.kv_get(&format!("k{i:04}")).unwrap().is_some(), "k{i:04}");
-    }
     drop(c);
     server.kill9();
 
     fs::write(&capacity, (64u64 << 20).to_string()).unwrap();
-    let server = TestServer::start(dir.path(), &args);
+    let server = start_with_capacity(dir.path(), &capacity);
+    let addr = server.addr_string();
     let mut c = server.client();
     assert!(c.kv_get("k0000").unwrap().is_none());
-    assert_eq!(c.kv_get("late").unwrap().unwrap().value, b"v");
-    assert_eq!(c.kv_get(&format!("k{:04}", acked - 1)).unwrap().unwrap().value, value);
-    let streams = cli_ok(&server.addr_string(), &["stream", "list"]);
+    let last = c.kv_get(&format!("k{:04}", acked - 1)).unwrap().unwrap();
+    assert_eq!(last.value, vec![7u8; 1024]);
+    let streams = cli_ok(&addr, &["stream", "list"]);
     assert!(!streams.contains("audit"), "{streams}");
+    let actions = cli_ok(&addr, &["action", "list"]);
+    assert!(!actions.contains("report"), "{actions}");
+    drop(c);
+    server.stop();
+}
+
+/// A shard whose disk fills (room for three segments more than it started with, and its
+/// snapshot reserve) snapshots its way out without the operator: the snapshot finds no
+/// room, releases the reserve and is written; the log then finds room and the shard takes
+/// writes again. Everything acknowledged survives a crash.
+#[test]
+fn a_full_disk_snapshots_its_way_out_through_the_reserve() {
+    let dir = temp_dir();
+    let outside = temp_dir();
+    let capacity = outside.path().join("capacity");
+    fs::write(&capacity, (64u64 << 20).to_string()).unwrap();
+    let server = start_with_capacity(dir.path(), &capacity);
+    let mut c = server.client();
+    let reserve = dir.path().join("shard-000/snapshot.reserve");
+    assert!(reserve.exists(), "a reserve is made at start-up");
+    fs::write(&capacity, (used_bytes(dir.path()) + 3 * 65536).to_string()).unwrap();
+
+    // Values of 8 KiB: the image (over 100 KiB) cannot fit in the less than a segment
+    // left when the disk is full.
+    let value = vec![9u8; 8 << 10];
+    let acked = put_until_full(&mut c, &value);
+    assert!(
+        wait_until(Duration::from_secs(20), || !c.status().unwrap().shards[0].disk_full),
+        "still read-only: {:?}\n{}",
+        c.status(),
+        server.stderr()
+    );
+    assert!(
+        server.stderr().contains("used the reserve"),
+        "{}",
+        server.stderr()
+    );
+    assert!(c.status().unwrap().shards[0].snapshot_lsn > 0);
+    c.kv_put("late", b"v", PutOptions::default()).unwrap();
+    drop(c);
+    server.kill9();
+
+    let server = start_with_capacity(dir.path(), &capacity);
+    let mut c = server.client();
+    for i in 0..acked {
+        assert_eq!(c.kv_get(&format!("k{i:04}")).unwrap().unwrap().value, value);
+    }
+    assert_eq!(c.kv_get("late").unwrap().unwrap().value, b"v");
     drop(c);
     server.stop();
 }
