@@ -677,6 +677,10 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let mut engine = Engine::new(config, clock, Box::new(SystemClock));
     phase(1);
     let loaded = load_snapshot(&boot.dir, id, &mut engine, progress).map_err(shard_err)?;
+    if let Some((lsn, _)) = &loaded {
+        // Loaded: progress, though no record was replayed yet.
+        progress.lsn.store(*lsn, Ordering::Relaxed);
+    }
     let from = loaded.as_ref().map_or(0, |l| l.0);
     let log = recover_from(&boot.dir, from, |lsn, _rtype, payload| {
         progress.lsn.store(lsn, Ordering::Relaxed);
@@ -739,6 +743,9 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         boot.config.release_memory,
         fault,
     ));
+    // The log replayed after the snapshot counts toward the next one (and, on a full
+    // disk, makes one due at once).
+    snapshotter.logged(progress.bytes.load(Ordering::Relaxed) as usize);
     if let Some((lsn, marks)) = loaded {
         snapshotter.loaded(lsn);
         log_map.fill_marks(marks);

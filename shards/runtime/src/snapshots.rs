@@ -305,6 +305,9 @@ pub(crate) struct Snapshotter {
     /// Take a snapshot after this many bytes of log.
     pub every_bytes: u64,
     logged: std::cell::Cell<u64>,
+    /// Bytes of log handed to the writer since the last snapshot started (failed or not):
+    /// while the disk is full, a snapshot is tried again only after more.
+    logged_since_attempt: std::cell::Cell<u64>,
     busy: std::cell::Cell<bool>,
     info: std::cell::RefCell<flo_engine::StorageInfo>,
     /// LSNs of the snapshots on disk, newest first.
@@ -354,6 +357,7 @@ impl Snapshotter {
             shard,
             every_bytes,
             logged: Default::default(),
+            logged_since_attempt: Default::default(),
             busy: Default::default(),
             info: Default::default(),
             kept: std::cell::RefCell::new(kept),
@@ -398,6 +402,8 @@ impl Snapshotter {
     /// `bytes` more of log were handed to the writer.
     pub fn logged(&self, bytes: usize) {
         self.logged.set(self.logged.get() + bytes as u64);
+        self.logged_since_attempt
+            .set(self.logged_since_attempt.get() + bytes as u64);
     }
 
     /// Whether a snapshot is being written.
@@ -411,15 +417,16 @@ impl Snapshotter {
     }
 
     /// Whether to take a snapshot now: enough log was written since the last; or the disk
-    /// is full (`read_only`), something was logged since the last and the last started
-    /// `READ_ONLY_SNAPSHOT_EVERY_MS` ago (each one may let segments go).
+    /// is full (`read_only`), something was logged since the last attempt and that started
+    /// `READ_ONLY_SNAPSHOT_EVERY_MS` ago (each one may let segments go; one that failed is
+    /// not tried again before something more is logged).
     pub fn due(&self, read_only: bool) -> bool {
         if self.busy.get() {
             return false;
         }
         if read_only {
             let every = std::time::Duration::from_millis(READ_ONLY_SNAPSHOT_EVERY_MS);
-            return self.logged.get() > 0
+            return self.logged_since_attempt.get() > 0
                 && self.started_at.get().is_none_or(|t| t.elapsed() >= every);
         }
         let every = self.every_bytes.max(2 * self.last_image_bytes.get());
@@ -467,6 +474,7 @@ impl Snapshotter {
         self.busy.set(true);
         self.started_at.set(Some(std::time::Instant::now()));
         let logged = self.logged.replace(0);
+        self.logged_since_attempt.set(0);
         let me = self.clone();
         glommio::spawn_local(async move {
             // A snapshot never stands ahead of the log it continues.
