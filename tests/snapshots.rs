@@ -180,6 +180,44 @@ fn used_bytes(data: &Path) -> u64 {
         .sum()
 }
 
+/// The same snapshot of an unknown format, when the log still holds every record from
+/// LSN 1: the shard starts from the log, and the snapshot is kept, untouched, under
+/// another name (`.snap.format-9`).
+#[test]
+fn a_snapshot_of_an_unknown_format_is_set_aside_when_the_log_holds_everything() {
+    let dir = temp_dir();
+    let args = ["--shards", "1", "--segment-bytes", "65536"];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    c.kv_put("kept", b"by the log", PutOptions::default())
+        .unwrap();
+    drop(c);
+    server.stop();
+    let path = shard_files(dir.path(), ".snap").pop().expect("a snapshot");
+    let mut bytes = fs::read(&path).unwrap();
+    // Format 4: the image starts with its format, one byte.
+    assert_eq!(bytes[24], 4);
+    bytes[24] = 9;
+    let body = bytes.len() - 4;
+    let crc = crc32(&bytes[..body]);
+    bytes[body..].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&path, &bytes).unwrap();
+
+    let server = TestServer::start(dir.path(), &args);
+    assert!(
+        server.stderr().contains("snapshot format 9"),
+        "{}",
+        server.stderr()
+    );
+    let mut c = server.client();
+    assert_eq!(c.kv_get("kept").unwrap().unwrap().value, b"by the log");
+    let aside = shard_files(dir.path(), ".snap.format-9");
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(fs::read(&aside[0]).unwrap(), bytes);
+    drop(c);
+    server.stop();
+}
+
 fn start_with_capacity(dir: &Path, capacity: &Path) -> TestServer {
     let capacity_arg = capacity.to_string_lossy().to_string();
     let args = [
