@@ -29,11 +29,7 @@ fn shard_files(data: &Path, suffix: &str) -> Vec<PathBuf> {
 
 fn copy_fixture(to: &Path) {
     fs::create_dir_all(to.join("shard-000")).unwrap();
-    fs::copy(
-        Path::new(FORMAT_3).join("flo.meta"),
-        to.join("flo.meta"),
-    )
-    .unwrap();
+    fs::copy(Path::new(FORMAT_3).join("flo.meta"), to.join("flo.meta")).unwrap();
     for entry in fs::read_dir(Path::new(FORMAT_3).join("shard-000")).unwrap() {
         let path = entry.unwrap().path();
         fs::copy(&path, to.join("shard-000").join(path.file_name().unwrap())).unwrap();
@@ -57,8 +53,12 @@ fn kv_values_survive_a_snapshot_and_a_restart_in_a_file_about_their_size() {
     let server = TestServer::start(dir.path(), &args);
     let mut c = server.client();
     for i in 0..N {
-        c.kv_put(&format!("blob-{i:03}"), &binary_value(i, LEN), PutOptions::default())
-            .unwrap();
+        c.kv_put(
+            &format!("blob-{i:03}"),
+            &binary_value(i, LEN),
+            PutOptions::default(),
+        )
+        .unwrap();
     }
     drop(c);
     // A graceful stop writes a snapshot of the final state.
@@ -165,7 +165,11 @@ fn a_snapshot_of_an_unknown_format_refuses_the_start_and_is_left_alone() {
         "{}",
         refused.stderr
     );
-    assert_eq!(fs::read(&path).unwrap(), bytes, "the snapshot is left as it was");
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        bytes,
+        "the snapshot is left as it was"
+    );
     assert!(shard_files(dir.path(), ".damaged").is_empty());
 }
 
@@ -242,7 +246,10 @@ fn put_until_full(c: &mut Client, value: &[u8]) -> usize {
         }
         assert!(acked < 1000, "the disk never filled");
     };
-    assert!(refusal.to_string().contains("disk full on shard 0"), "{refusal}");
+    assert!(
+        refusal.to_string().contains("disk full on shard 0"),
+        "{refusal}"
+    );
     assert!(acked >= 5, "only {acked} puts before the disk was full");
     acked
 }
@@ -310,7 +317,8 @@ fn a_full_disk_snapshots_its_way_out_through_the_reserve() {
     let value = vec![9u8; 8 << 10];
     let acked = put_until_full(&mut c, &value);
     assert!(
-        wait_until(Duration::from_secs(20), || !c.status().unwrap().shards[0].disk_full),
+        wait_until(Duration::from_secs(20), || !c.status().unwrap().shards[0]
+            .disk_full),
         "still read-only: {:?}\n{}",
         c.status(),
         server.stderr()

@@ -67,14 +67,16 @@ pub fn keep_reserve(dir: &Path, bytes: u64, fault: Option<&FaultDisk>) -> io::Re
         }
         return Ok(bytes);
     }
-    let grown = fault.map_or(Ok(()), |f| f.check(bytes - had)).and_then(|()| {
-        // SAFETY: posix_fallocate on a file descriptor we own; it returns the error.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
-        match rc {
-            0 => file.sync_all(),
-            rc => Err(io::Error::from_raw_os_error(rc)),
-        }
-    });
+    let grown = fault
+        .map_or(Ok(()), |f| f.check(bytes - had))
+        .and_then(|()| {
+            // SAFETY: posix_fallocate on a file descriptor we own; it returns the error.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
+            match rc {
+                0 => file.sync_all(),
+                rc => Err(io::Error::from_raw_os_error(rc)),
+            }
+        });
     match grown {
         Ok(()) => Ok(bytes),
         Err(e) => {

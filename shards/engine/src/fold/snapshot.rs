@@ -290,7 +290,10 @@ mod tests {
     fn an_image_of_byte_values_is_about_as_large_as_they_are() {
         let (state, payload) = state_with_values();
         let len = encode(&state).len();
-        assert!(len >= payload && len < payload + payload / 100, "{len} for {payload}");
+        assert!(
+            len >= payload && len < payload + payload / 100,
+            "{len} for {payload}"
+        );
     }
 
     #[test]
