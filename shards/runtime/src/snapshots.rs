@@ -475,7 +475,7 @@ impl Snapshotter {
     ) -> glommio::Task<()> {
         self.busy.set(true);
         self.started_at.set(Some(std::time::Instant::now()));
-        let logged = self.logged.replace(0);
+        self.logged.set(0);
         self.logged_since_attempt.set(0);
         let me = self.clone();
         glommio::spawn_local(async move {
@@ -505,8 +505,6 @@ impl Snapshotter {
             let kept = match written {
                 Ok(kept) => kept,
                 Err(e) => {
-                    // Logged since still counts toward the next (tried again).
-                    me.logged.set(me.logged.get() + logged);
                     crate::stderr::say!(
                         "warning: shard {}: cannot write the snapshot at LSN {lsn}: {e}; the \
                          log is kept whole and the next snapshot tries again",
