@@ -405,8 +405,9 @@ fn fill(path: &Path) {
 }
 
 /// The same on a real file system that fills up (a small tmpfs; skipped where mounting is
-/// not allowed): the shard turns read-only, a graceful stop while full exits cleanly (its
-/// final snapshot fails for lack of space and leaves no temporary file), a restart while
+/// not allowed): the shard turns read-only, the snapshot it then takes finds no room and
+/// is written in its reserve's place (what is left is the log's, until it fills too), a
+/// graceful stop while full exits cleanly and leaves no temporary file, a restart while
 /// still full serves reads read-only, and deleting a file brings writes back.
 #[test]
 fn on_a_real_full_file_system_the_shard_is_read_only_until_a_file_is_deleted() {
@@ -436,9 +437,19 @@ fn on_a_real_full_file_system_the_shard_is_read_only_until_a_file_is_deleted() {
     assert_disk_full_refusal(&refusal);
     assert!(disk_full(&mut c));
     assert_all(&mut c, acked);
+    // The snapshot taken then found no room and used the reserve: what it left is the
+    // log's, until that is full too.
+    assert!(
+        wait_until(Duration::from_secs(5), || !disk_full(&mut c)),
+        "still read-only after the snapshot that used the reserve"
+    );
+    let (more, refusal) = put_until_refused(&mut c, acked, 1000);
+    assert_disk_full_refusal(&refusal);
+    let acked = acked + more;
+    assert_all(&mut c, acked);
     drop(c);
     let stderr = server.stop();
-    assert!(stderr.contains("cannot write the snapshot"), "{stderr}");
+    assert!(stderr.contains("used the reserve"), "{stderr}");
     let shard = data.join("shard-000");
     let left: Vec<String> = fs::read_dir(&shard)
         .unwrap()

@@ -3,7 +3,7 @@
 //! apply → observe). No async runtime, no I/O: the runtime crate performs the effects, the
 //! simulation drives it without one.
 //!
-//! Floors, from the ground: the leaves (`clock`, `hash`, `ids`, `image`, `pages`,
+//! Floors, from the ground: the leaves (`bytes`, `clock`, `hash`, `ids`, `image`, `pages`,
 //! `shares`, `tables`, `line_budget`); `fold` (records, the state they fold into, the derived index:
 //! below the commit path); `core` (the commit path, the durability gate, the agenda,
 //! inputs and effects); the domains' handlers (`kv`, `actions`, `workflows`, `archive`,
@@ -17,6 +17,7 @@
 mod actions;
 mod archive;
 pub mod auth;
+mod bytes;
 pub mod clock;
 mod core;
 mod definitions;
@@ -43,7 +44,7 @@ pub use crate::core::io::{
 pub use crate::engine::{Engine, EngineConfig, InFlight, PEER_TIMEOUT_MS_DEFAULT};
 pub use crate::fold::record::DecodeError;
 pub use crate::fold::registry::MEMORY_LIMIT_MB_MAX;
-pub use crate::fold::snapshot::SnapshotError;
+pub use crate::fold::snapshot::{SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_READ_MIN, SnapshotError};
 
 /// The engine's insides that its own tests, the simulation and the fuzz targets check
 /// against: records, the fold, bounds. Never for the runtime.

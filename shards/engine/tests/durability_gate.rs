@@ -234,7 +234,7 @@ fn guest_writes_to_another_shards_key_leave_only_once_the_completion_is_durable(
     );
     c.settle(0, out);
     let entry = c.engines[1].state().kv.get(NS, &remote_key, u64::MAX / 2);
-    assert_eq!(entry.map(|e| e.value.clone()), Some(b"v".to_vec()));
+    assert_eq!(entry.map(|e| e.value.to_vec()), Some(b"v".to_vec()));
 }
 
 #[test]

@@ -1381,9 +1381,9 @@ fn unavailable_on(r: ReplyResult, shard: u32) {
     }
 }
 
-/// A shard whose disk is full refuses client mutations with `unavailable: disk full on
-/// shard N` whichever shard the client is connected to, serves reads, leaves the other
-/// shard writable, and takes writes again once space returns.
+/// A shard whose disk is full refuses client mutations but deletes with `unavailable: disk
+/// full on shard N` whichever shard the client is connected to, serves reads, takes
+/// deletes, leaves the other shard writable, and takes writes again once space returns.
 #[test]
 fn a_full_disk_refuses_mutations_and_serves_reads_until_space_returns() {
     let mut t = T::new(2);
@@ -1398,17 +1398,12 @@ fn a_full_disk_refuses_mutations_and_serves_reads_until_space_returns() {
         let r = t.call(client_shard, put_op(&key, "after"));
         unavailable_on(r, 1);
     }
-    let delete = Op::KvDelete {
-        namespace: NS.into(),
-        key: key.clone(),
-        if_version: None,
-    };
     let cancel = Op::RunCancel {
         namespace: NS.into(),
         run_id: run_id.clone(),
     };
     let invoke = Op::ActionInvoke(invoke_spec("review", json!({"n": 2})));
-    for op in [delete, cancel, invoke] {
+    for op in [cancel, invoke] {
         let r = t.call(1, op);
         unavailable_on(r, 1);
     }
@@ -1442,11 +1437,20 @@ fn a_full_disk_refuses_mutations_and_serves_reads_until_space_returns() {
         records,
         "the full shard logged nothing for refused mutations and reads"
     );
+    // A delete is the way out: the full shard takes it (from either shard's client).
+    let delete = Op::KvDelete {
+        namespace: NS.into(),
+        key: key.clone(),
+        if_version: None,
+    };
+    t.ok(0, delete);
+    assert!(matches!(t.ok(1, get_op(&key)), Reply::KvValue(None)));
+    assert_eq!(t.c.nodes[1].records.len(), records + 1);
 
     t.c.step(1, Input::DiskSpace(DiskSpace::Available));
     t.ok(0, put_op(&key, "after"));
     match t.ok(1, get_op(&key)) {
-        Reply::KvValue(Some(e)) => assert_eq!((e.value, e.version), (b"after".to_vec(), 2)),
+        Reply::KvValue(Some(e)) => assert_eq!((e.value, e.version), (b"after".to_vec(), 1)),
         other => panic!("{other:?}"),
     }
 }

@@ -16,7 +16,7 @@ use flo_engine::WASM_SLOTS;
 use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
-use flo_engine::{Engine, EngineConfig, Input};
+use flo_engine::{Engine, EngineConfig, Input, SnapshotError};
 use flo_ual::{RecoveredLog, RecoveryError, recover_from};
 use flo_wasm::{WasmConfig, WasmEngine};
 use glommio::{LocalExecutorBuilder, Placement};
@@ -62,6 +62,10 @@ struct ShardProgress {
     /// Last LSN replayed, and bytes of records replayed.
     lsn: AtomicU64,
     bytes: AtomicU64,
+    /// The snapshot being loaded: its size, the bytes read from its file and decoded.
+    snapshot_bytes: AtomicU64,
+    snapshot_read: AtomicU64,
+    snapshot_decoded: AtomicU64,
 }
 
 type Phases = Arc<Vec<ShardProgress>>;
@@ -82,20 +86,24 @@ fn startup_stall_report(phases: &Phases) -> String {
     )
 }
 
-/// What every shard has done so far: changes whenever any shard makes progress.
-fn progress_mark(phases: &Phases) -> Vec<(usize, u64)> {
+/// What every shard has done so far: changes whenever any shard makes progress (a
+/// snapshot read or decoded a few MiB further counts: a large one is not a stall).
+fn progress_mark(phases: &Phases) -> Vec<(usize, u64, u64, u64)> {
     phases
         .iter()
         .map(|p| {
             (
                 p.phase.load(Ordering::SeqCst),
                 p.lsn.load(Ordering::Relaxed),
+                p.snapshot_read.load(Ordering::Relaxed),
+                p.snapshot_decoded.load(Ordering::Relaxed),
             )
         })
         .collect()
 }
 
-/// `starting: shard 0 recovering its log at LSN 1234 (512 MB, 230 MB/s); shard 1 ready`.
+/// `starting: shard 0 recovering its log at LSN 1234 (512 MB, 230 MB/s); shard 1 loading
+/// its snapshot (read 946 of 946 MB, decoded 312 MB); shard 2 ready`.
 fn progress_report(phases: &Phases, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64().max(0.001);
     let states: Vec<String> = phases
@@ -103,7 +111,14 @@ fn progress_report(phases: &Phases, elapsed: Duration) -> String {
         .enumerate()
         .map(|(s, p)| {
             let mb = p.bytes.load(Ordering::Relaxed) as f64 / 1e6;
+            let snapshot_mb = p.snapshot_bytes.load(Ordering::Relaxed) as f64 / 1e6;
+            let decoded_mb = p.snapshot_decoded.load(Ordering::Relaxed) as f64 / 1e6;
             match p.phase.load(Ordering::SeqCst) {
+                1 if snapshot_mb > 0.0 && decoded_mb < snapshot_mb => format!(
+                    "shard {s} loading its snapshot (read {:.0} of {snapshot_mb:.0} MB, \
+                     decoded {decoded_mb:.0} MB)",
+                    p.snapshot_read.load(Ordering::Relaxed) as f64 / 1e6
+                ),
                 1 => format!(
                     "shard {s} recovering its log at LSN {} ({mb:.0} MB, {:.0} MB/s)",
                     p.lsn.load(Ordering::Relaxed),
@@ -487,29 +502,50 @@ pub fn run_server(
 
 /// Loads the newest snapshot that is valid into `engine` (a damaged one is reported, set
 /// aside and the one before is tried). Returns its LSN and the segment marks it carried;
-/// None: there is none, the whole log is replayed.
+/// None: there is none, the whole log is replayed. `progress` follows the load.
 ///
 /// Set aside (renamed `….snap.damaged`, kept for inspection) so that it no longer counts as
 /// one of the two snapshots kept: else the next snapshot would keep it as its fallback,
 /// delete the good one it fell back to, and delete the segments that one needs.
+///
+/// A snapshot in a format this flo does not read is not damaged, and never set aside as
+/// such: the shard refuses to start, naming the file and the format — unless the log still
+/// holds every record from LSN 1, when it is renamed `….snap.format-N` (kept for a flo
+/// that reads it) and the log is replayed instead.
 fn load_snapshot(
     dir: &Path,
     shard: u32,
     engine: &mut Engine,
+    progress: &ShardProgress,
 ) -> Result<Option<(u64, snapshots::SegmentMarks)>, String> {
     snapshots::clean_temporaries(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     let found = snapshots::list(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     for (lsn, path) in found {
-        let loaded = fs::read(&path)
-            .map_err(|e| e.to_string())
+        let loaded = read_with_progress(&path, progress)
+            .map_err(|e| (e.to_string(), None))
             .and_then(|bytes| {
-                let loaded = snapshots::decode(&bytes)?;
-                engine.restore(loaded.image).map_err(|e| e.to_string())?;
+                let loaded = snapshots::decode(&bytes).map_err(|e| (e, None))?;
+                let mut decoded = |n: u64| progress.snapshot_decoded.store(n, Ordering::Relaxed);
+                engine
+                    .restore_with_progress(loaded.image, &mut decoded)
+                    .map_err(|e| {
+                        let format = match e {
+                            SnapshotError::Format { found } => Some(found),
+                            _ => None,
+                        };
+                        (e.to_string(), format)
+                    })?;
                 Ok((loaded.lsn, loaded.marks))
             });
-        let Err(e) = loaded else {
-            return Ok(loaded.ok());
+        progress.snapshot_bytes.store(0, Ordering::Relaxed);
+        let (e, format) = match loaded {
+            Ok(loaded) => return Ok(Some(loaded)),
+            Err(e) => e,
         };
+        if let Some(format) = format {
+            set_aside_for_format(dir, shard, &path, lsn, format)?;
+            continue;
+        }
         // Left in place, it would still count as kept (see above): refuse to go on.
         let aside = path.with_extension("snap.damaged");
         fs::rename(&path, &aside).map_err(|r| {
@@ -526,6 +562,84 @@ fn load_snapshot(
         );
     }
     Ok(None)
+}
+
+/// A snapshot of a format this flo does not read: refused (the start fails) unless the log
+/// still starts at LSN 1, when it is renamed out of the way, untouched.
+fn set_aside_for_format(
+    dir: &Path,
+    shard: u32,
+    path: &Path,
+    lsn: u64,
+    format: u32,
+) -> Result<(), String> {
+    let reads = format!(
+        "this flo reads snapshot formats {} to {}",
+        flo_engine::SNAPSHOT_FORMAT_READ_MIN,
+        flo_engine::SNAPSHOT_FORMAT
+    );
+    if !log_starts_at_lsn_1(dir) {
+        return Err(format!(
+            "snapshot {} (LSN {lsn}) is in snapshot format {format}, and {reads}; the log \
+             before it is gone, so this shard cannot start without it. Start the flo version \
+             that wrote it (nothing was changed on disk)",
+            path.display()
+        ));
+    }
+    let aside = path.with_extension(format!("snap.format-{format}"));
+    fs::rename(path, &aside).map_err(|r| {
+        format!(
+            "snapshot {} (LSN {lsn}) is in snapshot format {format} ({reads}) and cannot be \
+             moved aside: {r}",
+            path.display()
+        )
+    })?;
+    crate::stderr::say!(
+        "warning: shard {shard}: snapshot {} (LSN {lsn}) is in snapshot format {format}, and \
+         {reads}; the log holds every record, so it is replayed instead (the snapshot is kept \
+         unchanged as {})",
+        path.display(),
+        aside.display()
+    );
+    Ok(())
+}
+
+/// Whether the shard's log still holds its first record (a segment starting at LSN 1).
+fn log_starts_at_lsn_1(dir: &Path) -> bool {
+    fs::read_dir(dir).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(flo_ual::parse_segment_file_name)
+                == Some(1)
+        })
+    })
+}
+
+/// Bytes read from a snapshot file between two progress marks.
+const SNAPSHOT_READ_SLICE_BYTES: usize = 8 << 20;
+
+/// A snapshot file's bytes, read a slice at a time so start-up sees progress.
+fn read_with_progress(path: &Path, progress: &ShardProgress) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    progress.snapshot_bytes.store(len, Ordering::Relaxed);
+    progress.snapshot_read.store(0, Ordering::Relaxed);
+    progress.snapshot_decoded.store(0, Ordering::Relaxed);
+    let mut bytes = Vec::with_capacity(len as usize);
+    loop {
+        let at = bytes.len();
+        let n = (&mut file)
+            .take(SNAPSHOT_READ_SLICE_BYTES as u64)
+            .read_to_end(&mut bytes)?;
+        if n == 0 {
+            return Ok(bytes);
+        }
+        progress
+            .snapshot_read
+            .store((at + n) as u64, Ordering::Relaxed);
+    }
 }
 
 fn shard_dir(data: &Path, shard: u32) -> PathBuf {
@@ -612,7 +726,11 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     };
     let mut engine = Engine::new(config, clock, Box::new(SystemClock));
     phase(1);
-    let loaded = load_snapshot(&boot.dir, id, &mut engine).map_err(shard_err)?;
+    let loaded = load_snapshot(&boot.dir, id, &mut engine, progress).map_err(shard_err)?;
+    if let Some((lsn, _)) = &loaded {
+        // Loaded: progress, though no record was replayed yet.
+        progress.lsn.store(*lsn, Ordering::Relaxed);
+    }
     let from = loaded.as_ref().map_or(0, |l| l.0);
     let log = recover_from(&boot.dir, from, |lsn, _rtype, payload| {
         progress.lsn.store(lsn, Ordering::Relaxed);
@@ -652,7 +770,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
             capacity_file: file,
             data_dir: boot.data_dir.clone(),
         });
-    let writer = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes, fault)
+    let writer = SegmentWriter::open(&boot.dir, &log, boot.config.segment_bytes, fault.clone())
         .await
         .map_err(|e| shard_err(format!("cannot open the log: {e}")))?;
     engine.recovered(log.last_lsn, writer.segments());
@@ -673,7 +791,11 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         boot.config.snapshot_bytes,
         kept,
         boot.config.release_memory,
+        fault,
     ));
+    // The log replayed after the snapshot counts toward the next one (and, on a full
+    // disk, makes one due at once).
+    snapshotter.logged(progress.bytes.load(Ordering::Relaxed) as usize);
     let missing = match loaded {
         Some((lsn, marks)) => {
             snapshotter.loaded(lsn);

@@ -1,8 +1,9 @@
 //! A disk of a set capacity, for tests (`flo server --fault-disk-capacity-file PATH`,
 //! hidden): the data directory's files may take at most the number of bytes written in
 //! PATH, read again at every check, so a test fills the "disk" and frees it by rewriting the
-//! file. The log writer checks before it allocates a segment file and fails as a full disk
-//! would (`StorageFull`). No mount or privilege needed; a real full file system (a small
+//! file. The log writer checks before it allocates a segment file, the snapshot writer
+//! before it writes a snapshot or grows the reserve (`snapshots.rs`), and they fail as a
+//! full disk would (`StorageFull`). No mount or privilege needed; a real full file system (a small
 //! tmpfs) takes the same path in the writer.
 
 use std::fs;

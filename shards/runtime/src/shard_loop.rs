@@ -63,7 +63,7 @@ impl ShardLoop {
             self.engine.step(Input::Idle, &mut effects);
             self.perform(&mut effects);
             self.flush_log();
-            if self.snapshots.due() {
+            if self.snapshots.due(self.engine.read_only()) {
                 self.snapshot().detach();
             }
             if !stopping && stop() {

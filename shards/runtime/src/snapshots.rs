@@ -5,7 +5,17 @@
 //! so a damaged newest one falls back to the one before. Recovery loads the newest valid
 //! one and replays only the log after it; old segments that no snapshot and no retained
 //! run needs are then deleted.
+//!
+//! **Room for one snapshot.** A full disk is left through a snapshot (it lets segments
+//! go), which needs room itself: each shard keeps a preallocated file, `RESERVE_FILE`,
+//! as large as its last image and a quarter more (at least `RESERVE_BYTES_MIN`). A
+//! snapshot that finds no room removes it and tries again; after each snapshot it is made
+//! again, before the log writer hears that segments were deleted, so the log never takes
+//! that room. While the disk is full the loop takes a snapshot whenever something was
+//! logged since the last (deletes are still taken), at most every
+//! `READ_ONLY_SNAPSHOT_EVERY_MS`.
 
+use crate::fault_disk::FaultDisk;
 use flo_engine::image::Image;
 use std::fs;
 use std::io::{self, Write};
@@ -20,6 +30,99 @@ pub const SNAPSHOTS_KEPT: usize = 2;
 const SYNC_SLICE_BYTES: usize = 8 << 20;
 /// Log bytes between two snapshots, by default.
 pub const SNAPSHOT_BYTES_DEFAULT: u64 = 256 << 20;
+/// The file keeping room for one snapshot (not a segment, not a snapshot: recovery never
+/// reads it; an operator may delete it, see `docs/operations.md`).
+pub const RESERVE_FILE: &str = "snapshot.reserve";
+/// The smallest reserve (a shard without a snapshot yet).
+const RESERVE_BYTES_MIN: u64 = 1 << 20;
+/// While the disk is full, a snapshot at most this often (each one may let segments go).
+const READ_ONLY_SNAPSHOT_EVERY_MS: u64 = 2_000;
+
+/// The reserve for a shard whose last image took `image_bytes`.
+pub fn reserve_bytes_for(image_bytes: u64) -> u64 {
+    (image_bytes + image_bytes / 4).max(RESERVE_BYTES_MIN)
+}
+
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// Makes the reserve file `bytes` long, allocated (blocking). A smaller one grows if there
+/// is room, else keeps its size; a larger one shrinks. Returns its size now.
+pub fn keep_reserve(dir: &Path, bytes: u64, fault: Option<&FaultDisk>) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join(RESERVE_FILE);
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    let had = file.metadata()?.len();
+    if had >= bytes {
+        if had > bytes {
+            file.set_len(bytes)?;
+        }
+        return Ok(bytes);
+    }
+    let grown = fault
+        .map_or(Ok(()), |f| f.check(bytes - had))
+        .and_then(|()| {
+            // SAFETY: posix_fallocate on a file descriptor we own; it returns the error.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
+            match rc {
+                0 => file.sync_all(),
+                rc => Err(io::Error::from_raw_os_error(rc)),
+            }
+        });
+    match grown {
+        Ok(()) => Ok(bytes),
+        Err(e) => {
+            // What a failed allocation took goes back.
+            file.set_len(had)?;
+            if had == 0 {
+                fs::remove_file(&path)?;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Removes the reserve (blocking). Whether there was one.
+fn release_reserve(dir: &Path) -> io::Result<bool> {
+    match fs::remove_file(dir.join(RESERVE_FILE)) {
+        Ok(()) => {
+            fs::File::open(dir)?.sync_all()?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `write`, and when it finds no room: the reserve released and `write` once more.
+/// Returns what `write` returns and whether the reserve was released.
+pub fn write_with_reserve(
+    dir: &Path,
+    lsn: u64,
+    image: &Image,
+    marks: &SegmentMarks,
+    fault: Option<&FaultDisk>,
+) -> (io::Result<Vec<u64>>, bool) {
+    match write(dir, lsn, image, marks, fault) {
+        Err(e) if is_no_space(&e) => {
+            let released = clean_temporaries(dir).and_then(|()| release_reserve(dir));
+            match released {
+                Ok(true) => (write(dir, lsn, image, marks, fault), true),
+                Ok(false) => (Err(e), false),
+                Err(r) => (Err(io::Error::new(e.kind(), format!("{e}; {r}"))), false),
+            }
+        }
+        other => (other, false),
+    }
+}
 
 /// Segment marks a snapshot carries: (segment first LSN, its (LSN, offset) marks).
 pub type SegmentMarks = Vec<(u64, Vec<(u64, u64)>)>;
@@ -147,8 +250,19 @@ pub fn decode(bytes: &[u8]) -> Result<Loaded<'_>, String> {
 /// Writes a snapshot durably (blocking: run it on the blocking pool): a temporary file,
 /// fdatasync, rename, directory sync. Then removes all but the newest `SNAPSHOTS_KEPT`.
 /// Returns the LSNs of the snapshots now on disk, newest first.
-pub fn write(dir: &Path, lsn: u64, image: &Image, marks: &SegmentMarks) -> io::Result<Vec<u64>> {
+pub fn write(
+    dir: &Path,
+    lsn: u64,
+    image: &Image,
+    marks: &SegmentMarks,
+    fault: Option<&FaultDisk>,
+) -> io::Result<Vec<u64>> {
     let name = file_name(lsn);
+    if let Some(fault) = fault {
+        // The file's size: header, image, marks (at most 32 bytes a segment), CRC.
+        let marks_bytes: usize = marks.iter().map(|(_, m)| 16 + 24 * m.len()).sum();
+        fault.check(64 + image.len() + marks_bytes as u64)?;
+    }
     let tmp = dir.join(format!("{name}.tmp"));
     {
         let mut file = io::BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?);
@@ -193,6 +307,9 @@ pub(crate) struct Snapshotter {
     /// Take a snapshot after this many bytes of log.
     pub every_bytes: u64,
     logged: std::cell::Cell<u64>,
+    /// Bytes of log handed to the writer since the last snapshot started (failed or not):
+    /// while the disk is full, a snapshot is tried again only after more.
+    logged_since_attempt: std::cell::Cell<u64>,
     busy: std::cell::Cell<bool>,
     info: std::cell::RefCell<flo_engine::StorageInfo>,
     /// LSNs of the snapshots on disk, newest first.
@@ -201,6 +318,11 @@ pub(crate) struct Snapshotter {
     /// The last image's size: the next snapshot waits for at least twice that much log,
     /// so writing snapshots never costs more than half the log's own writes.
     last_image_bytes: std::cell::Cell<u64>,
+    /// When the last snapshot started.
+    started_at: std::cell::Cell<Option<std::time::Instant>>,
+    /// Said once: there is no room for the reserve.
+    reserve_warned: std::cell::Cell<bool>,
+    fault: Option<FaultDisk>,
 }
 
 fn now_ms() -> u64 {
@@ -230,26 +352,60 @@ impl Snapshotter {
         every_bytes: u64,
         kept: Vec<u64>,
         release_memory: fn(),
+        fault: Option<FaultDisk>,
     ) -> Snapshotter {
         let snapshotter = Snapshotter {
             dir,
             shard,
             every_bytes,
             logged: Default::default(),
+            logged_since_attempt: Default::default(),
             busy: Default::default(),
             info: Default::default(),
             kept: std::cell::RefCell::new(kept),
             release_memory,
             last_image_bytes: Default::default(),
+            started_at: Default::default(),
+            reserve_warned: Default::default(),
+            fault,
         };
-        // At start-up, before the shard serves: a blocking listing is fine here.
+        // At start-up, before the shard serves: blocking file work is fine here. The
+        // reserve is made (or grown) for the newest snapshot's size.
+        let newest = match snapshotter.last_lsn() {
+            0 => 0,
+            lsn => fs::metadata(snapshotter.dir.join(file_name(lsn))).map_or(0, |m| m.len()),
+        };
+        snapshotter.refresh_reserve(newest);
         snapshotter.info.borrow_mut().disk_bytes = disk_bytes(&snapshotter.dir);
         snapshotter
+    }
+
+    /// Makes the reserve for an image of `image_bytes` (blocking); says once per shard
+    /// when there is no room for it.
+    fn refresh_reserve(&self, image_bytes: u64) {
+        let bytes = reserve_bytes_for(image_bytes);
+        self.reserved(bytes, keep_reserve(&self.dir, bytes, self.fault.as_ref()));
+    }
+
+    /// What making the reserve came to: said once while there is no room for it.
+    fn reserved(&self, bytes: u64, result: io::Result<u64>) {
+        match result {
+            Ok(_) => self.reserve_warned.set(false),
+            Err(e) if !self.reserve_warned.replace(true) => crate::stderr::say!(
+                "warning: shard {}: no room for the snapshot reserve ({RESERVE_FILE} of \
+                 {bytes} bytes: {e}); on a full disk a snapshot may then find no room to let \
+                 segments go",
+                self.shard
+            ),
+            Err(_) => {}
+        }
     }
 
     /// `bytes` more of log were handed to the writer.
     pub fn logged(&self, bytes: usize) {
         self.logged.set(self.logged.get() + bytes as u64);
+        self.logged_since_attempt
+            .set(self.logged_since_attempt.get() + bytes as u64);
     }
 
     /// Whether a snapshot is being written.
@@ -262,10 +418,21 @@ impl Snapshotter {
         self.kept.borrow().first().copied().unwrap_or(0)
     }
 
-    /// Whether enough log was written since the last snapshot to take another.
-    pub fn due(&self) -> bool {
+    /// Whether to take a snapshot now: enough log was written since the last; or the disk
+    /// is full (`read_only`), something was logged since the last attempt and that started
+    /// `READ_ONLY_SNAPSHOT_EVERY_MS` ago (each one may let segments go; one that failed is
+    /// not tried again before something more is logged).
+    pub fn due(&self, read_only: bool) -> bool {
+        if self.busy.get() {
+            return false;
+        }
+        if read_only {
+            let every = std::time::Duration::from_millis(READ_ONLY_SNAPSHOT_EVERY_MS);
+            return self.logged_since_attempt.get() > 0
+                && self.started_at.get().is_none_or(|t| t.elapsed() >= every);
+        }
         let every = self.every_bytes.max(2 * self.last_image_bytes.get());
-        !self.busy.get() && self.logged.get() >= every
+        self.logged.get() >= every
     }
 
     /// What to tell the engine about the files (status).
@@ -307,7 +474,9 @@ impl Snapshotter {
         inbox: std::rc::Rc<crate::inbox::Inbox>,
     ) -> glommio::Task<()> {
         self.busy.set(true);
+        self.started_at.set(Some(std::time::Instant::now()));
         self.logged.set(0);
+        self.logged_since_attempt.set(0);
         let me = self.clone();
         glommio::spawn_local(async move {
             // A snapshot never stands ahead of the log it continues.
@@ -316,14 +485,23 @@ impl Snapshotter {
             }
             let started = std::time::Instant::now();
             let dir = me.dir.clone();
-            let (written, image_bytes) =
+            let fault = me.fault.clone();
+            let (written, released, image_bytes) =
                 crate::poke::poked(glommio::executor().spawn_blocking(move || {
-                    let kept = write(&dir, lsn, &image, &marks);
-                    (kept, image.len())
+                    let (kept, released) =
+                        write_with_reserve(&dir, lsn, &image, &marks, fault.as_ref());
+                    (kept, released, image.len())
                 }))
                 .await;
             (me.release_memory)();
             me.last_image_bytes.set(image_bytes);
+            if released {
+                crate::stderr::say!(
+                    "shard {}: the snapshot at LSN {lsn} found no room and used the reserve \
+                     ({RESERVE_FILE}), made again once there is room",
+                    me.shard
+                );
+            }
             let kept = match written {
                 Ok(kept) => kept,
                 Err(e) => {
@@ -390,9 +568,18 @@ impl Snapshotter {
                         me.shard
                     );
                 }
-                // A writer short of space looks again now.
-                slot.space_freed();
             }
+            // The reserve first (sized for this image), then the log: a writer short of
+            // space looks again now.
+            let bytes = reserve_bytes_for(image_bytes);
+            let (dir, fault) = (me.dir.clone(), me.fault.clone());
+            let reserved = crate::poke::poked(
+                glommio::executor()
+                    .spawn_blocking(move || keep_reserve(&dir, bytes, fault.as_ref())),
+            )
+            .await;
+            me.reserved(bytes, reserved);
+            slot.space_freed();
             // Measured off the shard thread (a directory listing).
             let dir = me.dir.clone();
             let bytes =
@@ -428,7 +615,8 @@ mod tests {
     fn writing_keeps_the_newest_two() {
         let dir = tempfile::tempdir().unwrap();
         for lsn in [10, 20, 30] {
-            let kept = write(dir.path(), lsn, &Image::from(b"x".to_vec()), &Vec::new()).unwrap();
+            let image = Image::from(b"x".to_vec());
+            let kept = write(dir.path(), lsn, &image, &Vec::new(), None).unwrap();
             assert!(kept.len() <= SNAPSHOTS_KEPT);
         }
         let on_disk: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();

@@ -2,7 +2,7 @@
 //! its owner, to every shard), and the listings each shard answers its part of.
 
 use super::fanout;
-use super::routing::{Target, mutates, target};
+use super::routing::{Target, frees_space, mutates, target};
 use super::{Engine, LOG_BACKLOG_BYTES_MAX};
 use crate::actions::{self};
 use crate::archive::{self, ListQuery, Live, Want};
@@ -299,7 +299,13 @@ impl Engine {
         if !mutates(op) {
             return false;
         }
-        let Some(e) = self.log_refusal() else {
+        // A delete is taken while the disk is full (read-only), not while the writer is
+        // far behind.
+        let refusal = match frees_space(op) && self.core.disk() == DiskSpace::Full {
+            true => self.backlog_refusal(),
+            false => self.log_refusal(),
+        };
+        let Some(e) = refusal else {
             return false;
         };
         self.core.reply_op(to, 0, Err(e));
@@ -309,12 +315,20 @@ impl Engine {
     /// Why this shard cannot log a client's mutation now, if it cannot.
     pub(super) fn log_refusal(&self) -> Option<ErrorValue> {
         let shard = self.core.shard();
-        Some(if self.core.disk() == DiskSpace::Full {
-            ErrorValue::unavailable(format!(
+        if self.core.disk() == DiskSpace::Full {
+            return Some(ErrorValue::unavailable(format!(
                 "disk full on shard {shard}: it is read-only until space is freed (reads \
-                 still work); retry later"
-            ))
-        } else if self.core.pending_log_bytes() >= LOG_BACKLOG_BYTES_MAX {
+                 and deletes still work); delete what is no longer needed or free disk \
+                 space, then retry"
+            )));
+        }
+        self.backlog_refusal()
+    }
+
+    /// Why this shard cannot log anything more now: its writer is far behind.
+    fn backlog_refusal(&self) -> Option<ErrorValue> {
+        let shard = self.core.shard();
+        (self.core.pending_log_bytes() >= LOG_BACKLOG_BYTES_MAX).then(|| {
             ErrorValue::new(
                 flo_protocol::ErrorCode::Overloaded,
                 format!(
@@ -322,8 +336,6 @@ impl Engine {
                     self.core.pending_log_bytes() >> 20
                 ),
             )
-        } else {
-            return None;
         })
     }
 

@@ -133,8 +133,22 @@ impl Engine {
     /// Before replay: starts from a snapshot (`snapshot::encode`'s bytes) instead of an
     /// empty fold; the log is then replayed from the LSN it returns + 1.
     pub fn restore(&mut self, image: &[u8]) -> Result<u64, SnapshotError> {
-        let state =
-            crate::fold::snapshot::decode(image, self.core.shard(), self.core.partitioning())?;
+        self.restore_with_progress(image, &mut |_| {})
+    }
+
+    /// `restore`, telling `progress` how many of the image's bytes are decoded, every few
+    /// MiB (start-up reports it).
+    pub fn restore_with_progress(
+        &mut self,
+        image: &[u8],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64, SnapshotError> {
+        let state = crate::fold::snapshot::decode(
+            image,
+            self.core.shard(),
+            self.core.partitioning(),
+            progress,
+        )?;
         let lsn = state.applied_lsn;
         self.core.restore(state);
         Ok(lsn)
@@ -144,6 +158,12 @@ impl Engine {
     /// records are read back from it); None when it retains none.
     pub fn retained_from_lsn(&self) -> Option<u64> {
         self.core.state().archive.oldest_lsn()
+    }
+
+    /// Whether the disk is full (the log writer said so): client mutations but deletes
+    /// are refused, and the runtime snapshots to let segments go.
+    pub fn read_only(&self) -> bool {
+        self.core.disk() == crate::core::io::DiskSpace::Full
     }
 
     /// The fold as a snapshot image, and the LSN it stands at (the last record appended,

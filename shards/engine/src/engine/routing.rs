@@ -205,6 +205,21 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
     }
 }
 
+/// Whether `op` only removes data (a key, an action, a stream or a consumer group, a
+/// stream's oldest records): a mutation a shard whose disk is full still takes, as the
+/// way out through flo — its record is small, and the snapshot the runtime takes while
+/// the disk is full then lets the segments below go (`docs/operations.md`).
+pub fn frees_space(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::KvDelete { .. }
+            | Op::ActionDelete { .. }
+            | Op::StreamDelete { .. }
+            | Op::StreamTrim { dry_run: false, .. }
+            | Op::StreamGroupDelete { .. }
+    )
+}
+
 /// Whether `op` is a client mutation: it exists to change durable state, so it commits a
 /// record on the shard that executes it. A shard whose disk is full refuses these and
 /// serves the rest (reads, waits, the worker registry, which is not logged; a worker's

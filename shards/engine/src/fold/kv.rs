@@ -1,6 +1,7 @@
 //! Namespaced key-value store: versions for compare-and-set, optional TTL, ordered keys
 //! for prefix listing. `plan_*` validate and build records; `apply_*` change state.
 
+use crate::bytes::SharedBytes;
 use crate::clock::deadline_after;
 use crate::fold::record::Record;
 use crate::pages::LIST_REPLY_BYTES_MAX;
@@ -23,7 +24,8 @@ pub struct PutCondition {
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
-    pub value: Vec<u8>,
+    /// Shared with the snapshot images taken while it is the key's value.
+    pub value: SharedBytes,
     pub version: u64,
     pub expires_at_ms: Option<u64>,
     /// LSN of the record that wrote this value: a read waits until it is durable.
@@ -38,7 +40,7 @@ impl Entry {
     pub fn to_wire(&self, key: &str) -> KvEntry {
         KvEntry {
             key: key.to_string(),
-            value: self.value.clone(),
+            value: self.value.to_vec(),
             version: self.version,
             expires_at_ms: self.expires_at_ms,
         }
@@ -119,6 +121,17 @@ impl KvStore {
         self.spaces
             .iter()
             .flat_map(|(ns, space)| space.iter().map(move |(k, e)| (ns.as_str(), k.as_str(), e)))
+    }
+
+    /// A copy for a snapshot image, to encode elsewhere: keys copied, values shared (a
+    /// count each), the derived expiry order and bytes left out.
+    pub fn view(&self) -> KvStore {
+        KvStore {
+            spaces: self.spaces.clone(),
+            keys: self.keys,
+            expiries: BTreeSet::new(),
+            bytes: HashMap::default(),
+        }
     }
 
     /// Bytes of keys and values `namespace` holds here.
@@ -344,7 +357,7 @@ impl KvStore {
         lsn: u64,
     ) {
         let entry = Entry {
-            value,
+            value: SharedBytes::from(value),
             version,
             expires_at_ms,
             lsn,

@@ -13,6 +13,7 @@ struct RunImageRef<'a> {
     workflow: &'a str,
     version: &'a str,
     status: WorkflowRunStatus,
+    #[serde(with = "serde_bytes")]
     input_bytes: &'a Vec<u8>,
     idempotency_key: &'a Option<String>,
     parent: &'a Option<StepRef>,
@@ -43,6 +44,7 @@ struct RunImage {
     workflow: String,
     version: String,
     status: WorkflowRunStatus,
+    #[serde(with = "serde_bytes")]
     input_bytes: Vec<u8>,
     idempotency_key: Option<String>,
     parent: Option<StepRef>,

@@ -19,7 +19,9 @@ pub struct Run {
     pub action: String,
     pub action_version: u32,
     pub status: RunStatus,
+    #[serde(with = "serde_bytes")]
     pub input: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub output: Option<Vec<u8>>,
     pub outcome: Option<String>,
     pub error: Option<String>,

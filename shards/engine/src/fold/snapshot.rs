@@ -1,8 +1,17 @@
 //! A shard's fold at an LSN as bytes (a snapshot) and back. Recovery loads the newest valid
 //! snapshot and replays only the log after it. What is derived is not written: the index
 //! (`Index::rebuild`), the KV expiry order, module bytes and workflow definitions shared by
-//! runs (`relink`). Layout: one MessagePack value (everything but the run index), then the
-//! run index as raw words (`RunIndex::write_image`).
+//! runs (`relink`).
+//!
+//! Layout (format 4): the format as a MessagePack integer; one MessagePack value with every
+//! store but KV (encoded on the shard while it pauses); the KV store (a copy-on-write view
+//! whose values are shared with the live store, encoded on the writer's thread: the shard
+//! pauses for the view, not the bytes); the run index as raw words
+//! (`RunIndex::write_image`). Byte fields are MessagePack `bin`.
+//!
+//! Format 3 (one MessagePack array holding every store, KV fourth; byte fields as arrays
+//! of integers) is still read: a data directory whose log below its snapshot is gone must
+//! start after an upgrade.
 
 use crate::fold::archive::{RunIndex, RunIndexError};
 use crate::fold::kv::KvStore;
@@ -12,21 +21,27 @@ use crate::fold::state::{PendingForward, ShardState};
 use crate::fold::streams::Streams;
 use crate::fold::workflows::Workflows;
 use crate::hash::Partitioning;
-use crate::image::Image;
+use crate::image::{Encode, Image, Part};
 use crate::tables::HashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
 
-/// Bumped when the image changes incompatibly: an older image is then refused (recovery
-/// falls back to replaying the log).
-pub const SNAPSHOT_FORMAT: u32 = 3;
+/// Bumped when the image changes incompatibly. Formats from `SNAPSHOT_FORMAT_READ_MIN` on
+/// are read; any other is refused by recovery, which then will not start unless the log
+/// still holds every record (see `shards/runtime/src/boot.rs`).
+pub const SNAPSHOT_FORMAT: u32 = 4;
+/// The oldest format this code reads.
+pub const SNAPSHOT_FORMAT_READ_MIN: u32 = 3;
+/// Bytes of image decoded between two calls of a restore's progress callback.
+const PROGRESS_STEP_BYTES: u64 = 4 << 20;
 
+/// Everything but the KV store and the run index (format 4).
 #[derive(Serialize)]
-struct ImageRef<'a> {
-    format: u32,
+struct HeadRef<'a> {
     shard: u32,
     lsn: u64,
-    kv: &'a KvStore,
     registry: &'a Registry,
     runs: &'a Runs,
     forwards: &'a VecDeque<PendingForward>,
@@ -36,7 +51,20 @@ struct ImageRef<'a> {
 }
 
 #[derive(Deserialize)]
-struct Decoded {
+struct Head {
+    shard: u32,
+    lsn: u64,
+    registry: Registry,
+    runs: Runs,
+    forwards: VecDeque<PendingForward>,
+    remote_applied: HashMap<u32, u64>,
+    workflows: Workflows,
+    streams: Streams,
+}
+
+/// Format 3: one value with every store.
+#[derive(Deserialize)]
+struct DecodedV3 {
     format: u32,
     shard: u32,
     lsn: u64,
@@ -51,13 +79,29 @@ struct Decoded {
     streams: Streams,
 }
 
-/// The fold as an image (at `state.applied_lsn`).
+/// The KV store's view is encoded on the writer's thread.
+impl Encode for KvStore {
+    fn encode(&self, out: &mut dyn io::Write) -> io::Result<()> {
+        self.serialize(&mut rmp_serde::Serializer::new(out))
+            .map_err(io::Error::other)
+    }
+}
+
+fn encode_value(value: &impl Serialize, out: &mut Vec<u8>) {
+    // Plain owned data into a Vec: cannot fail.
+    value
+        .serialize(&mut rmp_serde::Serializer::new(out))
+        .expect("snapshot encodes");
+}
+
+/// The fold as an image (at `state.applied_lsn`). Costs the shard the encoding of every
+/// store but KV, and a view of the KV store (its keys copied, its values shared).
 pub fn encode(state: &ShardState) -> Image {
-    let image = ImageRef {
-        format: SNAPSHOT_FORMAT,
+    let mut head = Vec::new();
+    encode_value(&SNAPSHOT_FORMAT, &mut head);
+    let stores = HeadRef {
         shard: state.shard,
         lsn: state.applied_lsn,
-        kv: &state.kv,
         registry: &state.registry,
         runs: &state.runs,
         forwards: &state.forwards,
@@ -65,23 +109,24 @@ pub fn encode(state: &ShardState) -> Image {
         workflows: &state.workflows,
         streams: &state.streams,
     };
-    let mut out = Vec::new();
-    // Plain owned data into a Vec: cannot fail.
-    image
-        .serialize(&mut rmp_serde::Serializer::new(&mut out))
-        .expect("snapshot encodes");
-    let mut image = Image::from(out);
-    // The run index follows as raw words (the bulk of a large image, shared).
+    encode_value(&stores, &mut head);
+    let mut image = Image::from(head);
+    image.push(Part::later(Arc::new(state.kv.view())));
+    // The run index follows as raw words (shared).
     state.archive.write_image(&mut image);
     image
 }
 
-/// Why a snapshot image cannot be loaded (recovery then tries the one before it).
+/// Why a snapshot image cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("the image does not decode: {0}")]
     Decode(#[from] rmp_serde::decode::Error),
-    #[error("snapshot format {found} is not {SNAPSHOT_FORMAT}")]
+    /// Not damaged: written by another version of flo. Never set aside as damaged.
+    #[error(
+        "snapshot format {found}, and this flo reads formats {SNAPSHOT_FORMAT_READ_MIN} to \
+         {SNAPSHOT_FORMAT}"
+    )]
     Format { found: u32 },
     #[error("a snapshot of shard {found}, not {expected}")]
     Shard { found: u32, expected: u32 },
@@ -89,38 +134,228 @@ pub enum SnapshotError {
     RunIndex(#[from] RunIndexError),
 }
 
-/// The fold `encode` wrote, for shard `shard`.
+/// The image's bytes as a reader that reports how far it got.
+struct Progress<'a, 'p> {
+    rest: &'a [u8],
+    read: u64,
+    reported: u64,
+    report: &'p mut dyn FnMut(u64),
+}
+
+impl io::Read for Progress<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.rest.read(buf)?;
+        self.read += n as u64;
+        if self.read - self.reported >= PROGRESS_STEP_BYTES {
+            self.reported = self.read;
+            (self.report)(self.read);
+        }
+        Ok(n)
+    }
+}
+
+/// The format of an image: its first value, or the first element of the one array of
+/// format 3 and before.
+fn format_of(bytes: &[u8]) -> Result<(u32, bool), SnapshotError> {
+    let bad = |what: &str| {
+        SnapshotError::Decode(rmp_serde::decode::Error::Syntax(format!(
+            "the image does not start with its format ({what})"
+        )))
+    };
+    let mut rd = bytes;
+    match rmp::decode::read_marker(&mut rd).map_err(|_| bad("empty"))? {
+        rmp::Marker::FixArray(_) | rmp::Marker::Array16 | rmp::Marker::Array32 => {
+            let mut rd = bytes;
+            rmp::decode::read_array_len(&mut rd).map_err(|_| bad("an array"))?;
+            let found = rmp::decode::read_int(&mut rd).map_err(|_| bad("its first element"))?;
+            Ok((found, true))
+        }
+        _ => {
+            let mut rd = bytes;
+            let found = rmp::decode::read_int(&mut rd).map_err(|_| bad("an integer"))?;
+            Ok((found, false))
+        }
+    }
+}
+
+/// The fold `encode` wrote, for shard `shard`; `progress` hears the bytes decoded so far
+/// every few MiB.
 pub fn decode(
     bytes: &[u8],
     shard: u32,
     partitioning: Partitioning,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<ShardState, SnapshotError> {
-    let mut rest = bytes;
-    let image: Decoded = rmp_serde::from_read(&mut rest)?;
-    if image.format != SNAPSHOT_FORMAT {
-        return Err(SnapshotError::Format {
-            found: image.format,
-        });
+    let (format, legacy) = format_of(bytes)?;
+    if !(SNAPSHOT_FORMAT_READ_MIN..=SNAPSHOT_FORMAT).contains(&format) || legacy != (format < 4) {
+        return Err(SnapshotError::Format { found: format });
     }
-    if image.shard != shard {
+    let mut reader = Progress {
+        rest: bytes,
+        read: 0,
+        reported: 0,
+        report: progress,
+    };
+    let mut state = ShardState::new(shard, partitioning);
+    let (found, lsn) = if legacy {
+        let image: DecodedV3 = rmp_serde::from_read(&mut reader)?;
+        debug_assert_eq!(image.format, format);
+        state.kv = image.kv;
+        state.registry = image.registry;
+        state.runs = image.runs;
+        state.forwards = image.forwards;
+        state.remote_applied = image.remote_applied;
+        state.workflows = image.workflows;
+        state.streams = image.streams;
+        (image.shard, image.lsn)
+    } else {
+        let _format: u32 = rmp_serde::from_read(&mut reader)?;
+        let head: Head = rmp_serde::from_read(&mut reader)?;
+        state.kv = rmp_serde::from_read(&mut reader)?;
+        state.registry = head.registry;
+        state.runs = head.runs;
+        state.forwards = head.forwards;
+        state.remote_applied = head.remote_applied;
+        state.workflows = head.workflows;
+        state.streams = head.streams;
+        (head.shard, head.lsn)
+    };
+    if found != shard {
         return Err(SnapshotError::Shard {
-            found: image.shard,
+            found,
             expected: shard,
         });
     }
-    let mut state = ShardState::new(shard, partitioning);
-    state.kv = image.kv;
     state.kv.relink();
-    state.registry = image.registry;
     state.registry.relink();
-    state.runs = image.runs;
-    state.forwards = image.forwards;
-    state.remote_applied = image.remote_applied;
-    state.workflows = image.workflows;
     state.workflows.relink();
-    state.streams = image.streams;
     state.streams.relink();
-    state.archive = RunIndex::read_image(rest)?;
-    state.applied_lsn = image.lsn;
+    state.archive = RunIndex::read_image(reader.rest)?;
+    (reader.report)(bytes.len() as u64);
+    state.applied_lsn = lsn;
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fold::kv::PutCondition;
+    use crate::fold::record::Record;
+
+    fn partitioning() -> Partitioning {
+        Partitioning::new(crate::hash::PARTITIONS_DEFAULT, 1)
+    }
+
+    fn put(state: &mut ShardState, key: &str, value: Vec<u8>) {
+        let record = state
+            .kv
+            .plan_put(
+                "ns".into(),
+                key.into(),
+                value,
+                None,
+                PutCondition::default(),
+                0,
+            )
+            .unwrap();
+        state.apply(state.applied_lsn + 1, record);
+    }
+
+    /// 64 values of 64 KiB: 4 MiB of payload.
+    fn state_with_values() -> (ShardState, u64) {
+        let mut state = ShardState::default();
+        let mut payload = 0;
+        for i in 0..64u32 {
+            let value: Vec<u8> = (0..64 << 10).map(|b: u32| (b ^ i) as u8).collect();
+            payload += value.len() as u64;
+            put(&mut state, &format!("key-{i:03}"), value);
+        }
+        (state, payload)
+    }
+
+    #[test]
+    fn an_image_round_trips_and_reports_its_progress() {
+        let (state, _) = state_with_values();
+        let bytes = encode(&state).to_bytes();
+        let mut heard = Vec::new();
+        let back = decode(&bytes, 0, partitioning(), &mut |n| heard.push(n)).unwrap();
+        assert_eq!(back.digest(), state.digest());
+        assert_eq!(back.applied_lsn, state.applied_lsn);
+        assert!(heard.len() > 1, "{heard:?}");
+        assert_eq!(heard.last(), Some(&(bytes.len() as u64)));
+        assert!(heard.windows(2).all(|w| w[0] <= w[1]), "{heard:?}");
+    }
+
+    #[test]
+    fn an_image_of_byte_values_is_about_as_large_as_they_are() {
+        let (state, payload) = state_with_values();
+        let len = encode(&state).len();
+        assert!(
+            len >= payload && len < payload + payload / 100,
+            "{len} for {payload}"
+        );
+    }
+
+    #[test]
+    fn an_image_taken_does_not_change_with_what_the_store_does_after() {
+        let (mut state, _) = state_with_values();
+        let image = encode(&state);
+        let before = state.digest();
+        put(&mut state, "key-000", b"changed".to_vec());
+        state.apply(
+            state.applied_lsn + 1,
+            Record::KvDelete {
+                namespace: "ns".into(),
+                key: "key-001".into(),
+            },
+        );
+        let back = decode(&image.to_bytes(), 0, partitioning(), &mut |_| {}).unwrap();
+        assert_eq!(back.digest(), before);
+    }
+
+    /// A snapshot file flo wrote in format 3 (see `testdata/snapshot-format-3/README.md`):
+    /// header (magic, LSN, image length), image, marks, CRC.
+    #[test]
+    fn an_image_of_format_3_loads() {
+        let file: &[u8] = include_bytes!(
+            "../../../../testdata/snapshot-format-3/shard-000/snapshot-00000000000000000019.snap"
+        );
+        let len = u64::from_le_bytes(file[16..24].try_into().unwrap()) as usize;
+        let image = &file[24..24 + len];
+        assert_eq!(format_of(image).unwrap(), (3, true));
+        let state = decode(image, 0, partitioning(), &mut |_| {}).unwrap();
+        assert_eq!(state.applied_lsn, 19);
+        let value = &state.kv.entry("default", "key-3").unwrap().value;
+        assert_eq!(&value[..], b"value 3 from format 3");
+        assert_eq!(state.kv.key_count(), 11);
+        let digest = state.digest().join("\n");
+        assert!(digest.contains("work-1"), "{digest}");
+        assert!(digest.contains("wfrun-1"), "{digest}");
+        // Written again, it is format 4 and loads alike.
+        let again = encode(&state).to_bytes();
+        assert_eq!(format_of(&again).unwrap(), (4, false));
+        let back = decode(&again, 0, partitioning(), &mut |_| {}).unwrap();
+        assert_eq!(back.digest(), state.digest());
+    }
+
+    #[test]
+    fn an_image_of_another_format_is_refused_for_its_format() {
+        let mut image = Vec::new();
+        encode_value(&(SNAPSHOT_FORMAT + 1), &mut image);
+        image.extend_from_slice(&[0x90; 16]);
+        let Err(err) = decode(&image, 0, partitioning(), &mut |_| {}) else {
+            panic!("loaded")
+        };
+        assert!(
+            matches!(err, SnapshotError::Format { found } if found == SNAPSHOT_FORMAT + 1),
+            "{err}"
+        );
+        assert!(err.to_string().contains("reads formats 3 to 4"), "{err}");
+        // Format 2 (an array, like 3): refused for its format, not as damaged.
+        let old = rmp_serde::to_vec(&(2u32, 0u32, 5u64)).unwrap();
+        let Err(err) = decode(&old, 0, partitioning(), &mut |_| {}) else {
+            panic!("loaded")
+        };
+        assert!(matches!(err, SnapshotError::Format { found: 2 }), "{err}");
+    }
 }

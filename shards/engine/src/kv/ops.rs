@@ -128,7 +128,7 @@ pub fn guest_read(core: &mut Core, exec: u64, read: u64, namespace: &str, key: &
             .state()
             .kv
             .get(namespace, key, core.now_ms())
-            .map(|e| e.value.clone());
+            .map(|e| e.value.to_vec());
         core.emit(Effect::GuestValue {
             exec,
             read,
