@@ -407,8 +407,9 @@ fn bad_worker_requests_get_clear_errors() {
         .unwrap_err();
     let Error::Server(e) = err else { panic!() };
     assert_eq!(e.code, ErrorCode::Conflict);
+    // The refusal names the reporting worker, never the one holding the lease.
     assert!(
-        e.message.contains("leased to worker \"w1\""),
+        e.message.contains("not leased to worker \"w2\"") && !e.message.contains("w1"),
         "{}",
         e.message
     );
