@@ -31,6 +31,23 @@ fn wasm_action(c: &mut Client, name: &str) {
     .unwrap();
 }
 
+/// An auth file with one admin token for every namespace (`admin-token-1`).
+const ADMIN_TOKEN_YAML: &str =
+    "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n";
+
+/// A server with the auth file `text` (in `dir`), and the file's path.
+fn auth_server(
+    dir: &std::path::Path,
+    text: &str,
+    args: &[&str],
+) -> (TestServer, std::path::PathBuf) {
+    let auth = dir.join("auth.yaml");
+    std::fs::write(&auth, text).unwrap();
+    let mut all = vec!["--auth-file", auth.to_str().unwrap()];
+    all.extend_from_slice(args);
+    (TestServer::start(&dir.join("data"), &all), auth)
+}
+
 fn one_step(name: &str, extra: &str) -> String {
     format!(
         "kind: Workflow\nname: {name}\nversion: \"1\"\n{extra}start:\n  run: \"@actions/a\"\n  \
@@ -188,16 +205,7 @@ fn a_start_is_the_repeat_of_an_archived_run_only_with_its_workflow_and_key() {
 #[test]
 fn control_characters_in_names_are_refused_and_never_forge_a_log_line() {
     let dir = temp_dir();
-    let auth = dir.path().join("auth.yaml");
-    std::fs::write(
-        &auth,
-        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n",
-    )
-    .unwrap();
-    let server = TestServer::start(
-        &dir.path().join("data"),
-        &["--auth-file", auth.to_str().unwrap()],
-    );
+    let (server, _) = auth_server(dir.path(), ADMIN_TOKEN_YAML, &[]);
     let addr = server.addr_string();
     let forged = "x\nfatal: shard 0 panicked: forged";
     for token in ["admin-token-1", "not-a-token"] {
@@ -328,17 +336,8 @@ fn lists_of_large_items_stop_at_a_byte_budget_and_page_through_everything() {
 #[test]
 fn a_namespace_over_its_live_runs_quota_is_refused_and_others_go_on() {
     let dir = temp_dir();
-    let auth = dir.path().join("auth.yaml");
-    std::fs::write(
-        &auth,
-        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n\
-         quotas:\n  tenant-a: {live_runs: 4}\n",
-    )
-    .unwrap();
-    let server = TestServer::start(
-        &dir.path().join("data"),
-        &["--shards", "1", "--auth-file", auth.to_str().unwrap()],
-    );
+    let quotas = format!("{ADMIN_TOKEN_YAML}quotas:\n  tenant-a: {{live_runs: 4}}\n");
+    let (server, _) = auth_server(dir.path(), &quotas, &["--shards", "1"]);
     let connect = |ns: &str| {
         Client::connect_with_token(server.addr, "admin-token-1")
             .unwrap()
@@ -375,17 +374,8 @@ fn a_namespace_over_its_live_runs_quota_is_refused_and_others_go_on() {
 #[test]
 fn a_namespace_over_its_kv_bytes_quota_is_refused_and_a_delete_makes_room() {
     let dir = temp_dir();
-    let auth = dir.path().join("auth.yaml");
-    std::fs::write(
-        &auth,
-        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n\
-         quotas:\n  \"*\": {kv_bytes: 100000}\n",
-    )
-    .unwrap();
-    let server = TestServer::start(
-        &dir.path().join("data"),
-        &["--shards", "1", "--auth-file", auth.to_str().unwrap()],
-    );
+    let quotas = format!("{ADMIN_TOKEN_YAML}quotas:\n  \"*\": {{kv_bytes: 100000}}\n");
+    let (server, auth) = auth_server(dir.path(), &quotas, &["--shards", "1"]);
     let connect = |ns: &str| {
         Client::connect_with_token(server.addr, "admin-token-1")
             .unwrap()
@@ -429,17 +419,11 @@ fn a_namespace_over_its_kv_bytes_quota_is_refused_and_a_delete_makes_room() {
 #[test]
 fn status_counts_are_shown_only_to_a_token_for_every_namespace() {
     let dir = temp_dir();
-    let auth = dir.path().join("auth.yaml");
-    std::fs::write(
-        &auth,
-        "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n  \
-         - token: \"client-token-1\"\n    role: client\n    namespaces: [\"payments\"]\n",
-    )
-    .unwrap();
-    let server = TestServer::start(
-        &dir.path().join("data"),
-        &["--auth-file", auth.to_str().unwrap()],
+    let tokens = format!(
+        "{ADMIN_TOKEN_YAML}  - token: \"client-token-1\"\n    role: client\n    namespaces: \
+         [\"payments\"]\n"
     );
+    let (server, _) = auth_server(dir.path(), &tokens, &[]);
     let mut admin = Client::connect_with_token(server.addr, "admin-token-1")
         .unwrap()
         .with_namespace("billing");
