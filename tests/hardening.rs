@@ -444,3 +444,47 @@ fn status_counts_are_shown_only_to_a_token_for_every_namespace() {
     assert!(status.shards.iter().all(|s| s.lsn > 0), "health stays");
     server.stop();
 }
+
+/// Item 10: `wasm_slots` bounds the WebAssembly slots a namespace's runs hold at once on a
+/// shard: its runs wait for one another, and still all complete.
+#[test]
+fn a_namespace_runs_at_most_its_wasm_slots_quota_at_once() {
+    use flo::protocol::RunStatus;
+    let dir = temp_dir();
+    let quotas = format!("{ADMIN_TOKEN_YAML}quotas:\n  tenant-a: {{wasm_slots: 1}}\n");
+    let (server, _) = auth_server(dir.path(), &quotas, &["--shards", "1"]);
+    let mut a = Client::connect_with_token(server.addr, "admin-token-1")
+        .unwrap()
+        .with_namespace("tenant-a");
+    a.register_action(ActionSpec {
+        namespace: String::new(),
+        name: "nap".into(),
+        kind: ActionKind::Wasm,
+        wasm: Some(flo_testkit::guests::sleep_guest(300).into_bytes()),
+        timeout_ms: None,
+        max_retries: Some(0),
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+    })
+    .unwrap();
+    let ids: Vec<String> = (0..4)
+        .map(|_| a.invoke("nap", b"{}", Default::default()).unwrap())
+        .collect();
+    let mut most = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ids.iter().any(|id| !a.run(id).unwrap().status.is_final()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runs did not finish"
+        );
+        let status = a.status().unwrap();
+        most = most.max(status.shards[0].executions);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(most, 1, "executions at once");
+    for id in &ids {
+        assert_eq!(a.run(id).unwrap().status, RunStatus::Completed);
+    }
+    server.stop();
+}

@@ -7,6 +7,7 @@ use crate::core::{Core, Task};
 use crate::fold::record::{GuestKvWrite, Record};
 use crate::fold::runs::retry_at;
 use crate::fold::scheduler::RunKey;
+use crate::fold::scheduler::Scheduler;
 use crate::tables::HashMap;
 use flo_protocol::RunStatus;
 
@@ -233,33 +234,49 @@ fn record_attempt(
 }
 
 /// The runnable run to execute next: the best one, unless its namespace holds its shared
-/// slots already and another namespace's run waits (then the best of those found among the
-/// next `FAIR_SCAN_MAX`; none found, the best one after all: a free slot never idles).
+/// slots already and another namespace's run waits, or holds its `wasm_slots` quota (then
+/// the best of the others found among the next `FAIR_SCAN_MAX`). None found: the best one
+/// whose namespace is under its quota — a free slot idles only for quotas.
 fn next_fair(core: &mut Core, execs: &Executions) -> Option<RunKey> {
+    let quotas = core.quotas();
+    let quota_of = |namespace: &str| {
+        quotas
+            .as_ref()
+            .and_then(|q| q.of(namespace))
+            .and_then(|q| q.wasm_slots)
+            .map_or(WASM_SLOTS, |n| n as usize)
+    };
     let sched = &mut core.index_mut().runs;
+    let under_quota = |ns: &str| execs.held_by(ns) < quota_of(ns);
+    let fair = |ns: &str, sched: &Scheduler| {
+        under_quota(ns)
+            && (execs.held_by(ns) < WASM_SLOTS_PER_NAMESPACE_SHARED || !sched.ready_elsewhere(ns))
+    };
     let best = sched.pop_ready_entry()?;
-    let namespace = &best.2.0;
-    if execs.held_by(namespace) < WASM_SLOTS_PER_NAMESPACE_SHARED
-        || !sched.ready_elsewhere(namespace)
-    {
+    if fair(&best.2.0, sched) {
         return Some(best.2);
     }
     let mut passed = vec![best];
-    let mut other = None;
+    let mut chosen = None;
     for _ in 0..FAIR_SCAN_MAX {
         let Some(entry) = sched.pop_ready_entry() else {
             break;
         };
-        if execs.held_by(&entry.2.0) < WASM_SLOTS_PER_NAMESPACE_SHARED {
-            other = Some(entry.2);
+        if fair(&entry.2.0, sched) {
+            chosen = Some(entry.2);
             break;
         }
         passed.push(entry);
     }
+    if chosen.is_none()
+        && let Some(at) = passed.iter().position(|e| under_quota(&e.2.0))
+    {
+        chosen = Some(passed.remove(at).2);
+    }
     for entry in passed {
         sched.push_ready(entry);
     }
-    other.or_else(|| sched.pop_ready())
+    chosen
 }
 
 /// A result too large for its completion record fails the attempt instead.

@@ -159,6 +159,9 @@ pub struct Quota {
     /// Action and workflow runs in flight (not finished).
     #[serde(default)]
     pub live_runs: Option<u64>,
+    /// WebAssembly slots its runs may hold at once on each shard (of 4).
+    #[serde(default)]
+    pub wasm_slots: Option<u32>,
 }
 
 /// The auth file's quotas: per namespace, and for every other namespace.
@@ -251,10 +254,9 @@ impl AuthTable {
                 "a quota for an empty namespace name".into(),
             ));
         }
-        if let Some((ns, _)) = quotas
-            .iter()
-            .find(|(_, q)| q.kv_bytes == Some(0) || q.live_runs == Some(0))
-        {
+        if let Some((ns, _)) = quotas.iter().find(|(_, q)| {
+            q.kv_bytes == Some(0) || q.live_runs == Some(0) || q.wasm_slots == Some(0)
+        }) {
             return Err(AuthFileError::Quota(format!(
                 "namespace \"{ns}\": a quota of 0 (leave the field out for no limit)"
             )));

@@ -84,6 +84,11 @@ impl Core {
         self.quotas = quotas;
     }
 
+    /// The namespaces' quotas, when there are any.
+    pub fn quotas(&self) -> Option<Arc<Quotas>> {
+        (!self.quotas.is_empty()).then(|| self.quotas.clone())
+    }
+
     /// The quota of `namespace` (the whole server's), if one applies.
     pub fn quota(&self, namespace: &str) -> Option<&Quota> {
         match self.quotas.is_empty() {

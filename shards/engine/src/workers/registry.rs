@@ -12,6 +12,8 @@ use serde_json::{Map, Value};
 
 /// Most workers registered on one shard.
 pub const WORKERS_PER_SHARD_MAX: usize = 10_000;
+/// Of those, one namespace's at most.
+pub const WORKERS_PER_NAMESPACE_MAX: usize = crate::shares::share_of(WORKERS_PER_SHARD_MAX);
 /// A worker silent this long is `unhealthy`.
 pub const HEARTBEAT_TIMEOUT_MS: u64 = 90_000;
 pub const MAX_CONCURRENCY_DEFAULT: u32 = 10;
@@ -142,6 +144,25 @@ impl WorkerRegistry {
                 format!(
                     "this shard already has {WORKERS_PER_SHARD_MAX} workers registered; \
                      deregister idle ones first"
+                ),
+            ));
+        }
+        // A namespace's share of the shard's workers (registering is rare: a count will do).
+        if !self.workers.contains_key(&key)
+            && self
+                .workers
+                .keys()
+                .filter(|(ns, _)| *ns == spec.namespace)
+                .count()
+                >= WORKERS_PER_NAMESPACE_MAX
+        {
+            return Err(ErrorValue::new(
+                flo_protocol::ErrorCode::Overloaded,
+                format!(
+                    "namespace {:?} already has {WORKERS_PER_NAMESPACE_MAX} workers registered on \
+                     this shard (its share of {WORKERS_PER_SHARD_MAX}); deregister idle ones \
+                     first",
+                    spec.namespace
                 ),
             ));
         }
