@@ -937,6 +937,56 @@ impl Cluster {
         self.media_faults += 1;
     }
 
+    /// A media fault: a segment recovery reads, neither its first nor its last, is gone.
+    /// Recovery must refuse (naming the gap) and delete nothing; then the file is put back.
+    fn check_missing_segment_refused(
+        &mut self,
+        s: u32,
+        dir: &std::path::Path,
+        files: &storage::CrashFiles,
+    ) {
+        let from = files.snaps.iter().find(|f| !f.damaged).map_or(0, |f| f.lsn);
+        // The segments recovery reads: from the one holding `from + 1` on.
+        let start = files
+            .segments
+            .partition_point(|seg| seg.first_lsn <= from + 1)
+            .saturating_sub(1);
+        let read = &files.segments[start.min(files.segments.len())..];
+        if read.len() < 3 {
+            return;
+        }
+        let gone = &read[read.len() / 2];
+        let path = dir.join(segment_file_name(gone.first_lsn));
+        std::fs::remove_file(&path).expect("remove a segment");
+        let before: Vec<_> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        match flo_ual::recover_from(dir, from, |_, _, _| Ok::<(), flo_ual::ApplyError>(())) {
+            Err(flo_ual::RecoveryError::Gap { found, .. }) => {
+                assert!(
+                    found > gone.first_lsn,
+                    "shard {s}: the gap is after the missing segment"
+                )
+            }
+            other => panic!(
+                "shard {s}: segment {} missing from the middle of the log was not refused: \
+                 {other:?}",
+                gone.first_lsn
+            ),
+        }
+        let after: Vec<_> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(
+            before, after,
+            "shard {s}: a refused recovery changed the files"
+        );
+        std::fs::write(&path, &gone.bytes).expect("put the segment back");
+        self.media_faults += 1;
+    }
+
     fn recover_node(&mut self, s: u32, plan: &CrashPlan) -> Recovered {
         let node = &self.nodes[s as usize];
         let before = node.engine.durable_lsn();
@@ -953,6 +1003,9 @@ impl Cluster {
         write_acked_mark(dir.path(), before);
         if plan.flip_acked {
             self.check_media_damage_refused(s, dir.path(), &files, before);
+        }
+        if plan.drop_segment {
+            self.check_missing_segment_refused(s, dir.path(), &files);
         }
         let firsts: Vec<u64> = files.segments.iter().map(|f| f.first_lsn).collect();
         let snaps: Vec<(u64, bool)> = files.snaps.iter().map(|f| (f.lsn, f.damaged)).collect();

@@ -97,6 +97,9 @@ pub struct CrashPlan {
     /// A media fault: one byte of the last acknowledged record flipped (recovery must
     /// refuse it; the file is then restored).
     pub flip_acked: bool,
+    /// A media fault: a segment in the middle of what recovery reads is gone (recovery
+    /// must refuse; the file is then put back).
+    pub drop_segment: bool,
 }
 
 /// What a crash leaves of a shard's files.

@@ -1390,6 +1390,7 @@ impl Sim {
             unlinked_back,
             damage_newest,
             flip_acked: self.rng.one_in(6),
+            drop_segment: self.rng.one_in(6),
         }
     }
 
