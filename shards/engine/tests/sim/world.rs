@@ -196,6 +196,16 @@ struct Pending {
     generation: u32,
 }
 
+/// The task (action run) a worker's report is about.
+fn task_run(op: &Op) -> Option<(RunKind, &str)> {
+    match op {
+        Op::TaskComplete { task_id, .. } | Op::TaskFail { task_id, .. } => {
+            Some((RunKind::Action, task_id))
+        }
+        _ => None,
+    }
+}
+
 /// The run an operation is about, for the checks of `not_found` answers.
 fn target_run(op: &Op) -> Option<(RunKind, &str)> {
     match op {
@@ -424,7 +434,9 @@ impl Sim {
         trace(format!(
             "client c{conn} r{request} -> shard {shard}: {op:?}"
         ));
-        let generation = target_run(&op).map_or(0, |(kind, id)| self.generation(kind, id));
+        let generation = target_run(&op)
+            .or_else(|| task_run(&op))
+            .map_or(0, |(kind, id)| self.generation(kind, id));
         self.pending.insert(
             (conn, request),
             Pending {
@@ -1086,7 +1098,7 @@ impl Sim {
             if let Some((kind, run_id)) = target_run(&p.op) {
                 self.on_not_found(kind, run_id, p.generation, &p.op, &result);
             }
-            self.on_reply(to.conn, p.op, result);
+            self.on_reply(to.conn, p.op, result, p.generation);
         }
     }
 
@@ -1113,7 +1125,8 @@ impl Sim {
         self.c.nodes[owner as usize].fact(fact)
     }
 
-    fn on_reply(&mut self, conn: u64, op: Op, result: ReplyResult) {
+    /// `generation`: of the run the operation is about, when it was sent.
+    fn on_reply(&mut self, conn: u64, op: Op, result: ReplyResult, generation: u32) {
         let reply = ok_reply(&result);
         match (&op, reply) {
             (Op::StreamGroupCreate { .. }, Some(Reply::GroupCreated { .. })) => {
@@ -1226,9 +1239,13 @@ impl Sim {
                 self.known_wf_runs.push(run_id.clone());
             }
             (Op::TaskComplete { task_id, .. }, Some(Reply::Done)) => {
-                self.require_durable(task_id, format!("completed {NS}/{task_id}"), &op);
-                let generation = self.generation(RunKind::Action, task_id);
-                self.model.completed.insert(task_id.clone(), generation);
+                // A run created again with the same id (a forgotten run's idempotency key)
+                // since the report was sent reset the facts of the one it completed.
+                let now = self.generation(RunKind::Action, task_id);
+                if now == generation {
+                    self.require_durable(task_id, format!("completed {NS}/{task_id}"), &op);
+                    self.model.completed.insert(task_id.clone(), now);
+                }
             }
             (
                 Op::TaskFail {
@@ -1237,7 +1254,7 @@ impl Sim {
                     ..
                 },
                 Some(_),
-            ) => {
+            ) if self.generation(RunKind::Action, task_id) == generation => {
                 self.require_durable(task_id, format!("failed {NS}/{task_id} a{a}"), &op);
             }
             (Op::TaskAwait { worker_id, .. }, _) => self.on_tasks(conn, worker_id, result),
