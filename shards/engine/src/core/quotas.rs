@@ -38,18 +38,21 @@ impl Core {
         Ok(())
     }
 
-    /// Refuses a write adding `bytes` to `namespace`'s KV data on this shard beyond its
-    /// share of `kv_bytes`.
+    /// Refuses a put of `value_len` bytes at `key` that would take `namespace`'s KV data on
+    /// this shard beyond its share of `kv_bytes` (looked up only when a quota applies).
     pub fn check_kv_bytes(
         &self,
         namespace: &str,
-        held: u64,
-        adding: u64,
+        key: &str,
+        value_len: usize,
     ) -> Result<(), ErrorValue> {
         let Some(quota) = self.quota(namespace).and_then(|q| q.kv_bytes) else {
             return Ok(());
         };
         let shards = self.partitioning().shards;
+        let kv = &self.state().kv;
+        let held = kv.bytes_in(namespace);
+        let adding = kv.bytes_added(namespace, key, value_len);
         if held.saturating_add(adding) > share(quota, shards) {
             return Err(over(namespace, "kv_bytes", quota, shards));
         }

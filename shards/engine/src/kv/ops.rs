@@ -36,9 +36,7 @@ pub fn kv_put(
     condition: PutCondition,
 ) -> Done {
     let now = core.now_ms();
-    let kv = &core.state().kv;
-    let adding = kv.bytes_added(&namespace, &key, value.len());
-    if let Err(e) = core.check_kv_bytes(&namespace, kv.bytes_in(&namespace), adding) {
+    if let Err(e) = core.check_kv_bytes(&namespace, &key, value.len()) {
         return Done::now(Err(e));
     }
     match core

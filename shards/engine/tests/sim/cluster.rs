@@ -27,6 +27,18 @@ pub const HEADER: usize = 20;
 /// The records of a clean log image: (LSN, payload). Panics on a gap in LSNs.
 pub fn parse_log(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
     let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (lsn, at, len) in walk_log(bytes) {
+        if let Some((prev, _)) = out.last() {
+            assert_eq!(lsn, prev + 1, "log image: LSN {lsn} follows {prev}");
+        }
+        out.push((lsn, bytes[at + HEADER..at + HEADER + len].to_vec()));
+    }
+    out
+}
+
+/// (LSN, offset, payload length) of each record of a segment image, in order.
+fn walk_log(bytes: &[u8]) -> Vec<(u64, usize, usize)> {
+    let mut out = Vec::new();
     let mut pos = 0usize;
     while pos + HEADER <= bytes.len() {
         if BLOCK - pos % BLOCK < HEADER {
@@ -39,10 +51,7 @@ pub fn parse_log(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
             continue;
         }
         let lsn = u64::from_le_bytes(bytes[pos + 8..pos + 16].try_into().unwrap());
-        if let Some((prev, _)) = out.last() {
-            assert_eq!(lsn, prev + 1, "log image: LSN {lsn} follows {prev}");
-        }
-        out.push((lsn, bytes[pos + HEADER..pos + HEADER + len].to_vec()));
+        out.push((lsn, pos, len));
         pos += HEADER + len;
     }
     out
@@ -50,23 +59,10 @@ pub fn parse_log(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
 
 /// Where the record with LSN `lsn` starts in a segment image.
 fn record_offset(bytes: &[u8], lsn: u64) -> Option<usize> {
-    let mut pos = 0usize;
-    while pos + HEADER <= bytes.len() {
-        if BLOCK - pos % BLOCK < HEADER {
-            pos = align_up(pos as u64) as usize;
-            continue;
-        }
-        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-        if len == 0 {
-            pos = align_up(pos as u64 + 1) as usize;
-            continue;
-        }
-        if u64::from_le_bytes(bytes[pos + 8..pos + 16].try_into().unwrap()) == lsn {
-            return Some(pos);
-        }
-        pos += HEADER + len;
-    }
-    None
+    walk_log(bytes)
+        .into_iter()
+        .find(|r| r.0 == lsn)
+        .map(|r| r.1)
 }
 
 /// Writes the log's acknowledged mark at `lsn` into `dir`, as the writer keeps it.
