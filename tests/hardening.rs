@@ -35,6 +35,13 @@ fn wasm_action(c: &mut Client, name: &str) {
 const ADMIN_TOKEN_YAML: &str =
     "tokens:\n  - token: \"admin-token-1\"\n    role: admin\n    namespaces: [\"*\"]\n";
 
+/// A client of the `ADMIN_TOKEN_YAML` token in `namespace`.
+fn admin(server: &TestServer, namespace: &str) -> Client {
+    Client::connect_with_token(server.addr, "admin-token-1")
+        .unwrap()
+        .with_namespace(namespace)
+}
+
 /// A server with the auth file `text` (in `dir`), and the file's path.
 fn auth_server(
     dir: &std::path::Path,
@@ -338,13 +345,8 @@ fn a_namespace_over_its_live_runs_quota_is_refused_and_others_go_on() {
     let dir = temp_dir();
     let quotas = format!("{ADMIN_TOKEN_YAML}quotas:\n  tenant-a: {{live_runs: 4}}\n");
     let (server, _) = auth_server(dir.path(), &quotas, &["--shards", "1"]);
-    let connect = |ns: &str| {
-        Client::connect_with_token(server.addr, "admin-token-1")
-            .unwrap()
-            .with_namespace(ns)
-    };
-    let mut a = connect("tenant-a");
-    let mut b = connect("tenant-b");
+    let mut a = admin(&server, "tenant-a");
+    let mut b = admin(&server, "tenant-b");
     for c in [&mut a, &mut b] {
         common::user_action(c, "slow", 60_000, 0, 1000);
     }
@@ -376,12 +378,7 @@ fn a_namespace_over_its_kv_bytes_quota_is_refused_and_a_delete_makes_room() {
     let dir = temp_dir();
     let quotas = format!("{ADMIN_TOKEN_YAML}quotas:\n  \"*\": {{kv_bytes: 100000}}\n");
     let (server, auth) = auth_server(dir.path(), &quotas, &["--shards", "1"]);
-    let connect = |ns: &str| {
-        Client::connect_with_token(server.addr, "admin-token-1")
-            .unwrap()
-            .with_namespace(ns)
-    };
-    let (mut a, mut b) = (connect("tenant-a"), connect("tenant-b"));
+    let (mut a, mut b) = (admin(&server, "tenant-a"), admin(&server, "tenant-b"));
     let value = vec![b'x'; 30_000];
     for i in 0..3 {
         a.kv_put(&format!("k{i}"), &value, flo::PutOptions::default())
@@ -404,9 +401,7 @@ fn a_namespace_over_its_kv_bytes_quota_is_refused_and_a_delete_makes_room() {
         &dir.path().join("data"),
         &["--shards", "1", "--auth-file", auth.to_str().unwrap()],
     );
-    let mut a = Client::connect_with_token(server.addr, "admin-token-1")
-        .unwrap()
-        .with_namespace("tenant-a");
+    let mut a = admin(&server, "tenant-a");
     let e = a
         .kv_put("k9", &value, flo::PutOptions::default())
         .unwrap_err();
@@ -453,9 +448,7 @@ fn a_namespace_runs_at_most_its_wasm_slots_quota_at_once() {
     let dir = temp_dir();
     let quotas = format!("{ADMIN_TOKEN_YAML}quotas:\n  tenant-a: {{wasm_slots: 1}}\n");
     let (server, _) = auth_server(dir.path(), &quotas, &["--shards", "1"]);
-    let mut a = Client::connect_with_token(server.addr, "admin-token-1")
-        .unwrap()
-        .with_namespace("tenant-a");
+    let mut a = admin(&server, "tenant-a");
     a.register_action(ActionSpec {
         namespace: String::new(),
         name: "nap".into(),

@@ -271,10 +271,12 @@ impl Engine {
                     } => {
                         let want = Want::WfStartRepeat { workflow, key };
                         let wf = RunKind::Workflow;
-                        if !self.read_archived(wf, want, &namespace, &run_id, to) {
-                            unreachable!("an archived run is found where it was found");
+                        if self.read_archived(wf, want, &namespace, &run_id, to) {
+                            return None;
                         }
-                        return None;
+                        // Found archived by the start just now, in this same step: cannot
+                        // be gone, but an answer is better than a panic if it were.
+                        Done::now(Err(workflows::run_id_taken(&run_id, "?", "archived")))
                     }
                 };
                 match (wait_ms, done.result) {
