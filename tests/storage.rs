@@ -434,8 +434,9 @@ fn on_a_real_full_file_system_the_shard_is_read_only_until_a_file_is_deleted() {
     fill(&filler);
     let (acked, refusal) = put_until_refused(&mut c, 4, 1000);
     let acked = acked + 4;
+    // The refusal is the read-only state seen; the flag itself may already be clear, since
+    // the snapshot the shard takes then can finish before the next status request.
     assert_disk_full_refusal(&refusal);
-    assert!(disk_full(&mut c));
     assert_all(&mut c, acked);
     // The snapshot taken then found no room and used the reserve: what it left is the
     // log's, until that is full too.
