@@ -26,3 +26,10 @@ pub const POLL_BASE_DELAY_MS_DEFAULT: u64 = 1000;
 
 /// Most records one triggered run takes (`trigger.batch_size`).
 pub const TRIGGER_BATCH_MAX: u32 = 1000;
+
+/// The shortest `schedule.interval`.
+pub const SCHEDULE_INTERVAL_MS_MIN: u64 = 100;
+/// Most runs of one schedule at once (`schedule.max_concurrent`).
+pub const SCHEDULE_CONCURRENT_MAX: u64 = 10_000;
+/// Most missed ticks `catchup: all` fires (the newest; older ones are skipped).
+pub const SCHEDULE_CATCHUP_MAX: u64 = 100;

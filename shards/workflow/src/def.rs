@@ -27,6 +27,56 @@ pub struct WorkflowDef {
     /// Starts a run per record of a stream (absent from definitions stored before).
     #[serde(default)]
     pub trigger: Option<Trigger>,
+    /// Starts runs on a cron or interval schedule (absent from definitions stored before).
+    #[serde(default)]
+    pub schedule: Option<Schedule>,
+}
+
+/// `schedule:` of a definition: runs started at each tick of a cron expression or an
+/// interval (`crate::schedule::Ticker` computes the ticks).
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    pub every: Every,
+    /// A tick while this many runs of the schedule still run is skipped (and recorded).
+    pub max_concurrent: u32,
+    /// The input of scheduled runs (JSON text).
+    pub input: String,
+    /// Whether the schedule starts paused (`flo schedule resume` starts it).
+    pub paused: bool,
+    pub catchup: Catchup,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Every {
+    /// A 5-field cron expression as written (or `@daily`, ...), in `timezone` (None: UTC).
+    Cron {
+        expr: String,
+        timezone: Option<String>,
+    },
+    /// Every `ms` milliseconds, counted from the definition's creation.
+    Interval { ms: u64 },
+}
+
+/// What a schedule does with the ticks it missed (the server was down, or busy past them).
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Catchup {
+    /// Fire the latest missed tick, skip the others.
+    #[default]
+    Latest,
+    /// Skip every missed tick.
+    None,
+    /// Fire every missed tick (the newest `SCHEDULE_CATCHUP_MAX`; older ones are skipped).
+    All,
+}
+
+impl Catchup {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Catchup::Latest => "latest",
+            Catchup::None => "none",
+            Catchup::All => "all",
+        }
+    }
 }
 
 /// A stream trigger: the server reads the stream through a consumer group and starts one

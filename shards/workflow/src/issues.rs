@@ -32,6 +32,7 @@ pub enum IssueCode {
     E503,
     E504,
     E505,
+    E506,
     W101,
     W102,
     W103,

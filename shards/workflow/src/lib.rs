@@ -11,17 +11,19 @@ mod mapping;
 mod names;
 mod parse;
 mod policies;
+pub mod schedule;
 mod validate;
 pub mod yaml_depth;
 
 pub use bounds::{
     ATTEMPTS_MAX, DELAY_MS_MAX, MAPPING_PATH_NESTING_MAX, POLL_ATTEMPTS_DEFAULT,
     POLL_BASE_DELAY_MS_DEFAULT, RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT,
-    RETRY_WITHIN_MS_MAX, SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX,
+    RETRY_WITHIN_MS_MAX, SCHEDULE_CATCHUP_MAX, SCHEDULE_CONCURRENT_MAX, SCHEDULE_INTERVAL_MS_MIN,
+    SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, STEP_NAME_BYTES_MAX,
     TRIGGER_BATCH_MAX, VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX,
 };
 pub use def::{
-    BUILTIN_TERMINALS, Backoff, Idempotency, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
+    BUILTIN_TERMINALS, Backoff, Catchup, Every, Idempotency, Schedule, Next, PollPolicy, RetryPolicy, START_STEP, SignalWait,
     Step, StepAction, Target, Trigger, Validated, WorkflowDef,
 };
 pub use definition::{

@@ -89,6 +89,21 @@ pub(super) struct RawTrigger {
     pub batch_size: Option<u64>,
 }
 
+/// `schedule:` as written (snake_case, as in the spec).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSchedule {
+    pub cron: Option<String>,
+    /// Milliseconds, or text with a unit (`30s`, `5m`, `1h`).
+    pub interval: Option<serde_yaml::Value>,
+    pub timezone: Option<String>,
+    pub max_concurrent: Option<u64>,
+    /// A string holding JSON, or YAML.
+    pub input: Option<serde_yaml::Value>,
+    pub paused: Option<bool>,
+    pub catchup: Option<String>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct RawWorkflow {
@@ -102,7 +117,7 @@ pub(super) struct RawWorkflow {
     pub terminals: Option<Entries<RawTerminal>>,
     // Known but not supported yet (E105).
     pub plans: Option<IgnoredAny>,
-    pub schedule: Option<IgnoredAny>,
+    pub schedule: Option<RawSchedule>,
     pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<IgnoredAny>,
 }
@@ -652,7 +667,7 @@ steps:
 
     #[test]
     fn e105_unsupported_features() {
-        for field in ["plans", "schedule", "searchAttributes"] {
+        for field in ["plans", "searchAttributes"] {
             let issues = refused(
                 &wf(&format!("{field}: {{x: 1}}\n{START_OK}")),
                 "E105",
@@ -667,6 +682,47 @@ steps:
             &wf("start:\n  run: \"@plan/payment\"\n  transitions: {success: flo.Completed}\n"),
             "E105",
             "start.run",
+        );
+    }
+
+    #[test]
+    fn e506_a_schedule_has_cron_or_interval_and_valid_settings() {
+        let ok = |schedule: &str| {
+            let v = crate::parse_workflow(&wf(&format!("schedule: {schedule}\n{START_OK}")))
+                .unwrap_or_else(|e| panic!("{schedule}: {e:#?}"));
+            v.def.schedule.unwrap()
+        };
+        let s = ok(r#"{cron: "0 */6 * * *", max_concurrent: 1, input: '{"mode": "full"}'}"#);
+        assert_eq!(s.input, r#"{"mode":"full"}"#);
+        assert_eq!(s.catchup, crate::Catchup::Latest);
+        assert!(!s.paused);
+        let s = ok("{interval: 30s, input: {mode: incremental}, paused: true, catchup: all}");
+        assert_eq!(s.every, crate::Every::Interval { ms: 30_000 });
+        assert_eq!(s.input, r#"{"mode":"incremental"}"#);
+        assert_eq!(s.max_concurrent, 1);
+        assert!(s.paused);
+        let s = ok(r#"{cron: "0 9 * * 1-5", timezone: Europe/Paris}"#);
+        assert_eq!(s.input, "{}");
+        for (schedule, path, says) in [
+            ("{max_concurrent: 1}", "schedule", "needs `cron`"),
+            ("{cron: \"* * * * *\", interval: 1000}", "schedule", "exclusive"),
+            ("{cron: \"0 0 * *\"}", "schedule.cron", "4 fields"),
+            ("{cron: \"99 * * * *\"}", "schedule.cron", "invalid"),
+            ("{cron: \"0 0 * * *\", timezone: Nowhere/City}", "schedule.timezone", "unknown time zone"),
+            ("{interval: 10}", "schedule.interval", "at least 100 ms"),
+            ("{interval: 3 fortnights}", "schedule.interval", "unknown unit"),
+            ("{interval: 1000, timezone: UTC}", "schedule.timezone", "applies to `cron` only"),
+            ("{interval: 1000, max_concurrent: 0}", "schedule.max_concurrent", "1 to"),
+            ("{interval: 1000, input: 'not json'}", "schedule.input", "not JSON"),
+            ("{interval: 1000, catchup: sometimes}", "schedule.catchup", "`latest`"),
+        ] {
+            let issues = refused(&wf(&format!("schedule: {schedule}\n{START_OK}")), "E506", path);
+            assert!(issues[0].message.contains(says), "{schedule}: {issues:#?}");
+        }
+        refused(
+            &wf(&format!("schedule: {{interval: 1000, every: 2}}\n{START_OK}")),
+            "E106",
+            "schedule",
         );
     }
 

@@ -12,7 +12,7 @@
 //! | E102 | `name` missing, empty or invalid (1 to 256 bytes, no whitespace, no `:`) |
 //! | E103 | `version` missing, empty or invalid (1 to 128 bytes, no whitespace) |
 //! | E104 | `start` missing |
-//! | E105 | a feature not supported yet: `plans`, `schedule`, `searchAttributes`, `@plan/` targets |
+//! | E105 | a feature not supported yet: `plans`, `searchAttributes`, `@plan/` targets |
 //! | E106 | unknown field |
 //! | E107 | a step has both or neither of `run` and `waitForSignal` |
 //! | E108 | `idempotency` not `none`, `optional` or `required` |
@@ -32,6 +32,7 @@
 //! | E503 | invalid `waitForSignal` (`type` missing or empty, `timeoutMs` 0 or over 2^63-1) |
 //! | E504 | `retry`, `poll` or `inputMapping` on a `waitForSignal` step |
 //! | E505 | invalid `trigger` (`stream` missing or not a stream name, `namespace` or `consumer_group` invalid, `mode` not `shared`, `exclusive` or `key_shared`, `batch_size` not 1..=1000) |
+//! | E506 | invalid `schedule` (neither or both of `cron` and `interval`, a cron expression that is not 5 valid fields, an unknown `timezone`, `interval` below 100 ms, `max_concurrent` not 1..=10000, `input` not JSON, `catchup` not `latest`, `none` or `all`) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -41,17 +42,21 @@
 //! horizon (about 100 years, `clock::TIMER_HORIZON_MS`) never fires.
 
 use crate::def::{
-    BUILTIN_TERMINALS, Idempotency, START_STEP, SignalWait, Step, StepAction, Target, Trigger,
-    Validated, WorkflowDef,
+    BUILTIN_TERMINALS, Catchup, Every, Idempotency, START_STEP, Schedule, SignalWait, Step,
+    StepAction, Target, Trigger, Validated, WorkflowDef,
 };
 use crate::issues::{IssueCode, issue};
 use crate::mapping::{is_mapping_path, mapping_paths};
-use crate::parse::{Entries, RawSignalWait, RawStep, RawTrigger, RawWorkflow};
+use crate::parse::{Entries, RawSchedule, RawSignalWait, RawStep, RawTrigger, RawWorkflow};
+use crate::schedule::{check_cron, parse_interval, parse_timezone};
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::bounds::{SIGNAL_TIMEOUT_MS_MAX, SIGNAL_TYPE_BYTES_MAX, TRIGGER_BATCH_MAX};
+use crate::bounds::{
+    SCHEDULE_CONCURRENT_MAX, SCHEDULE_INTERVAL_MS_MIN, SIGNAL_TIMEOUT_MS_MAX,
+    SIGNAL_TYPE_BYTES_MAX, TRIGGER_BATCH_MAX,
+};
 use crate::names::{
     check_mapping_path, check_step_name, check_version, check_workflow_name, listed, parse_target,
 };
@@ -100,6 +105,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
     let trigger = raw
         .trigger
         .and_then(|t| c.trigger(t, name.as_deref().unwrap_or("")));
+    let schedule = raw.schedule.and_then(|s| c.schedule(s));
     let (Some(name), Some(version), Some(start), true) =
         (name, version, start, c.errors.is_empty())
     else {
@@ -114,6 +120,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         steps,
         terminals: scope.terminals,
         trigger,
+        schedule,
     };
     for step in unreachable_steps(&def) {
         c.warn(
@@ -208,7 +215,6 @@ impl Checker {
     fn unsupported(&mut self, raw: &RawWorkflow) {
         let fields = [
             ("plans", raw.plans.is_some()),
-            ("schedule", raw.schedule.is_some()),
             ("searchAttributes", raw.search_attributes.is_some()),
         ];
         for (field, _) in fields.iter().filter(|(_, present)| *present) {
@@ -273,6 +279,142 @@ impl Checker {
             consumer_group: group,
             mode,
             batch_size: batch_size as u32,
+        })
+    }
+
+    fn schedule(&mut self, raw: RawSchedule) -> Option<Schedule> {
+        let errors = self.errors.len();
+        let bad = |c: &mut Self, field: &str, message: String| {
+            let path = match field {
+                "" => "schedule".to_string(),
+                f => format!("schedule.{f}"),
+            };
+            c.error(IssueCode::E506, path, message)
+        };
+        let every = match (raw.cron, raw.interval) {
+            (Some(expr), None) => {
+                if let Err(e) = check_cron(&expr) {
+                    bad(self, "cron", e);
+                }
+                if let Err(e) = parse_timezone(raw.timezone.as_deref()) {
+                    bad(self, "timezone", e);
+                }
+                Every::Cron {
+                    expr,
+                    timezone: raw.timezone,
+                }
+            }
+            (None, Some(interval)) => {
+                if raw.timezone.is_some() {
+                    bad(
+                        self,
+                        "timezone",
+                        "`timezone` applies to `cron` only; an interval counts milliseconds"
+                            .to_string(),
+                    );
+                }
+                let ms = match parse_interval(&interval) {
+                    Ok(ms) if ms < SCHEDULE_INTERVAL_MS_MIN => {
+                        bad(
+                            self,
+                            "interval",
+                            format!(
+                                "`interval` is at least {SCHEDULE_INTERVAL_MS_MIN} ms, not {ms}"
+                            ),
+                        );
+                        ms
+                    }
+                    Ok(ms) => ms,
+                    Err(e) => {
+                        bad(self, "interval", e);
+                        0
+                    }
+                };
+                Every::Interval { ms }
+            }
+            (Some(_), Some(_)) => {
+                bad(
+                    self,
+                    "",
+                    "`cron` and `interval` are exclusive: keep one".to_string(),
+                );
+                return None;
+            }
+            (None, None) => {
+                bad(
+                    self,
+                    "",
+                    "a schedule needs `cron` (e.g. \"0 */6 * * *\") or `interval` (milliseconds)"
+                        .to_string(),
+                );
+                return None;
+            }
+        };
+        let max_concurrent = raw.max_concurrent.unwrap_or(1);
+        if max_concurrent == 0 || max_concurrent > SCHEDULE_CONCURRENT_MAX {
+            bad(
+                self,
+                "max_concurrent",
+                format!(
+                    "`max_concurrent` is 1 to {SCHEDULE_CONCURRENT_MAX} runs, not {max_concurrent}"
+                ),
+            );
+        }
+        let input = match raw.input {
+            None | Some(serde_yaml::Value::Null) => "{}".to_string(),
+            Some(serde_yaml::Value::String(text)) => match serde_json::from_str::<Value>(&text) {
+                Ok(v) => v.to_string(),
+                Err(e) => {
+                    bad(
+                        self,
+                        "input",
+                        format!("`input` is text but not JSON ({e}); write JSON such as '{{\"mode\": \"full\"}}', or a YAML mapping"),
+                    );
+                    String::new()
+                }
+            },
+            Some(yaml) => match serde_json::to_value(&yaml) {
+                Ok(v) => v.to_string(),
+                Err(e) => {
+                    bad(
+                        self,
+                        "input",
+                        format!("`input` cannot be turned into JSON ({e})"),
+                    );
+                    String::new()
+                }
+            },
+        };
+        if input.len() > flo_protocol::RUN_INPUT_BYTES_MAX {
+            bad(
+                self,
+                "input",
+                format!(
+                    "`input` is {} bytes; a run's input is at most {} bytes",
+                    input.len(),
+                    flo_protocol::RUN_INPUT_BYTES_MAX
+                ),
+            );
+        }
+        let catchup = match raw.catchup.as_deref() {
+            None | Some("latest") => Catchup::Latest,
+            Some("none") => Catchup::None,
+            Some("all") => Catchup::All,
+            Some(other) => {
+                bad(
+                    self,
+                    "catchup",
+                    format!("found `catchup: {other}`; use `latest`, `none` or `all`"),
+                );
+                Catchup::Latest
+            }
+        };
+        (self.errors.len() == errors).then_some(Schedule {
+            every,
+            max_concurrent: max_concurrent as u32,
+            input,
+            paused: raw.paused.unwrap_or(false),
+            catchup,
         })
     }
 
