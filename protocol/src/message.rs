@@ -371,6 +371,22 @@ pub enum Op {
     TestAdvanceClock {
         ms: u64,
     },
+    /// The schedules of a namespace's workflows, with their next fire times.
+    ScheduleList {
+        namespace: String,
+    },
+    /// Pauses (`paused: true`) or resumes the schedule of workflow `name`.
+    SchedulePause {
+        namespace: String,
+        name: String,
+        paused: bool,
+    },
+    /// Fires the schedule of workflow `name` now: a run with the schedule's input
+    /// (answered `WorkflowStarted`), whatever `max_concurrent` and a pause say.
+    ScheduleTrigger {
+        namespace: String,
+        name: String,
+    },
 }
 
 /// A secret presented in the handshake. Its debug form hides it, so that a printed
@@ -962,6 +978,36 @@ pub enum Reply {
     Groups(Vec<GroupInfo>),
     /// Acknowledgement of a change with nothing else to report.
     Done,
+    Schedules(Vec<ScheduleInfo>),
+    Schedule(ScheduleInfo),
+}
+
+/// A workflow's schedule as `flo schedule list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleInfo {
+    pub namespace: String,
+    pub workflow: String,
+    /// The version whose `schedule:` applies (the latest).
+    pub version: String,
+    /// `cron "0 */6 * * *" UTC`, `every 30000 ms`.
+    pub every: String,
+    pub max_concurrent: u32,
+    pub catchup: String,
+    /// Why it does not fire, if it does not: `workflow disabled`, `paused (flo schedule
+    /// pause)`, `paused (definition)`.
+    pub paused: Option<String>,
+    /// When it fires next (ms since the epoch; none while paused or when no tick is left).
+    pub next_fire_ms: Option<u64>,
+    /// The last tick fired or skipped.
+    pub last_tick_ms: Option<u64>,
+    /// Runs of the schedule not finished.
+    pub running: u32,
+    pub fired: u64,
+    pub skipped: u64,
+    /// The last skip: its tick and why.
+    pub last_skip: Option<String>,
+    /// The shard it lives on.
+    pub shard: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -29,6 +29,7 @@ pub mod image;
 mod kv;
 pub mod line_budget;
 mod pages;
+mod schedules;
 mod shares;
 mod streams;
 mod tables;
@@ -55,7 +56,7 @@ pub mod testing {
     pub use crate::engine::{EXPIRY_SWEEP_KEYS_MAX, LOG_BACKLOG_BYTES_MAX};
     pub use crate::fold::archive::RunKind;
     pub use crate::fold::state::ShardState;
-    pub use crate::fold::{archived, record, streams};
+    pub use crate::fold::{archived, record, schedules, streams};
     pub use crate::kv::KV_WAITS_MAX;
     pub use crate::tables::fix_table_seeds;
     pub use crate::workers::AWAITS_PER_WORKER_MAX;

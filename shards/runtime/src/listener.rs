@@ -291,6 +291,8 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::StreamGroupDelete { .. }
         | Op::StreamGroupAck { .. }
         | Op::StreamGroupNack { .. }
+        | Op::SchedulePause { .. }
+        | Op::ScheduleTrigger { .. }
         | Op::TestAdvanceClock { .. } => REPLY_RESERVE_SMALL_BYTES,
         Op::ActionInvoke(spec) if spec.wait_ms.unwrap_or(0) == 0 => REPLY_RESERVE_SMALL_BYTES,
         Op::WorkflowStart(spec) if spec.wait_ms.unwrap_or(0) == 0 => REPLY_RESERVE_SMALL_BYTES,
@@ -322,7 +324,8 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::StreamList { .. }
         | Op::StreamGroupRead(_)
         | Op::StreamGroupPending { .. }
-        | Op::StreamGroupInfo { .. } => FRAME_BYTES_MAX,
+        | Op::StreamGroupInfo { .. }
+        | Op::ScheduleList { .. } => FRAME_BYTES_MAX,
     }
 }
 

@@ -705,22 +705,56 @@ steps:
         assert_eq!(s.input, "{}");
         for (schedule, path, says) in [
             ("{max_concurrent: 1}", "schedule", "needs `cron`"),
-            ("{cron: \"* * * * *\", interval: 1000}", "schedule", "exclusive"),
+            (
+                "{cron: \"* * * * *\", interval: 1000}",
+                "schedule",
+                "exclusive",
+            ),
             ("{cron: \"0 0 * *\"}", "schedule.cron", "4 fields"),
             ("{cron: \"99 * * * *\"}", "schedule.cron", "invalid"),
-            ("{cron: \"0 0 * * *\", timezone: Nowhere/City}", "schedule.timezone", "unknown time zone"),
+            (
+                "{cron: \"0 0 * * *\", timezone: Nowhere/City}",
+                "schedule.timezone",
+                "unknown time zone",
+            ),
             ("{interval: 10}", "schedule.interval", "at least 100 ms"),
-            ("{interval: 3 fortnights}", "schedule.interval", "unknown unit"),
-            ("{interval: 1000, timezone: UTC}", "schedule.timezone", "applies to `cron` only"),
-            ("{interval: 1000, max_concurrent: 0}", "schedule.max_concurrent", "1 to"),
-            ("{interval: 1000, input: 'not json'}", "schedule.input", "not JSON"),
-            ("{interval: 1000, catchup: sometimes}", "schedule.catchup", "`latest`"),
+            (
+                "{interval: 3 fortnights}",
+                "schedule.interval",
+                "unknown unit",
+            ),
+            (
+                "{interval: 1000, timezone: UTC}",
+                "schedule.timezone",
+                "applies to `cron` only",
+            ),
+            (
+                "{interval: 1000, max_concurrent: 0}",
+                "schedule.max_concurrent",
+                "1 to",
+            ),
+            (
+                "{interval: 1000, input: 'not json'}",
+                "schedule.input",
+                "not JSON",
+            ),
+            (
+                "{interval: 1000, catchup: sometimes}",
+                "schedule.catchup",
+                "`latest`",
+            ),
         ] {
-            let issues = refused(&wf(&format!("schedule: {schedule}\n{START_OK}")), "E506", path);
+            let issues = refused(
+                &wf(&format!("schedule: {schedule}\n{START_OK}")),
+                "E506",
+                path,
+            );
             assert!(issues[0].message.contains(says), "{schedule}: {issues:#?}");
         }
         refused(
-            &wf(&format!("schedule: {{interval: 1000, every: 2}}\n{START_OK}")),
+            &wf(&format!(
+                "schedule: {{interval: 1000, every: 2}}\n{START_OK}"
+            )),
             "E106",
             "schedule",
         );

@@ -76,7 +76,9 @@ pub fn parse_timezone(name: Option<&str>) -> Result<Tz, String> {
     match name {
         None => Ok(Tz::UTC),
         Some(name) => Tz::from_str(name).map_err(|_| {
-            format!("unknown time zone {name:?}: use an IANA name such as \"Europe/Paris\" or \"UTC\"")
+            format!(
+                "unknown time zone {name:?}: use an IANA name such as \"Europe/Paris\" or \"UTC\""
+            )
         }),
     }
 }
@@ -184,9 +186,9 @@ fn day_of_week(field: &str) -> Result<String, String> {
 pub fn parse_interval(value: &serde_yaml::Value) -> Result<u64, String> {
     let hint = "write milliseconds (`interval: 30000`) or a duration (`30s`, `5m`, `1h`)";
     match value {
-        serde_yaml::Value::Number(n) => n
-            .as_u64()
-            .ok_or_else(|| format!("`interval: {n}` is not a whole number of milliseconds; {hint}")),
+        serde_yaml::Value::Number(n) => n.as_u64().ok_or_else(|| {
+            format!("`interval: {n}` is not a whole number of milliseconds; {hint}")
+        }),
         serde_yaml::Value::String(text) => {
             let t = text.trim();
             let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());

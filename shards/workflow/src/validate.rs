@@ -368,7 +368,9 @@ impl Checker {
                     bad(
                         self,
                         "input",
-                        format!("`input` is text but not JSON ({e}); write JSON such as '{{\"mode\": \"full\"}}', or a YAML mapping"),
+                        format!(
+                            "`input` is text but not JSON ({e}); write JSON such as '{{\"mode\": \"full\"}}', or a YAML mapping"
+                        ),
                     );
                     String::new()
                 }

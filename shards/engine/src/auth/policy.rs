@@ -112,6 +112,9 @@ fn rule(op: &Op) -> Rule<'_> {
             ("stream_group_info", Ns(namespace), ClientAndWorker)
         }
         Op::TestAdvanceClock { .. } => ("test_advance_clock", Scope::Server, AdminOnly),
+        Op::ScheduleList { namespace } => ("schedule_list", Ns(namespace), Client),
+        Op::SchedulePause { namespace, .. } => ("schedule_pause", Ns(namespace), AdminOnly),
+        Op::ScheduleTrigger { namespace, .. } => ("schedule_trigger", Ns(namespace), Client),
     };
     Rule { name, scope, roles }
 }

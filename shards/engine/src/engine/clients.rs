@@ -12,6 +12,7 @@ use crate::fold::archive::RunKind;
 use crate::hash::HASH_NAME;
 use crate::kv;
 use crate::pages::{self, Pos};
+use crate::schedules;
 use crate::streams;
 use crate::workers;
 use crate::workflows;
@@ -234,6 +235,7 @@ impl Engine {
                 stream,
                 group,
             } => streams::group_info_part(core, &namespace, &stream, group.as_deref()),
+            Op::ScheduleList { namespace } => schedules::list_part(core, &namespace),
             _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
         })
     }

@@ -8,6 +8,7 @@ use crate::core::io::{Dest, Done, ReplyTo};
 use crate::definitions;
 use crate::fold::archive::RunKind;
 use crate::kv;
+use crate::schedules;
 use crate::workers;
 use crate::workflows;
 use flo_protocol::{ErrorValue, Op, Reply};
@@ -66,7 +67,22 @@ impl Engine {
             | Op::StreamList { .. }
             | Op::StreamTrim { .. }
             | Op::StreamGroupPending { .. }
-            | Op::StreamGroupInfo { .. }) => self.part(op, Dest::Reply(to)),
+            | Op::StreamGroupInfo { .. }
+            | Op::ScheduleList { .. }) => self.part(op, Dest::Reply(to)),
+            Op::SchedulePause {
+                namespace,
+                name,
+                paused,
+            } => Some(schedules::pause(
+                &mut self.core,
+                &mut self.tickers,
+                &namespace,
+                &name,
+                paused,
+            )),
+            Op::ScheduleTrigger { namespace, name } => {
+                Some(schedules::trigger(&mut self.core, &namespace, &name))
+            }
             // Split by partition where the client is connected (`Target::Streams`).
             op @ (Op::StreamAppend { .. }
             | Op::StreamGroupRead(_)

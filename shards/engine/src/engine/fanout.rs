@@ -4,6 +4,7 @@
 use crate::core::io::{Done, PeerRequest, ReplyResult, ReplyTo};
 use crate::core::{Core, Waiting};
 use crate::pages::{self, LIST_REPLY_BYTES_MAX, Part, Pos, Weighed};
+use crate::schedules;
 use crate::streams;
 use crate::tables::HashMap;
 use flo_protocol::{
@@ -263,6 +264,7 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
         Op::KvList { limit, .. } => Ok(merge_keys(parts, *limit)),
         Op::StreamRead(spec) => streams::merge_reads(spec, parts),
         Op::StreamList { .. } => Ok(Reply::Streams(streams::merge_infos(parts))),
+        Op::ScheduleList { .. } => Ok(Reply::Schedules(schedules::merge_lists(parts))),
         Op::StreamGet { name, .. } => streams::merge_infos(parts)
             .into_iter()
             .next()

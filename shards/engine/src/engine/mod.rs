@@ -77,6 +77,8 @@ pub struct Engine {
     streams: crate::streams::Scatter,
     /// Stream triggers' deliveries and run starts in progress.
     triggers: triggers::Triggers,
+    /// The schedules living here and their next ticks.
+    tickers: crate::schedules::Tickers,
     reads: crate::archive::Reads,
     retention_ms: u64,
     peer_timeout_ms: u64,
@@ -110,6 +112,7 @@ impl Engine {
             kv_waits: KvWaits::default(),
             streams: Default::default(),
             triggers: Default::default(),
+            tickers: Default::default(),
             reads: Default::default(),
             retention_ms: config.retention_ms,
             peer_timeout_ms: config.peer_timeout_ms,

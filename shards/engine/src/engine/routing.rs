@@ -94,6 +94,11 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
             idempotency_key: Some(key),
             ..
         }) => (namespace, idempotent_run_id(action, key)),
+        // A schedule lives on the shard its workflow's name hashes to.
+        Op::SchedulePause {
+            namespace, name, ..
+        }
+        | Op::ScheduleTrigger { namespace, name } => (namespace, name.clone()),
         // Not keyed: placed by `target`. Listed one by one so that a new operation has to
         // be placed here or there.
         Op::Hello { .. }
@@ -128,6 +133,7 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::StreamGroupNack { .. }
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
+        | Op::ScheduleList { .. }
         | Op::TestAdvanceClock { .. } => return None,
     })
 }
@@ -179,6 +185,7 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::StreamTrim { .. }
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
+        | Op::ScheduleList { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
         Op::Hello { .. } | Op::ShardMap => Target::Here,
         // Keyed: `route_key` placed them above.
@@ -201,7 +208,9 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::WorkflowWait { .. }
         | Op::WorkflowHistory { .. }
         | Op::WorkflowSignal { .. }
-        | Op::WorkflowCancel { .. } => Target::Shard(me),
+        | Op::WorkflowCancel { .. }
+        | Op::SchedulePause { .. }
+        | Op::ScheduleTrigger { .. } => Target::Shard(me),
     }
 }
 
@@ -249,7 +258,9 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamGroupDelete { .. }
         | Op::StreamGroupRead(_)
         | Op::StreamGroupAck { .. }
-        | Op::StreamGroupNack { .. } => true,
+        | Op::StreamGroupNack { .. }
+        | Op::SchedulePause { .. }
+        | Op::ScheduleTrigger { .. } => true,
         Op::Hello { .. }
         | Op::Status
         | Op::ShardMap
@@ -279,6 +290,7 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamTrim { dry_run: true, .. }
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
+        | Op::ScheduleList { .. }
         | Op::TestAdvanceClock { .. } => false,
     }
 }

@@ -11,6 +11,7 @@ use crate::core::io::{DiskSpace, Effect, Input, ReplyTo};
 use crate::definitions;
 use crate::fold::archive::RunKind;
 use crate::kv;
+use crate::schedules;
 use crate::streams;
 use crate::workers;
 use crate::workflows;
@@ -82,6 +83,8 @@ impl Engine {
             streams::poll_parked(&mut self.core, &mut self.streams, refusal);
         }
         self.pump_triggers();
+        let can_fire = !self.stopping && self.log_refusal().is_none();
+        schedules::pump(&mut self.core, &mut self.tickers, can_fire);
         self.ask_wake();
         self.core.take_effects(out);
     }
@@ -201,6 +204,7 @@ impl Engine {
         let to_wall = |due: u64| wall.saturating_add(due.saturating_sub(now));
         let next = [
             self.core.index().next_due_ms().map(to_wall),
+            self.tickers.next_due().map(to_wall),
             Some(to_wall(self.next_housekeeping_ms)),
             self.watches.next_deadline(),
             self.awaits.next_deadline(),

@@ -51,6 +51,37 @@ impl ShardState {
             | Record::StreamAcked { .. }
             | Record::StreamNacked { .. }
             | Record::StreamDeadLettered { .. } => self.apply_stream(lsn, record),
+            Record::ScheduleSkipped {
+                namespace,
+                workflow,
+                ticks,
+                last_tick_ms,
+                reason,
+                at_ms: _,
+            } => self
+                .schedules
+                .apply_skipped(namespace, workflow, ticks, last_tick_ms, reason),
+            Record::SchedulePaused {
+                namespace,
+                workflow,
+                paused,
+                at_ms,
+            } => self
+                .schedules
+                .apply_paused(namespace, workflow, paused, at_ms),
+        }
+    }
+
+    /// A workflow run may have become final: it no longer counts against its schedule.
+    fn note_if_final(&mut self, namespace: &str, run_id: &str) {
+        if self.schedules.is_empty() {
+            return;
+        }
+        if let Some(run) = self.workflows.run(namespace, run_id)
+            && run.status().is_final()
+        {
+            let workflow = run.workflow.clone();
+            self.schedules.run_final(namespace, &workflow, run_id);
         }
     }
 
@@ -513,17 +544,28 @@ impl ShardState {
                 idempotency_key,
                 parent,
                 at_ms,
-            } => self.workflows.apply_started(
-                namespace,
-                run_id,
-                workflow,
-                version,
-                input,
-                idempotency_key,
-                parent,
-                at_ms,
-                lsn,
-            ),
+                schedule,
+            } => {
+                if let Some(by) = schedule {
+                    self.schedules.apply_fired(
+                        namespace.clone(),
+                        workflow.clone(),
+                        run_id.clone(),
+                        by,
+                    );
+                }
+                self.workflows.apply_started(
+                    namespace,
+                    run_id,
+                    workflow,
+                    version,
+                    input,
+                    idempotency_key,
+                    parent,
+                    at_ms,
+                    lsn,
+                )
+            }
             Record::WfStepStarted {
                 namespace,
                 run_id,
@@ -543,18 +585,21 @@ impl ShardState {
                 consumed_signal,
                 next,
                 at_ms,
-            } => self.workflows.apply_step_finished(
-                &namespace,
-                &run_id,
-                step,
-                outcome,
-                output,
-                error,
-                consumed_signal,
-                next,
-                at_ms,
-                lsn,
-            ),
+            } => {
+                self.workflows.apply_step_finished(
+                    &namespace,
+                    &run_id,
+                    step,
+                    outcome,
+                    output,
+                    error,
+                    consumed_signal,
+                    next,
+                    at_ms,
+                    lsn,
+                );
+                self.note_if_final(&namespace, &run_id);
+            }
             Record::WfSignalReceived {
                 namespace,
                 run_id,
@@ -569,9 +614,11 @@ impl ShardState {
                 run_id,
                 reason,
                 at_ms,
-            } => self
-                .workflows
-                .apply_cancelled(&namespace, &run_id, reason, at_ms, lsn),
+            } => {
+                self.workflows
+                    .apply_cancelled(&namespace, &run_id, reason, at_ms, lsn);
+                self.note_if_final(&namespace, &run_id);
+            }
             other => wrong_domain(lsn, &other, "workflow"),
         }
     }

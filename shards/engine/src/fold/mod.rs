@@ -13,6 +13,7 @@ pub mod registry;
 pub mod run_image;
 pub mod runs;
 pub mod scheduler;
+pub mod schedules;
 pub mod snapshot;
 pub mod state;
 pub mod stream_group_ops;

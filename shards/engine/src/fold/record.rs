@@ -323,6 +323,10 @@ pub enum Record {
         /// Set for a child run: the parent's step waiting for it.
         parent: Option<StepRef>,
         at_ms: u64,
+        /// Set for a run a schedule started: the tick it fires (absent from older records
+        /// and from every other start).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schedule: Option<crate::fold::schedules::ScheduledBy>,
     },
     WfStepStarted {
         namespace: String,
@@ -463,6 +467,23 @@ pub enum Record {
         partition: u32,
         before: flo_protocol::StreamId,
     },
+    /// `ticks` ticks of a schedule (living on this shard) up to `last_tick_ms` were not
+    /// fired, for `reason`.
+    ScheduleSkipped {
+        namespace: String,
+        workflow: String,
+        ticks: u64,
+        last_tick_ms: u64,
+        reason: crate::fold::schedules::SkipReason,
+        at_ms: u64,
+    },
+    /// `flo schedule pause` / `resume`.
+    SchedulePaused {
+        namespace: String,
+        workflow: String,
+        paused: bool,
+        at_ms: u64,
+    },
 }
 
 impl Record {
@@ -502,6 +523,8 @@ impl Record {
             Record::StreamAcked { .. } => 67,
             Record::StreamNacked { .. } => 68,
             Record::StreamDeadLettered { .. } => 69,
+            Record::ScheduleSkipped { .. } => 70,
+            Record::SchedulePaused { .. } => 71,
         }
     }
 

@@ -17,6 +17,7 @@ use crate::fold::archive::{RunIndex, RunIndexError};
 use crate::fold::kv::KvStore;
 use crate::fold::registry::Registry;
 use crate::fold::runs::Runs;
+use crate::fold::schedules::Schedules;
 use crate::fold::state::{PendingForward, ShardState};
 use crate::fold::streams::Streams;
 use crate::fold::workflows::Workflows;
@@ -48,6 +49,7 @@ struct HeadRef<'a> {
     remote_applied: &'a HashMap<u32, u64>,
     workflows: &'a Workflows,
     streams: &'a Streams,
+    schedules: &'a Schedules,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +62,9 @@ struct Head {
     remote_applied: HashMap<u32, u64>,
     workflows: Workflows,
     streams: Streams,
+    /// Absent from images written before schedules existed.
+    #[serde(default)]
+    schedules: Schedules,
 }
 
 /// Format 3: one value with every store.
@@ -108,6 +113,7 @@ pub fn encode(state: &ShardState) -> Image {
         remote_applied: &state.remote_applied,
         workflows: &state.workflows,
         streams: &state.streams,
+        schedules: &state.schedules,
     };
     encode_value(&stores, &mut head);
     let mut image = Image::from(head);
@@ -218,6 +224,7 @@ pub fn decode(
         state.remote_applied = head.remote_applied;
         state.workflows = head.workflows;
         state.streams = head.streams;
+        state.schedules = head.schedules;
         (head.shard, head.lsn)
     };
     if found != shard {

@@ -33,6 +33,8 @@ pub struct ShardState {
     pub streams: crate::fold::streams::Streams,
     /// Finished runs: where their archive records are.
     pub archive: crate::fold::archive::RunIndex,
+    /// The schedules living on this shard.
+    pub schedules: crate::fold::schedules::Schedules,
     /// LSN of the last record applied.
     pub applied_lsn: u64,
 }
@@ -56,6 +58,7 @@ impl ShardState {
             workflows: Default::default(),
             archive: Default::default(),
             streams: Default::default(),
+            schedules: Default::default(),
             applied_lsn: 0,
         }
     }
@@ -149,6 +152,7 @@ impl ShardState {
             lines.push(format!("remote_applied {shard} {lsn}"));
         }
         self.streams.digest(&mut lines);
+        self.schedules.digest(&mut lines);
         lines.sort();
         lines
     }
@@ -185,6 +189,7 @@ mod tests {
                 idempotency_key: None,
                 parent: None,
                 at_ms: 2,
+                schedule: None,
             },
             Record::RunCreated {
                 namespace: "ns".into(),

@@ -294,6 +294,7 @@ fn run_target(
             // The child's start and the parent's wait are one atomic group.
             core.commit_group(vec![
                 Record::WfRunStarted {
+                    schedule: None,
                     namespace: namespace.to_string(),
                     run_id: child.clone(),
                     workflow: name.clone(),

@@ -23,5 +23,5 @@ pub use results::{notify_parent, on_action_final};
 #[cfg(feature = "test-support")]
 pub use signals::SIGNALS_QUEUED_MAX;
 pub use signals::signal;
-pub use start::{Started, idempotent_workflow_run_id, run_id_taken, start};
+pub use start::{Started, idempotent_workflow_run_id, run_id_taken, start, start_scheduled};
 pub use timers::{fire_timers, open_runs, resume};

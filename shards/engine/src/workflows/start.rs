@@ -8,6 +8,7 @@ use crate::core::Core;
 use crate::core::io::Done;
 use crate::fold::archive::{RunKind, name_tag};
 use crate::fold::record::Record;
+use crate::fold::schedules::{SCHEDULED_RUN_ID_PREFIX, ScheduledBy};
 use crate::fold::workflows::GENERATED_RUN_ID_PREFIX;
 use flo_protocol::check_namespace;
 use flo_protocol::{
@@ -47,6 +48,12 @@ pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
              server to runs started without one; choose another id"
         )));
     }
+    if id.starts_with(SCHEDULED_RUN_ID_PREFIX) {
+        return Err(ErrorValue::bad_request(format!(
+            "run id {id:?} is invalid: ids starting with {SCHEDULED_RUN_ID_PREFIX:?} are \
+             reserved for the runs schedules start"
+        )));
+    }
     if id.starts_with(IDEMPOTENT_RUN_ID_PREFIX) {
         return Err(ErrorValue::bad_request(format!(
             "run id {id:?} is invalid: ids starting with {IDEMPOTENT_RUN_ID_PREFIX:?} are \
@@ -81,8 +88,18 @@ pub fn run_id_taken(run_id: &str, workflow: &str, status: &str) -> ErrorValue {
 
 /// Starts a run on this shard (the caller routed it here) and advances it.
 pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Started {
+    start_as(core, spec, None)
+}
+
+/// `start`, for a run a schedule fires: `by` goes into its start record, which fires the
+/// tick. Its id (`sched:…`, reserved) is the schedule's to choose.
+pub fn start_scheduled(core: &mut Core, spec: WorkflowStartSpec, by: ScheduledBy) -> Started {
+    start_as(core, spec, Some(by))
+}
+
+fn start_as(core: &mut Core, spec: WorkflowStartSpec, schedule: Option<ScheduledBy>) -> Started {
     let now = core.now_ms();
-    let planned = plan_start(core, &spec);
+    let planned = plan_start(core, &spec, schedule.is_some());
     let PlannedStart {
         run_id,
         version,
@@ -130,6 +147,7 @@ pub fn start(core: &mut Core, spec: WorkflowStartSpec) -> Started {
         idempotency_key,
         parent: None,
         at_ms: now,
+        schedule,
     });
     advance(core, &spec.namespace, &run_id);
     Started::Done(Done {
@@ -161,6 +179,7 @@ struct PlannedStart {
 fn plan_start(
     core: &Core,
     spec: &WorkflowStartSpec,
+    scheduled: bool,
 ) -> Result<Result<PlannedStart, Repeat>, ErrorValue> {
     check_namespace(&spec.namespace)?;
     let entry = find_entry(core, &spec.namespace, &spec.name)?;
@@ -215,7 +234,9 @@ fn plan_start(
     };
     // The caller's id: refused when taken, unless the key says this start is a repeat.
     if let Some(id) = &spec.run_id {
-        check_run_id(id)?;
+        if !scheduled {
+            check_run_id(id)?;
+        }
         if let Some(e) = core
             .state()
             .archived(RunKind::Workflow, &spec.namespace, id)
