@@ -1,9 +1,9 @@
 use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorCode, ErrorValue, FRAME_BYTES_MAX, FrameError, IDLE_CLOSED_PREFIX,
-    KvEntry, Op, Reply, Request, Response, RunInfo, RunStatus, StatusInfo, TaskAssignment,
-    ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo, WorkflowRunInfo,
-    WorkflowRunStatus, decode_payload, encode_frame, split_frame,
+    KvEntry, Op, Reply, Request, Response, RunInfo, RunStatus, ScheduleInfo, StatusInfo,
+    TaskAssignment, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo,
+    WorkflowRunInfo, WorkflowRunStatus, decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -616,6 +616,39 @@ impl Client {
 
     pub fn list_workflows(&mut self) -> Result<Vec<WorkflowInfo>, Error> {
         send(self, requests::ListWorkflows)
+    }
+
+    /// The schedules of the namespace's workflows, with their next fire times.
+    pub fn list_schedules(&mut self) -> Result<Vec<ScheduleInfo>, Error> {
+        send(self, requests::ListSchedules)
+    }
+
+    /// Pauses a workflow's schedule: no tick fires until `resume_schedule` (the ticks
+    /// in between are not made up).
+    pub fn pause_schedule(&mut self, workflow: &str) -> Result<ScheduleInfo, Error> {
+        send(
+            self,
+            requests::PauseSchedule {
+                name: workflow,
+                paused: true,
+            },
+        )
+    }
+
+    pub fn resume_schedule(&mut self, workflow: &str) -> Result<ScheduleInfo, Error> {
+        send(
+            self,
+            requests::PauseSchedule {
+                name: workflow,
+                paused: false,
+            },
+        )
+    }
+
+    /// Fires a workflow's schedule now (a run with the schedule's input, whatever its
+    /// pause and `max_concurrent` say); returns the run's id.
+    pub fn trigger_schedule(&mut self, workflow: &str) -> Result<String, Error> {
+        send(self, requests::TriggerSchedule { name: workflow })
     }
 
     pub fn set_workflow_enabled(

@@ -57,6 +57,9 @@ pub enum Command {
     /// Streams: append-only records in partitions, read by id.
     #[command(subcommand)]
     Stream(super::stream::StreamCommand),
+    /// Schedules: the cron and interval schedules of workflows (`schedule:`).
+    #[command(subcommand)]
+    Schedule(super::schedule::ScheduleCommand),
     /// Check a definition without a server.
     #[command(subcommand)]
     Validate(ValidateCommand),

@@ -9,6 +9,7 @@ mod args;
 mod duration;
 mod kv;
 mod output;
+mod schedule;
 mod server;
 mod status;
 mod stream;
@@ -47,6 +48,7 @@ pub fn run() -> i32 {
             .and_then(|()| connect(&cli))
             .and_then(|mut c| workflow::run(&mut c, cmd, &out)),
         Command::Stream(cmd) => connect(&cli).and_then(|mut c| stream::run(&mut c, cmd, &out)),
+        Command::Schedule(cmd) => connect(&cli).and_then(|mut c| schedule::run(&mut c, cmd, &out)),
         Command::Validate(cmd) => workflow::validate(cmd, &out),
     };
     match result {

@@ -3,8 +3,8 @@
 use super::request::{TypedRequest, unexpected};
 use crate::client::{Error, HistoryPage, Page, StartOptions};
 use flo_protocol::{
-    HISTORY_LIMIT_DEFAULT, HistoryEvent, Op, Reply, ValidationIssue, WorkflowInfo, WorkflowRunInfo,
-    WorkflowRunStatus, WorkflowStartSpec,
+    HISTORY_LIMIT_DEFAULT, HistoryEvent, Op, Reply, ScheduleInfo, ValidationIssue, WorkflowInfo,
+    WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
 
 /// `Client::create_workflow`: (name, version, created, warnings).
@@ -358,5 +358,73 @@ fn workflow_run_of(reply: Reply) -> Result<WorkflowRunInfo, Error> {
     match reply {
         Reply::WorkflowRun(info) => Ok(info),
         other => Err(unexpected(other)),
+    }
+}
+
+/// `Client::list_schedules`.
+pub(crate) struct ListSchedules;
+
+impl TypedRequest for ListSchedules {
+    type Output = Vec<ScheduleInfo>;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::ScheduleList {
+            namespace: namespace.into(),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<Vec<ScheduleInfo>, Error> {
+        match reply {
+            Reply::Schedules(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::pause_schedule` / `resume_schedule`.
+pub(crate) struct PauseSchedule<'a> {
+    pub name: &'a str,
+    pub paused: bool,
+}
+
+impl TypedRequest for PauseSchedule<'_> {
+    type Output = ScheduleInfo;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::SchedulePause {
+            namespace: namespace.into(),
+            name: self.name.into(),
+            paused: self.paused,
+        }
+    }
+
+    fn output(reply: Reply) -> Result<ScheduleInfo, Error> {
+        match reply {
+            Reply::Schedule(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::trigger_schedule`: the id of the run started.
+pub(crate) struct TriggerSchedule<'a> {
+    pub name: &'a str,
+}
+
+impl TypedRequest for TriggerSchedule<'_> {
+    type Output = String;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::ScheduleTrigger {
+            namespace: namespace.into(),
+            name: self.name.into(),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<String, Error> {
+        match reply {
+            Reply::WorkflowStarted { run_id, .. } => Ok(run_id),
+            other => Err(unexpected(other)),
+        }
     }
 }
