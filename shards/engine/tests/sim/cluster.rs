@@ -119,8 +119,25 @@ pub fn facts_of(record: &Record, shard_facts: &mut HashMap<String, u64>) {
             ..
         } => add(format!("workflow {namespace}/{name} v{version}")),
         Record::WfRunStarted {
-            namespace, run_id, ..
-        } => add(format!("wfrun {namespace}/{run_id}")),
+            namespace,
+            run_id,
+            workflow,
+            schedule,
+            ..
+        } => {
+            add(format!("wfrun {namespace}/{run_id}"));
+            if let Some(by) = schedule.filter(|by| !by.manual) {
+                add(format!("tick {namespace}/{workflow}/{}", by.tick_ms));
+            }
+        }
+        // A tick skipped alone (busy, refused) is neither fired nor skipped again.
+        Record::ScheduleSkipped {
+            namespace,
+            workflow,
+            ticks: 1,
+            last_tick_ms,
+            ..
+        } => add(format!("tick {namespace}/{workflow}/{last_tick_ms}")),
         Record::WfStepFinished {
             namespace,
             run_id,

@@ -64,7 +64,7 @@ const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
 const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
 const GPU_LABELS: &str = r#"{"gpu":true}"#;
 
-const WORKFLOWS: [&str; 10] = [
+const WORKFLOWS: [&str; 11] = [
     r#"
 kind: Workflow
 name: process-order
@@ -177,6 +177,8 @@ start:
     // In flight until cancelled: runs older than any retention window that must stay.
     "kind: Workflow\nname: forever\nversion: \"1\"\nstart:\n  waitForSignal:\n    type: never\n  transitions:\n    success: flo.Completed\n",
     "kind: Workflow\nname: loop-parent\nversion: \"1\"\nstart:\n  run: \"@workflow/loop-child\"\n  transitions:\n    success: flo.Completed\n    failure: again\nsteps:\n  again:\n    run: \"@workflow/loop-child\"\n    transitions:\n      success: flo.Completed\n      failure: again\n",
+    // A schedule: a tick every 2 s, at most 2 runs at once, the missed ticks caught up.
+    "kind: Workflow\nname: ticking\nversion: \"1\"\nschedule:\n  interval: 2000\n  max_concurrent: 2\n  catchup: all\nstart:\n  run: \"@actions/a-fixed\"\n  transitions:\n    success: flo.Completed\n    failure: flo.Failed\n",
 ];
 const STARTABLE: [&str; 7] = [
     "process-order",
@@ -256,6 +258,8 @@ struct Model {
     acked: BTreeMap<StreamId, u64>,
     /// The stream and its group are created (their creation answered).
     stream_ready: bool,
+    /// The scheduled workflow is disabled (in the final phase, so that the cluster rests).
+    ticking_disabled: bool,
 }
 
 pub struct Sim {
@@ -312,6 +316,9 @@ pub struct Counts {
     pub reads_missed: u64,
     /// Crashes with a flipped byte in the last acknowledged record, refused by recovery.
     pub media_faults: u64,
+    /// Schedule ticks fired and skipped, as the shards' states say at the end.
+    pub ticks_fired: u64,
+    pub ticks_skipped: u64,
     pub seeds: u64,
 }
 
@@ -333,6 +340,8 @@ impl Counts {
         self.old_in_flight += o.old_in_flight;
         self.reads_missed += o.reads_missed;
         self.media_faults += o.media_faults;
+        self.ticks_fired += o.ticks_fired;
+        self.ticks_skipped += o.ticks_skipped;
         self.seeds += o.seeds;
     }
 }
@@ -943,7 +952,19 @@ impl Sim {
                 limit: Some(5),
                 cursor: None,
             },
-            94..=95 => Op::Status,
+            94 => Op::Status,
+            95 => {
+                let (namespace, name) = (NS.to_string(), "ticking".to_string());
+                match self.rng.below(4) {
+                    0 => Op::ScheduleList { namespace },
+                    1 => Op::ScheduleTrigger { namespace, name },
+                    _ => Op::SchedulePause {
+                        namespace,
+                        name,
+                        paused: self.rng.one_in(2),
+                    },
+                }
+            }
             _ => {
                 // The client reconnects (to any shard).
                 trace(format!("client c{conn} closes"));
@@ -1223,6 +1244,14 @@ impl Sim {
                     );
                 }
                 self.model.workflows.insert((name.clone(), version.clone()));
+            }
+            (Op::WorkflowSetEnabled { enabled: false, .. }, Some(Reply::Workflow(_))) => {
+                self.model.ticking_disabled = true;
+            }
+            (Op::ScheduleTrigger { .. }, Some(Reply::WorkflowStarted { run_id, .. })) => {
+                self.require_durable(run_id, format!("wfrun {NS}/{run_id}"), &op);
+                self.model.wf_runs.insert(run_id.clone());
+                self.known_wf_runs.push(run_id.clone());
             }
             (Op::WorkflowStart(_), Some(Reply::WorkflowStarted { run_id, .. })) => {
                 self.require_durable(run_id, format!("wfrun {NS}/{run_id}"), &op);
@@ -1625,6 +1654,16 @@ impl Sim {
             for w in &mut self.workers {
                 w.refused = false;
             }
+            // A schedule ticks forever: its workflow disabled, the cluster can rest.
+            if !self.model.ticking_disabled {
+                let conn = self.new_conn();
+                let op = Op::WorkflowSetEnabled {
+                    namespace: NS.into(),
+                    name: "ticking".into(),
+                    enabled: false,
+                };
+                self.send(0, conn, op);
+            }
             trace(format!("final clock +{FINAL_JUMP_MS}"));
             self.c.advance(FINAL_JUMP_MS);
             for s in 0..self.shards() {
@@ -1673,6 +1712,10 @@ impl Sim {
             self.counts.segments_deleted += n.stats.segments_deleted;
             self.counts.runs_forgotten += n.forgotten as u64;
             let st = n.engine.state();
+            for (_, sched) in st.schedules.iter() {
+                self.counts.ticks_fired += sched.fired;
+                self.counts.ticks_skipped += sched.skipped;
+            }
             self.counts.old_in_flight += st
                 .runs
                 .iter()
@@ -1986,7 +2029,7 @@ fn check_once_facts_all(shard: u32, facts: &HashMap<String, u64>) {
 }
 
 fn check_once(shard: u32, key: &str, facts: &HashMap<String, u64>) {
-    let once = ["completed ", "wfend ", "remote ", "wfrun ", "run "];
+    let once = ["completed ", "wfend ", "remote ", "wfrun ", "run ", "tick "];
     if once.iter().any(|p| key.starts_with(p)) {
         // None: about a run whose id a later run took (`Node::note_creation`).
         let n = facts.get(key).copied().unwrap_or(0);
