@@ -55,6 +55,10 @@ pub struct Args {
     #[arg(long, default_value_t = 600.0)]
     pub max_secs: f64,
 
+    /// The interval of the `schedule` workload's schedules, in milliseconds.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]
+    pub interval_ms: u64,
+
     /// Records per append (`stream-append`, `stream-consume`).
     #[arg(long, default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=flo_protocol::STREAM_APPEND_RECORDS_MAX as i64))]

@@ -4,6 +4,7 @@
 mod args;
 mod driver;
 mod report;
+mod schedules;
 mod streams;
 mod workers;
 mod workload;
@@ -47,6 +48,19 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         (None, None) => DEFAULT_ADDR.to_string(),
     };
     let token = args.token.as_deref();
+    if args.workload == Workload::Schedule {
+        let result = schedules::run(args, &addr, token);
+        let stopped = server.map_or(Ok(()), spawn::Server::stop);
+        let ok = result? && stopped.is_ok();
+        if let Err(message) = stopped {
+            eprintln!("flo-loadtest: {message}");
+        }
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     let cfg = driver::Config {
         addr: addr.clone(),
         token: args.token.clone(),
@@ -66,6 +80,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         Workload::StreamAppend => streams::prepare(&addr, token, &args.namespace, false)?,
         Workload::StreamConsume => streams::prepare(&addr, token, &args.namespace, true)?,
         Workload::Trigger => streams::prepare_trigger(&addr, token, &args.namespace)?,
+        Workload::Schedule => {}
     }
     let (outcome, tasks) = run_workload(args, &cfg);
 
@@ -197,5 +212,7 @@ fn run_workload(
             });
             (outcome, Some(runs))
         }
+        // Run apart (`schedules::run`): no requests to drive.
+        Workload::Schedule => (driver::Outcome::empty(), None),
     }
 }

@@ -34,6 +34,9 @@ pub enum Workload {
     /// one-step workflow of a WASM action (`loadtest-trigger`): reports records in to
     /// completed runs out (runs/s over the whole run; no latency).
     Trigger,
+    /// `--keys` workflows (default 50) on interval schedules of `--interval-ms`, until
+    /// `--ops` ticks fired: reports each tick's drift (run started − tick time).
+    Schedule,
 }
 
 impl Workload {
@@ -46,6 +49,7 @@ impl Workload {
             Workload::StreamAppend => "stream-append",
             Workload::StreamConsume => "stream-consume",
             Workload::Trigger => "trigger",
+            Workload::Schedule => "schedule",
         }
     }
 }
