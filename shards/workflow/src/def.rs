@@ -30,6 +30,9 @@ pub struct WorkflowDef {
     /// Starts runs on a cron or interval schedule (absent from definitions stored before).
     #[serde(default)]
     pub schedule: Option<Schedule>,
+    /// Typed values each run carries for queries (absent from definitions stored before).
+    #[serde(default)]
+    pub search_attributes: Vec<crate::search::SearchAttribute>,
 }
 
 /// `schedule:` of a definition: runs started at each tick of a cron expression or an

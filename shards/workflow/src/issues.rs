@@ -33,6 +33,7 @@ pub enum IssueCode {
     E504,
     E505,
     E506,
+    E507,
     W101,
     W102,
     W103,

@@ -12,6 +12,7 @@ mod names;
 mod parse;
 mod policies;
 pub mod schedule;
+pub mod search;
 mod validate;
 pub mod yaml_depth;
 

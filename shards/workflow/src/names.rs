@@ -190,6 +190,11 @@ fn nesting(path: &str) -> usize {
 
 /// Up to `max` leading member names of a JSONPath after its `$` (`.name`, `['name']`,
 /// `["name"]`), and the rest of it.
+/// `leading_names`, for the other modules of the crate.
+pub(crate) fn leading_names_pub(rest: &str, max: usize) -> (Vec<&str>, &str) {
+    leading_names(rest, max)
+}
+
 fn leading_names(mut rest: &str, max: usize) -> (Vec<&str>, &str) {
     let mut names = Vec::new();
     while names.len() < max {

@@ -89,6 +89,16 @@ pub(super) struct RawTrigger {
     pub batch_size: Option<u64>,
 }
 
+/// One entry of `searchAttributes:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSearchAttribute {
+    pub name: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub from: Option<String>,
+}
+
 /// `schedule:` as written (snake_case, as in the spec).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,7 +129,7 @@ pub(super) struct RawWorkflow {
     pub plans: Option<IgnoredAny>,
     pub schedule: Option<RawSchedule>,
     pub trigger: Option<RawTrigger>,
-    pub search_attributes: Option<IgnoredAny>,
+    pub search_attributes: Option<Vec<RawSearchAttribute>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -667,7 +677,7 @@ steps:
 
     #[test]
     fn e105_unsupported_features() {
-        for field in ["plans", "searchAttributes"] {
+        for field in ["plans"] {
             let issues = refused(
                 &wf(&format!("{field}: {{x: 1}}\n{START_OK}")),
                 "E105",
@@ -757,6 +767,62 @@ steps:
             )),
             "E106",
             "schedule",
+        );
+    }
+
+    #[test]
+    fn e507_search_attributes_have_a_name_a_type_and_a_path() {
+        let v = crate::parse_workflow(&wf(&format!(
+            "searchAttributes:\n  - {{name: customer_id, type: string, from: input.customer_id}}\n  - {{name: amount, type: number, from: \"$.input.amount\"}}\n  - {{name: tags, type: keyword_list, from: \"$.steps._start.output.tags\"}}\n{START_OK}"
+        )))
+        .unwrap();
+        let attrs = &v.def.search_attributes;
+        assert_eq!(attrs.len(), 3);
+        assert_eq!(
+            (attrs[0].step.as_deref(), attrs[0].path.as_str()),
+            (None, "$.customer_id")
+        );
+        assert_eq!(attrs[2].step.as_deref(), Some("_start"));
+        for (attr, path, says) in [
+            (
+                "{name: 1x, type: string, from: input.a}",
+                "searchAttributes[0].name",
+                "not an attribute name",
+            ),
+            (
+                "{name: status, type: string, from: input.a}",
+                "searchAttributes[0].name",
+                "every run has",
+            ),
+            (
+                "{name: a, type: text, from: input.a}",
+                "searchAttributes[0].type",
+                "keyword_list",
+            ),
+            (
+                "{name: a, type: string, from: flo.run_id}",
+                "searchAttributes[0].from",
+                "not a path",
+            ),
+            (
+                "{name: a, type: string, from: \"$.steps.nope.output.x\"}",
+                "searchAttributes[0].from",
+                "not defined",
+            ),
+        ] {
+            let issues = refused(
+                &wf(&format!("searchAttributes:\n  - {attr}\n{START_OK}")),
+                "E507",
+                path,
+            );
+            assert!(issues[0].message.contains(says), "{attr}: {issues:#?}");
+        }
+        refused(
+            &wf(&format!(
+                "searchAttributes:\n  - {{name: a, type: string, from: input.a}}\n  - {{name: a, type: number, from: input.b}}\n{START_OK}"
+            )),
+            "E507",
+            "searchAttributes[1].name",
         );
     }
 

@@ -12,7 +12,7 @@
 //! | E102 | `name` missing, empty or invalid (1 to 256 bytes, no whitespace, no `:`) |
 //! | E103 | `version` missing, empty or invalid (1 to 128 bytes, no whitespace) |
 //! | E104 | `start` missing |
-//! | E105 | a feature not supported yet: `plans`, `searchAttributes`, `@plan/` targets |
+//! | E105 | a feature not supported yet: `plans`, `@plan/` targets |
 //! | E106 | unknown field |
 //! | E107 | a step has both or neither of `run` and `waitForSignal` |
 //! | E108 | `idempotency` not `none`, `optional` or `required` |
@@ -33,6 +33,7 @@
 //! | E504 | `retry`, `poll` or `inputMapping` on a `waitForSignal` step |
 //! | E505 | invalid `trigger` (`stream` missing or not a stream name, `namespace` or `consumer_group` invalid, `mode` not `shared`, `exclusive` or `key_shared`, `batch_size` not 1..=1000) |
 //! | E506 | invalid `schedule` (neither or both of `cron` and `interval`, a cron expression that is not 5 valid fields, an unknown `timezone`, `interval` below 100 ms, `max_concurrent` not 1..=10000, `input` not JSON, `catchup` not `latest`, `none` or `all`) |
+//! | E507 | invalid `searchAttributes` (a name missing, invalid, duplicated or a built-in field's; `type` not `string`, `number`, `timestamp`, `bool` or `keyword_list`; `from` not a path into the input or a step's output, or naming an unknown step; more than 32) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -47,7 +48,9 @@ use crate::def::{
 };
 use crate::issues::{IssueCode, issue};
 use crate::mapping::{is_mapping_path, mapping_paths};
-use crate::parse::{Entries, RawSchedule, RawSignalWait, RawStep, RawTrigger, RawWorkflow};
+use crate::parse::{
+    Entries, RawSchedule, RawSearchAttribute, RawSignalWait, RawStep, RawTrigger, RawWorkflow,
+};
 use crate::schedule::{check_cron, parse_interval, parse_timezone};
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
@@ -106,6 +109,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         .trigger
         .and_then(|t| c.trigger(t, name.as_deref().unwrap_or("")));
     let schedule = raw.schedule.and_then(|s| c.schedule(s));
+    let search_attributes = c.search_attributes(raw.search_attributes.unwrap_or_default(), &scope);
     let (Some(name), Some(version), Some(start), true) =
         (name, version, start, c.errors.is_empty())
     else {
@@ -121,6 +125,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         terminals: scope.terminals,
         trigger,
         schedule,
+        search_attributes,
     };
     for step in unreachable_steps(&def) {
         c.warn(
@@ -213,10 +218,7 @@ impl Checker {
     }
 
     fn unsupported(&mut self, raw: &RawWorkflow) {
-        let fields = [
-            ("plans", raw.plans.is_some()),
-            ("searchAttributes", raw.search_attributes.is_some()),
-        ];
+        let fields = [("plans", raw.plans.is_some())];
         for (field, _) in fields.iter().filter(|(_, present)| *present) {
             self.error(
                 IssueCode::E105,
@@ -418,6 +420,100 @@ impl Checker {
             paused: raw.paused.unwrap_or(false),
             catchup,
         })
+    }
+
+    fn search_attributes(
+        &mut self,
+        raw: Vec<RawSearchAttribute>,
+        scope: &Scope,
+    ) -> Vec<crate::search::SearchAttribute> {
+        use crate::search::{
+            AttrKind, BUILTIN_FIELDS, SEARCH_ATTRIBUTE_NAME_BYTES_MAX, SEARCH_ATTRIBUTES_MAX,
+            SearchAttribute, parse_from,
+        };
+        if raw.len() > SEARCH_ATTRIBUTES_MAX {
+            self.error(
+                IssueCode::E507,
+                "searchAttributes",
+                format!(
+                    "{} search attributes; at most {SEARCH_ATTRIBUTES_MAX}",
+                    raw.len()
+                ),
+            );
+        }
+        let mut out: Vec<SearchAttribute> = Vec::new();
+        for (i, a) in raw.into_iter().enumerate() {
+            let path = format!("searchAttributes[{i}]");
+            let errors = self.errors.len();
+            let name = a.name.unwrap_or_default();
+            let name_ok = !name.is_empty()
+                && name.len() <= SEARCH_ATTRIBUTE_NAME_BYTES_MAX
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && !name.as_bytes()[0].is_ascii_digit();
+            if !name_ok {
+                self.error(
+                    IssueCode::E507,
+                    format!("{path}.name"),
+                    format!(
+                        "`name: {name}` is not an attribute name: 1 to                          {SEARCH_ATTRIBUTE_NAME_BYTES_MAX} letters, digits and `_`, not starting                          with a digit"
+                    ),
+                );
+            } else if BUILTIN_FIELDS.contains(&name.as_str()) {
+                self.error(
+                    IssueCode::E507,
+                    format!("{path}.name"),
+                    format!("`{name}` is a field every run has; choose another name"),
+                );
+            } else if out.iter().any(|o| o.name == name) {
+                self.error(
+                    IssueCode::E507,
+                    format!("{path}.name"),
+                    format!("search attribute `{name}` is declared twice"),
+                );
+            }
+            let kind = match a.kind.as_deref().and_then(AttrKind::parse) {
+                Some(kind) => kind,
+                None => {
+                    self.error(
+                        IssueCode::E507,
+                        format!("{path}.type"),
+                        format!(
+                            "`type: {}` is not a search attribute type: use `string`, `number`,                              `timestamp`, `bool` or `keyword_list`",
+                            a.kind.as_deref().unwrap_or("")
+                        ),
+                    );
+                    AttrKind::String
+                }
+            };
+            let from = a.from.unwrap_or_default();
+            let (step, jpath) = match parse_from(&from) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.error(IssueCode::E507, format!("{path}.from"), e);
+                    (None, String::new())
+                }
+            };
+            if let Some(step) = &step
+                && step != START_STEP
+                && !scope.steps.contains(step)
+            {
+                self.error(
+                    IssueCode::E507,
+                    format!("{path}.from"),
+                    format!("`from: {from}` names step `{step}`, which is not defined"),
+                );
+            }
+            if self.errors.len() == errors {
+                out.push(SearchAttribute {
+                    name,
+                    kind,
+                    from,
+                    step,
+                    path: jpath,
+                });
+            }
+        }
+        out
     }
 
     fn kind(&mut self, kind: Option<&str>) {
