@@ -11,6 +11,7 @@ mod mapping;
 mod names;
 mod parse;
 mod policies;
+pub mod query;
 pub mod schedule;
 pub mod search;
 mod validate;
