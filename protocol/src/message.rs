@@ -717,6 +717,9 @@ pub struct WorkflowRunInfo {
     pub parent_run_id: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
+    /// The run's search attributes (a JSON object), when its definition declares some.
+    #[serde(default, with = "serde_bytes")]
+    pub search_attributes: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -571,6 +571,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         parent_run_id: Some("wfrun-0".into()),
         created_at_ms: 1,
         updated_at_ms: 2,
+        search_attributes: Some(br#"{"customer":"c-1"}"#.to_vec()),
     };
     let stream_info = StreamInfo {
         namespace: "default".into(),

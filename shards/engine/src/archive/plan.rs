@@ -197,6 +197,7 @@ mod tests {
                 parent_run_id: None,
                 created_at_ms: 1,
                 updated_at_ms: 2,
+                search_attributes: None,
             },
             history: (0..100_000)
                 .map(|i| HistoryEvent {

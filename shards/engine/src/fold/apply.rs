@@ -74,14 +74,16 @@ impl ShardState {
 
     /// A workflow run may have become final: it no longer counts against its schedule.
     fn note_if_final(&mut self, namespace: &str, run_id: &str) {
-        if self.schedules.is_empty() {
+        if self.schedules.is_empty() && self.search.spaces.is_empty() {
             return;
         }
         if let Some(run) = self.workflows.run(namespace, run_id)
             && run.status().is_final()
         {
+            let (status, at_ms) = (run.status(), run.updated_at_ms);
             let workflow = run.workflow.clone();
             self.schedules.run_final(namespace, &workflow, run_id);
+            self.search.finished(namespace, run_id, status, at_ms);
         }
     }
 
@@ -564,6 +566,7 @@ impl ShardState {
                     parent,
                     at_ms,
                     lsn,
+                    &mut self.search,
                 )
             }
             Record::WfStepStarted {
@@ -586,6 +589,7 @@ impl ShardState {
                 next,
                 at_ms,
             } => {
+                let indexed = self.search.doc(&namespace, &run_id).is_some();
                 self.workflows.apply_step_finished(
                     &namespace,
                     &run_id,
@@ -598,6 +602,10 @@ impl ShardState {
                     at_ms,
                     lsn,
                 );
+                if indexed && let Some(run) = self.workflows.run(&namespace, &run_id) {
+                    let attrs = run.search_attrs();
+                    self.search.set_attrs(&namespace, &run_id, attrs);
+                }
                 self.note_if_final(&namespace, &run_id);
             }
             Record::WfSignalReceived {
@@ -636,6 +644,7 @@ impl ShardState {
                         self.runs.remove(&namespace, &run_id).is_some()
                     }
                     crate::fold::archive::RunKind::Workflow => {
+                        self.search.archived(&namespace, &run_id, lsn);
                         self.workflows.remove(&namespace, &run_id).is_some()
                     }
                 };
@@ -645,7 +654,10 @@ impl ShardState {
                 let (key, entry) = run.entry(lsn);
                 self.archive.insert(key, entry, run.finished_at_ms());
             }
-            Record::RunsForgotten { before_lsn } => self.archive.forget(before_lsn),
+            Record::RunsForgotten { before_lsn } => {
+                self.archive.forget(before_lsn);
+                self.search.forget(before_lsn);
+            }
             other => wrong_domain(lsn, &other, "archive"),
         }
     }

@@ -14,6 +14,7 @@ pub mod run_image;
 pub mod runs;
 pub mod scheduler;
 pub mod schedules;
+pub mod search;
 pub mod snapshot;
 pub mod state;
 pub mod stream_group_ops;

@@ -18,6 +18,7 @@ use crate::fold::kv::KvStore;
 use crate::fold::registry::Registry;
 use crate::fold::runs::Runs;
 use crate::fold::schedules::Schedules;
+use crate::fold::search::SearchIndex;
 use crate::fold::state::{PendingForward, ShardState};
 use crate::fold::streams::Streams;
 use crate::fold::workflows::Workflows;
@@ -50,6 +51,7 @@ struct HeadRef<'a> {
     workflows: &'a Workflows,
     streams: &'a Streams,
     schedules: &'a Schedules,
+    search: &'a SearchIndex,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +67,8 @@ struct Head {
     /// Absent from images written before schedules existed.
     #[serde(default)]
     schedules: Schedules,
+    #[serde(default)]
+    search: SearchIndex,
 }
 
 /// Format 3: one value with every store.
@@ -114,6 +118,7 @@ pub fn encode(state: &ShardState) -> Image {
         workflows: &state.workflows,
         streams: &state.streams,
         schedules: &state.schedules,
+        search: &state.search,
     };
     encode_value(&stores, &mut head);
     let mut image = Image::from(head);
@@ -225,6 +230,7 @@ pub fn decode(
         state.workflows = head.workflows;
         state.streams = head.streams;
         state.schedules = head.schedules;
+        state.search = head.search;
         (head.shard, head.lsn)
     };
     if found != shard {
@@ -237,6 +243,7 @@ pub fn decode(
     state.registry.relink();
     state.workflows.relink();
     state.streams.relink();
+    state.search.relink();
     state.archive = RunIndex::read_image(reader.rest)?;
     (reader.report)(bytes.len() as u64);
     state.applied_lsn = lsn;

@@ -35,6 +35,8 @@ pub struct ShardState {
     pub archive: crate::fold::archive::RunIndex,
     /// The schedules living on this shard.
     pub schedules: crate::fold::schedules::Schedules,
+    /// The run query index (runs of definitions with search attributes).
+    pub search: crate::fold::search::SearchIndex,
     /// LSN of the last record applied.
     pub applied_lsn: u64,
 }
@@ -59,6 +61,7 @@ impl ShardState {
             archive: Default::default(),
             streams: Default::default(),
             schedules: Default::default(),
+            search: Default::default(),
             applied_lsn: 0,
         }
     }
@@ -153,6 +156,7 @@ impl ShardState {
         }
         self.streams.digest(&mut lines);
         self.schedules.digest(&mut lines);
+        self.search.digest(&mut lines);
         lines.sort();
         lines
     }

@@ -124,6 +124,24 @@ impl WfRun {
         self.phase.status()
     }
 
+    /// The values of its definition's search attributes (those found), from its input and
+    /// its steps' outputs.
+    pub fn search_attrs(&self) -> Vec<(String, flo_workflow::search::AttrValue)> {
+        let Ok(def) = &self.def else {
+            return Vec::new();
+        };
+        def.search_attributes
+            .iter()
+            .filter_map(|a| {
+                let doc = match &a.step {
+                    None => Some(&self.input),
+                    Some(step) => self.step_state(step).and_then(|s| s.output.as_ref()),
+                }?;
+                flo_workflow::search::evaluate(a, doc).map(|v| (a.name.clone(), v))
+            })
+            .collect()
+    }
+
     pub fn step_state(&self, name: &str) -> Option<&StepState> {
         self.steps.iter().find(|s| s.name == name)
     }
@@ -262,6 +280,7 @@ impl Workflows {
         parent: Option<StepRef>,
         at_ms: u64,
         lsn: u64,
+        search: &mut crate::fold::search::SearchIndex,
     ) {
         if let Some(n) = run_id
             .strip_prefix(GENERATED_RUN_ID_PREFIX)
@@ -313,6 +332,22 @@ impl Workflows {
         };
         let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
         run.event(HistoryEventType::WorkflowStarted, None, detail, at_ms);
+        if run
+            .def
+            .as_ref()
+            .is_ok_and(|d| !d.search_attributes.is_empty())
+        {
+            let doc = crate::fold::search::Doc {
+                run_id: run_id.clone(),
+                workflow: run.workflow.clone(),
+                status: None,
+                started_at_ms: at_ms,
+                updated_at_ms: at_ms,
+                archived_lsn: 0,
+                attrs: run.search_attrs(),
+            };
+            search.insert(&namespace, run.seq, doc);
+        }
         self.runs
             .entry(namespace)
             .or_default()
@@ -651,6 +686,11 @@ pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::Wor
         parent_run_id: run.parent.as_ref().map(|p| p.run_id.clone()),
         created_at_ms: run.created_at_ms,
         updated_at_ms: run.updated_at_ms,
+        search_attributes: run
+            .def
+            .as_ref()
+            .is_ok_and(|d| !d.search_attributes.is_empty())
+            .then(|| crate::fold::search::attrs_json(&run.search_attrs())),
     }
 }
 
@@ -695,6 +735,7 @@ mod tests {
                 None,
                 2,
                 1,
+                &mut Default::default(),
             );
         };
         let signal = StepWait::Signal {

@@ -1,0 +1,335 @@
+//! The run query index: for every workflow run whose definition declares search
+//! attributes (live, and archived until retention forgets it), a document (id, workflow,
+//! start and final times, final status, attribute values) and, per namespace, the postings
+//! that find documents by attribute value and by workflow. Documents are numbered by the
+//! run's start sequence on the shard (`WfRun::seq`), so a page walks them newest first.
+//!
+//! Runs of definitions without search attributes cost nothing here. In a snapshot, the
+//! documents alone; postings are rebuilt on load (`relink`).
+
+use crate::tables::HashMap;
+use flo_protocol::WorkflowRunStatus;
+use flo_workflow::search::AttrValue;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Attribute values as a JSON object.
+pub fn attrs_json(attrs: &[(String, AttrValue)]) -> Vec<u8> {
+    let map: serde_json::Map<String, serde_json::Value> = attrs
+        .iter()
+        .map(|(name, v)| (name.clone(), v.to_json()))
+        .collect();
+    serde_json::to_vec(&map).unwrap_or_default()
+}
+
+/// One run, as queries see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Doc {
+    pub run_id: String,
+    pub workflow: String,
+    /// The final status once final (None: in flight — the live run says).
+    pub status: Option<WorkflowRunStatus>,
+    pub started_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// The LSN of its archive record once archived (0: in memory).
+    pub archived_lsn: u64,
+    /// In the definition's order; attributes without a value are absent.
+    pub attrs: Vec<(String, AttrValue)>,
+}
+
+/// A value as postings order it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum IndexKey {
+    Bool(bool),
+    /// An f64's bits, mapped so that their order is the numbers' order.
+    Num(u64),
+    Time(u64),
+    Str(String),
+}
+
+impl IndexKey {
+    pub fn num(n: f64) -> IndexKey {
+        let bits = n.to_bits();
+        IndexKey::Num(if bits >> 63 == 1 {
+            !bits
+        } else {
+            bits | 1 << 63
+        })
+    }
+
+    /// The keys of a value (a keyword list has one per keyword).
+    fn of(v: &AttrValue) -> Vec<IndexKey> {
+        match v {
+            AttrValue::Str(s) => vec![IndexKey::Str(s.clone())],
+            AttrValue::Num(n) => vec![IndexKey::num(*n)],
+            AttrValue::Time(t) => vec![IndexKey::Time(*t)],
+            AttrValue::Bool(b) => vec![IndexKey::Bool(*b)],
+            AttrValue::Keywords(k) => k.iter().map(|s| IndexKey::Str(s.clone())).collect(),
+        }
+    }
+}
+
+/// One namespace's documents and postings.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Space {
+    pub docs: BTreeMap<u64, Doc>,
+    #[serde(skip)]
+    by_id: HashMap<String, u64>,
+    #[serde(skip)]
+    pub by_workflow: HashMap<String, BTreeSet<u64>>,
+    /// Attribute → value → documents.
+    #[serde(skip)]
+    pub postings: HashMap<String, BTreeMap<IndexKey, BTreeSet<u64>>>,
+}
+
+impl Space {
+    fn post(&mut self, seq: u64, doc: &Doc) {
+        self.by_id.insert(doc.run_id.clone(), seq);
+        self.by_workflow
+            .entry(doc.workflow.clone())
+            .or_default()
+            .insert(seq);
+        for (name, v) in &doc.attrs {
+            let values = self.postings.entry(name.clone()).or_default();
+            for key in IndexKey::of(v) {
+                values.entry(key).or_default().insert(seq);
+            }
+        }
+    }
+
+    fn unpost_attrs(&mut self, seq: u64, attrs: &[(String, AttrValue)]) {
+        for (name, v) in attrs {
+            let Some(values) = self.postings.get_mut(name) else {
+                continue;
+            };
+            for key in IndexKey::of(v) {
+                if let Some(set) = values.get_mut(&key) {
+                    set.remove(&seq);
+                    if set.is_empty() {
+                        values.remove(&key);
+                    }
+                }
+            }
+            if values.is_empty() {
+                self.postings.remove(name);
+            }
+        }
+    }
+
+    fn remove(&mut self, seq: u64) {
+        let Some(doc) = self.docs.remove(&seq) else {
+            return;
+        };
+        if self.by_id.get(&doc.run_id) == Some(&seq) {
+            self.by_id.remove(&doc.run_id);
+        }
+        if let Some(set) = self.by_workflow.get_mut(&doc.workflow) {
+            set.remove(&seq);
+            if set.is_empty() {
+                self.by_workflow.remove(&doc.workflow);
+            }
+        }
+        self.unpost_attrs(seq, &doc.attrs);
+    }
+
+    pub fn seq_of(&self, run_id: &str) -> Option<u64> {
+        self.by_id.get(run_id).copied()
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SearchIndex {
+    pub spaces: HashMap<String, Space>,
+    /// Archive LSN → (namespace, document), for retention.
+    archived: BTreeMap<u64, (String, u64)>,
+}
+
+impl SearchIndex {
+    pub fn space(&self, namespace: &str) -> Option<&Space> {
+        self.spaces.get(namespace)
+    }
+
+    pub fn doc(&self, namespace: &str, run_id: &str) -> Option<&Doc> {
+        let space = self.spaces.get(namespace)?;
+        space.docs.get(&space.seq_of(run_id)?)
+    }
+
+    /// Documents held, over the namespaces.
+    pub fn len(&self) -> usize {
+        self.spaces.values().map(|s| s.docs.len()).sum()
+    }
+
+    pub fn insert(&mut self, namespace: &str, seq: u64, doc: Doc) {
+        let space = self.spaces.entry(namespace.to_string()).or_default();
+        if let Some(old) = space.seq_of(&doc.run_id) {
+            space.remove(old);
+        }
+        space.post(seq, &doc);
+        space.docs.insert(seq, doc);
+    }
+
+    /// A run's attribute values changed (a step it reads finished).
+    pub fn set_attrs(&mut self, namespace: &str, run_id: &str, attrs: Vec<(String, AttrValue)>) {
+        let Some(space) = self.spaces.get_mut(namespace) else {
+            return;
+        };
+        let Some(seq) = space.seq_of(run_id) else {
+            return;
+        };
+        let Some(old) = space.docs.get(&seq).map(|d| d.attrs.clone()) else {
+            return;
+        };
+        if old == attrs {
+            return;
+        }
+        space.unpost_attrs(seq, &old);
+        if let Some(doc) = space.docs.get_mut(&seq) {
+            doc.attrs = attrs;
+        }
+        let doc = space.docs[&seq].clone();
+        space.post(seq, &doc);
+    }
+
+    pub fn finished(
+        &mut self,
+        namespace: &str,
+        run_id: &str,
+        status: WorkflowRunStatus,
+        at_ms: u64,
+    ) {
+        let Some(space) = self.spaces.get_mut(namespace) else {
+            return;
+        };
+        let Some(seq) = space.seq_of(run_id) else {
+            return;
+        };
+        if let Some(doc) = space.docs.get_mut(&seq) {
+            doc.status = Some(status);
+            doc.updated_at_ms = at_ms;
+        }
+    }
+
+    pub fn archived(&mut self, namespace: &str, run_id: &str, lsn: u64) {
+        let Some(space) = self.spaces.get_mut(namespace) else {
+            return;
+        };
+        let Some(seq) = space.seq_of(run_id) else {
+            return;
+        };
+        if let Some(doc) = space.docs.get_mut(&seq) {
+            doc.archived_lsn = lsn;
+            self.archived.insert(lsn, (namespace.to_string(), seq));
+        }
+    }
+
+    /// Retention: the runs archived before `before_lsn` are forgotten.
+    pub fn forget(&mut self, before_lsn: u64) {
+        while let Some(entry) = self.archived.first_entry() {
+            if *entry.key() >= before_lsn {
+                break;
+            }
+            let (namespace, seq) = entry.remove();
+            if let Some(space) = self.spaces.get_mut(&namespace) {
+                space.remove(seq);
+                if space.docs.is_empty() {
+                    self.spaces.remove(&namespace);
+                }
+            }
+        }
+    }
+
+    /// Rebuilds what a snapshot does not hold.
+    pub fn relink(&mut self) {
+        self.archived.clear();
+        for (namespace, space) in &mut self.spaces {
+            let docs = std::mem::take(&mut space.docs);
+            for (&seq, doc) in &docs {
+                space.post(seq, doc);
+                if doc.archived_lsn > 0 {
+                    self.archived
+                        .insert(doc.archived_lsn, (namespace.clone(), seq));
+                }
+            }
+            space.docs = docs;
+        }
+    }
+
+    /// Canonical lines for `ShardState::digest`.
+    pub fn digest(&self, lines: &mut Vec<String>) {
+        for (ns, space) in &self.spaces {
+            for (seq, d) in &space.docs {
+                lines.push(format!(
+                    "search {ns}/{} #{seq} {} {:?} {} {} {} {:?}",
+                    d.run_id,
+                    d.workflow,
+                    d.status,
+                    d.started_at_ms,
+                    d.updated_at_ms,
+                    d.archived_lsn,
+                    d.attrs
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(id: &str, attrs: Vec<(String, AttrValue)>) -> Doc {
+        Doc {
+            run_id: id.into(),
+            workflow: "w".into(),
+            status: None,
+            started_at_ms: 1,
+            updated_at_ms: 1,
+            archived_lsn: 0,
+            attrs,
+        }
+    }
+
+    #[test]
+    fn numbers_order_as_numbers() {
+        let mut keys: Vec<IndexKey> = [3.5, -2.0, 0.0, -10.25, 100.0]
+            .into_iter()
+            .map(IndexKey::num)
+            .collect();
+        keys.sort();
+        let back: Vec<IndexKey> = [-10.25, -2.0, 0.0, 3.5, 100.0]
+            .into_iter()
+            .map(IndexKey::num)
+            .collect();
+        assert_eq!(keys, back);
+    }
+
+    #[test]
+    fn postings_follow_documents_through_updates_archive_and_forgetting() {
+        let mut ix = SearchIndex::default();
+        let c = |v: &str| vec![("customer".to_string(), AttrValue::Str(v.into()))];
+        ix.insert("ns", 1, doc("r1", c("c-1")));
+        ix.insert("ns", 2, doc("r2", c("c-1")));
+        let posting = |ix: &SearchIndex, v: &str| {
+            ix.space("ns").and_then(|s| {
+                s.postings
+                    .get("customer")
+                    .and_then(|p| p.get(&IndexKey::Str(v.into())).cloned())
+            })
+        };
+        assert_eq!(posting(&ix, "c-1").unwrap().len(), 2);
+        ix.set_attrs("ns", "r2", c("c-2"));
+        assert_eq!(posting(&ix, "c-1").unwrap().len(), 1);
+        assert_eq!(posting(&ix, "c-2").unwrap().len(), 1);
+        ix.finished("ns", "r1", WorkflowRunStatus::Completed, 5);
+        ix.archived("ns", "r1", 10);
+        // A snapshot holds the documents; the postings come back.
+        let bytes = rmp_serde::to_vec(&ix).unwrap();
+        let mut back: SearchIndex = rmp_serde::from_slice(&bytes).unwrap();
+        back.relink();
+        assert_eq!(posting(&back, "c-1").unwrap().len(), 1);
+        back.forget(11);
+        assert_eq!(posting(&back, "c-1"), None);
+        assert!(back.doc("ns", "r1").is_none());
+        assert!(back.doc("ns", "r2").is_some());
+    }
+}
