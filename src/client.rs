@@ -1,9 +1,9 @@
 use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorCode, ErrorValue, FRAME_BYTES_MAX, FrameError, IDLE_CLOSED_PREFIX,
-    KvEntry, Op, Reply, Request, Response, RunInfo, RunStatus, ScheduleInfo, StatusInfo,
-    TaskAssignment, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus, WorkflowInfo,
-    WorkflowRunInfo, WorkflowRunStatus, decode_payload, encode_frame, split_frame,
+    KvEntry, Op, Reply, Request, Response, RunInfo, RunStatus, RunSummary, ScheduleInfo,
+    StatusInfo, TaskAssignment, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus,
+    WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -616,6 +616,27 @@ impl Client {
 
     pub fn list_workflows(&mut self) -> Result<Vec<WorkflowInfo>, Error> {
         send(self, requests::ListWorkflows)
+    }
+
+    /// A page of the runs matching `query` (see `flo workflow list-runs --query`), of
+    /// `workflow` or of every workflow with search attributes; newest started first
+    /// (`ascending`: oldest first). Go on with the page's `next_cursor`.
+    pub fn query_workflow_runs(
+        &mut self,
+        workflow: Option<&str>,
+        query: &str,
+        ascending: bool,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<RunSummary>, Error> {
+        let ask = requests::QueryWorkflowRuns {
+            workflow,
+            query,
+            ascending,
+            limit,
+            cursor,
+        };
+        send(self, ask)
     }
 
     /// The schedules of the namespace's workflows, with their next fire times.

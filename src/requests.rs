@@ -29,9 +29,9 @@ pub(crate) use workers::{
 };
 pub(crate) use workflows::{
     CancelWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun, ListSchedules,
-    ListWorkflowRunsPage, ListWorkflows, PauseSchedule, SetWorkflowEnabled, SignalWorkflow,
-    StartWorkflow, StartWorkflowAndWait, TriggerSchedule, WaitWorkflow, WorkflowHistory,
-    WorkflowHistoryPage,
+    ListWorkflowRunsPage, ListWorkflows, PauseSchedule, QueryWorkflowRuns, SetWorkflowEnabled,
+    SignalWorkflow, StartWorkflow, StartWorkflowAndWait, TriggerSchedule, WaitWorkflow,
+    WorkflowHistory, WorkflowHistoryPage,
 };
 
 #[cfg(test)]

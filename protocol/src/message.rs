@@ -387,6 +387,16 @@ pub enum Op {
         namespace: String,
         name: String,
     },
+    /// The runs (of `workflow`, or of every workflow of the namespace with search
+    /// attributes) that match `query`, newest started first (`ascending`: oldest first).
+    WorkflowQuery {
+        namespace: String,
+        workflow: Option<String>,
+        query: String,
+        ascending: bool,
+        limit: Option<u32>,
+        cursor: Option<String>,
+    },
 }
 
 /// A secret presented in the handshake. Its debug form hides it, so that a printed
@@ -983,6 +993,44 @@ pub enum Reply {
     Done,
     Schedules(Vec<ScheduleInfo>),
     Schedule(ScheduleInfo),
+    /// A page of `WorkflowQuery`: `scanned` documents were looked at over the shards.
+    RunSummaries {
+        items: Vec<RunSummary>,
+        next_cursor: Option<String>,
+        scanned: u64,
+    },
+    /// One shard's part of a `WorkflowQuery` (between shards).
+    QueryPart(QueryPart),
+}
+
+/// A run as a query lists it (what the query index holds: `flo workflow status ID` gives
+/// the rest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub namespace: String,
+    pub workflow: String,
+    pub status: WorkflowRunStatus,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// A JSON object.
+    #[serde(with = "serde_bytes")]
+    pub search_attributes: Vec<u8>,
+    /// Where it is listed from: its shard and its start's position there.
+    pub shard: u32,
+    pub seq: u64,
+}
+
+/// One shard's part of a query page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryPart {
+    pub shard: u32,
+    pub items: Vec<RunSummary>,
+    /// Where the part started (None: at the start).
+    pub from: Option<u64>,
+    /// Where the next page goes on once every item is taken (None: nothing is left).
+    pub next: Option<u64>,
+    pub scanned: u64,
 }
 
 /// A workflow's schedule as `flo schedule list` shows it.

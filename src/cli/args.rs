@@ -468,10 +468,18 @@ pub enum WorkflowCommand {
     /// List a workflow's runs: in-flight ones newest first, then finished ones (a page;
     /// the next with --cursor).
     ListRuns {
-        name: String,
+        /// The workflow (optional with --query: every workflow with search attributes).
+        name: Option<String>,
         /// pending, running, waiting, completed, failed, cancelled or timed_out.
         #[arg(long)]
         status: Option<String>,
+        /// Runs matching a query over status, workflow, run_id, started_at, updated_at and
+        /// the search attributes, e.g. 'customer = "c-1" AND amount > 100'.
+        #[arg(long)]
+        query: Option<String>,
+        /// With --query: `started_at` (newest first) or `started_at:asc`.
+        #[arg(long, value_name = "FIELD[:asc|:desc]", requires = "query")]
+        order_by: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.

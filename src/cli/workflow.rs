@@ -201,9 +201,80 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
         WorkflowCommand::ListRuns {
             name,
             status,
+            query: Some(query),
+            order_by,
             limit,
             cursor,
         } => {
+            let ascending = match order_by.as_deref() {
+                None | Some("started_at" | "started_at:desc") => false,
+                Some("started_at:asc") => true,
+                Some(other) => {
+                    return Err(CliError::Usage(format!(
+                        "--order-by {other}: runs are ordered by `started_at` (newest first) or \
+                         `started_at:asc`"
+                    )));
+                }
+            };
+            let query = match status {
+                Some(s) => format!("status = \"{}\" AND ({query})", parse_status(s)?.as_str()),
+                None => query.clone(),
+            };
+            let page = client.query_workflow_runs(
+                name.as_deref(),
+                &query,
+                ascending,
+                *limit,
+                cursor.as_deref(),
+            )?;
+            let runs = &page.items;
+            let doc = json!({
+                "runs": runs.iter().map(|r| json!({
+                    "run_id": r.run_id,
+                    "workflow": r.workflow,
+                    "status": r.status.as_str(),
+                    "created_at": time_text(r.created_at_ms),
+                    "created_at_ms": r.created_at_ms,
+                    "updated_at_ms": r.updated_at_ms,
+                    "search_attributes": bytes_json(&r.search_attributes),
+                })).collect::<Vec<_>>(),
+                "next_cursor": page.next_cursor,
+            });
+            out.print(doc, || {
+                let mut text = format!(
+                    "{:<32} {:<20} {:<10} {:<26} ATTRIBUTES",
+                    "RUN ID", "WORKFLOW", "STATUS", "CREATED"
+                );
+                for r in runs {
+                    text.push_str(&format!(
+                        "\n{:<32} {:<20} {:<10} {:<26} {}",
+                        r.run_id,
+                        r.workflow,
+                        r.status.as_str(),
+                        time_text(r.created_at_ms),
+                        String::from_utf8_lossy(&r.search_attributes)
+                    ));
+                }
+                if let Some(hint) = more_hint(page.next_cursor.as_deref(), "runs") {
+                    text.push('\n');
+                    text.push_str(&hint);
+                }
+                text
+            });
+        }
+        WorkflowCommand::ListRuns {
+            name,
+            status,
+            query: None,
+            limit,
+            cursor,
+            ..
+        } => {
+            let Some(name) = name else {
+                return Err(CliError::Usage(
+                    "name the workflow whose runs to list (or give --query)".to_string(),
+                ));
+            };
             let status = status.as_deref().map(parse_status).transpose()?;
             let page = client.list_workflow_runs_page(name, status, *limit, cursor.as_deref())?;
             let runs = &page.items;
@@ -383,6 +454,7 @@ pub fn run_json(r: &WorkflowRunInfo) -> Value {
         "created_at_ms": r.created_at_ms,
         "updated_at": time_text(r.updated_at_ms),
         "updated_at_ms": r.updated_at_ms,
+        "search_attributes": opt_json(r.search_attributes.as_deref()),
     })
 }
 
@@ -418,6 +490,9 @@ fn run_text(r: &WorkflowRunInfo) -> String {
     line("input", &bytes_json(&r.input).to_string());
     if let Some(output) = &r.output {
         line("output", &bytes_json(output).to_string());
+    }
+    if let Some(attrs) = &r.search_attributes {
+        line("search", &bytes_json(attrs).to_string());
     }
     line("created", &time_text(r.created_at_ms));
     line("updated", &time_text(r.updated_at_ms));

@@ -3,8 +3,8 @@
 use super::request::{TypedRequest, unexpected};
 use crate::client::{Error, HistoryPage, Page, StartOptions};
 use flo_protocol::{
-    HISTORY_LIMIT_DEFAULT, HistoryEvent, Op, Reply, ScheduleInfo, ValidationIssue, WorkflowInfo,
-    WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
+    HISTORY_LIMIT_DEFAULT, HistoryEvent, Op, Reply, RunSummary, ScheduleInfo, ValidationIssue,
+    WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
 
 /// `Client::create_workflow`: (name, version, created, warnings).
@@ -424,6 +424,39 @@ impl TypedRequest for TriggerSchedule<'_> {
     fn output(reply: Reply) -> Result<String, Error> {
         match reply {
             Reply::WorkflowStarted { run_id, .. } => Ok(run_id),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::query_workflow_runs`.
+pub(crate) struct QueryWorkflowRuns<'a> {
+    pub workflow: Option<&'a str>,
+    pub query: &'a str,
+    pub ascending: bool,
+    pub limit: Option<u32>,
+    pub cursor: Option<&'a str>,
+}
+
+impl TypedRequest for QueryWorkflowRuns<'_> {
+    type Output = Page<RunSummary>;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::WorkflowQuery {
+            namespace: namespace.into(),
+            workflow: self.workflow.map(str::to_string),
+            query: self.query.into(),
+            ascending: self.ascending,
+            limit: self.limit,
+            cursor: self.cursor.map(str::to_string),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<Page<RunSummary>, Error> {
+        match reply {
+            Reply::RunSummaries {
+                items, next_cursor, ..
+            } => Ok(Page { items, next_cursor }),
             other => Err(unexpected(other)),
         }
     }

@@ -325,7 +325,8 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::StreamGroupRead(_)
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
-        | Op::ScheduleList { .. } => FRAME_BYTES_MAX,
+        | Op::ScheduleList { .. }
+        | Op::WorkflowQuery { .. } => FRAME_BYTES_MAX,
     }
 }
 

@@ -113,6 +113,7 @@ fn rule(op: &Op) -> Rule<'_> {
         }
         Op::TestAdvanceClock { .. } => ("test_advance_clock", Scope::Server, AdminOnly),
         Op::ScheduleList { namespace } => ("schedule_list", Ns(namespace), Client),
+        Op::WorkflowQuery { namespace, .. } => ("workflow_query", Ns(namespace), Client),
         Op::SchedulePause { namespace, .. } => ("schedule_pause", Ns(namespace), AdminOnly),
         Op::ScheduleTrigger { namespace, .. } => ("schedule_trigger", Ns(namespace), Client),
     };

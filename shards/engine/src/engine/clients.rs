@@ -236,6 +236,24 @@ impl Engine {
                 group,
             } => streams::group_info_part(core, &namespace, &stream, group.as_deref()),
             Op::ScheduleList { namespace } => schedules::list_part(core, &namespace),
+            Op::WorkflowQuery {
+                namespace,
+                workflow,
+                query,
+                ascending,
+                limit,
+                cursor,
+            } => workflows::query_part(
+                core,
+                &workflows::QueryAsk {
+                    namespace: &namespace,
+                    workflow: workflow.as_deref(),
+                    query: &query,
+                    ascending,
+                    limit,
+                    cursor: cursor.as_deref(),
+                },
+            ),
             _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
         })
     }

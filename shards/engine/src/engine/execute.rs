@@ -68,7 +68,8 @@ impl Engine {
             | Op::StreamTrim { .. }
             | Op::StreamGroupPending { .. }
             | Op::StreamGroupInfo { .. }
-            | Op::ScheduleList { .. }) => self.part(op, Dest::Reply(to)),
+            | Op::ScheduleList { .. }
+            | Op::WorkflowQuery { .. }) => self.part(op, Dest::Reply(to)),
             Op::SchedulePause {
                 namespace,
                 name,

@@ -265,6 +265,9 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
         Op::StreamRead(spec) => streams::merge_reads(spec, parts),
         Op::StreamList { .. } => Ok(Reply::Streams(streams::merge_infos(parts))),
         Op::ScheduleList { .. } => Ok(Reply::Schedules(schedules::merge_lists(parts))),
+        Op::WorkflowQuery {
+            ascending, limit, ..
+        } => crate::workflows::merge_parts(parts, *ascending, *limit, core.partitioning().shards),
         Op::StreamGet { name, .. } => streams::merge_infos(parts)
             .into_iter()
             .next()

@@ -134,6 +134,7 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
+        | Op::WorkflowQuery { .. }
         | Op::TestAdvanceClock { .. } => return None,
     })
 }
@@ -186,6 +187,7 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
+        | Op::WorkflowQuery { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
         Op::Hello { .. } | Op::ShardMap => Target::Here,
         // Keyed: `route_key` placed them above.
@@ -291,6 +293,7 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
+        | Op::WorkflowQuery { .. }
         | Op::TestAdvanceClock { .. } => false,
     }
 }

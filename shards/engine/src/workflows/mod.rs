@@ -9,6 +9,7 @@ mod definitions;
 mod finish;
 mod queries;
 mod results;
+mod search;
 mod signals;
 mod start;
 mod timers;
@@ -20,6 +21,7 @@ pub use definitions::{info, list, plan_create, plan_set_enabled};
 pub use finish::STEP_OUTPUT_BYTES_MAX;
 pub use queries::{history, history_page, list_runs, status};
 pub use results::{notify_parent, on_action_final};
+pub use search::{QueryAsk, merge_parts, query_part};
 #[cfg(feature = "test-support")]
 pub use signals::SIGNALS_QUEUED_MAX;
 pub use signals::signal;
