@@ -69,6 +69,9 @@ const WORKFLOWS: [&str; 11] = [
 kind: Workflow
 name: process-order
 version: "1"
+searchAttributes:
+  - {name: amount, type: number, from: input.amount}
+  - {name: charged, type: string, from: "$.steps.charge.output.run"}
 start:
   run: "@actions/a-fixed"
   transitions:
@@ -955,8 +958,16 @@ impl Sim {
             94 => Op::Status,
             95 => {
                 let (namespace, name) = (NS.to_string(), "ticking".to_string());
-                match self.rng.below(4) {
+                match self.rng.below(5) {
                     0 => Op::ScheduleList { namespace },
+                    4 => Op::WorkflowQuery {
+                        namespace,
+                        workflow: self.rng.one_in(2).then(|| "process-order".to_string()),
+                        query: format!("amount > {} OR status = \"completed\"", self.rng.below(10)),
+                        ascending: self.rng.one_in(2),
+                        limit: Some(1 + self.rng.below(20) as u32),
+                        cursor: None,
+                    },
                     1 => Op::ScheduleTrigger { namespace, name },
                     _ => Op::SchedulePause {
                         namespace,
