@@ -55,6 +55,10 @@ pub struct Args {
     #[arg(long, default_value_t = 600.0)]
     pub max_secs: f64,
 
+    /// Queries the `query` workload asks once the store is filled.
+    #[arg(long, default_value_t = 1000)]
+    pub queries: u64,
+
     /// The interval of the `schedule` workload's schedules, in milliseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]
     pub interval_ms: u64,

@@ -5,6 +5,7 @@ mod args;
 mod driver;
 mod report;
 mod schedules;
+mod search;
 mod streams;
 mod workers;
 mod workload;
@@ -81,6 +82,18 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         Workload::StreamConsume => streams::prepare(&addr, token, &args.namespace, true)?,
         Workload::Trigger => streams::prepare_trigger(&addr, token, &args.namespace)?,
         Workload::Schedule => {}
+        Workload::Query => search::prepare(&addr, token, &args.namespace)?,
+    }
+    if args.workload == Workload::Query {
+        let fill = driver::run(&cfg, || search::SearchStart::new(&args.namespace));
+        let result = search::run_queries(args, &addr, token, &fill);
+        let stopped = server.map_or(Ok(()), spawn::Server::stop);
+        let ok = result? && stopped.is_ok();
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
     }
     let (outcome, tasks) = run_workload(args, &cfg);
 
@@ -213,6 +226,6 @@ fn run_workload(
             (outcome, Some(runs))
         }
         // Run apart (`schedules::run`): no requests to drive.
-        Workload::Schedule => (driver::Outcome::empty(), None),
+        Workload::Schedule | Workload::Query => (driver::Outcome::empty(), None),
     }
 }

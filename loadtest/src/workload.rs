@@ -37,6 +37,10 @@ pub enum Workload {
     /// `--keys` workflows (default 50) on interval schedules of `--interval-ms`, until
     /// `--ops` ticks fired: reports each tick's drift (run started − tick time).
     Schedule,
+    /// `--ops` starts of a one-step workflow with search attributes (the store filled),
+    /// then `--queries` queries' first pages, one at a time: their latency and the
+    /// documents each shard looked at.
+    Query,
 }
 
 impl Workload {
@@ -50,6 +54,7 @@ impl Workload {
             Workload::StreamConsume => "stream-consume",
             Workload::Trigger => "trigger",
             Workload::Schedule => "schedule",
+            Workload::Query => "query",
         }
     }
 }

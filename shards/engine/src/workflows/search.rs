@@ -14,6 +14,7 @@ use crate::pages::LIST_REPLY_BYTES_MAX;
 use flo_protocol::{ErrorValue, QueryPart, Reply, RunSummary, check_namespace};
 use flo_workflow::query::{CmpOp, Expr, FieldValue, Literal, literal_time, parse_query};
 use flo_workflow::search::{AttrKind, BUILTIN_FIELDS};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// Documents one part looks at, at most.
@@ -222,30 +223,47 @@ fn attribute_kinds(
 }
 
 /// The candidates the cheapest indexed term of the top-level `AND` gives (None: walk every
-/// document).
-fn plan(
-    space: &Space,
+/// document). Exact terms (`=`, `IN`, the workflow) are looked at first; a range gathers
+/// its postings only while it stays smaller than the best so far.
+fn plan<'a>(
+    space: &'a Space,
     expr: &Expr,
     workflow: Option<&str>,
     kinds: &[(String, AttrKind)],
-) -> Option<BTreeSet<u64>> {
-    let mut best: Option<BTreeSet<u64>> =
-        workflow.map(|w| space.by_workflow.get(w).cloned().unwrap_or_default());
-    for term in expr.conjuncts() {
+) -> Option<Cow<'a, BTreeSet<u64>>> {
+    let of_workflow = |w: &str| {
+        space
+            .by_workflow
+            .get(w)
+            .map_or_else(|| Cow::Owned(BTreeSet::new()), Cow::Borrowed)
+    };
+    let mut best: Option<Cow<'a, BTreeSet<u64>>> = workflow.map(of_workflow);
+    let kind_of = |field: &str| kinds.iter().find(|(n, _)| n == field).map(|(_, k)| *k);
+    let terms = expr.conjuncts();
+    let exact = terms.iter().filter(|t| match t {
+        Expr::Cmp { op, .. } => *op == CmpOp::Eq,
+        Expr::In { .. } => true,
+        _ => false,
+    });
+    let ranges = terms
+        .iter()
+        .filter(|t| matches!(t, Expr::Cmp { op, .. } if !matches!(op, CmpOp::Eq | CmpOp::Ne)));
+    for term in exact.chain(ranges) {
+        let cap = best
+            .as_ref()
+            .map_or(CANDIDATES_MAX, |b| b.len().min(CANDIDATES_MAX));
         let found = match term {
             Expr::Cmp {
                 field,
                 op: CmpOp::Eq,
                 value: Literal::Str(w),
-            } if field == "workflow" => Some(space.by_workflow.get(w).cloned().unwrap_or_default()),
-            Expr::Cmp { field, op, value } if *op != CmpOp::Ne => {
-                let kind = kinds.iter().find(|(n, _)| n == field).map(|(_, k)| *k);
-                kind.and_then(|k| postings_for(space, field, k, *op, std::slice::from_ref(value)))
-            }
-            Expr::In { field, values } => {
-                let kind = kinds.iter().find(|(n, _)| n == field).map(|(_, k)| *k);
-                kind.and_then(|k| postings_for(space, field, k, CmpOp::Eq, values))
-            }
+            } if field == "workflow" => Some(of_workflow(w)),
+            Expr::Cmp { field, op, value } => kind_of(field)
+                .and_then(|k| postings_for(space, field, k, *op, std::slice::from_ref(value), cap))
+                .map(Cow::Owned),
+            Expr::In { field, values } => kind_of(field)
+                .and_then(|k| postings_for(space, field, k, CmpOp::Eq, values, cap))
+                .map(Cow::Owned),
             _ => None,
         };
         if let Some(set) = found
@@ -258,13 +276,14 @@ fn plan(
 }
 
 /// The documents whose `field` compares to one of `values` by `op`, from its postings;
-/// None when the term cannot use them (a literal of another type, too many candidates).
+/// None when the term cannot use them (a literal of another type) or they pass `cap`.
 fn postings_for(
     space: &Space,
     field: &str,
     kind: AttrKind,
     op: CmpOp,
     values: &[Literal],
+    cap: usize,
 ) -> Option<BTreeSet<u64>> {
     let Some(postings) = space.postings.get(field) else {
         return Some(BTreeSet::new());
@@ -272,6 +291,7 @@ fn postings_for(
     let mut out = BTreeSet::new();
     for value in values {
         let key = key_of(kind, value)?;
+        let same_type = std::mem::discriminant(&key);
         let range: Box<dyn Iterator<Item = (&IndexKey, &BTreeSet<u64>)>> = match op {
             CmpOp::Eq => Box::new(postings.get_key_value(&key).into_iter()),
             CmpOp::Lt => Box::new(postings.range(..key)),
@@ -284,13 +304,13 @@ fn postings_for(
         };
         for (k, seqs) in range {
             // A range stays within the value's type (keys of other types order apart).
-            if std::mem::discriminant(k) != std::mem::discriminant(&key_of(kind, value)?) {
+            if std::mem::discriminant(k) != same_type {
                 continue;
             }
-            out.extend(seqs.iter().copied());
-            if out.len() > CANDIDATES_MAX {
+            if out.len() + seqs.len() > cap {
                 return None;
             }
+            out.extend(seqs.iter().copied());
         }
     }
     Some(out)
