@@ -58,6 +58,10 @@ pub struct Args {
     /// Queries the `query` workload asks once the store is filled.
     #[arg(long, default_value_t = 1000)]
     pub queries: u64,
+    /// `query` workload: the workflow without search attributes, no queries (to measure
+    /// what the attributes cost).
+    #[arg(long)]
+    pub plain_workflow: bool,
 
     /// The interval of the `schedule` workload's schedules, in milliseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]

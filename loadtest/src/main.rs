@@ -82,7 +82,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         Workload::StreamConsume => streams::prepare(&addr, token, &args.namespace, true)?,
         Workload::Trigger => streams::prepare_trigger(&addr, token, &args.namespace)?,
         Workload::Schedule => {}
-        Workload::Query => search::prepare(&addr, token, &args.namespace)?,
+        Workload::Query => search::prepare(&addr, token, &args.namespace, args.plain_workflow)?,
     }
     if args.workload == Workload::Query {
         let fill = driver::run(&cfg, || search::SearchStart::new(&args.namespace));

@@ -28,13 +28,21 @@ start:
 "#;
 const CUSTOMERS: u64 = 1000;
 
-pub fn prepare(addr: &str, token: Option<&str>, namespace: &str) -> Result<(), String> {
+/// `plain`: the workflow without its search attributes (what they cost is the difference).
+pub fn prepare(addr: &str, token: Option<&str>, namespace: &str, plain: bool) -> Result<(), String> {
     register_wasm_action(addr, token, namespace)?;
     let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);
+    let yaml = if plain {
+        let start = YAML.find("searchAttributes:").unwrap_or(0);
+        let end = YAML.find("start:").unwrap_or(start);
+        format!("{}{}", &YAML[..start], &YAML[end..])
+    } else {
+        YAML.to_string()
+    };
     client
-        .create_workflow(YAML)
+        .create_workflow(&yaml)
         .map_err(|e| format!("cannot create {WORKFLOW}: {e}"))?;
     Ok(())
 }
@@ -107,7 +115,8 @@ pub fn run_queries(
     let mut scanned_total = 0u64;
     let mut found = 0u64;
     let mut errors = 0u64;
-    for q in 0..args.queries {
+    let queries = if args.plain_workflow { 0 } else { args.queries };
+    for q in 0..queries {
         let customer = (q * 7919) % CUSTOMERS;
         let op = Op::WorkflowQuery {
             namespace: args.namespace.clone(),
