@@ -29,7 +29,12 @@ start:
 const CUSTOMERS: u64 = 1000;
 
 /// `plain`: the workflow without its search attributes (what they cost is the difference).
-pub fn prepare(addr: &str, token: Option<&str>, namespace: &str, plain: bool) -> Result<(), String> {
+pub fn prepare(
+    addr: &str,
+    token: Option<&str>,
+    namespace: &str,
+    plain: bool,
+) -> Result<(), String> {
     register_wasm_action(addr, token, namespace)?;
     let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?

@@ -5,6 +5,7 @@ use crate::bounds::{
     MAPPING_PATH_NESTING_MAX, STEP_NAME_BYTES_MAX, VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX,
 };
 use crate::def::{START_STEP, Target};
+use crate::mapping::leading_names;
 use flo_protocol::check_action_name;
 use std::collections::BTreeSet;
 
@@ -186,43 +187,4 @@ fn nesting(path: &str) -> usize {
         }
     }
     deepest
-}
-
-/// Up to `max` leading member names of a JSONPath after its `$` (`.name`, `['name']`,
-/// `["name"]`), and the rest of it.
-/// `leading_names`, for the other modules of the crate.
-pub(crate) fn leading_names_pub(rest: &str, max: usize) -> (Vec<&str>, &str) {
-    leading_names(rest, max)
-}
-
-fn leading_names(mut rest: &str, max: usize) -> (Vec<&str>, &str) {
-    let mut names = Vec::new();
-    while names.len() < max {
-        let (name, after) = if let Some(r) = rest.strip_prefix('.') {
-            if r.starts_with('.') {
-                break; // `..`: descendants
-            }
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            (&r[..end], &r[end..])
-        } else if let Some(r) = rest.strip_prefix("['").or_else(|| rest.strip_prefix("[\"")) {
-            let quote = if rest.as_bytes()[1] == b'\'' {
-                '\''
-            } else {
-                '"'
-            };
-            let Some(end) = r.find(quote) else { break };
-            let Some(after) = r[end + 1..].strip_prefix(']') else {
-                break;
-            };
-            if r[..end].contains('\\') {
-                break;
-            }
-            (&r[..end], after)
-        } else {
-            break;
-        };
-        names.push(name);
-        rest = after;
-    }
-    (names, rest)
 }

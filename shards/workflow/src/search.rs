@@ -99,14 +99,14 @@ pub fn parse_from(from: &str) -> Result<(Option<String>, String), String> {
              step's output (`$.steps.NAME.output.FIELD`)"
         )
     };
-    let (names, _) = crate::names::leading_names_pub(&full[1..], 3);
+    let (names, _) = crate::mapping::leading_names(&full[1..], 3);
     let (step, prefix_names) = match names[..] {
         ["input", ..] => (None, 1),
         ["steps", step, "output", ..] => (Some(step.to_string()), 3),
         _ => return Err(bad()),
     };
     // What follows the prefix, as a path of its own.
-    let (_, rest) = crate::names::leading_names_pub(&full[1..], prefix_names);
+    let (_, rest) = crate::mapping::leading_names(&full[1..], prefix_names);
     let path = format!("${rest}");
     parse_json_path(&path).map_err(|e| format!("`from: {from}` is not valid JSONPath: {e}"))?;
     Ok((step, path))
