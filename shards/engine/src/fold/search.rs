@@ -14,27 +14,29 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Attribute values as a JSON object.
-pub fn attrs_json(attrs: &[(String, AttrValue)]) -> Vec<u8> {
+pub fn attrs_json<'a>(attrs: impl IntoIterator<Item = (&'a str, &'a AttrValue)>) -> Vec<u8> {
     let map: serde_json::Map<String, serde_json::Value> = attrs
-        .iter()
-        .map(|(name, v)| (name.clone(), v.to_json()))
+        .into_iter()
+        .map(|(name, v)| (name.to_string(), v.to_json()))
         .collect();
     serde_json::to_vec(&map).unwrap_or_default()
 }
 
-/// One run, as queries see it.
+/// One run, as queries see it: names are numbers into its space's tables.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Doc {
-    pub run_id: String,
-    pub workflow: String,
+    pub run_id: Box<str>,
+    /// Into `Space::workflows`.
+    workflow: u32,
     /// The final status once final (None: in flight — the live run says).
     pub status: Option<WorkflowRunStatus>,
     pub started_at_ms: u64,
     pub updated_at_ms: u64,
     /// The LSN of its archive record once archived (0: in memory).
     pub archived_lsn: u64,
-    /// In the definition's order; attributes without a value are absent.
-    pub attrs: Vec<(String, AttrValue)>,
+    /// (name into `Space::names`, value), in the definition's order; attributes without a
+    /// value are absent.
+    attrs: Box<[(u16, AttrValue)]>,
 }
 
 /// A value as postings order it.
@@ -69,12 +71,18 @@ impl IndexKey {
     }
 }
 
-/// One namespace's documents and postings.
+/// One namespace's documents, the names they use, and the postings.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Space {
     pub docs: BTreeMap<u64, Doc>,
+    /// Workflow names and attribute names, numbered in order of first use.
+    workflows: Vec<String>,
+    names: Vec<String>,
+    /// A run id's hash → its document (ids whose hash another id has: `by_id_rest`).
     #[serde(skip)]
-    by_id: HashMap<String, u64>,
+    by_id: HashMap<u64, u64>,
+    #[serde(skip)]
+    by_id_rest: HashMap<Box<str>, u64>,
     #[serde(skip)]
     pub by_workflow: HashMap<String, BTreeSet<u64>>,
     /// Attribute → value → documents.
@@ -82,24 +90,75 @@ pub struct Space {
     pub postings: HashMap<String, BTreeMap<IndexKey, BTreeSet<u64>>>,
 }
 
+fn id_hash(run_id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(run_id.as_bytes())
+}
+
+fn number_of(table: &mut Vec<String>, name: &str) -> usize {
+    match table.iter().position(|n| n == name) {
+        Some(i) => i,
+        None => {
+            table.push(name.to_string());
+            table.len() - 1
+        }
+    }
+}
+
 impl Space {
+    pub fn workflow_of(&self, doc: &Doc) -> &str {
+        self.workflows
+            .get(doc.workflow as usize)
+            .map_or("", String::as_str)
+    }
+
+    /// A document's attribute values, by name.
+    pub fn attrs_of<'a>(&'a self, doc: &'a Doc) -> impl Iterator<Item = (&'a str, &'a AttrValue)> {
+        doc.attrs.iter().map(|(n, v)| {
+            let name = self.names.get(*n as usize).map_or("", String::as_str);
+            (name, v)
+        })
+    }
+
+    pub fn attr<'a>(&'a self, doc: &'a Doc, name: &str) -> Option<&'a AttrValue> {
+        self.attrs_of(doc).find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    fn numbered(&mut self, attrs: Vec<(String, AttrValue)>) -> Box<[(u16, AttrValue)]> {
+        attrs
+            .into_iter()
+            .map(|(name, v)| (number_of(&mut self.names, &name) as u16, v))
+            .collect()
+    }
+
     fn post(&mut self, seq: u64, doc: &Doc) {
-        self.by_id.insert(doc.run_id.clone(), seq);
-        self.by_workflow
-            .entry(doc.workflow.clone())
-            .or_default()
-            .insert(seq);
-        for (name, v) in &doc.attrs {
-            let values = self.postings.entry(name.clone()).or_default();
+        let h = id_hash(&doc.run_id);
+        match self.by_id.get(&h) {
+            Some(&other)
+                if self
+                    .docs
+                    .get(&other)
+                    .is_some_and(|d| d.run_id != doc.run_id) =>
+            {
+                self.by_id_rest.insert(doc.run_id.clone(), seq);
+            }
+            _ => {
+                self.by_id.insert(h, seq);
+            }
+        }
+        let workflow = self.workflow_of(doc).to_string();
+        self.by_workflow.entry(workflow).or_default().insert(seq);
+        for (n, v) in doc.attrs.iter() {
+            let name = self.names[*n as usize].clone();
+            let values = self.postings.entry(name).or_default();
             for key in IndexKey::of(v) {
                 values.entry(key).or_default().insert(seq);
             }
         }
     }
 
-    fn unpost_attrs(&mut self, seq: u64, attrs: &[(String, AttrValue)]) {
-        for (name, v) in attrs {
-            let Some(values) = self.postings.get_mut(name) else {
+    fn unpost_attrs(&mut self, seq: u64, attrs: &[(u16, AttrValue)]) {
+        for (n, v) in attrs {
+            let Some(values) = self.postings.get_mut(&self.names[*n as usize]) else {
                 continue;
             };
             for key in IndexKey::of(v) {
@@ -111,7 +170,7 @@ impl Space {
                 }
             }
             if values.is_empty() {
-                self.postings.remove(name);
+                self.postings.remove(&self.names[*n as usize]);
             }
         }
     }
@@ -120,20 +179,32 @@ impl Space {
         let Some(doc) = self.docs.remove(&seq) else {
             return;
         };
-        if self.by_id.get(&doc.run_id) == Some(&seq) {
-            self.by_id.remove(&doc.run_id);
+        let h = id_hash(&doc.run_id);
+        if self.by_id.get(&h) == Some(&seq) {
+            self.by_id.remove(&h);
         }
-        if let Some(set) = self.by_workflow.get_mut(&doc.workflow) {
+        if self.by_id_rest.get(&doc.run_id) == Some(&seq) {
+            self.by_id_rest.remove(&doc.run_id);
+        }
+        let workflow = self.workflow_of(&doc).to_string();
+        if let Some(set) = self.by_workflow.get_mut(&workflow) {
             set.remove(&seq);
             if set.is_empty() {
-                self.by_workflow.remove(&doc.workflow);
+                self.by_workflow.remove(&workflow);
             }
         }
         self.unpost_attrs(seq, &doc.attrs);
     }
 
     pub fn seq_of(&self, run_id: &str) -> Option<u64> {
-        self.by_id.get(run_id).copied()
+        if let Some(&seq) = self.by_id_rest.get(run_id) {
+            return Some(seq);
+        }
+        let seq = *self.by_id.get(&id_hash(run_id))?;
+        self.docs
+            .get(&seq)
+            .is_some_and(|d| &*d.run_id == run_id)
+            .then_some(seq)
     }
 }
 
@@ -159,11 +230,29 @@ impl SearchIndex {
         self.spaces.values().map(|s| s.docs.len()).sum()
     }
 
-    pub fn insert(&mut self, namespace: &str, seq: u64, doc: Doc) {
+    /// A run of a definition with search attributes started.
+    pub fn insert(
+        &mut self,
+        namespace: &str,
+        seq: u64,
+        run_id: &str,
+        workflow: &str,
+        started_at_ms: u64,
+        attrs: Vec<(String, AttrValue)>,
+    ) {
         let space = self.spaces.entry(namespace.to_string()).or_default();
-        if let Some(old) = space.seq_of(&doc.run_id) {
+        if let Some(old) = space.seq_of(run_id) {
             space.remove(old);
         }
+        let doc = Doc {
+            run_id: run_id.into(),
+            workflow: number_of(&mut space.workflows, workflow) as u32,
+            status: None,
+            started_at_ms,
+            updated_at_ms: started_at_ms,
+            archived_lsn: 0,
+            attrs: space.numbered(attrs),
+        };
         space.post(seq, &doc);
         space.docs.insert(seq, doc);
     }
@@ -176,6 +265,7 @@ impl SearchIndex {
         let Some(seq) = space.seq_of(run_id) else {
             return;
         };
+        let attrs = space.numbered(attrs);
         let Some(old) = space.docs.get(&seq).map(|d| d.attrs.clone()) else {
             return;
         };
@@ -258,15 +348,16 @@ impl SearchIndex {
     pub fn digest(&self, lines: &mut Vec<String>) {
         for (ns, space) in &self.spaces {
             for (seq, d) in &space.docs {
+                let attrs: Vec<(&str, &AttrValue)> = space.attrs_of(d).collect();
                 lines.push(format!(
                     "search {ns}/{} #{seq} {} {:?} {} {} {} {:?}",
                     d.run_id,
-                    d.workflow,
+                    space.workflow_of(d),
                     d.status,
                     d.started_at_ms,
                     d.updated_at_ms,
                     d.archived_lsn,
-                    d.attrs
+                    attrs
                 ));
             }
         }
@@ -276,18 +367,6 @@ impl SearchIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn doc(id: &str, attrs: Vec<(String, AttrValue)>) -> Doc {
-        Doc {
-            run_id: id.into(),
-            workflow: "w".into(),
-            status: None,
-            started_at_ms: 1,
-            updated_at_ms: 1,
-            archived_lsn: 0,
-            attrs,
-        }
-    }
 
     #[test]
     fn numbers_order_as_numbers() {
@@ -307,8 +386,8 @@ mod tests {
     fn postings_follow_documents_through_updates_archive_and_forgetting() {
         let mut ix = SearchIndex::default();
         let c = |v: &str| vec![("customer".to_string(), AttrValue::Str(v.into()))];
-        ix.insert("ns", 1, doc("r1", c("c-1")));
-        ix.insert("ns", 2, doc("r2", c("c-1")));
+        ix.insert("ns", 1, "r1", "w", 1, c("c-1"));
+        ix.insert("ns", 2, "r2", "w", 1, c("c-1"));
         let posting = |ix: &SearchIndex, v: &str| {
             ix.space("ns").and_then(|s| {
                 s.postings

@@ -337,16 +337,8 @@ impl Workflows {
             .as_ref()
             .is_ok_and(|d| !d.search_attributes.is_empty())
         {
-            let doc = crate::fold::search::Doc {
-                run_id: run_id.clone(),
-                workflow: run.workflow.clone(),
-                status: None,
-                started_at_ms: at_ms,
-                updated_at_ms: at_ms,
-                archived_lsn: 0,
-                attrs: run.search_attrs(),
-            };
-            search.insert(&namespace, run.seq, doc);
+            let attrs = run.search_attrs();
+            search.insert(&namespace, run.seq, &run_id, &run.workflow, at_ms, attrs);
         }
         self.runs
             .entry(namespace)
@@ -690,7 +682,10 @@ pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::Wor
             .def
             .as_ref()
             .is_ok_and(|d| !d.search_attributes.is_empty())
-            .then(|| crate::fold::search::attrs_json(&run.search_attrs())),
+            .then(|| {
+                let attrs = run.search_attrs();
+                crate::fold::search::attrs_json(attrs.iter().map(|(n, v)| (n.as_str(), v)))
+            }),
     }
 }
 

@@ -121,7 +121,7 @@ fn part(core: &Core, ask: &QueryAsk<'_>) -> Result<QueryPart, ErrorValue> {
         let Some(doc) = space.docs.get(&seq) else {
             continue;
         };
-        if ask.workflow.is_some_and(|w| w != doc.workflow) {
+        if ask.workflow.is_some_and(|w| w != space.workflow_of(doc)) {
             continue;
         }
         let status = doc.status.or_else(|| {
@@ -133,11 +133,11 @@ fn part(core: &Core, ask: &QueryAsk<'_>) -> Result<QueryPart, ErrorValue> {
         let Some(status) = status else {
             continue;
         };
-        let get = |field: &str| field_value(doc, status.as_str(), field);
+        let get = |field: &str| field_value(space, doc, status.as_str(), field);
         if !expr.matches(&get) {
             continue;
         }
-        let item = summary(ask.namespace, me, seq, doc, status);
+        let item = summary(ask.namespace, me, seq, space, doc, status);
         bytes += 128 + item.run_id.len() + item.search_attributes.len();
         out.items.push(item);
     }
@@ -149,30 +149,36 @@ fn summary(
     namespace: &str,
     shard: u32,
     seq: u64,
+    space: &Space,
     doc: &Doc,
     status: flo_protocol::WorkflowRunStatus,
 ) -> RunSummary {
     RunSummary {
-        run_id: doc.run_id.clone(),
+        run_id: doc.run_id.to_string(),
         namespace: namespace.to_string(),
-        workflow: doc.workflow.clone(),
+        workflow: space.workflow_of(doc).to_string(),
         status,
         created_at_ms: doc.started_at_ms,
         updated_at_ms: doc.updated_at_ms,
-        search_attributes: attrs_json(&doc.attrs),
+        search_attributes: attrs_json(space.attrs_of(doc)),
         shard,
         seq,
     }
 }
 
-fn field_value<'a>(doc: &'a Doc, status: &'a str, field: &str) -> Option<FieldValue<'a>> {
+fn field_value<'a>(
+    space: &'a Space,
+    doc: &'a Doc,
+    status: &'a str,
+    field: &str,
+) -> Option<FieldValue<'a>> {
     Some(match field {
         "status" => FieldValue::Str(status),
-        "workflow" => FieldValue::Str(&doc.workflow),
+        "workflow" => FieldValue::Str(space.workflow_of(doc)),
         "run_id" => FieldValue::Str(&doc.run_id),
         "started_at" => FieldValue::Time(doc.started_at_ms),
         "updated_at" => FieldValue::Time(doc.updated_at_ms),
-        name => FieldValue::Attr(doc.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)?),
+        name => FieldValue::Attr(space.attr(doc, name)?),
     })
 }
 
