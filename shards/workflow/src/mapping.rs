@@ -73,6 +73,40 @@ pub(crate) fn parse_json_path(path: &str) -> Result<JsonPath, String> {
     JsonPath::parse(path).map_err(|err| err.to_string())
 }
 
+/// Up to `max` leading member names of a JSONPath after its `$` (`.name`, `['name']`,
+/// `["name"]`), and the rest of it.
+pub(crate) fn leading_names(mut rest: &str, max: usize) -> (Vec<&str>, &str) {
+    let mut names = Vec::new();
+    while names.len() < max {
+        let (name, after) = if let Some(r) = rest.strip_prefix('.') {
+            if r.starts_with('.') {
+                break; // `..`: descendants
+            }
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            (&r[..end], &r[end..])
+        } else if let Some(r) = rest.strip_prefix("['").or_else(|| rest.strip_prefix("[\"")) {
+            let quote = if rest.as_bytes()[1] == b'\'' {
+                '\''
+            } else {
+                '"'
+            };
+            let Some(end) = r.find(quote) else { break };
+            let Some(after) = r[end + 1..].strip_prefix(']') else {
+                break;
+            };
+            if r[..end].contains('\\') {
+                break;
+            }
+            (&r[..end], after)
+        } else {
+            break;
+        };
+        names.push(name);
+        rest = after;
+    }
+    (names, rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,38 +251,4 @@ mod tests {
             vec!["$.input.x", "$.flo.run_id", "$.steps.s.outcome"]
         );
     }
-}
-
-/// Up to `max` leading member names of a JSONPath after its `$` (`.name`, `['name']`,
-/// `["name"]`), and the rest of it.
-pub(crate) fn leading_names(mut rest: &str, max: usize) -> (Vec<&str>, &str) {
-    let mut names = Vec::new();
-    while names.len() < max {
-        let (name, after) = if let Some(r) = rest.strip_prefix('.') {
-            if r.starts_with('.') {
-                break; // `..`: descendants
-            }
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            (&r[..end], &r[end..])
-        } else if let Some(r) = rest.strip_prefix("['").or_else(|| rest.strip_prefix("[\"")) {
-            let quote = if rest.as_bytes()[1] == b'\'' {
-                '\''
-            } else {
-                '"'
-            };
-            let Some(end) = r.find(quote) else { break };
-            let Some(after) = r[end + 1..].strip_prefix(']') else {
-                break;
-            };
-            if r[..end].contains('\\') {
-                break;
-            }
-            (&r[..end], after)
-        } else {
-            break;
-        };
-        names.push(name);
-        rest = after;
-    }
-    (names, rest)
 }

@@ -677,7 +677,8 @@ steps:
 
     #[test]
     fn e105_unsupported_features() {
-        for field in ["plans"] {
+        {
+            let field = "plans";
             let issues = refused(
                 &wf(&format!("{field}: {{x: 1}}\n{START_OK}")),
                 "E105",
