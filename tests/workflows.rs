@@ -1118,3 +1118,104 @@ fn retention_forgets_finished_runs_and_keeps_runs_in_flight() {
     assert_eq!(c.run(&waiting).unwrap().status, RunStatus::Pending);
     assert_eq!(c.run(&again).unwrap().input, b"{\"n\":3}".to_vec());
 }
+
+/// A worker's non-retryable failure (the SDK's `NonRetryableError`, `flo worker fail
+/// --non-retryable`) routes the run through the step's `failure` transition at once: the
+/// step's `retry:` policy does not run it again. An ordinary failure is retried (spec
+/// `flo-workers.md`, "NonRetryableError").
+#[test]
+fn a_non_retryable_failure_skips_the_steps_retries_and_takes_the_failure_transition() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    user_action(&mut c, "check-order", 60_000, 3, 1000);
+    worker(&mut c, "w1", &["check-order"]);
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: checked
+version: "1"
+start:
+  run: "@actions/check-order"
+  retry:
+    max_attempts: 3
+    backoff: constant
+    initial_delay_ms: 10
+  transitions:
+    success: flo.Completed
+    failure: Rejected
+terminals:
+  Rejected:
+    status: failed
+"#,
+    );
+    let rejected = |c: &mut Client, run_id: &str| {
+        let run = wait_final(c, run_id);
+        assert_eq!(
+            (run.status, run.terminal.as_deref()),
+            (WorkflowRunStatus::Failed, Some("Rejected")),
+            "{run:?}"
+        );
+        assert_eq!(run.steps[0].executions, 1, "not retried: {run:?}");
+        let history = events(c, run_id);
+        assert!(
+            !history.iter().any(|e| e == "step_retry"),
+            "no retry: {history:?}"
+        );
+    };
+
+    // Through the SDK.
+    let sdk = start(&mut c, "checked", json!({"order": 1}));
+    let task = next_task(&mut c, "w1", "check-order");
+    let run = c
+        .fail_task(
+            "w1",
+            &TaskRef::from(&task),
+            "missing orderId",
+            FailMode::NonRetryable,
+        )
+        .unwrap();
+    assert!(!run.dead_lettered, "{run:?}");
+    rejected(&mut c, &sdk);
+    assert!(
+        c.workflow_run(&sdk)
+            .unwrap()
+            .error
+            .is_some_and(|e| e.contains("missing orderId"))
+    );
+
+    // Through the CLI.
+    let cli = start(&mut c, "checked", json!({"order": 2}));
+    let task = next_task(&mut c, "w1", "check-order");
+    common::cli_ok(
+        &addr,
+        &[
+            "worker",
+            "fail",
+            &task.task_id,
+            "--worker-id",
+            "w1",
+            "--action",
+            "check-order",
+            "--error",
+            "over the limit",
+            "--non-retryable",
+        ],
+    );
+    rejected(&mut c, &cli);
+
+    // An ordinary failure is retried by the step's policy.
+    let retried = start(&mut c, "checked", json!({"order": 3}));
+    let task = next_task(&mut c, "w1", "check-order");
+    c.fail_task("w1", &TaskRef::from(&task), "flaky", FailMode::Retry)
+        .unwrap();
+    let task = next_task(&mut c, "w1", "check-order");
+    c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+        .unwrap();
+    let run = wait_final(&mut c, &retried);
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    assert_eq!(run.steps[0].executions, 2);
+    assert!(events(&mut c, &retried).iter().any(|e| e == "step_retry"));
+}
