@@ -371,9 +371,10 @@ fn a_silent_worker_becomes_unhealthy_and_a_heartbeat_recovers_it() {
     }));
     assert_eq!(c.heartbeat("w1", 2).unwrap(), WorkerStatus::Active);
     assert_eq!(c.worker("w1").unwrap().current_load, 2);
-    // Answered `active` (healthy, ready), shown `idle` in the registry without tasks.
+    // Answered and shown `active` at load 0 too (heartbeat → active, the spec's diagram).
     assert_eq!(c.heartbeat("w1", 0).unwrap(), WorkerStatus::Active);
-    assert_eq!(c.worker("w1").unwrap().status, WorkerStatus::Idle);
+    let info = c.worker("w1").unwrap();
+    assert_eq!((info.status, info.current_load), (WorkerStatus::Active, 0));
     let list = c.list_workers().unwrap();
     assert_eq!(list.len(), 1);
 }

@@ -490,7 +490,9 @@ impl WorkerType {
 pub enum WorkerStatus {
     /// Healthy, processing or ready for tasks.
     Active,
-    /// Healthy, reported no tasks in flight.
+    /// Connected, no current tasks. Kept for the wire (the spec lists it); this server
+    /// never gives it: a heartbeat makes a worker `active` whatever its load, as in the
+    /// spec's status diagram.
     Idle,
     /// Finishing its tasks, given nothing new (sticky).
     Draining,

@@ -202,8 +202,9 @@ impl WorkerRegistry {
         Ok(info)
     }
 
-    /// Records a heartbeat; returns the worker's status (a heartbeat makes an unhealthy
-    /// worker healthy again; draining is sticky).
+    /// Records a heartbeat; returns the worker's status: `active`, whatever its load (a
+    /// heartbeat makes an unhealthy worker healthy again, as in the spec's diagram), or
+    /// `draining` once drained (sticky).
     pub fn heartbeat(
         &mut self,
         namespace: &str,
@@ -219,14 +220,8 @@ impl WorkerRegistry {
         if worker.is_draining() {
             return Ok(WorkerStatus::Draining);
         }
-        // The registry shows a worker without tasks as idle; the heartbeat answers
-        // `active` (healthy, ready for tasks), as in the spec's diagram.
-        worker.status = if current_load == 0 {
-            WorkerStatus::Idle
-        } else {
-            WorkerStatus::Active
-        };
-        Ok(WorkerStatus::Active)
+        worker.status = WorkerStatus::Active;
+        Ok(worker.status)
     }
 
     pub fn drain(&mut self, namespace: &str, worker_id: &str) -> Result<WorkerInfo, ErrorValue> {
@@ -376,6 +371,24 @@ mod tests {
         );
         let status = reg.heartbeat("ns", "w1", 3, 200_000).unwrap();
         assert_eq!(status, WorkerStatus::Active);
+    }
+
+    /// Heartbeat → active, at any load (the spec's status diagram); never `idle`.
+    #[test]
+    fn a_heartbeat_answers_and_shows_active_at_any_load() {
+        let mut reg = WorkerRegistry::default();
+        reg.register(spec("w1"), 0).unwrap();
+        for load in [0, 4, 0] {
+            assert_eq!(
+                reg.heartbeat("ns", "w1", load, 1).unwrap(),
+                WorkerStatus::Active
+            );
+            let info = reg.info("ns", "w1").unwrap();
+            assert_eq!(
+                (info.status, info.current_load),
+                (WorkerStatus::Active, load)
+            );
+        }
     }
 
     #[test]
