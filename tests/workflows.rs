@@ -1219,3 +1219,77 @@ terminals:
     assert_eq!(run.steps[0].executions, 2);
     assert!(events(&mut c, &retried).iter().any(|e| e == "step_retry"));
 }
+
+/// A loop through action steps is bounded: past `--max-run-steps` steps in all the run
+/// fails saying so, instead of running forever. The count is the run's durable state: steps
+/// executed before a crash count after it.
+#[test]
+fn a_run_looping_through_action_steps_fails_past_max_run_steps_even_across_a_restart() {
+    let dir = temp_dir();
+    let args = ["--max-run-steps", "5"];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    wasm_action(&mut c, "spin", &echo_guest());
+    user_action(&mut c, "tick", 60_000, 0, 1000);
+    worker(&mut c, "w1", &["tick"]);
+    let looping = |name: &str, action: &str| {
+        format!(
+            "kind: Workflow\nname: {name}\nversion: \"1\"\nstart:\n  run: \"@actions/{action}\"\n  \
+             transitions:\n    success: ping\n    failure: flo.Failed\nsteps:\n  ping:\n    \
+             run: \"@actions/{action}\"\n    transitions:\n      success: pong\n      \
+             failure: flo.Failed\n  pong:\n    run: \"@actions/{action}\"\n    \
+             transitions:\n      success: ping\n      failure: flo.Failed\n"
+        )
+    };
+    create(&mut c, &looping("spinning", "spin"));
+    create(&mut c, &looping("ticking", "tick"));
+
+    // WebAssembly steps loop on their own: stopped at the bound.
+    let spinning = start(&mut c, "spinning", json!({}));
+    let run = wait_final(&mut c, &spinning);
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    let error = run.error.unwrap_or_default();
+    assert!(
+        error.contains("executed 5 steps") && error.contains("--max-run-steps"),
+        "{error}"
+    );
+    let (spins, _) = c.list_runs("spin", None, false, None).unwrap();
+    assert_eq!(spins.len(), 5, "five executions, then the run failed");
+
+    // Worker steps: three before a crash, two after it, then the bound.
+    let ticking = start(&mut c, "ticking", json!({}));
+    for _ in 0..3 {
+        let task = next_task(&mut c, "w1", "tick");
+        c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+            .unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || {
+        let run = c.workflow_run(&ticking).unwrap();
+        run.steps.iter().map(|s| s.executions).sum::<u32>() == 3
+    }));
+    drop(c);
+    server.kill9();
+
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    worker(&mut c, "w1", &["tick"]);
+    for _ in 0..2 {
+        let task = next_task(&mut c, "w1", "tick");
+        c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+            .unwrap();
+    }
+    let run = wait_final(&mut c, &ticking);
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    assert!(
+        run.error
+            .as_deref()
+            .is_some_and(|e| e.contains("executed 5 steps")),
+        "{run:?}"
+    );
+    assert!(
+        c.await_tasks("w1", &["tick"], 1, 300).unwrap().is_empty(),
+        "no sixth step"
+    );
+    let (ticks, _) = c.list_runs("tick", None, false, None).unwrap();
+    assert_eq!(ticks.len(), 5);
+}

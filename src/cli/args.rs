@@ -119,6 +119,16 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = flo_runtime::MODULE_CACHE_BYTES_DEFAULT >> 20,
           value_parser = clap::value_parser!(u64).range(..=1 << 20))]
     pub module_cache_mb: u64,
+    /// Steps one workflow run may execute in all (each retry, poll and visit of a step in a
+    /// loop counts): one more fails the run, saying so (a loop that never ends).
+    #[arg(long, value_name = "N", default_value_t = flo_runtime::RUN_STEPS_MAX_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_run_steps: u64,
+    /// WebAssembly executions at once per shard (the spec's `max_concurrent_executions`);
+    /// more runs wait for a slot, shown `pending`.
+    #[arg(long, value_name = "N", default_value_t = flo_runtime::WASM_SLOTS_DEFAULT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=flo_runtime::WASM_SLOTS_MAX as u64))]
+    pub max_concurrent_executions: u64,
     /// Tokens, roles and namespaces (YAML, or TOML for a `.toml` file): every connection
     /// must present a token and may do only what it grants. See README, Authentication.
     #[arg(long, value_name = "FILE")]

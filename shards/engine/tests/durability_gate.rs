@@ -30,6 +30,7 @@ impl Cluster {
                     retention_ms: flo_engine::testing::RETENTION_MS_DEFAULT,
                     peer_timeout_ms: u64::MAX,
                     quotas: Default::default(),
+                    limits: Default::default(),
                 };
                 let mut e = Engine::new(config, Box::new(clock.clone()), Box::new(clock.clone()));
                 e.recovered(0, 1);

@@ -124,6 +124,12 @@ impl WfRun {
         self.phase.status()
     }
 
+    /// Steps the run executed so far, in all (every finished execution of every step:
+    /// retries, polls and each visit of a loop count).
+    pub fn steps_executed(&self) -> u64 {
+        self.steps.iter().map(|s| u64::from(s.executions)).sum()
+    }
+
     pub fn step_state(&self, name: &str) -> Option<&StepState> {
         self.steps.iter().find(|s| s.name == name)
     }
