@@ -10,7 +10,7 @@ use flo::protocol::{
     WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
 use flo::{Client, Error, FailMode, MuxClient, StartOptions, TaskRef};
-use flo_testkit::guests::{echo_guest, failing_guest, fixed_guest};
+use flo_testkit::guests::{echo_guest, failing_guest, fixed_guest, spin_guest};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -796,7 +796,8 @@ terminals:
     c.set_workflow_enabled("manual-step", false).unwrap();
     let retrying = start(&mut c, "retrying", json!({}));
     wait_status(&mut c, &waiting, WorkflowRunStatus::Waiting);
-    wait_status(&mut c, &manual, WorkflowRunStatus::Waiting);
+    // No worker has its step's task: pending.
+    wait_status(&mut c, &manual, WorkflowRunStatus::Pending);
     wait_status(&mut c, &retrying, WorkflowRunStatus::Waiting);
     server.kill9();
 
@@ -1292,4 +1293,68 @@ fn a_run_looping_through_action_steps_fails_past_max_run_steps_even_across_a_res
     );
     let (ticks, _) = c.list_runs("tick", None, false, None).unwrap();
     assert_eq!(ticks.len(), 5);
+}
+
+/// A run whose step waits for a worker to take its task, or for a WebAssembly slot, is
+/// `pending` (spec: "queued, waiting for a worker (or WASM execution)"); `waiting` once a
+/// worker holds the task, `running` while a guest executes it. Lists filter on it.
+#[test]
+fn a_run_waiting_for_a_worker_or_a_wasm_slot_is_pending() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--max-concurrent-executions", "1"]);
+    let mut c = server.client();
+    user_action(&mut c, "review", 60_000, 0, 1000);
+    wasm_action(&mut c, "quick", &echo_guest());
+    let hog = ActionSpec {
+        namespace: String::new(),
+        name: "hog".into(),
+        kind: ActionKind::Wasm,
+        wasm: Some(spin_guest().into_bytes()),
+        timeout_ms: Some(600_000),
+        max_retries: Some(0),
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+    };
+    c.register_action(hog).unwrap();
+    let one_step = |name: &str, action: &str| {
+        format!(
+            "kind: Workflow\nname: {name}\nversion: \"1\"\nstart:\n  run: \"@actions/{action}\"\n  \
+             transitions:\n    success: flo.Completed\n"
+        )
+    };
+    create(&mut c, &one_step("manual", "review"));
+    create(&mut c, &one_step("inline", "quick"));
+
+    // A worker step: pending until a worker takes the task, then waiting.
+    let manual = start(&mut c, "manual", json!({}));
+    let run = wait_status(&mut c, &manual, WorkflowRunStatus::Pending);
+    assert!(run.waiting_for.is_some_and(|w| w.starts_with("action run")));
+    let (listed, _) = c
+        .list_workflow_runs("manual", Some(WorkflowRunStatus::Pending), None)
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    worker(&mut c, "w1", &["review"]);
+    let task = next_task(&mut c, "w1", "review");
+    wait_status(&mut c, &manual, WorkflowRunStatus::Waiting);
+    c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+        .unwrap();
+    assert_eq!(
+        wait_final(&mut c, &manual).status,
+        WorkflowRunStatus::Completed
+    );
+
+    // A WebAssembly step behind the shard's one slot, which a spinning guest holds (runs
+    // started without an id live on the shard of their connection: both on `c`'s).
+    let spinning = c.invoke("hog", b"{}", Default::default()).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        c.run(&spinning).unwrap().status == RunStatus::Running
+    }));
+    let inline = start(&mut c, "inline", json!({"n": 1}));
+    wait_status(&mut c, &inline, WorkflowRunStatus::Pending);
+    c.cancel_run(&spinning).unwrap();
+    assert_eq!(
+        wait_final(&mut c, &inline).status,
+        WorkflowRunStatus::Completed
+    );
 }

@@ -417,7 +417,10 @@ impl ActionKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Queued: waiting for a worker (or a WebAssembly slot), or for its delay or retry
+    /// backoff.
     Pending,
+    /// Leased to a worker, or executing.
     Running,
     Completed,
     Failed,
@@ -597,7 +600,10 @@ pub struct WorkflowStartSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkflowRunStatus {
+    /// Its step's action run is queued: waiting for a worker to take it, or for a
+    /// WebAssembly slot.
     Pending,
+    /// A step is being started, or a WebAssembly action executes it.
     Running,
     /// Blocked on a signal, an action run, a child workflow, or a retry/poll timer.
     Waiting,

@@ -202,7 +202,9 @@ impl Engine {
                     Ok(from) => from,
                     Err(e) => return Some(Done::now(Err(e))),
                 };
-                let live = workflows::list_runs(core, &namespace, &name, status, limit, &from);
+                let execs = &self.executions;
+                let live =
+                    workflows::list_runs(core, execs, &namespace, &name, status, limit, &from);
                 let query = ListQuery {
                     namespace,
                     name,

@@ -295,7 +295,7 @@ impl Engine {
                 if self.read_archived(wf, Want::WfStatus, &namespace, &run_id, to) {
                     return None;
                 }
-                let done = workflows::status(&self.core, &namespace, &run_id);
+                let done = workflows::status(&self.core, &self.executions, &namespace, &run_id);
                 self.explain_forgotten(wf, &namespace, &run_id, done)
             }
             Op::WorkflowWait {
@@ -330,7 +330,13 @@ impl Engine {
                 namespace,
                 run_id,
                 reason,
-            } => workflows::cancel(&mut self.core, &namespace, &run_id, reason),
+            } => workflows::cancel(
+                &mut self.core,
+                &self.executions,
+                &namespace,
+                &run_id,
+                reason,
+            ),
             op => misrouted(&op),
         };
         Some(done)
