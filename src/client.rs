@@ -300,6 +300,20 @@ impl Client {
             key,
             wait_ms,
             after_version,
+            newer_than_current: false,
+        };
+        send(self, get)
+    }
+
+    /// Waits up to `wait_ms` (at most `KV_WAIT_MS_MAX`) for `key` to hold a version newer
+    /// than the one it holds when the server receives the request (any version if it holds
+    /// none): the next write. None when none came in time.
+    pub fn kv_get_next(&mut self, key: &str, wait_ms: u64) -> Result<Option<KvEntry>, Error> {
+        let get = requests::KvGet {
+            key,
+            wait_ms,
+            after_version: None,
+            newer_than_current: true,
         };
         send(self, get)
     }

@@ -75,9 +75,15 @@ pub enum Op {
         /// answer at once.
         #[serde(default)]
         wait_ms: Option<u64>,
-        /// Only a version newer than this counts (None: any version, i.e. the key exists).
+        /// Only a version newer than this counts (None: any version, i.e. the key exists,
+        /// unless `newer_than_current`).
         #[serde(default)]
         after_version: Option<u64>,
+        /// Without `after_version`: only a version newer than the one the key holds when
+        /// the request reaches the key's shard counts (any version if it holds none) — a
+        /// wait for the next write (`kv get --block`). With `after_version`, ignored.
+        #[serde(default)]
+        newer_than_current: bool,
     },
     KvPut {
         namespace: String,

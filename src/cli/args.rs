@@ -167,14 +167,20 @@ pub enum KvCommand {
         #[arg(long)]
         xx: bool,
     },
-    /// Read a value. With --wait (or --block), wait for the key to exist, or with
-    /// --after-version V for a version newer than V; not found when none came in time.
+    /// Read a value. With --wait MS, wait for the key to exist; with --block MS, for a
+    /// version newer than the one it holds now (the next write); with --after-version V
+    /// (and either), for a version newer than V. Not found when none came in time.
     Get {
         key: String,
-        /// Longest wait, in ms (0: answer at once).
-        #[arg(long = "wait", visible_alias = "block", value_name = "MS",
+        /// Wait up to this many ms for the key to exist (0: answer at once).
+        #[arg(long = "wait", value_name = "MS", conflicts_with = "block_ms",
               value_parser = clap::value_parser!(u64).range(0..=KV_WAIT_MS_MAX))]
         wait_ms: Option<u64>,
+        /// Wait up to this many ms for a version newer than the key's current one (a new
+        /// write; any version if the key does not exist).
+        #[arg(long = "block", value_name = "MS",
+              value_parser = clap::value_parser!(u64).range(0..=KV_WAIT_MS_MAX))]
+        block_ms: Option<u64>,
         /// Only a version newer than this counts.
         #[arg(long, value_name = "V")]
         after_version: Option<u64>,

@@ -286,6 +286,7 @@ fn sample_ops() -> Vec<Op> {
             key: "order:1".into(),
             wait_ms: Some(1000),
             after_version: Some(2),
+            newer_than_current: false,
         },
         Op::KvPut {
             namespace: ns(),

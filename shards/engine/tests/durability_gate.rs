@@ -266,6 +266,7 @@ fn a_read_or_delete_that_finds_no_key_waits_for_the_delete_that_removed_it() {
         key: "k".into(),
         wait_ms: None,
         after_version: None,
+        newer_than_current: false,
     };
     let (read, out) = c.client(0, get);
     assert!(
@@ -314,6 +315,7 @@ fn a_read_past_the_expiry_of_a_put_not_yet_durable_waits_for_it() {
         key: "k".into(),
         wait_ms: None,
         after_version: None,
+        newer_than_current: false,
     };
     let (read, out) = c.client(0, get);
     assert!(reply_to(&out, read).is_none(), "{out:?}");

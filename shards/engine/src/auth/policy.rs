@@ -260,6 +260,7 @@ mod tests {
                 key: s(),
                 wait_ms: None,
                 after_version: None,
+                newer_than_current: false,
             },
             Op::KvPut {
                 namespace: n(),

@@ -90,7 +90,13 @@ impl Engine {
                 key,
                 wait_ms,
                 after_version,
+                newer_than_current,
             } => {
+                let after = match (after_version, newer_than_current) {
+                    (Some(v), _) => kv::After::Version(v),
+                    (None, true) => kv::After::Current,
+                    (None, false) => kv::After::Any,
+                };
                 kv::get_or_wait(
                     &mut self.core,
                     &mut self.kv_waits,
@@ -98,7 +104,7 @@ impl Engine {
                     namespace,
                     key,
                     wait_ms,
-                    after_version,
+                    after,
                 );
                 return None;
             }

@@ -837,6 +837,7 @@ impl Sim {
                 key,
                 wait_ms: None,
                 after_version: None,
+                newer_than_current: false,
             },
             29..=30 => {
                 self.model.tainted.insert(key.clone());
