@@ -308,6 +308,8 @@ pub struct WantMsg {
     pub labels: Option<Map<String, Value>>,
     pub room: u32,
     pub deadline_ms: u64,
+    /// The worker's load when it asked: parked wants are served least loaded first.
+    pub load: u32,
 }
 
 /// The answer to an operation and the LSN it may leave after (0: at once).

@@ -23,6 +23,9 @@ pub struct Worker {
     pub worker_type: WorkerType,
     pub status: WorkerStatus,
     pub max_concurrency: u32,
+    /// Tasks in flight: what the last heartbeat said, plus the tasks handed to the worker
+    /// since, minus those it reported done since (the next heartbeat says again). Tasks
+    /// are offered only below `max_concurrency` (`awaits.rs`).
     pub current_load: u32,
     pub tasks_completed: u64,
     pub tasks_failed: u64,
@@ -49,6 +52,9 @@ impl Worker {
 #[derive(Default)]
 pub struct WorkerRegistry {
     workers: HashMap<(String, String), Worker>,
+    /// Workers whose load went down since the last look (`take_lowered`): an await held
+    /// while they were at their concurrency may go on.
+    lowered: Vec<(String, String)>,
 }
 
 /// Whether a worker with `worker` labels may run a task requiring `required`: every
@@ -216,12 +222,17 @@ impl WorkerRegistry {
             .get_mut(namespace, worker_id)
             .ok_or_else(|| not_registered(namespace, worker_id))?;
         worker.last_heartbeat_ms = now_ms;
+        let lowered = current_load < worker.current_load;
         worker.current_load = current_load;
         if worker.is_draining() {
             return Ok(WorkerStatus::Draining);
         }
         worker.status = WorkerStatus::Active;
-        Ok(worker.status)
+        if lowered {
+            self.lowered
+                .push((namespace.to_string(), worker_id.to_string()));
+        }
+        Ok(WorkerStatus::Active)
     }
 
     pub fn drain(&mut self, namespace: &str, worker_id: &str) -> Result<WorkerInfo, ErrorValue> {
@@ -257,7 +268,26 @@ impl WorkerRegistry {
         list
     }
 
-    /// Counts a task the worker finished (`ok`) or failed.
+    /// Tasks the worker may still take: its concurrency less its load (0 for a worker not
+    /// registered).
+    pub fn free_slots(&self, namespace: &str, worker_id: &str) -> u32 {
+        self.get(namespace, worker_id)
+            .map_or(0, |w| w.max_concurrency.saturating_sub(w.current_load))
+    }
+
+    /// `tasks` more tasks were handed to the worker.
+    pub fn add_load(&mut self, namespace: &str, worker_id: &str, tasks: u32) {
+        if let Some(worker) = self.get_mut(namespace, worker_id) {
+            worker.current_load = worker.current_load.saturating_add(tasks);
+        }
+    }
+
+    /// The workers whose load went down since the last call.
+    pub fn take_lowered(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.lowered)
+    }
+
+    /// Counts a task the worker finished (`ok`) or failed: one task less in flight.
     pub fn record_task(
         &mut self,
         namespace: &str,
@@ -274,6 +304,8 @@ impl WorkerRegistry {
         } else {
             worker.tasks_failed += 1;
         }
+        let lowered = worker.current_load > 0;
+        worker.current_load = worker.current_load.saturating_sub(1);
         if let Some(p) = worker.processes.iter_mut().find(|p| p.name == action) {
             if ok {
                 p.run_count += 1;
@@ -281,6 +313,10 @@ impl WorkerRegistry {
                 p.fail_count += 1;
             }
             p.last_run_at_ms = Some(at_ms);
+        }
+        if lowered {
+            self.lowered
+                .push((namespace.to_string(), worker_id.to_string()));
         }
     }
 
