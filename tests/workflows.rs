@@ -27,6 +27,7 @@ fn wasm_action(c: &mut Client, name: &str, wat: &str) {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap_or_else(|e| panic!("register {name}: {e}"));
 }
@@ -1315,6 +1316,7 @@ fn a_run_waiting_for_a_worker_or_a_wasm_slot_is_pending() {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     };
     c.register_action(hog).unwrap();
     let one_step = |name: &str, action: &str| {

@@ -129,6 +129,7 @@ pub fn register_wasm_action(
         retry_delay_ms: None,
         description: Some("flo-loadtest: returns {\"ok\":true}".into()),
         memory_limit_mb: Some(1),
+        wasm_entrypoint: None,
     };
     client
         .register_action(spec)
@@ -205,6 +206,7 @@ pub fn register_user_action(
         retry_delay_ms: None,
         description: Some("flo-loadtest: completed by the loadtest's workers".into()),
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     };
     client
         .register_action(spec)

@@ -16,6 +16,8 @@ pub const KV_VALUE_BYTES_MAX: usize = 1 << 20;
 pub const KV_LIST_LIMIT_DEFAULT: u32 = 1000;
 pub const KV_LIST_LIMIT_MAX: u32 = 10_000;
 pub const ACTION_NAME_BYTES_MAX: usize = 256;
+/// Longest export name a `wasm` action may name as its entrypoint.
+pub const WASM_ENTRYPOINT_BYTES_MAX: usize = 128;
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 pub const RUN_INPUT_BYTES_MAX: usize = 1 << 20;
 pub const RUN_LIST_LIMIT_DEFAULT: u32 = 100;
@@ -476,6 +478,10 @@ pub struct ActionSpec {
     pub retry_delay_ms: Option<u64>,
     pub description: Option<String>,
     pub memory_limit_mb: Option<u32>,
+    /// The export a `wasm` action's executions call (default `handle`; same signature and
+    /// ABI as `handle`). 1 to `WASM_ENTRYPOINT_BYTES_MAX` printable ASCII characters.
+    #[serde(default)]
+    pub wasm_entrypoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -994,6 +1000,9 @@ pub struct ActionInfo {
     pub wasm_bytes: Option<u64>,
     /// What the module's `describe` export returned.
     pub wasm_describe: Option<String>,
+    /// The export its executions call, for `wasm` actions (`handle` unless named).
+    #[serde(default)]
+    pub wasm_entrypoint: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
 }

@@ -18,7 +18,13 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
             retry_delay_ms,
             description,
             memory_limit_mb,
+            entrypoint,
         } => {
+            if entrypoint.is_some() && wasm.is_none() {
+                return Err(CliError::Usage(
+                    "--entrypoint names the export of a --wasm module; give --wasm FILE".into(),
+                ));
+            }
             let module = match wasm {
                 Some(path) => Some(std::fs::read(path).map_err(|e| {
                     CliError::Usage(format!("cannot read wasm module {}: {e}", path.display()))
@@ -39,6 +45,7 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
                 retry_delay_ms: *retry_delay_ms,
                 description: description.clone(),
                 memory_limit_mb: *memory_limit_mb,
+                wasm_entrypoint: entrypoint.clone(),
             };
             let info = client.register_action(spec)?;
             out.print(action_json(&info), || {
@@ -276,6 +283,7 @@ fn action_json(a: &ActionInfo) -> Value {
         "memory_limit_mb": a.memory_limit_mb,
         "wasm_bytes": a.wasm_bytes,
         "wasm_describe": a.wasm_describe,
+        "wasm_entrypoint": a.wasm_entrypoint,
         "created_at": time_text(a.created_at_ms),
         "updated_at": time_text(a.updated_at_ms),
     })
@@ -296,6 +304,8 @@ fn action_text(a: &ActionInfo) -> String {
     if a.kind == ActionKind::Wasm {
         lines.push(format!("memory:      {} MiB", a.memory_limit_mb));
         lines.push(format!("module:      {} bytes", a.wasm_bytes.unwrap_or(0)));
+        let entrypoint = a.wasm_entrypoint.as_deref().unwrap_or("handle");
+        lines.push(format!("entrypoint:  {entrypoint}"));
     }
     if let Some(d) = &a.description {
         lines.push(format!("description: {d}"));

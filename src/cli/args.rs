@@ -224,6 +224,9 @@ pub enum ActionCommand {
         /// Memory limit of a WebAssembly action, in MiB.
         #[arg(long)]
         memory_limit_mb: Option<u32>,
+        /// The module's export its executions call [default: handle].
+        #[arg(long, value_name = "EXPORT")]
+        entrypoint: Option<String>,
     },
     /// Run an action with a JSON input; prints the run id.
     Invoke {

@@ -317,6 +317,7 @@ fn sample_ops() -> Vec<Op> {
             retry_delay_ms: Some(100),
             description: Some("charges a card".into()),
             memory_limit_mb: Some(16),
+            wasm_entrypoint: None,
         }),
         Op::ActionGet {
             namespace: ns(),
@@ -654,6 +655,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             memory_limit_mb: 16,
             wasm_bytes: None,
             wasm_describe: None,
+            wasm_entrypoint: None,
             created_at_ms: 1,
             updated_at_ms: 1,
         })),

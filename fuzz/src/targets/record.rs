@@ -433,6 +433,7 @@ fn sample_records() -> Vec<Record> {
                 wasm_describe: Some("{}".into()),
                 created_at_ms: 1,
                 updated_at_ms: 2,
+                wasm_entrypoint: Some("run".into()),
             },
         },
         Record::ActionRemoved {

@@ -124,6 +124,7 @@ fn wasm_action(name: &str) -> Op {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
 }
 
@@ -369,6 +370,7 @@ fn a_definition_read_on_the_coordinator_waits_for_the_change_to_be_durable() {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     });
     let (registered, out) = c.client(0, register);
     assert!(reply_to(&out, registered).is_none(), "not durable yet");

@@ -147,6 +147,7 @@ impl T {
                 retry_delay_ms: Some(1000),
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             }),
         );
     }
@@ -164,6 +165,7 @@ impl T {
                 retry_delay_ms: Some(retry_ms),
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             }),
         );
     }
@@ -1709,6 +1711,7 @@ fn a_namespace_leaves_a_wasm_slot_to_another_namespace_waiting() {
             retry_delay_ms: None,
             description: None,
             memory_limit_mb: None,
+            wasm_entrypoint: None,
         }),
     );
     // Alone, one namespace takes every slot.

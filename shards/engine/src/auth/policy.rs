@@ -291,6 +291,7 @@ mod tests {
                 retry_delay_ms: None,
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             }),
             Op::ActionGet {
                 namespace: n(),

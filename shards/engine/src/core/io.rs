@@ -151,10 +151,12 @@ pub enum Effect {
     StopExecution {
         exec: u64,
     },
-    /// Compile a module being registered; answer with `Input::Compiled`.
+    /// Compile a module being registered and check that it exports `entrypoint`; answer
+    /// with `Input::Compiled`.
     Compile {
         job: u64,
         wasm: Arc<[u8]>,
+        entrypoint: String,
     },
     /// The answer to `Input::GuestRead`.
     GuestValue {
@@ -185,6 +187,8 @@ pub struct Execution {
     pub action: String,
     pub version: u32,
     pub wasm: Arc<[u8]>,
+    /// The export to call (`handle` unless the action names another).
+    pub entrypoint: String,
     pub input: Vec<u8>,
     pub timeout_ms: u64,
     pub memory_limit_bytes: u64,

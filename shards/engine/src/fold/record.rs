@@ -19,6 +19,19 @@ pub struct ActionDefRecord {
     pub wasm_describe: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
+    /// The export a WebAssembly action's executions call (None: `handle`). Last, with a
+    /// default: records and snapshots written before it read as `handle`.
+    #[serde(default)]
+    pub wasm_entrypoint: Option<String>,
+}
+
+impl ActionDefRecord {
+    /// The export its executions call.
+    pub fn entrypoint(&self) -> &str {
+        self.wasm_entrypoint
+            .as_deref()
+            .unwrap_or(crate::fold::registry::ENTRYPOINT_DEFAULT)
+    }
 }
 
 /// A KV write made by a WebAssembly guest, committed with its run's completion.

@@ -494,6 +494,7 @@ impl Sim {
                 retry_delay_ms: Some(500),
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             });
             self.send(shard, conn, op);
         }
