@@ -470,6 +470,13 @@ impl Client {
     pub fn cancel_run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
         send(self, requests::CancelRun { run_id })
     }
+
+    /// Queues a dead-lettered run again as a new attempt (pending, attempt + 1); returns
+    /// the run. `action`, when given, must be the run's action. A run that is not
+    /// dead-lettered, or that executed a workflow step, is refused (`conflict`).
+    pub fn redrive_run(&mut self, run_id: &str, action: Option<&str>) -> Result<RunInfo, Error> {
+        send(self, requests::RedriveRun { run_id, action })
+    }
 }
 
 /// How a failed task continues (see `Client::fail_task`).

@@ -2592,3 +2592,144 @@ fn max_concurrent_executions_bounds_the_guests_a_shard_runs_at_once() {
         assert!(refused.stderr.contains(bad[0]), "{}", refused.stderr);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Dead letters redriven (`flo action dlq NAME --redrive [RUN...]`)
+// ---------------------------------------------------------------------------------------------
+
+fn dlq_worker(c: &mut Client, id: &str, actions: &[&str]) {
+    c.register_worker(flo::protocol::WorkerSpec {
+        namespace: String::new(),
+        worker_id: id.into(),
+        worker_type: flo::protocol::WorkerType::Action,
+        max_concurrency: Some(100),
+        processes: actions.iter().map(|a| a.to_string()).collect(),
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+}
+
+/// Takes the task of `run_id` (waiting up to 10 s) and fails it with `mode`.
+fn fail_next(c: &mut Client, worker: &str, action: &str, mode: flo::FailMode) -> RunInfo {
+    let task = c
+        .await_tasks(worker, &[action], 1, 10_000)
+        .unwrap()
+        .pop()
+        .unwrap_or_else(|| panic!("no task of {action} came"));
+    c.fail_task(worker, &flo::TaskRef::from(&task), "gateway down", mode)
+        .unwrap()
+}
+
+/// Dead-lettered runs are queued again as new attempts by `--redrive` (the named ones, or
+/// all of the action's), through a logged record: after a crash they are still pending at
+/// their new attempt, and a worker takes them. Runs not dead-lettered, or of a workflow
+/// step, are refused with the reason.
+#[test]
+fn dead_lettered_runs_are_redriven_as_new_attempts_and_stay_so_after_a_restart() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    register(
+        &mut c,
+        ActionSpec {
+            max_retries: Some(0),
+            ..user_spec("charge")
+        },
+    );
+    dlq_worker(&mut c, "w1", &["charge", "review"]);
+    let mut dead = Vec::new();
+    for i in 0..3 {
+        let id = invoke(&mut c, "charge", &format!("{{\"n\":{i}}}"));
+        let run = fail_next(&mut c, "w1", "charge", flo::FailMode::NoRetry);
+        assert!(run.dead_lettered, "{run:?}");
+        dead.push(id);
+    }
+    dead.sort();
+    // Refused: a failure that was not dead-lettered, a completed run.
+    let non_retryable = invoke(&mut c, "charge", "{}");
+    fail_next(&mut c, "w1", "charge", flo::FailMode::NonRetryable);
+    let msg = expect_error(c.redrive_run(&non_retryable, None), ErrorCode::Conflict);
+    assert!(msg.contains("not dead-lettered"), "{msg}");
+    register(&mut c, wasm_spec("echo", &echo_guest()));
+    let done = run_to_end(&mut c, "echo", "{}").run_id;
+    let msg = expect_error(c.redrive_run(&done, None), ErrorCode::Conflict);
+    assert!(msg.contains("completed"), "{msg}");
+    expect_error(c.redrive_run("charge-999", None), ErrorCode::NotFound);
+    let msg = expect_error(c.redrive_run(&dead[0], Some("echo")), ErrorCode::BadRequest);
+    assert!(msg.contains("not \"echo\""), "{msg}");
+    // A workflow step's dead-lettered run: its workflow decides.
+    register(&mut c, user_spec("review"));
+    c.create_workflow(
+        "kind: Workflow\nname: reviewed\nversion: \"1\"\nstart:\n  run: \"@actions/review\"\n  \
+         transitions:\n    success: flo.Completed\n    failure: flo.Failed\n",
+    )
+    .unwrap();
+    let wf = c
+        .start_workflow("reviewed", b"{}", Default::default())
+        .unwrap();
+    let step_run = fail_next(&mut c, "w1", "review", flo::FailMode::NoRetry);
+    assert_eq!(step_run.workflow_run_id.as_deref(), Some(wf.as_str()));
+    let msg = expect_error(c.redrive_run(&step_run.run_id, None), ErrorCode::Conflict);
+    assert!(msg.contains("workflow run"), "{msg}");
+
+    // Named runs through the CLI: pending at their next attempt, off the dead-letter list.
+    let doc = cli_json(&addr, &["action", "dlq", "charge", "--redrive", &dead[0]]);
+    assert_eq!(doc["redriven"][0]["run_id"], dead[0].as_str(), "{doc}");
+    assert_eq!(doc["redriven"][0]["status"], "pending", "{doc}");
+    assert_eq!(doc["redriven"][0]["attempt"], 2, "{doc}");
+    let run = c.run(&dead[0]).unwrap();
+    assert_eq!(
+        (run.status, run.attempt, run.dead_lettered),
+        (RunStatus::Pending, 2, false)
+    );
+    // Again: it is pending now, refused.
+    let stderr = common::cli_fails(&addr, &["action", "dlq", "charge", "--redrive", &dead[0]]);
+    assert!(stderr.contains("not dead-lettered"), "{stderr}");
+    // All the rest of the action's.
+    let text = cli_ok(&addr, &["action", "dlq", "charge", "--redrive"]);
+    for id in &dead[1..] {
+        assert!(
+            text.contains(&format!("redriven {id} (attempt 2, pending)")),
+            "{text}"
+        );
+    }
+    let (listed, _) = c.list_runs("charge", None, true, None).unwrap();
+    assert!(
+        listed.is_empty(),
+        "the dead-letter list is empty: {listed:?}"
+    );
+
+    // Durable: after a crash they are pending at attempt 2, and a worker gets them.
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    for id in &dead {
+        let run = c.run(id).unwrap();
+        assert_eq!(
+            (run.status, run.attempt, run.dead_lettered),
+            (RunStatus::Pending, 2, false),
+            "{run:?}"
+        );
+    }
+    dlq_worker(&mut c, "w2", &["charge"]);
+    let mut taken = Vec::new();
+    while taken.len() < dead.len() {
+        let tasks = c.await_tasks("w2", &["charge"], 3, 10_000).unwrap();
+        assert!(!tasks.is_empty(), "the redriven runs come to a worker");
+        for task in tasks {
+            assert_eq!(task.attempt, 2);
+            c.complete_task("w2", &flo::TaskRef::from(&task), b"{\"ok\":true}", None)
+                .unwrap();
+            taken.push(task.task_id);
+        }
+    }
+    taken.sort();
+    assert_eq!(taken, dead);
+    for id in &dead {
+        assert_eq!(c.wait_run(id, 10_000).unwrap().status, RunStatus::Completed);
+    }
+}

@@ -160,6 +160,15 @@ pub enum Op {
         namespace: String,
         run_id: String,
     },
+    /// Queue a dead-lettered run again as a new attempt (pending, attempt + 1, no longer
+    /// dead-lettered; `flo action dlq NAME --redrive`). `action`, when given, must be the
+    /// run's. Runs of workflow steps are refused: their workflow decides about retries.
+    RunRedrive {
+        namespace: String,
+        run_id: String,
+        #[serde(default)]
+        action: Option<String>,
+    },
     /// Register (or re-register, replacing) a worker. Lives on the shard its id hashes to.
     WorkerRegister(WorkerSpec),
     /// Report liveness and load; the reply carries the worker's status (`draining` tells
@@ -1029,6 +1038,9 @@ pub struct RunInfo {
     pub idempotency_key: Option<String>,
     /// Failed or timed out after exhausting its retries.
     pub dead_lettered: bool,
+    /// The workflow run whose step this run executes (None: invoked on its own).
+    #[serde(default)]
+    pub workflow_run_id: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     /// When a pending run becomes available (delay or retry backoff).

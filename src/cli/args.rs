@@ -277,13 +277,22 @@ pub enum ActionCommand {
     Enable { name: String },
     /// Refuse new invocations.
     Disable { name: String },
-    /// Runs that failed or timed out after exhausting their retries.
+    /// Runs that failed or timed out after exhausting their retries (a page). With
+    /// --redrive, queue them again as new attempts: the RUNs named, or every one of the
+    /// action's (at most --limit).
     Dlq {
         name: String,
+        /// Dead-lettered runs to redrive (with --redrive).
+        #[arg(value_name = "RUN", requires = "redrive")]
+        runs: Vec<String>,
+        /// Queue the runs again as new attempts (pending, next attempt, no longer
+        /// dead-lettered); prints each run redriven.
+        #[arg(long)]
+        redrive: bool,
         #[arg(long)]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "redrive")]
         cursor: Option<String>,
     },
 }

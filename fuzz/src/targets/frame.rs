@@ -547,6 +547,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         labels: None,
         idempotency_key: Some("k".into()),
         dead_lettered: false,
+        workflow_run_id: None,
         created_at_ms: 1,
         updated_at_ms: 2,
         available_at_ms: 1,

@@ -306,6 +306,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::ActionInvoke(_)
         | Op::RunStatus { .. }
         | Op::RunWait { .. }
+        | Op::RunRedrive { .. }
         | Op::RunList { .. }
         | Op::WorkerList { .. }
         | Op::TaskAwait { .. }

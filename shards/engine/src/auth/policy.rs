@@ -66,6 +66,7 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::RunWait { namespace, .. } => ("run_wait", Ns(namespace), Client),
         Op::RunList { namespace, .. } => ("run_list", Ns(namespace), Client),
         Op::RunCancel { namespace, .. } => ("run_cancel", Ns(namespace), Client),
+        Op::RunRedrive { namespace, .. } => ("run_redrive", Ns(namespace), Client),
         Op::WorkerRegister(spec) => ("worker_register", Ns(&spec.namespace), Worker),
         Op::WorkerHeartbeat { namespace, .. } => ("worker_heartbeat", Ns(namespace), Worker),
         Op::WorkerDrain { namespace, .. } => ("worker_drain", Ns(namespace), Worker),

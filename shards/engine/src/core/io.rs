@@ -33,10 +33,17 @@ pub enum ReplyTo {
 
 /// Where an answer computed later goes: a client or another shard, or this shard's own
 /// part of fan-out `id`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dest {
     Reply(ReplyTo),
     FanOut(u64),
+    /// A dead-lettered run read back from the archive (its record at `lsn`), to queue
+    /// again (`RunRedrive`), then answer `to`.
+    Redrive {
+        to: ReplyTo,
+        lsn: u64,
+        action: Option<String>,
+    },
 }
 
 /// Everything that happens to a shard.

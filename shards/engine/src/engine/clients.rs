@@ -127,6 +127,12 @@ impl Engine {
         match dest {
             Dest::Reply(to) => self.core.reply_op(to, done.wait_lsn, done.result),
             Dest::FanOut(id) => fanout::on_local_part(&mut self.core, &mut self.fanouts, id, done),
+            Dest::Redrive { to, lsn, action } => {
+                let execs = &self.executions;
+                let action = action.as_deref();
+                let done = actions::redrive_archived(&mut self.core, execs, lsn, done, action);
+                self.core.reply_op(to, done.wait_lsn, done.result);
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 use super::Engine;
 use super::run_waits::Asked;
 use crate::actions;
-use crate::archive::Want;
+use crate::archive::{self, Want};
 use crate::core::io::{Dest, Done, ReplyTo};
 use crate::definitions;
 use crate::fold::archive::RunKind;
@@ -27,7 +27,8 @@ impl Engine {
             | Op::ActionInvoke(_)
             | Op::RunStatus { .. }
             | Op::RunWait { .. }
-            | Op::RunCancel { .. }) => self.execute_actions(to, op),
+            | Op::RunCancel { .. }
+            | Op::RunRedrive { .. }) => self.execute_actions(to, op),
             op @ (Op::WorkerRegister(_)
             | Op::WorkerHeartbeat { .. }
             | Op::WorkerGet { .. }
@@ -168,6 +169,48 @@ impl Engine {
             }
             Op::RunCancel { namespace, run_id } => {
                 actions::cancel(&mut self.core, &self.executions, &namespace, &run_id)
+            }
+            Op::RunRedrive {
+                namespace,
+                run_id,
+                action,
+            } => {
+                let kind = RunKind::Action;
+                let archived = self.core.state().archived(kind, &namespace, &run_id);
+                if let Some(entry) = archived {
+                    // Its document is in the log: read, then redriven (`Dest::Redrive`).
+                    if let Err(e) = actions::redrivable_entry(&entry, &run_id) {
+                        return Some(Done {
+                            result: Err(e),
+                            wait_lsn: entry.lsn,
+                        });
+                    }
+                    let dest = Dest::Redrive {
+                        to,
+                        lsn: entry.lsn,
+                        action,
+                    };
+                    let want = Want::RunStatus;
+                    archive::read_one(
+                        &mut self.core,
+                        &mut self.reads,
+                        entry,
+                        kind,
+                        want,
+                        &namespace,
+                        &run_id,
+                        dest,
+                    );
+                    return None;
+                }
+                if self.core.state().runs.get(&namespace, &run_id).is_none() {
+                    let missing = crate::fold::runs::run_not_found(&namespace, &run_id);
+                    let missing = Done::now(Err(missing));
+                    return Some(self.explain_forgotten(kind, &namespace, &run_id, missing));
+                }
+                let action = action.as_deref();
+                let execs = &self.executions;
+                actions::redrive(&mut self.core, execs, &namespace, &run_id, action)
             }
             op => misrouted(&op),
         };
