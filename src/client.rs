@@ -300,6 +300,20 @@ impl Client {
             key,
             wait_ms,
             after_version,
+            newer_than_current: false,
+        };
+        send(self, get)
+    }
+
+    /// Waits up to `wait_ms` (at most `KV_WAIT_MS_MAX`) for `key` to hold a version newer
+    /// than the one it holds when the server receives the request (any version if it holds
+    /// none): the next write. None when none came in time.
+    pub fn kv_get_next(&mut self, key: &str, wait_ms: u64) -> Result<Option<KvEntry>, Error> {
+        let get = requests::KvGet {
+            key,
+            wait_ms,
+            after_version: None,
+            newer_than_current: true,
         };
         send(self, get)
     }
@@ -455,6 +469,13 @@ impl Client {
 
     pub fn cancel_run(&mut self, run_id: &str) -> Result<RunInfo, Error> {
         send(self, requests::CancelRun { run_id })
+    }
+
+    /// Queues a dead-lettered run again as a new attempt (pending, attempt + 1); returns
+    /// the run. `action`, when given, must be the run's action. A run that is not
+    /// dead-lettered, or that executed a workflow step, is refused (`conflict`).
+    pub fn redrive_run(&mut self, run_id: &str, action: Option<&str>) -> Result<RunInfo, Error> {
+        send(self, requests::RedriveRun { run_id, action })
     }
 }
 

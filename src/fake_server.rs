@@ -312,6 +312,7 @@ fn run_info(task_id: &str, action: &str) -> RunInfo {
         labels: None,
         idempotency_key: None,
         dead_lettered: false,
+        workflow_run_id: None,
         created_at_ms: 1_000,
         updated_at_ms: 1_000,
         available_at_ms: 1_000,

@@ -31,6 +31,6 @@ pub use stream_worker::{
     RunningStreamWorker, StreamContext, StreamWorker, StreamWorkerBuilder, StreamWorkerOptions,
 };
 pub use worker::{
-    ActionWorker, ActionWorkerBuilder, RunningWorker, StopHandle, WORKER_CONCURRENCY_MAX,
-    WorkerError, WorkerOptions, WorkerStats,
+    ACTION_TIMEOUT_DEFAULT, ActionWorker, ActionWorkerBuilder, RunningWorker, StopHandle,
+    WORKER_CONCURRENCY_MAX, WorkerError, WorkerOptions, WorkerStats,
 };

@@ -13,7 +13,7 @@ mod workflows;
 
 pub(crate) use actions::{
     CancelRun, DeleteAction, GetAction, GetRun, Invoke, InvokeAndWait, ListActions, ListRunsPage,
-    RegisterAction, SetActionEnabled, WaitRun,
+    RedriveRun, RegisterAction, SetActionEnabled, WaitRun,
 };
 pub(crate) use kv::{KvDelete, KvGet, KvListPage, KvPut};
 pub(crate) use request::{Transport, TypedRequest, is_not_found, send};

@@ -330,6 +330,8 @@ impl Shared {
             tasks_received: c.received.load(Ordering::Relaxed),
             tasks_completed: c.acked.load(Ordering::Relaxed),
             tasks_failed: c.failed.load(Ordering::Relaxed),
+            // A record whose handler ran past `message_timeout` counts as failed.
+            tasks_timed_out: 0,
             reports_lost: c.lost.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed) as u32,
             registrations: c.registrations.load(Ordering::Relaxed),

@@ -4,7 +4,8 @@
 //! async runtime.
 //!
 //! Threads: the caller of `run` polls for tasks and owns reconnection; `concurrency`
-//! handler threads run tasks and report them; one thread heartbeats; the `MuxClient`'s
+//! task threads take tasks and report them, each running its handlers on a handler thread
+//! of its own, for at most the action timeout; one thread heartbeats; the `MuxClient`'s
 //! reader thread delivers replies. They share one connection at a time.
 
 use crate::client::{Error, FailMode, generate_worker_id, hostname};
@@ -26,6 +27,8 @@ use std::time::{Duration, Instant};
 
 /// Most handler threads one worker runs.
 pub const WORKER_CONCURRENCY_MAX: u32 = TASK_AWAIT_TASKS_MAX;
+/// Default of `WorkerOptions::action_timeout` (the spec's 5 minutes).
+pub const ACTION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
 /// How often waiting threads look at the stop flag.
 const WAKE_INTERVAL_MS: u64 = 50;
 /// Reconnection backoff: first wait, then doubling up to the max.
@@ -65,6 +68,9 @@ pub struct WorkerOptions {
     pub connect_timeout: Duration,
     /// Longest wait for a reply beyond the time the request asks the server to wait.
     pub reply_timeout: Duration,
+    /// Longest a handler may run on one task: past it the attempt fails (retried per the
+    /// action's policy) and the worker goes on (the spec's `action_timeout`).
+    pub action_timeout: Duration,
     /// Longest a stop waits for tasks in flight before deregistering anyway.
     pub shutdown_timeout: Duration,
     /// Presented in every handshake (a server started with `--auth-file`: a `worker`
@@ -140,6 +146,16 @@ impl ActionWorkerBuilder {
     /// (default 30 s); a heartbeat or poll left unanswered that long reconnects.
     pub fn reply_timeout(mut self, timeout: Duration) -> Self {
         self.options.reply_timeout = timeout;
+        self
+    }
+
+    /// Longest a handler may run on one task (default 5 min, the spec's `action_timeout`).
+    /// Past it the attempt is reported failed, so it is retried while the action's retries
+    /// remain, and the task's slot takes the next task. A thread cannot be killed: the
+    /// handler goes on in the background until it returns, and what it returns is
+    /// ignored.
+    pub fn action_timeout(mut self, timeout: Duration) -> Self {
+        self.options.action_timeout = timeout;
         self
     }
 
@@ -243,6 +259,9 @@ fn validate(options: &WorkerOptions, handlers: &[(String, Handler)]) -> Result<(
     if options.heartbeat_interval.is_zero() {
         return Err("the heartbeat interval must be positive".into());
     }
+    if options.action_timeout.is_zero() {
+        return Err("the action timeout must be positive".into());
+    }
     if let Some(labels) = &options.labels {
         flo_protocol::check_labels(labels).map_err(|e| e.to_string())?;
     }
@@ -317,6 +336,7 @@ impl ActionWorker {
                 heartbeat_interval: Duration::from_secs(30),
                 connect_timeout: Duration::from_secs(5),
                 reply_timeout: Duration::from_secs(30),
+                action_timeout: ACTION_TIMEOUT_DEFAULT,
                 shutdown_timeout: Duration::from_secs(300),
                 token: None,
             },
@@ -487,9 +507,12 @@ pub struct WorkerStats {
     pub tasks_received: u64,
     /// Tasks whose handler succeeded and whose completion the server acknowledged.
     pub tasks_completed: u64,
-    /// Tasks whose handler failed (error or panic) and whose failure the server
-    /// acknowledged.
+    /// Tasks whose handler failed (error, panic, or past the action timeout) and whose
+    /// failure the server acknowledged.
     pub tasks_failed: u64,
+    /// Tasks whose handler ran past the action timeout (their attempt was failed; the
+    /// handler's eventual result was ignored).
+    pub tasks_timed_out: u64,
     /// Reports the server did not acknowledge (connection lost, or the lease had moved
     /// on): those tasks are retried once their lease expires.
     pub reports_lost: u64,
@@ -524,6 +547,7 @@ struct Counters {
     tasks_received: AtomicU64,
     tasks_completed: AtomicU64,
     tasks_failed: AtomicU64,
+    tasks_timed_out: AtomicU64,
     reports_lost: AtomicU64,
     registrations: AtomicU64,
     reconnects: AtomicU64,
@@ -541,6 +565,7 @@ impl Shared {
             tasks_received: c.tasks_received.load(Ordering::Relaxed),
             tasks_completed: c.tasks_completed.load(Ordering::Relaxed),
             tasks_failed: c.tasks_failed.load(Ordering::Relaxed),
+            tasks_timed_out: c.tasks_timed_out.load(Ordering::Relaxed),
             reports_lost: c.reports_lost.load(Ordering::Relaxed),
             in_flight: self.slots.in_flight(),
             registrations: c.registrations.load(Ordering::Relaxed),
@@ -675,7 +700,7 @@ impl Threads {
             let (shared, queue) = (shared.clone(), queue.clone());
             let handle = thread::Builder::new()
                 .name(format!("flo-task-{i}"))
-                .spawn(move || task_loop(&shared, &queue))?;
+                .spawn(move || task_loop(&shared, &queue, i))?;
             pool.push(handle);
         }
         let (heartbeat_stop, stopped) = mpsc::channel();
@@ -797,14 +822,20 @@ fn dispatch(shared: &Shared, jobs: &Sender<TaskAssignment>, tasks: Vec<TaskAssig
     }
 }
 
-/// One handler thread: runs tasks from the queue and reports them, until the queue closes.
-fn task_loop(shared: &Shared, queue: &Mutex<Receiver<TaskAssignment>>) {
+/// One task thread: runs tasks from the queue (each on its handler thread, for at most the
+/// action timeout) and reports them, until the queue closes.
+fn task_loop(shared: &Shared, queue: &Mutex<Receiver<TaskAssignment>>, slot: u32) {
+    let mut runner: Option<HandlerThread> = None;
     loop {
         let task = lock(queue).recv();
         let Ok(task) = task else { return };
-        let ctx = ActionContext::new(task, shared.worker_id.clone(), shared.session.clone());
+        let ctx = Arc::new(ActionContext::new(
+            task,
+            shared.worker_id.clone(),
+            shared.session.clone(),
+        ));
         let report = match shared.handlers.get(ctx.action_name()) {
-            Some(handler) => run_handler(handler.as_ref(), &ctx),
+            Some(handler) => run_timed(shared, &mut runner, slot, handler, &ctx),
             None => Report::Fail {
                 error: format!(
                     "worker {} has no handler for action {}",
@@ -816,6 +847,88 @@ fn task_loop(shared: &Shared, queue: &Mutex<Receiver<TaskAssignment>>) {
         };
         send_report(shared, &ctx, &report);
         shared.slots.release();
+    }
+}
+
+/// A handler and the task it runs on.
+type HandlerJob = (Handler, Arc<ActionContext>);
+
+/// The thread a task thread runs its handlers on, so that a handler past the action
+/// timeout can be left behind (a thread cannot be stopped): the task thread reports the
+/// attempt failed and takes its next task on a new handler thread.
+struct HandlerThread {
+    jobs: Sender<HandlerJob>,
+    reports: Receiver<Report>,
+}
+
+impl HandlerThread {
+    fn spawn(slot: u32) -> io::Result<HandlerThread> {
+        let (jobs, queue) = mpsc::channel::<HandlerJob>();
+        let (done, reports) = mpsc::channel::<Report>();
+        thread::Builder::new()
+            .name(format!("flo-handler-{slot}"))
+            .spawn(move || {
+                // Ends when its task thread leaves it (the job channel closes), or once its
+                // late report finds nobody waiting.
+                for (handler, ctx) in queue {
+                    if done.send(run_handler(handler.as_ref(), &ctx)).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(HandlerThread { jobs, reports })
+    }
+}
+
+/// Runs `handler` on the task thread's handler thread for at most the action timeout; past
+/// it, the attempt fails (retried per the action's policy) and the handler thread is left
+/// to finish on its own.
+fn run_timed(
+    shared: &Shared,
+    runner: &mut Option<HandlerThread>,
+    slot: u32,
+    handler: &Handler,
+    ctx: &Arc<ActionContext>,
+) -> Report {
+    if runner.is_none() {
+        match HandlerThread::spawn(slot) {
+            Ok(thread) => *runner = Some(thread),
+            // No thread to spare: run it here, without a timeout.
+            Err(_) => return run_handler(handler.as_ref(), ctx),
+        }
+    }
+    let Some(thread) = runner.as_ref() else {
+        return run_handler(handler.as_ref(), ctx);
+    };
+    if thread.jobs.send((handler.clone(), ctx.clone())).is_err() {
+        *runner = None;
+        return run_handler(handler.as_ref(), ctx);
+    }
+    let timeout = shared.options.action_timeout;
+    match thread.reports.recv_timeout(timeout) {
+        Ok(report) => report,
+        Err(RecvTimeoutError::Timeout) => {
+            // Left behind: its result, whenever it comes, goes nowhere.
+            *runner = None;
+            shared
+                .counters
+                .tasks_timed_out
+                .fetch_add(1, Ordering::Relaxed);
+            Report::Fail {
+                error: format!(
+                    "the action handler did not finish within the action timeout of {} ms",
+                    timeout.as_millis()
+                ),
+                mode: FailMode::Retry,
+            }
+        }
+        Err(RecvTimeoutError::Disconnected) => {
+            *runner = None;
+            Report::Fail {
+                error: "the action handler's thread ended without a result".into(),
+                mode: FailMode::Retry,
+            }
+        }
     }
 }
 

@@ -219,6 +219,7 @@ fn wasm_spec(name: &str, wat: &str) -> ActionSpec {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     }
 }
 
@@ -831,6 +832,7 @@ fn failing_guests_fail_their_runs_with_clear_errors_and_the_server_keeps_serving
     let spec = ActionSpec {
         max_retries: Some(0),
         memory_limit_mb: Some(1),
+        wasm_entrypoint: None,
         ..wasm_spec("hog", &grow_guest(64))
     };
     assert_eq!(register(&mut c, spec).memory_limit_mb, 1);
@@ -844,6 +846,7 @@ fn failing_guests_fail_their_runs_with_clear_errors_and_the_server_keeps_serving
     let spec = ActionSpec {
         max_retries: Some(0),
         memory_limit_mb: Some(1),
+        wasm_entrypoint: None,
         ..wasm_spec("grower", &grow_guest(8))
     };
     register(&mut c, spec);
@@ -1240,6 +1243,7 @@ fn registration_refuses_bad_modules_and_bad_names() {
             "memory_limit_mb",
             ActionSpec {
                 memory_limit_mb: Some(0),
+                wasm_entrypoint: None,
                 ..wasm_spec("limits", &echo_guest())
             },
         ),
@@ -1247,6 +1251,7 @@ fn registration_refuses_bad_modules_and_bad_names() {
             "memory_limit_mb",
             ActionSpec {
                 memory_limit_mb: Some(100_000),
+                wasm_entrypoint: None,
                 ..wasm_spec("limits", &echo_guest())
             },
         ),
@@ -2432,4 +2437,299 @@ fn oversize_output_fails_the_run_instead_of_the_server() {
     let error = run.error.unwrap_or_default();
     assert!(error.contains("exceed the maximum"), "{error}");
     assert_still_serving(&mut c, "after an oversize output");
+}
+
+// ---------------------------------------------------------------------------------------------
+// wasm_entrypoint and max_concurrent_executions (spec `flo-actions.md`)
+// ---------------------------------------------------------------------------------------------
+
+/// A WebAssembly action may name the export its executions call (`wasm_entrypoint`,
+/// default `handle`): checked at registration, shown by `info`, kept across a restart.
+#[test]
+fn a_wasm_action_calls_the_entrypoint_it_names_even_after_a_restart() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    let run_only = echo_guest().replace("(export \"handle\")", "(export \"run\")");
+    assert_ne!(run_only, echo_guest());
+
+    // Not named: `handle` is required.
+    let msg = expect_error(
+        c.register_action(wasm_spec("runner", &run_only)),
+        ErrorCode::BadRequest,
+    );
+    assert!(msg.contains("missing export `handle`"), "{msg}");
+    // Named: checked and called.
+    let info = register(
+        &mut c,
+        ActionSpec {
+            wasm_entrypoint: Some("run".into()),
+            ..wasm_spec("runner", &run_only)
+        },
+    );
+    assert_eq!(info.wasm_entrypoint.as_deref(), Some("run"));
+    assert_completed(&run_to_end(&mut c, "runner", r#"{"n":1}"#), r#"{"n":1}"#);
+    // The default, shown.
+    let info = register(&mut c, wasm_spec("echo", &echo_guest()));
+    assert_eq!(info.wasm_entrypoint.as_deref(), Some("handle"));
+    // Refused: an export it lacks, one of the ABI's others, a bad name, a user action.
+    for (entrypoint, words) in [
+        ("absent", vec!["missing export `absent`"]),
+        ("alloc", vec!["alloc", "ABI"]),
+        ("", vec!["wasm_entrypoint", "printable"]),
+        ("has space", vec!["wasm_entrypoint", "printable"]),
+    ] {
+        let spec = ActionSpec {
+            wasm_entrypoint: Some(entrypoint.into()),
+            ..wasm_spec("refused", &run_only)
+        };
+        let msg = expect_error(c.register_action(spec), ErrorCode::BadRequest);
+        for word in words {
+            assert!(msg.contains(word), "{entrypoint:?}: {msg}");
+        }
+    }
+    let user = ActionSpec {
+        wasm_entrypoint: Some("run".into()),
+        ..user_spec("manual")
+    };
+    let msg = expect_error(c.register_action(user), ErrorCode::BadRequest);
+    assert!(msg.contains("user action"), "{msg}");
+
+    // The CLI: --entrypoint, shown by info.
+    let file = dir.path().join("run-only.wat");
+    std::fs::write(&file, &run_only).unwrap();
+    let path = file.to_str().unwrap();
+    cli_ok(
+        &addr,
+        &[
+            "action",
+            "register",
+            "cli-runner",
+            "--wasm",
+            path,
+            "--entrypoint",
+            "run",
+        ],
+    );
+    let doc = cli_json(&addr, &["action", "info", "cli-runner"]);
+    assert_eq!(doc["wasm_entrypoint"], "run", "{doc}");
+    let text = cli_ok(&addr, &["action", "info", "cli-runner"]);
+    assert!(text.contains("entrypoint:  run"), "{text}");
+
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    assert_eq!(
+        c.action("runner").unwrap().wasm_entrypoint.as_deref(),
+        Some("run")
+    );
+    assert_completed(&run_to_end(&mut c, "runner", r#"{"n":2}"#), r#"{"n":2}"#);
+    assert_completed(
+        &run_to_end(&mut c, "cli-runner", r#"{"n":3}"#),
+        r#"{"n":3}"#,
+    );
+}
+
+/// `--max-concurrent-executions N` (the spec's `max_concurrent_executions`, default 4):
+/// at most N guests execute at once on a shard, the others wait for a slot (`pending`).
+#[test]
+fn max_concurrent_executions_bounds_the_guests_a_shard_runs_at_once() {
+    let dir = temp_dir();
+    let args = ["--shards", "1", "--max-concurrent-executions", "2"];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    register(
+        &mut c,
+        ActionSpec {
+            timeout_ms: Some(600_000),
+            max_retries: Some(0),
+            ..wasm_spec("spinner", &spin_guest())
+        },
+    );
+    let runs: Vec<String> = (0..3)
+        .map(|i| invoke(&mut c, "spinner", &i.to_string()))
+        .collect();
+    let statuses = |c: &mut Client| -> Vec<RunStatus> {
+        runs.iter().map(|id| c.run(id).unwrap().status).collect()
+    };
+    let executing = |c: &mut Client| c.status().unwrap().shards[0].executions;
+    assert!(wait_until(Duration::from_secs(10), || executing(&mut c) == 2));
+    let mut now = statuses(&mut c);
+    now.sort_by_key(|s| s.as_str());
+    assert_eq!(
+        now,
+        [RunStatus::Pending, RunStatus::Running, RunStatus::Running]
+    );
+    // A slot frees: the waiting run takes it.
+    let running = runs
+        .iter()
+        .find(|id| c.run(id).unwrap().status == RunStatus::Running)
+        .unwrap()
+        .clone();
+    c.cancel_run(&running).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let now = statuses(&mut c);
+        now.iter().filter(|s| **s == RunStatus::Running).count() == 2
+            && now.contains(&RunStatus::Cancelled)
+    }));
+    assert_eq!(executing(&mut c), 2);
+    for id in &runs {
+        let _ = c.cancel_run(id);
+    }
+    drop(c);
+    drop(server);
+
+    // Out of range: refused at start.
+    for bad in [
+        ["--max-concurrent-executions", "0"],
+        ["--max-concurrent-executions", "65"],
+        ["--max-run-steps", "0"],
+    ] {
+        let dir = temp_dir();
+        let refused = common::expect_refusal(dir.path(), &bad);
+        assert!(refused.stderr.contains(bad[0]), "{}", refused.stderr);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dead letters redriven (`flo action dlq NAME --redrive [RUN...]`)
+// ---------------------------------------------------------------------------------------------
+
+fn dlq_worker(c: &mut Client, id: &str, actions: &[&str]) {
+    c.register_worker(flo::protocol::WorkerSpec {
+        namespace: String::new(),
+        worker_id: id.into(),
+        worker_type: flo::protocol::WorkerType::Action,
+        max_concurrency: Some(100),
+        processes: actions.iter().map(|a| a.to_string()).collect(),
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+}
+
+/// Takes the task of `run_id` (waiting up to 10 s) and fails it with `mode`.
+fn fail_next(c: &mut Client, worker: &str, action: &str, mode: flo::FailMode) -> RunInfo {
+    let task = c
+        .await_tasks(worker, &[action], 1, 10_000)
+        .unwrap()
+        .pop()
+        .unwrap_or_else(|| panic!("no task of {action} came"));
+    c.fail_task(worker, &flo::TaskRef::from(&task), "gateway down", mode)
+        .unwrap()
+}
+
+/// Dead-lettered runs are queued again as new attempts by `--redrive` (the named ones, or
+/// all of the action's), through a logged record: after a crash they are still pending at
+/// their new attempt, and a worker takes them. Runs not dead-lettered, or of a workflow
+/// step, are refused with the reason.
+#[test]
+fn dead_lettered_runs_are_redriven_as_new_attempts_and_stay_so_after_a_restart() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    register(
+        &mut c,
+        ActionSpec {
+            max_retries: Some(0),
+            ..user_spec("charge")
+        },
+    );
+    dlq_worker(&mut c, "w1", &["charge", "review"]);
+    let mut dead = Vec::new();
+    for i in 0..3 {
+        let id = invoke(&mut c, "charge", &format!("{{\"n\":{i}}}"));
+        let run = fail_next(&mut c, "w1", "charge", flo::FailMode::NoRetry);
+        assert!(run.dead_lettered, "{run:?}");
+        dead.push(id);
+    }
+    dead.sort();
+    // Refused: a failure that was not dead-lettered, a completed run.
+    let non_retryable = invoke(&mut c, "charge", "{}");
+    fail_next(&mut c, "w1", "charge", flo::FailMode::NonRetryable);
+    let msg = expect_error(c.redrive_run(&non_retryable, None), ErrorCode::Conflict);
+    assert!(msg.contains("not dead-lettered"), "{msg}");
+    register(&mut c, wasm_spec("echo", &echo_guest()));
+    let done = run_to_end(&mut c, "echo", "{}").run_id;
+    let msg = expect_error(c.redrive_run(&done, None), ErrorCode::Conflict);
+    assert!(msg.contains("completed"), "{msg}");
+    expect_error(c.redrive_run("charge-999", None), ErrorCode::NotFound);
+    let msg = expect_error(c.redrive_run(&dead[0], Some("echo")), ErrorCode::BadRequest);
+    assert!(msg.contains("not \"echo\""), "{msg}");
+    // A workflow step's dead-lettered run: its workflow decides.
+    register(&mut c, user_spec("review"));
+    c.create_workflow(
+        "kind: Workflow\nname: reviewed\nversion: \"1\"\nstart:\n  run: \"@actions/review\"\n  \
+         transitions:\n    success: flo.Completed\n    failure: flo.Failed\n",
+    )
+    .unwrap();
+    let wf = c
+        .start_workflow("reviewed", b"{}", Default::default())
+        .unwrap();
+    let step_run = fail_next(&mut c, "w1", "review", flo::FailMode::NoRetry);
+    assert_eq!(step_run.workflow_run_id.as_deref(), Some(wf.as_str()));
+    let msg = expect_error(c.redrive_run(&step_run.run_id, None), ErrorCode::Conflict);
+    assert!(msg.contains("workflow run"), "{msg}");
+
+    // Named runs through the CLI: pending at their next attempt, off the dead-letter list.
+    let doc = cli_json(&addr, &["action", "dlq", "charge", "--redrive", &dead[0]]);
+    assert_eq!(doc["redriven"][0]["run_id"], dead[0].as_str(), "{doc}");
+    assert_eq!(doc["redriven"][0]["status"], "pending", "{doc}");
+    assert_eq!(doc["redriven"][0]["attempt"], 2, "{doc}");
+    let run = c.run(&dead[0]).unwrap();
+    assert_eq!(
+        (run.status, run.attempt, run.dead_lettered),
+        (RunStatus::Pending, 2, false)
+    );
+    // Again: it is pending now, refused.
+    let stderr = common::cli_fails(&addr, &["action", "dlq", "charge", "--redrive", &dead[0]]);
+    assert!(stderr.contains("not dead-lettered"), "{stderr}");
+    // All the rest of the action's.
+    let text = cli_ok(&addr, &["action", "dlq", "charge", "--redrive"]);
+    for id in &dead[1..] {
+        assert!(
+            text.contains(&format!("redriven {id} (attempt 2, pending)")),
+            "{text}"
+        );
+    }
+    let (listed, _) = c.list_runs("charge", None, true, None).unwrap();
+    assert!(
+        listed.is_empty(),
+        "the dead-letter list is empty: {listed:?}"
+    );
+
+    // Durable: after a crash they are pending at attempt 2, and a worker gets them.
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    for id in &dead {
+        let run = c.run(id).unwrap();
+        assert_eq!(
+            (run.status, run.attempt, run.dead_lettered),
+            (RunStatus::Pending, 2, false),
+            "{run:?}"
+        );
+    }
+    dlq_worker(&mut c, "w2", &["charge"]);
+    let mut taken = Vec::new();
+    while taken.len() < dead.len() {
+        let tasks = c.await_tasks("w2", &["charge"], 3, 10_000).unwrap();
+        assert!(!tasks.is_empty(), "the redriven runs come to a worker");
+        for task in tasks {
+            assert_eq!(task.attempt, 2);
+            c.complete_task("w2", &flo::TaskRef::from(&task), b"{\"ok\":true}", None)
+                .unwrap();
+            taken.push(task.task_id);
+        }
+    }
+    taken.sort();
+    assert_eq!(taken, dead);
+    for id in &dead {
+        assert_eq!(c.wait_run(id, 10_000).unwrap().status, RunStatus::Completed);
+    }
 }

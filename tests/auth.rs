@@ -68,6 +68,7 @@ fn user_action_spec(name: &str) -> ActionSpec {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     }
 }
 

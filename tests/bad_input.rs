@@ -113,6 +113,7 @@ fn assert_raw_connection_serves(s: &mut TcpStream, id: u64, key: &str) {
         key: key.into(),
         wait_ms: None,
         after_version: None,
+        newer_than_current: false,
     };
     s.write_all(&request_frame(&Request {
         id: id + 1,
@@ -368,6 +369,7 @@ fn fuzz_bytes(rng: &mut Rng, i: usize) -> Vec<u8> {
                         key: "fuzz".into(),
                         wait_ms: None,
                         after_version: None,
+                        newer_than_current: false,
                     },
                     2 => Op::KvList {
                         namespace: "default".into(),
@@ -547,6 +549,7 @@ fn a_client_that_never_reads_its_replies_does_not_stall_others() {
                 key: "wide".into(),
                 wait_ms: None,
                 after_version: None,
+                newer_than_current: false,
             },
         }));
     }

@@ -91,6 +91,7 @@ fn get_op(key: &str) -> Op {
         key: key.into(),
         wait_ms: None,
         after_version: None,
+        newer_than_current: false,
     }
 }
 

@@ -27,6 +27,7 @@ fn wasm_action(c: &mut Client, name: &str) {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap();
 }
@@ -295,6 +296,7 @@ fn lists_of_large_items_stop_at_a_byte_budget_and_page_through_everything() {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap();
     // The test guest has one page of memory: inputs of 48 KiB, echoed (96 KiB a run).
@@ -459,6 +461,7 @@ fn a_namespace_runs_at_most_its_wasm_slots_quota_at_once() {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap();
     let ids: Vec<String> = (0..4)

@@ -597,6 +597,7 @@ fn invalid_input_gets_bad_request_and_the_connection_keeps_working() {
             key: "k".into(),
             wait_ms: None,
             after_version: None,
+            newer_than_current: false,
         }));
         bad(c.call(Op::KvDelete {
             namespace: namespace.clone(),
@@ -684,4 +685,95 @@ fn concurrent_compare_and_set_increments_are_never_lost() {
     );
     assert_eq!(entry.version, total + 1);
     server.stop();
+}
+
+/// `kv get --block` (the reference's blocking get) waits for a version newer than the one
+/// the key holds when the read arrives, so an existing key is not answered at once; `--wait`
+/// still waits only for the key to exist. Keys on both shards: the read and the write are
+/// pipelined on one connection, so the read reaches the key's shard first.
+#[test]
+fn block_waits_for_the_next_write_and_wait_for_existence() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    let mux = flo::MuxClient::connect(server.addr).unwrap();
+    let get_next = |key: &str, wait_ms: u64, after_version: Option<u64>| Op::KvGet {
+        namespace: "default".into(),
+        key: key.into(),
+        wait_ms: Some(wait_ms),
+        after_version,
+        newer_than_current: true,
+    };
+    let put_op = |key: &str, value: &str| Op::KvPut {
+        namespace: "default".into(),
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        ttl_ms: None,
+        if_version: None,
+        if_exists: false,
+    };
+    for i in 0..4 {
+        let key = format!("watched-{i}");
+        assert_eq!(put(&mut c, &key, b"first"), 1);
+        // Blocks although the key exists, until the write behind it.
+        let next = mux.send(get_next(&key, 20_000, None)).unwrap();
+        let written = mux.send(put_op(&key, "second")).unwrap().wait().unwrap();
+        assert_eq!(written, Reply::KvPut { version: 2 });
+        match next.wait().unwrap() {
+            Reply::KvValue(Some(entry)) => {
+                assert_eq!((entry.value.as_slice(), entry.version), (&b"second"[..], 2));
+            }
+            other => panic!("--block answered {other:?}"),
+        }
+        // A key that does not exist yet: its first version.
+        let absent = format!("absent-{i}");
+        let next = mux.send(get_next(&absent, 20_000, None)).unwrap();
+        mux.send(put_op(&absent, "new")).unwrap().wait().unwrap();
+        assert!(matches!(
+            next.wait().unwrap(),
+            Reply::KvValue(Some(e)) if e.version == 1
+        ));
+        // With an after-version, that version decides (already newer: at once).
+        assert!(matches!(
+            mux.call(get_next(&key, 20_000, Some(1))).unwrap(),
+            Reply::KvValue(Some(e)) if e.version == 2
+        ));
+    }
+
+    // The CLI: --wait answers an existing key at once, --block waits for a write.
+    let doc = common::cli_json(&addr, &["kv", "get", "watched-0", "--wait", "20000"]);
+    assert_eq!(doc["version"], 2, "{doc}");
+    let err = common::cli_fails(&addr, &["kv", "get", "watched-0", "--block", "300"]);
+    assert!(
+        err.contains("no new version") && err.contains("timed out after 300 ms"),
+        "{err}"
+    );
+    let doc = common::cli_json(
+        &addr,
+        &[
+            "kv",
+            "get",
+            "watched-0",
+            "--block",
+            "300",
+            "--after-version",
+            "1",
+        ],
+    );
+    assert_eq!(doc["version"], 2, "{doc}");
+    let err = common::cli_usage_fails(
+        &addr,
+        &["kv", "get", "watched-0", "--wait", "10", "--block", "10"],
+    );
+    assert!(err.contains("--block") || err.contains("--wait"), "{err}");
+    // The SDK's `kv_get_next` times out empty when nothing is written.
+    assert_eq!(c.kv_get_next("watched-1", 200).unwrap(), None);
+    assert_eq!(
+        c.kv_get_wait("watched-1", 200, None)
+            .unwrap()
+            .unwrap()
+            .version,
+        2
+    );
 }

@@ -42,6 +42,7 @@ fn get_many(server: &TestServer, keys: &[String]) -> HashMap<String, KvEntry> {
                     key: key.clone(),
                     wait_ms: None,
                     after_version: None,
+                    newer_than_current: false,
                 },
             })
             .unwrap();

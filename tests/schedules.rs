@@ -27,6 +27,7 @@ fn wasm_action(c: &mut Client, name: &str) {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap();
 }

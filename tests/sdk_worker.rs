@@ -220,3 +220,61 @@ fn stopping_finishes_tasks_in_flight_and_a_drained_worker_leaves() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(c.run(&pending).unwrap().status, RunStatus::Pending);
 }
+
+/// The worker's `action_timeout` (spec `flo-workers.md`, default 5 min): a handler still
+/// running past it fails its attempt, which is retried per the action's policy, and the
+/// worker goes on taking tasks while that handler is left to finish in the background.
+#[test]
+fn a_handler_past_the_action_timeout_fails_its_attempt_and_the_worker_goes_on() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    user_action(&mut c, "slow", 60_000, 3, 50);
+    user_action(&mut c, "quick", 60_000, 3, 50);
+    // The first attempt's handler blocks until the test ends (it never finishes in time).
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    let worker = ActionWorker::builder(server.addr)
+        .worker_id("timed")
+        .concurrency(1)
+        .action_timeout(Duration::from_millis(1_000))
+        .action("slow", move |ctx| {
+            if ctx.attempt() == 1 {
+                let held = held.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = held.recv_timeout(Duration::from_secs(120));
+            }
+            ActionResult::json(&json!({"attempt": ctx.attempt()}))
+        })
+        .action("quick", |_ctx| Ok(ActionResult::bytes("done")))
+        .spawn()
+        .expect("worker starts");
+
+    let slow = c.invoke("slow", b"{}", InvokeOptions::default()).unwrap();
+    let run = wait_final(&mut c, &slow);
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    assert!(run.attempt >= 2, "the stuck attempt failed: {run:?}");
+    assert_eq!(output_json(&run)["attempt"], json!(run.attempt));
+    // One slot, its first handler still stuck: the worker takes and completes more.
+    let quick = c.invoke("quick", b"{}", InvokeOptions::default()).unwrap();
+    let run = wait_final(&mut c, &quick);
+    assert_eq!(
+        (run.status, run.output.as_deref()),
+        (RunStatus::Completed, Some(&b"done"[..]))
+    );
+    let stats = worker.stats();
+    assert!(stats.tasks_timed_out >= 1, "{stats:?}");
+    assert!(stats.tasks_failed >= 1, "{stats:?}");
+    // The stuck handler returns at last: its result is ignored, the run stays as it was.
+    release.send(()).unwrap();
+    let stats = worker.stop_and_join().unwrap();
+    assert_eq!(stats.reports_lost, 0, "{stats:?}");
+    let run = c.run(&slow).unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+
+    // A zero timeout is refused when the worker is built.
+    let refused = ActionWorker::builder(server.addr)
+        .action_timeout(Duration::ZERO)
+        .action("quick", |_ctx| Ok(ActionResult::empty()))
+        .build();
+    assert!(matches!(refused, Err(flo::WorkerError::Config(e)) if e.contains("action timeout")));
+}

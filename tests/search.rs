@@ -57,6 +57,7 @@ fn setup(c: &mut Client) -> Vec<Order> {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap();
     c.create_workflow(ORDERS).unwrap();

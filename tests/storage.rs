@@ -273,6 +273,7 @@ fn wasm_echo(c: &mut Client) {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap();
 }

@@ -628,6 +628,13 @@ fn drained_worker_finishes_its_task_but_gets_no_new_ones() {
     assert_eq!(doc, json!({"worker_id": "worker-a", "status": "active"}));
     let out = cli_ok(&addr, &["worker", "heartbeat", "--worker-id", "worker-a"]);
     assert!(out.contains("worker-a") && out.contains("active"), "{out}");
+    // At load 0 too: heartbeat → active (the spec's diagram), in the registry as well.
+    let w = cli_json(&addr, &["worker", "info", "worker-a"]);
+    assert_eq!(
+        (&w["status"], &w["current_load"]),
+        (&json!("active"), &json!(0)),
+        "{w}"
+    );
 
     // worker-a holds a task when it is drained.
     let first = invoke(&addr, "send-email", r#"{"to":"alice@example.com"}"#);

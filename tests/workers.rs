@@ -371,9 +371,10 @@ fn a_silent_worker_becomes_unhealthy_and_a_heartbeat_recovers_it() {
     }));
     assert_eq!(c.heartbeat("w1", 2).unwrap(), WorkerStatus::Active);
     assert_eq!(c.worker("w1").unwrap().current_load, 2);
-    // Answered `active` (healthy, ready), shown `idle` in the registry without tasks.
+    // Answered and shown `active` at load 0 too (heartbeat → active, the spec's diagram).
     assert_eq!(c.heartbeat("w1", 0).unwrap(), WorkerStatus::Active);
-    assert_eq!(c.worker("w1").unwrap().status, WorkerStatus::Idle);
+    let info = c.worker("w1").unwrap();
+    assert_eq!((info.status, info.current_load), (WorkerStatus::Active, 0));
     let list = c.list_workers().unwrap();
     assert_eq!(list.len(), 1);
 }
@@ -638,4 +639,139 @@ fn review_control_a_pending_task_of_a_re_registered_action_is_offered_live() {
     worker(&mut c, "w1", &["job"], None);
     let task = await_one(&mut c, "w1", "job", 2000);
     assert_eq!(task.map(|t| t.task_id), Some(run_id));
+}
+
+fn worker_of(client: &mut Client, id: &str, actions: &[&str], max_concurrency: u32) {
+    client
+        .register_worker(WorkerSpec {
+            namespace: String::new(),
+            worker_id: id.into(),
+            worker_type: WorkerType::Action,
+            max_concurrency: Some(max_concurrency),
+            processes: actions.iter().map(|a| a.to_string()).collect(),
+            metadata: None,
+            machine_id: None,
+            labels: None,
+        })
+        .expect("register worker");
+}
+
+fn await_op(worker_id: &str, action: &str, max_tasks: u32, block_ms: u64) -> flo::protocol::Op {
+    flo::protocol::Op::TaskAwait {
+        namespace: "default".into(),
+        worker_id: worker_id.into(),
+        actions: vec![action.into()],
+        max_tasks,
+        block_ms,
+    }
+}
+
+fn invoke_op(action: &str, input: &str) -> flo::protocol::Op {
+    flo::protocol::Op::ActionInvoke(flo::protocol::InvokeSpec {
+        namespace: "default".into(),
+        action: action.into(),
+        input: input.as_bytes().to_vec(),
+        priority: None,
+        delay_ms: None,
+        idempotency_key: None,
+        labels: None,
+        wait_ms: None,
+    })
+}
+
+fn tasks_of(reply: Result<flo::protocol::Reply, Error>) -> Vec<TaskAssignment> {
+    match reply {
+        Ok(flo::protocol::Reply::Tasks(tasks)) => tasks,
+        other => panic!("an await answered {other:?}"),
+    }
+}
+
+/// A worker's load (its heartbeat's `current_load`, plus the tasks handed to it since,
+/// minus those it reported) is used when tasks are offered: at its declared concurrency it
+/// gets nothing more, and an await held meanwhile is served once a report or a heartbeat
+/// frees a slot. One shard: requests pipelined on one connection are taken in order.
+#[test]
+fn a_worker_at_its_concurrency_gets_no_more_tasks_until_its_load_goes_down() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    let mux = flo::MuxClient::connect(server.addr).unwrap();
+    user_action(&mut c, "job", 60_000, 3, 1000);
+    worker_of(&mut c, "one-at-a-time", &["job"], 1);
+    for i in 0..3 {
+        c.invoke(
+            "job",
+            format!("{{\"n\":{i}}}").as_bytes(),
+            Default::default(),
+        )
+        .unwrap();
+    }
+    // Five asked for, one slot: one task.
+    let first = c.await_tasks("one-at-a-time", &["job"], 5, 5_000).unwrap();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(c.worker("one-at-a-time").unwrap().current_load, 1);
+    // At its concurrency: nothing, though two tasks wait.
+    let none = c.await_tasks("one-at-a-time", &["job"], 5, 300).unwrap();
+    assert!(none.is_empty(), "{none:?}");
+    // An await held at the concurrency is served once the task in flight is reported.
+    let held = mux
+        .send(await_op("one-at-a-time", "job", 5, 20_000))
+        .unwrap();
+    c.complete_task("one-at-a-time", &TaskRef::from(&first[0]), b"{}", None)
+        .unwrap();
+    let second = tasks_of(held.wait());
+    assert_eq!(second.len(), 1, "{second:?}");
+    c.complete_task("one-at-a-time", &TaskRef::from(&second[0]), b"{}", None)
+        .unwrap();
+    // A heartbeat saying the slot is busy holds the next await; one saying it is free
+    // releases it.
+    assert_eq!(
+        c.heartbeat("one-at-a-time", 1).unwrap(),
+        WorkerStatus::Active
+    );
+    assert!(
+        c.await_tasks("one-at-a-time", &["job"], 1, 300)
+            .unwrap()
+            .is_empty()
+    );
+    let held = mux
+        .send(await_op("one-at-a-time", "job", 1, 20_000))
+        .unwrap();
+    mux.heartbeat("one-at-a-time", 0).unwrap();
+    assert_eq!(tasks_of(held.wait()).len(), 1);
+}
+
+/// Among workers waiting for tasks, the least loaded is served first (spec
+/// `flo-workers.md`: the load "so the server can make load-aware routing decisions").
+#[test]
+fn among_awaiting_workers_the_least_loaded_is_served_first() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    let mux = flo::MuxClient::connect(server.addr).unwrap();
+    user_action(&mut c, "job", 60_000, 3, 1000);
+    worker_of(&mut c, "busy", &["job"], 10);
+    worker_of(&mut c, "idle", &["job"], 10);
+    c.heartbeat("busy", 6).unwrap();
+    c.heartbeat("idle", 1).unwrap();
+    // The busy worker waits first; the task created after both goes to the idle one.
+    let busy = mux.send(await_op("busy", "job", 1, 20_000)).unwrap();
+    let idle = mux.send(await_op("idle", "job", 1, 20_000)).unwrap();
+    mux.send(invoke_op("job", "{\"n\":1}"))
+        .unwrap()
+        .wait()
+        .unwrap();
+    let got = tasks_of(idle.wait());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].payload, b"{\"n\":1}");
+    // The next one goes to the busy worker, the only one still waiting.
+    mux.send(invoke_op("job", "{\"n\":2}"))
+        .unwrap()
+        .wait()
+        .unwrap();
+    let got = tasks_of(busy.wait());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].payload, b"{\"n\":2}");
+    assert_eq!(c.worker("idle").unwrap().current_load, 2);
+    assert_eq!(c.worker("busy").unwrap().current_load, 7);
 }

@@ -10,7 +10,7 @@ use flo::protocol::{
     WorkerType, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
 use flo::{Client, Error, FailMode, MuxClient, StartOptions, TaskRef};
-use flo_testkit::guests::{echo_guest, failing_guest, fixed_guest};
+use flo_testkit::guests::{echo_guest, failing_guest, fixed_guest, spin_guest};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ fn wasm_action(c: &mut Client, name: &str, wat: &str) {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
     .unwrap_or_else(|e| panic!("register {name}: {e}"));
 }
@@ -796,7 +797,8 @@ terminals:
     c.set_workflow_enabled("manual-step", false).unwrap();
     let retrying = start(&mut c, "retrying", json!({}));
     wait_status(&mut c, &waiting, WorkflowRunStatus::Waiting);
-    wait_status(&mut c, &manual, WorkflowRunStatus::Waiting);
+    // No worker has its step's task: pending.
+    wait_status(&mut c, &manual, WorkflowRunStatus::Pending);
     wait_status(&mut c, &retrying, WorkflowRunStatus::Waiting);
     server.kill9();
 
@@ -1117,4 +1119,244 @@ fn retention_forgets_finished_runs_and_keeps_runs_in_flight() {
     assert_eq!(code(c.run(&plain).unwrap_err()), ErrorCode::NotFound);
     assert_eq!(c.run(&waiting).unwrap().status, RunStatus::Pending);
     assert_eq!(c.run(&again).unwrap().input, b"{\"n\":3}".to_vec());
+}
+
+/// A worker's non-retryable failure (the SDK's `NonRetryableError`, `flo worker fail
+/// --non-retryable`) routes the run through the step's `failure` transition at once: the
+/// step's `retry:` policy does not run it again. An ordinary failure is retried (spec
+/// `flo-workers.md`, "NonRetryableError").
+#[test]
+fn a_non_retryable_failure_skips_the_steps_retries_and_takes_the_failure_transition() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    user_action(&mut c, "check-order", 60_000, 3, 1000);
+    worker(&mut c, "w1", &["check-order"]);
+    create(
+        &mut c,
+        r#"
+kind: Workflow
+name: checked
+version: "1"
+start:
+  run: "@actions/check-order"
+  retry:
+    max_attempts: 3
+    backoff: constant
+    initial_delay_ms: 10
+  transitions:
+    success: flo.Completed
+    failure: Rejected
+terminals:
+  Rejected:
+    status: failed
+"#,
+    );
+    let rejected = |c: &mut Client, run_id: &str| {
+        let run = wait_final(c, run_id);
+        assert_eq!(
+            (run.status, run.terminal.as_deref()),
+            (WorkflowRunStatus::Failed, Some("Rejected")),
+            "{run:?}"
+        );
+        assert_eq!(run.steps[0].executions, 1, "not retried: {run:?}");
+        let history = events(c, run_id);
+        assert!(
+            !history.iter().any(|e| e == "step_retry"),
+            "no retry: {history:?}"
+        );
+    };
+
+    // Through the SDK.
+    let sdk = start(&mut c, "checked", json!({"order": 1}));
+    let task = next_task(&mut c, "w1", "check-order");
+    let run = c
+        .fail_task(
+            "w1",
+            &TaskRef::from(&task),
+            "missing orderId",
+            FailMode::NonRetryable,
+        )
+        .unwrap();
+    assert!(!run.dead_lettered, "{run:?}");
+    rejected(&mut c, &sdk);
+    assert!(
+        c.workflow_run(&sdk)
+            .unwrap()
+            .error
+            .is_some_and(|e| e.contains("missing orderId"))
+    );
+
+    // Through the CLI.
+    let cli = start(&mut c, "checked", json!({"order": 2}));
+    let task = next_task(&mut c, "w1", "check-order");
+    common::cli_ok(
+        &addr,
+        &[
+            "worker",
+            "fail",
+            &task.task_id,
+            "--worker-id",
+            "w1",
+            "--action",
+            "check-order",
+            "--error",
+            "over the limit",
+            "--non-retryable",
+        ],
+    );
+    rejected(&mut c, &cli);
+
+    // An ordinary failure is retried by the step's policy.
+    let retried = start(&mut c, "checked", json!({"order": 3}));
+    let task = next_task(&mut c, "w1", "check-order");
+    c.fail_task("w1", &TaskRef::from(&task), "flaky", FailMode::Retry)
+        .unwrap();
+    let task = next_task(&mut c, "w1", "check-order");
+    c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+        .unwrap();
+    let run = wait_final(&mut c, &retried);
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    assert_eq!(run.steps[0].executions, 2);
+    assert!(events(&mut c, &retried).iter().any(|e| e == "step_retry"));
+}
+
+/// A loop through action steps is bounded: past `--max-run-steps` steps in all the run
+/// fails saying so, instead of running forever. The count is the run's durable state: steps
+/// executed before a crash count after it.
+#[test]
+fn a_run_looping_through_action_steps_fails_past_max_run_steps_even_across_a_restart() {
+    let dir = temp_dir();
+    let args = ["--max-run-steps", "5"];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    wasm_action(&mut c, "spin", &echo_guest());
+    user_action(&mut c, "tick", 60_000, 0, 1000);
+    worker(&mut c, "w1", &["tick"]);
+    let looping = |name: &str, action: &str| {
+        format!(
+            "kind: Workflow\nname: {name}\nversion: \"1\"\nstart:\n  run: \"@actions/{action}\"\n  \
+             transitions:\n    success: ping\n    failure: flo.Failed\nsteps:\n  ping:\n    \
+             run: \"@actions/{action}\"\n    transitions:\n      success: pong\n      \
+             failure: flo.Failed\n  pong:\n    run: \"@actions/{action}\"\n    \
+             transitions:\n      success: ping\n      failure: flo.Failed\n"
+        )
+    };
+    create(&mut c, &looping("spinning", "spin"));
+    create(&mut c, &looping("ticking", "tick"));
+
+    // WebAssembly steps loop on their own: stopped at the bound.
+    let spinning = start(&mut c, "spinning", json!({}));
+    let run = wait_final(&mut c, &spinning);
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    let error = run.error.unwrap_or_default();
+    assert!(
+        error.contains("executed 5 steps") && error.contains("--max-run-steps"),
+        "{error}"
+    );
+    let (spins, _) = c.list_runs("spin", None, false, None).unwrap();
+    assert_eq!(spins.len(), 5, "five executions, then the run failed");
+
+    // Worker steps: three before a crash, two after it, then the bound.
+    let ticking = start(&mut c, "ticking", json!({}));
+    for _ in 0..3 {
+        let task = next_task(&mut c, "w1", "tick");
+        c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+            .unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || {
+        let run = c.workflow_run(&ticking).unwrap();
+        run.steps.iter().map(|s| s.executions).sum::<u32>() == 3
+    }));
+    drop(c);
+    server.kill9();
+
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    worker(&mut c, "w1", &["tick"]);
+    for _ in 0..2 {
+        let task = next_task(&mut c, "w1", "tick");
+        c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+            .unwrap();
+    }
+    let run = wait_final(&mut c, &ticking);
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    assert!(
+        run.error
+            .as_deref()
+            .is_some_and(|e| e.contains("executed 5 steps")),
+        "{run:?}"
+    );
+    assert!(
+        c.await_tasks("w1", &["tick"], 1, 300).unwrap().is_empty(),
+        "no sixth step"
+    );
+    let (ticks, _) = c.list_runs("tick", None, false, None).unwrap();
+    assert_eq!(ticks.len(), 5);
+}
+
+/// A run whose step waits for a worker to take its task, or for a WebAssembly slot, is
+/// `pending` (spec: "queued, waiting for a worker (or WASM execution)"); `waiting` once a
+/// worker holds the task, `running` while a guest executes it. Lists filter on it.
+#[test]
+fn a_run_waiting_for_a_worker_or_a_wasm_slot_is_pending() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--max-concurrent-executions", "1"]);
+    let mut c = server.client();
+    user_action(&mut c, "review", 60_000, 0, 1000);
+    wasm_action(&mut c, "quick", &echo_guest());
+    let hog = ActionSpec {
+        namespace: String::new(),
+        name: "hog".into(),
+        kind: ActionKind::Wasm,
+        wasm: Some(spin_guest().into_bytes()),
+        timeout_ms: Some(600_000),
+        max_retries: Some(0),
+        retry_delay_ms: None,
+        description: None,
+        memory_limit_mb: None,
+        wasm_entrypoint: None,
+    };
+    c.register_action(hog).unwrap();
+    let one_step = |name: &str, action: &str| {
+        format!(
+            "kind: Workflow\nname: {name}\nversion: \"1\"\nstart:\n  run: \"@actions/{action}\"\n  \
+             transitions:\n    success: flo.Completed\n"
+        )
+    };
+    create(&mut c, &one_step("manual", "review"));
+    create(&mut c, &one_step("inline", "quick"));
+
+    // A worker step: pending until a worker takes the task, then waiting.
+    let manual = start(&mut c, "manual", json!({}));
+    let run = wait_status(&mut c, &manual, WorkflowRunStatus::Pending);
+    assert!(run.waiting_for.is_some_and(|w| w.starts_with("action run")));
+    let (listed, _) = c
+        .list_workflow_runs("manual", Some(WorkflowRunStatus::Pending), None)
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    worker(&mut c, "w1", &["review"]);
+    let task = next_task(&mut c, "w1", "review");
+    wait_status(&mut c, &manual, WorkflowRunStatus::Waiting);
+    c.complete_task("w1", &TaskRef::from(&task), b"{}", None)
+        .unwrap();
+    assert_eq!(
+        wait_final(&mut c, &manual).status,
+        WorkflowRunStatus::Completed
+    );
+
+    // A WebAssembly step behind the shard's one slot, which a spinning guest holds (runs
+    // started without an id live on the shard of their connection: both on `c`'s).
+    let spinning = c.invoke("hog", b"{}", Default::default()).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        c.run(&spinning).unwrap().status == RunStatus::Running
+    }));
+    let inline = start(&mut c, "inline", json!({"n": 1}));
+    wait_status(&mut c, &inline, WorkflowRunStatus::Pending);
+    c.cancel_run(&spinning).unwrap();
+    assert_eq!(
+        wait_final(&mut c, &inline).status,
+        WorkflowRunStatus::Completed
+    );
 }

@@ -286,7 +286,9 @@ impl<'a> TaskWorker<'a> {
             namespace: self.cfg.namespace.clone(),
             worker_id: self.worker_id.clone(),
             worker_type: WorkerType::Action,
-            max_concurrency: Some(self.cfg.await_batch),
+            // It awaits the next batch while the last one's completions are in flight: up
+            // to two batches (the server offers no more than this).
+            max_concurrency: Some(self.cfg.await_batch.saturating_mul(2)),
             processes: vec![self.cfg.action.clone()],
             metadata: None,
             machine_id: None,

@@ -138,6 +138,7 @@ pub fn register_wasm_action(
         retry_delay_ms: None,
         description: Some("flo-loadtest: returns {\"ok\":true}".into()),
         memory_limit_mb: Some(1),
+        wasm_entrypoint: None,
     };
     client
         .register_action(spec)
@@ -214,6 +215,7 @@ pub fn register_user_action(
         retry_delay_ms: None,
         description: Some("flo-loadtest: completed by the loadtest's workers".into()),
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     };
     client
         .register_action(spec)

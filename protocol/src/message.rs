@@ -16,6 +16,8 @@ pub const KV_VALUE_BYTES_MAX: usize = 1 << 20;
 pub const KV_LIST_LIMIT_DEFAULT: u32 = 1000;
 pub const KV_LIST_LIMIT_MAX: u32 = 10_000;
 pub const ACTION_NAME_BYTES_MAX: usize = 256;
+/// Longest export name a `wasm` action may name as its entrypoint.
+pub const WASM_ENTRYPOINT_BYTES_MAX: usize = 128;
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 pub const RUN_INPUT_BYTES_MAX: usize = 1 << 20;
 pub const RUN_LIST_LIMIT_DEFAULT: u32 = 100;
@@ -75,9 +77,15 @@ pub enum Op {
         /// answer at once.
         #[serde(default)]
         wait_ms: Option<u64>,
-        /// Only a version newer than this counts (None: any version, i.e. the key exists).
+        /// Only a version newer than this counts (None: any version, i.e. the key exists,
+        /// unless `newer_than_current`).
         #[serde(default)]
         after_version: Option<u64>,
+        /// Without `after_version`: only a version newer than the one the key holds when
+        /// the request reaches the key's shard counts (any version if it holds none) — a
+        /// wait for the next write (`kv get --block`). With `after_version`, ignored.
+        #[serde(default)]
+        newer_than_current: bool,
     },
     KvPut {
         namespace: String,
@@ -151,6 +159,15 @@ pub enum Op {
     RunCancel {
         namespace: String,
         run_id: String,
+    },
+    /// Queue a dead-lettered run again as a new attempt (pending, attempt + 1, no longer
+    /// dead-lettered; `flo action dlq NAME --redrive`). `action`, when given, must be the
+    /// run's. Runs of workflow steps are refused: their workflow decides about retries.
+    RunRedrive {
+        namespace: String,
+        run_id: String,
+        #[serde(default)]
+        action: Option<String>,
     },
     /// Register (or re-register, replacing) a worker. Lives on the shard its id hashes to.
     WorkerRegister(WorkerSpec),
@@ -443,7 +460,10 @@ impl ActionKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Queued: waiting for a worker (or a WebAssembly slot), or for its delay or retry
+    /// backoff.
     Pending,
+    /// Leased to a worker, or executing.
     Running,
     Completed,
     Failed,
@@ -493,6 +513,10 @@ pub struct ActionSpec {
     pub retry_delay_ms: Option<u64>,
     pub description: Option<String>,
     pub memory_limit_mb: Option<u32>,
+    /// The export a `wasm` action's executions call (default `handle`; same signature and
+    /// ABI as `handle`). 1 to `WASM_ENTRYPOINT_BYTES_MAX` printable ASCII characters.
+    #[serde(default)]
+    pub wasm_entrypoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -516,7 +540,9 @@ impl WorkerType {
 pub enum WorkerStatus {
     /// Healthy, processing or ready for tasks.
     Active,
-    /// Healthy, reported no tasks in flight.
+    /// Connected, no current tasks. Kept for the wire (the spec lists it); this server
+    /// never gives it: a heartbeat makes a worker `active` whatever its load, as in the
+    /// spec's status diagram.
     Idle,
     /// Finishing its tasks, given nothing new (sticky).
     Draining,
@@ -621,7 +647,10 @@ pub struct WorkflowStartSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkflowRunStatus {
+    /// Its step's action run is queued: waiting for a worker to take it, or for a
+    /// WebAssembly slot.
     Pending,
+    /// A step is being started, or a WebAssembly action executes it.
     Running,
     /// Blocked on a signal, an action run, a child workflow, or a retry/poll timer.
     Waiting,
@@ -1077,6 +1106,9 @@ pub struct ActionInfo {
     pub wasm_bytes: Option<u64>,
     /// What the module's `describe` export returned.
     pub wasm_describe: Option<String>,
+    /// The export its executions call, for `wasm` actions (`handle` unless named).
+    #[serde(default)]
+    pub wasm_entrypoint: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
 }
@@ -1103,6 +1135,9 @@ pub struct RunInfo {
     pub idempotency_key: Option<String>,
     /// Failed or timed out after exhausting its retries.
     pub dead_lettered: bool,
+    /// The workflow run whose step this run executes (None: invoked on its own).
+    #[serde(default)]
+    pub workflow_run_id: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     /// When a pending run becomes available (delay or retry backoff).

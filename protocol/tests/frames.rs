@@ -192,6 +192,7 @@ fn requests_without_the_newer_optional_fields_still_decode() {
             key: "k".into(),
             wait_ms: None,
             after_version: None,
+            newer_than_current: false,
         },
         Op::KvPut {
             namespace: "ns".into(),

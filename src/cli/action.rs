@@ -18,7 +18,13 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
             retry_delay_ms,
             description,
             memory_limit_mb,
+            entrypoint,
         } => {
+            if entrypoint.is_some() && wasm.is_none() {
+                return Err(CliError::Usage(
+                    "--entrypoint names the export of a --wasm module; give --wasm FILE".into(),
+                ));
+            }
             let module = match wasm {
                 Some(path) => Some(std::fs::read(path).map_err(|e| {
                     CliError::Usage(format!("cannot read wasm module {}: {e}", path.display()))
@@ -39,6 +45,7 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
                 retry_delay_ms: *retry_delay_ms,
                 description: description.clone(),
                 memory_limit_mb: *memory_limit_mb,
+                wasm_entrypoint: entrypoint.clone(),
             };
             let info = client.register_action(spec)?;
             out.print(action_json(&info), || {
@@ -143,8 +150,16 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
         }
         ActionCommand::Dlq {
             name,
+            runs,
+            redrive: true,
+            limit,
+            ..
+        } => redrive(client, out, name, runs, *limit)?,
+        ActionCommand::Dlq {
+            name,
             limit,
             cursor,
+            ..
         } => {
             let page = client.list_runs_page(name, None, true, *limit, cursor.as_deref())?;
             print_runs(out, &page);
@@ -172,6 +187,84 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Dead-lettered runs listed at once while gathering those to redrive.
+const REDRIVE_PAGE_RUNS: u32 = 1000;
+
+/// `action dlq NAME --redrive [RUN...]`: each run (every dead-lettered run of the action
+/// when none is named, at most `limit`) queued again as a new attempt. Prints the runs
+/// redriven; those refused make it fail, naming each.
+fn redrive(
+    client: &mut Client,
+    out: &Output,
+    action: &str,
+    named: &[String],
+    limit: Option<u32>,
+) -> Result<(), CliError> {
+    let mut runs: Vec<String> = named.to_vec();
+    if runs.is_empty() {
+        let most = limit.map_or(usize::MAX, |n| n as usize);
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = client.list_runs_page(
+                action,
+                None,
+                true,
+                Some(REDRIVE_PAGE_RUNS),
+                cursor.as_deref(),
+            )?;
+            runs.extend(page.items.into_iter().map(|r| r.run_id));
+            cursor = page.next_cursor;
+            if cursor.is_none() || runs.len() >= most {
+                break;
+            }
+        }
+        runs.truncate(most);
+    }
+    let mut redriven = Vec::new();
+    let mut refused = Vec::new();
+    for run_id in &runs {
+        match client.redrive_run(run_id, Some(action)) {
+            Ok(info) => redriven.push(info),
+            Err(flo::Error::Server(e)) => refused.push((run_id.clone(), e.message)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let doc = json!({
+        "redriven": redriven.iter().map(run_json).collect::<Vec<_>>(),
+        "refused": refused
+            .iter()
+            .map(|(id, e)| json!({"run_id": id, "error": e}))
+            .collect::<Vec<_>>(),
+    });
+    out.print(doc, || {
+        if redriven.is_empty() && refused.is_empty() {
+            return format!("no dead-lettered run of {action} to redrive");
+        }
+        redriven
+            .iter()
+            .map(|r| {
+                format!(
+                    "redriven {} (attempt {}, {})",
+                    r.run_id,
+                    r.attempt,
+                    r.status.as_str()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let reasons: Vec<String> = refused.iter().map(|(id, e)| format!("{id}: {e}")).collect();
+    Err(CliError::Failed(format!(
+        "{} of {} runs not redriven: {}",
+        refused.len(),
+        runs.len(),
+        reasons.join("; ")
+    )))
 }
 
 fn print_runs(out: &Output, page: &Page<RunInfo>) {
@@ -224,6 +317,7 @@ pub(super) fn run_json(r: &RunInfo) -> Value {
         "labels": r.labels.as_deref().map(bytes_json_str),
         "idempotency_key": r.idempotency_key,
         "dead_lettered": r.dead_lettered,
+        "workflow_run_id": r.workflow_run_id,
         "created_at": time_text(r.created_at_ms),
         "updated_at": time_text(r.updated_at_ms),
         "available_at": time_text(r.available_at_ms),
@@ -276,6 +370,7 @@ fn action_json(a: &ActionInfo) -> Value {
         "memory_limit_mb": a.memory_limit_mb,
         "wasm_bytes": a.wasm_bytes,
         "wasm_describe": a.wasm_describe,
+        "wasm_entrypoint": a.wasm_entrypoint,
         "created_at": time_text(a.created_at_ms),
         "updated_at": time_text(a.updated_at_ms),
     })
@@ -296,6 +391,8 @@ fn action_text(a: &ActionInfo) -> String {
     if a.kind == ActionKind::Wasm {
         lines.push(format!("memory:      {} MiB", a.memory_limit_mb));
         lines.push(format!("module:      {} bytes", a.wasm_bytes.unwrap_or(0)));
+        let entrypoint = a.wasm_entrypoint.as_deref().unwrap_or("handle");
+        lines.push(format!("entrypoint:  {entrypoint}"));
     }
     if let Some(d) = &a.description {
         lines.push(format!("description: {d}"));

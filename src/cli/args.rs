@@ -122,6 +122,16 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = flo_runtime::MODULE_CACHE_BYTES_DEFAULT >> 20,
           value_parser = clap::value_parser!(u64).range(..=1 << 20))]
     pub module_cache_mb: u64,
+    /// Steps one workflow run may execute in all (each retry, poll and visit of a step in a
+    /// loop counts): one more fails the run, saying so (a loop that never ends).
+    #[arg(long, value_name = "N", default_value_t = flo_runtime::RUN_STEPS_MAX_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_run_steps: u64,
+    /// WebAssembly executions at once per shard (the spec's `max_concurrent_executions`);
+    /// more runs wait for a slot, shown `pending`.
+    #[arg(long, value_name = "N", default_value_t = flo_runtime::WASM_SLOTS_DEFAULT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=flo_runtime::WASM_SLOTS_MAX as u64))]
+    pub max_concurrent_executions: u64,
     /// Tokens, roles and namespaces (YAML, or TOML for a `.toml` file): every connection
     /// must present a token and may do only what it grants. See README, Authentication.
     #[arg(long, value_name = "FILE")]
@@ -160,14 +170,20 @@ pub enum KvCommand {
         #[arg(long)]
         xx: bool,
     },
-    /// Read a value. With --wait (or --block), wait for the key to exist, or with
-    /// --after-version V for a version newer than V; not found when none came in time.
+    /// Read a value. With --wait MS, wait for the key to exist; with --block MS, for a
+    /// version newer than the one it holds now (the next write); with --after-version V
+    /// (and either), for a version newer than V. Not found when none came in time.
     Get {
         key: String,
-        /// Longest wait, in ms (0: answer at once).
-        #[arg(long = "wait", visible_alias = "block", value_name = "MS",
+        /// Wait up to this many ms for the key to exist (0: answer at once).
+        #[arg(long = "wait", value_name = "MS", conflicts_with = "block_ms",
               value_parser = clap::value_parser!(u64).range(0..=KV_WAIT_MS_MAX))]
         wait_ms: Option<u64>,
+        /// Wait up to this many ms for a version newer than the key's current one (a new
+        /// write; any version if the key does not exist).
+        #[arg(long = "block", value_name = "MS",
+              value_parser = clap::value_parser!(u64).range(0..=KV_WAIT_MS_MAX))]
+        block_ms: Option<u64>,
         /// Only a version newer than this counts.
         #[arg(long, value_name = "V")]
         after_version: Option<u64>,
@@ -211,6 +227,9 @@ pub enum ActionCommand {
         /// Memory limit of a WebAssembly action, in MiB.
         #[arg(long)]
         memory_limit_mb: Option<u32>,
+        /// The module's export its executions call [default: handle].
+        #[arg(long, value_name = "EXPORT")]
+        entrypoint: Option<String>,
     },
     /// Run an action with a JSON input; prints the run id.
     Invoke {
@@ -261,13 +280,22 @@ pub enum ActionCommand {
     Enable { name: String },
     /// Refuse new invocations.
     Disable { name: String },
-    /// Runs that failed or timed out after exhausting their retries.
+    /// Runs that failed or timed out after exhausting their retries (a page). With
+    /// --redrive, queue them again as new attempts: the RUNs named, or every one of the
+    /// action's (at most --limit).
     Dlq {
         name: String,
+        /// Dead-lettered runs to redrive (with --redrive).
+        #[arg(value_name = "RUN", requires = "redrive")]
+        runs: Vec<String>,
+        /// Queue the runs again as new attempts (pending, next attempt, no longer
+        /// dead-lettered); prints each run redriven.
+        #[arg(long)]
+        redrive: bool,
         #[arg(long)]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "redrive")]
         cursor: Option<String>,
     },
 }

@@ -28,16 +28,25 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
         KvCommand::Get {
             key,
             wait_ms,
+            block_ms,
             after_version,
         } => {
-            let wait_ms = wait_ms.unwrap_or(0);
-            let Some(entry) = client.kv_get_wait(key, wait_ms, *after_version)? else {
-                return Err(CliError::Failed(not_found(
-                    key,
-                    client.namespace(),
-                    wait_ms,
-                    *after_version,
-                )));
+            let found = match (block_ms, after_version) {
+                (Some(block_ms), None) => client.kv_get_next(key, *block_ms)?,
+                _ => {
+                    let wait_ms = wait_ms.or(*block_ms).unwrap_or(0);
+                    client.kv_get_wait(key, wait_ms, *after_version)?
+                }
+            };
+            let Some(entry) = found else {
+                let waited = wait_ms.or(*block_ms).unwrap_or(0);
+                let newer = match (block_ms, after_version) {
+                    (_, Some(v)) => Newer::Than(*v),
+                    (Some(_), None) => Newer::ThanCurrent,
+                    (None, None) => Newer::Any,
+                };
+                let namespace = client.namespace();
+                return Err(CliError::Failed(not_found(key, namespace, waited, newer)));
             };
             out.print(entry_json(&entry), || value_text(&entry.value));
         }
@@ -77,17 +86,27 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
     Ok(())
 }
 
+/// Which versions a read asked for.
+enum Newer {
+    Any,
+    Than(u64),
+    ThanCurrent,
+}
+
 /// What a read that found nothing (in time) says.
-fn not_found(key: &str, namespace: &str, wait_ms: u64, after_version: Option<u64>) -> String {
+fn not_found(key: &str, namespace: &str, wait_ms: u64, newer: Newer) -> String {
     let waited = if wait_ms > 0 {
         format!(" (timed out after {wait_ms} ms)")
     } else {
         String::new()
     };
-    match after_version {
-        Some(v) => {
+    match newer {
+        Newer::Than(v) => {
             format!("no version of key {key:?} newer than {v} in namespace {namespace:?}{waited}")
         }
-        None => format!("key {key:?} not found in namespace {namespace:?}{waited}"),
+        Newer::ThanCurrent => {
+            format!("no new version of key {key:?} was written in namespace {namespace:?}{waited}")
+        }
+        Newer::Any => format!("key {key:?} not found in namespace {namespace:?}{waited}"),
     }
 }

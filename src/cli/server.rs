@@ -1,7 +1,7 @@
 use super::CliError;
 use super::args::{DurabilityArg, ServerArgs};
 use flo_engine::auth::{AuthTable, FileFormat};
-use flo_runtime::{Durability, ServerConfig, run_server};
+use flo_runtime::{Durability, Limits, ServerConfig, run_server};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -41,6 +41,10 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         test_clock: args.test_clock,
         fault_disk_capacity_file: args.fault_disk_capacity_file.clone(),
         auth,
+        limits: Limits {
+            run_steps_max: args.max_run_steps,
+            wasm_slots: args.max_concurrent_executions as usize,
+        },
     };
     run_server(config, stop, |ready| {
         // Nobody reading the ready line (a closed pipe) is no reason to stop serving.

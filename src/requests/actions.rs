@@ -280,6 +280,28 @@ impl TypedRequest for CancelRun<'_> {
     }
 }
 
+/// `Client::redrive_run`.
+pub(crate) struct RedriveRun<'a> {
+    pub run_id: &'a str,
+    pub action: Option<&'a str>,
+}
+
+impl TypedRequest for RedriveRun<'_> {
+    type Output = RunInfo;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::RunRedrive {
+            namespace: namespace.into(),
+            run_id: self.run_id.into(),
+            action: self.action.map(str::to_string),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<RunInfo, Error> {
+        run_of(reply)
+    }
+}
+
 /// The action a `Reply::Action` carries.
 fn action_of(reply: Reply) -> Result<ActionInfo, Error> {
     match reply {

@@ -33,11 +33,13 @@ impl TypedRequest for KvPut<'_> {
     }
 }
 
-/// `Client::kv_get_wait` (`wait_ms` 0: do not wait).
+/// `Client::kv_get_wait`, `Client::kv_get_next` (`wait_ms` 0: do not wait).
 pub(crate) struct KvGet<'a> {
     pub key: &'a str,
     pub wait_ms: u64,
     pub after_version: Option<u64>,
+    /// Without `after_version`: only a version newer than the key's current one.
+    pub newer_than_current: bool,
 }
 
 impl TypedRequest for KvGet<'_> {
@@ -49,6 +51,7 @@ impl TypedRequest for KvGet<'_> {
             key: self.key.into(),
             wait_ms: (self.wait_ms > 0).then_some(self.wait_ms),
             after_version: self.after_version,
+            newer_than_current: self.newer_than_current,
         }
     }
 

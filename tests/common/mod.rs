@@ -409,6 +409,7 @@ pub fn user_action(
             retry_delay_ms: Some(retry_ms),
             description: None,
             memory_limit_mb: None,
+            wasm_entrypoint: None,
         })
         .unwrap_or_else(|e| panic!("register action {name}: {e}"));
 }

@@ -286,6 +286,7 @@ fn sample_ops() -> Vec<Op> {
             key: "order:1".into(),
             wait_ms: Some(1000),
             after_version: Some(2),
+            newer_than_current: false,
         },
         Op::KvPut {
             namespace: ns(),
@@ -316,6 +317,7 @@ fn sample_ops() -> Vec<Op> {
             retry_delay_ms: Some(100),
             description: Some("charges a card".into()),
             memory_limit_mb: Some(16),
+            wasm_entrypoint: None,
         }),
         Op::ActionGet {
             namespace: ns(),
@@ -545,6 +547,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         labels: None,
         idempotency_key: Some("k".into()),
         dead_lettered: false,
+        workflow_run_id: None,
         created_at_ms: 1,
         updated_at_ms: 2,
         available_at_ms: 1,
@@ -654,6 +657,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             memory_limit_mb: 16,
             wasm_bytes: None,
             wasm_describe: None,
+            wasm_entrypoint: None,
             created_at_ms: 1,
             updated_at_ms: 1,
         })),

@@ -374,6 +374,7 @@ fn sample_records() -> Vec<Record> {
         labels: Some("{\"region\":\"eu\"}".into()),
         idempotency_key: None,
         dead_lettered: true,
+        workflow_run_id: None,
         created_at_ms: 1,
         updated_at_ms: 5,
         available_at_ms: 1,
@@ -434,6 +435,7 @@ fn sample_records() -> Vec<Record> {
                 wasm_describe: Some("{}".into()),
                 created_at_ms: 1,
                 updated_at_ms: 2,
+                wasm_entrypoint: Some("run".into()),
             },
         },
         Record::ActionRemoved {
@@ -517,6 +519,13 @@ fn sample_records() -> Vec<Record> {
             namespace: ns(),
             run_id: "charge-3".into(),
             at_ms: 11,
+        },
+        Record::RunRedriven {
+            namespace: ns(),
+            run_id: "charge-1".into(),
+            attempt: 4,
+            at_ms: 11,
+            archived: Some(Box::new(run_info.clone())),
         },
         Record::WorkflowDefined {
             namespace: ns(),

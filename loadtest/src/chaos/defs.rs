@@ -115,6 +115,7 @@ pub fn register(addr: &str) -> Result<(), String> {
         retry_delay_ms: Some(50),
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     };
     let specs = [
         action(GUEST_ACTION, ActionKind::Wasm, Some(GUEST_WAT), None, 3),

@@ -8,7 +8,7 @@
 use crate::core::io::{Effect, PeerRequest, ReplyResult, ReplyTo};
 use crate::core::{Core, Waiting};
 use crate::fold::record::Record;
-use crate::fold::registry::action_info;
+use crate::fold::registry::{ENTRYPOINT_DEFAULT, action_info, check_entrypoint};
 use crate::fold::state::ShardState;
 use crate::fold::streams::{StreamDef, StreamKey, StreamSync};
 use crate::workflows;
@@ -87,11 +87,23 @@ fn next(core: &mut Core, defs: &mut Definitions) {
         if let Op::ActionRegister(spec) = &op
             && let Some(wasm) = &spec.wasm
         {
+            // A bad entrypoint name is refused before compiling for it.
+            let entrypoint = match check_entrypoint(spec.kind, spec.wasm_entrypoint.clone()) {
+                Ok(name) => name.unwrap_or_else(|| ENTRYPOINT_DEFAULT.to_string()),
+                Err(e) => {
+                    core.reply_op(to, 0, Err(e));
+                    continue;
+                }
+            };
             let wasm: Arc<[u8]> = Arc::from(wasm.as_slice());
             let Op::ActionRegister(spec) = op else {
                 unreachable!("matched above")
             };
-            core.emit(Effect::Compile { job: id, wasm });
+            core.emit(Effect::Compile {
+                job: id,
+                wasm,
+                entrypoint,
+            });
             defs.current = Some(Change {
                 id,
                 to,

@@ -37,10 +37,12 @@ mod workers;
 mod workflows;
 
 pub use crate::actions::WASM_SLOTS;
-pub use crate::core::Durability;
 pub use crate::core::io::{
     ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg,
     ReplyResult, StorageInfo,
+};
+pub use crate::core::{
+    Durability, Limits, RUN_STEPS_MAX_DEFAULT, WASM_SLOTS_DEFAULT, WASM_SLOTS_MAX,
 };
 pub use crate::engine::{Engine, EngineConfig, InFlight, PEER_TIMEOUT_MS_DEFAULT};
 pub use crate::fold::record::DecodeError;

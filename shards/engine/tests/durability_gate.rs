@@ -30,6 +30,7 @@ impl Cluster {
                     retention_ms: flo_engine::testing::RETENTION_MS_DEFAULT,
                     peer_timeout_ms: u64::MAX,
                     quotas: Default::default(),
+                    limits: Default::default(),
                 };
                 let mut e = Engine::new(config, Box::new(clock.clone()), Box::new(clock.clone()));
                 e.recovered(0, 1);
@@ -123,6 +124,7 @@ fn wasm_action(name: &str) -> Op {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     })
 }
 
@@ -265,6 +267,7 @@ fn a_read_or_delete_that_finds_no_key_waits_for_the_delete_that_removed_it() {
         key: "k".into(),
         wait_ms: None,
         after_version: None,
+        newer_than_current: false,
     };
     let (read, out) = c.client(0, get);
     assert!(
@@ -313,6 +316,7 @@ fn a_read_past_the_expiry_of_a_put_not_yet_durable_waits_for_it() {
         key: "k".into(),
         wait_ms: None,
         after_version: None,
+        newer_than_current: false,
     };
     let (read, out) = c.client(0, get);
     assert!(reply_to(&out, read).is_none(), "{out:?}");
@@ -366,6 +370,7 @@ fn a_definition_read_on_the_coordinator_waits_for_the_change_to_be_durable() {
         retry_delay_ms: None,
         description: None,
         memory_limit_mb: None,
+        wasm_entrypoint: None,
     });
     let (registered, out) = c.client(0, register);
     assert!(reply_to(&out, registered).is_none(), "not durable yet");

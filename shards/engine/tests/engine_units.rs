@@ -147,6 +147,7 @@ impl T {
                 retry_delay_ms: Some(1000),
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             }),
         );
     }
@@ -164,6 +165,7 @@ impl T {
                 retry_delay_ms: Some(retry_ms),
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             }),
         );
     }
@@ -707,6 +709,7 @@ fn a_parent_looping_through_a_failing_child_fails_after_256_steps_and_the_engine
                 key: "still-up-0".into(),
                 wait_ms: None,
                 after_version: None,
+                newer_than_current: false,
             },
         );
     }
@@ -1152,6 +1155,7 @@ fn get_wait(key: &str, wait_ms: u64, after_version: Option<u64>) -> Op {
         key: key.into(),
         wait_ms: Some(wait_ms),
         after_version,
+        newer_than_current: false,
     }
 }
 
@@ -1272,6 +1276,7 @@ fn parked_reads_are_bounded_per_shard_and_per_namespace() {
         key,
         wait_ms: Some(30_000),
         after_version: None,
+        newer_than_current: false,
     };
     for i in 0..share {
         t.send_on(0, 41, get_in("tenant-0", format!("k{i}")));
@@ -1364,6 +1369,7 @@ fn get_op(key: &str) -> Op {
         key: key.into(),
         wait_ms: None,
         after_version: None,
+        newer_than_current: false,
     }
 }
 
@@ -1564,6 +1570,7 @@ fn mutations_answer_overloaded_while_the_log_writer_is_far_behind() {
                 key: "first".into(),
                 wait_ms: None,
                 after_version: None,
+                newer_than_current: false,
             }
         ),
         Ok(Reply::KvValue(Some(_)))
@@ -1704,6 +1711,7 @@ fn a_namespace_leaves_a_wasm_slot_to_another_namespace_waiting() {
             retry_delay_ms: None,
             description: None,
             memory_limit_mb: None,
+            wasm_entrypoint: None,
         }),
     );
     // Alone, one namespace takes every slot.

@@ -26,6 +26,7 @@ fn register(c: &mut Cluster) {
             retry_delay_ms: None,
             description: None,
             memory_limit_mb: None,
+            wasm_entrypoint: None,
         }),
     );
     loop {

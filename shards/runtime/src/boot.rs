@@ -12,7 +12,6 @@ use crate::shard_loop::ShardLoop;
 use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
 use crate::wasm_pool::{SharedModules, WasmPool, shared_modules};
-use flo_engine::WASM_SLOTS;
 use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
@@ -377,7 +376,7 @@ pub fn run_server(
 
     let cpus = allowed_cpus();
     let wasm_engine = WasmEngine::new(WasmConfig {
-        max_instances: meta.shards * WASM_SLOTS as u32 + 4,
+        max_instances: meta.shards * config.limits.wasm_slots as u32 + 4,
         memory_limit_bytes_max: u64::from(flo_engine::MEMORY_LIMIT_MB_MAX) << 20,
     })
     .map_err(|e| ServerError::Shard {
@@ -719,6 +718,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
             .as_ref()
             .map(|table| Arc::new(table.quotas().clone()))
             .unwrap_or_default(),
+        limits: boot.config.limits,
     };
     let clock: Box<dyn Clock> = match boot.config.test_clock {
         true => Box::new(boot.clock.clone()),

@@ -44,4 +44,7 @@ pub struct ServerConfig {
     /// may do only what it grants. None: no authentication (loopback only, unless the
     /// caller allowed more).
     pub auth: Option<Arc<AuthTable>>,
+    /// Steps per workflow run (`--max-run-steps`) and WebAssembly executions at once per
+    /// shard (`--max-concurrent-executions`).
+    pub limits: flo_engine::Limits,
 }

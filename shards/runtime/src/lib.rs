@@ -23,7 +23,9 @@ mod wasm_pool;
 
 pub use boot::{Ready, SHARDS_MAX, ServerError, run_server};
 pub use config::ServerConfig;
-pub use flo_engine::Durability;
+pub use flo_engine::{
+    Durability, Limits, RUN_STEPS_MAX_DEFAULT, WASM_SLOTS_DEFAULT, WASM_SLOTS_MAX,
+};
 pub use flo_ual::SEGMENT_BYTES_MIN;
 pub use listener::FRAME_DEADLINE_MS_DEFAULT;
 pub use module_cache::MODULE_CACHE_BYTES_DEFAULT;

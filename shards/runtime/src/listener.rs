@@ -308,6 +308,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::ActionInvoke(_)
         | Op::RunStatus { .. }
         | Op::RunWait { .. }
+        | Op::RunRedrive { .. }
         | Op::RunList { .. }
         | Op::WorkerList { .. }
         | Op::TaskAwait { .. }
@@ -1131,6 +1132,7 @@ mod tests {
             key: "k".into(),
             wait_ms: None,
             after_version: None,
+            newer_than_current: false,
         }
     }
 

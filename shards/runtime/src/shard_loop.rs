@@ -150,7 +150,11 @@ impl ShardLoop {
                 }
                 Effect::Execute(x) => self.wasm.execute(*x),
                 Effect::StopExecution { exec } => self.wasm.stop(exec),
-                Effect::Compile { job, wasm } => self.wasm.compile_job(job, wasm),
+                Effect::Compile {
+                    job,
+                    wasm,
+                    entrypoint,
+                } => self.wasm.compile_job(job, wasm, entrypoint),
                 Effect::GuestValue { exec, read, value } => {
                     self.wasm.guest_value(exec, read, value)
                 }

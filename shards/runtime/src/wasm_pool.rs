@@ -83,8 +83,10 @@ impl WasmPool {
         }
         let engine = self.engine.clone();
         let bytes = bytes.to_vec();
+        // Cached for every action of these bytes, whatever export each calls: each
+        // registration checks its own (`compile_job`).
         let module = glommio::executor()
-            .spawn_blocking(move || engine.compile(&bytes).map_err(|e| e.to_string()))
+            .spawn_blocking(move || engine.compile_for(&bytes, None).map_err(|e| e.to_string()))
             .await?;
         let mut cache = lock(&self.shared);
         cache.insert(key, module.clone(), module.size_bytes());
@@ -108,14 +110,17 @@ impl WasmPool {
         }));
     }
 
-    /// Compiles a module being registered; the engine learns what `describe` says.
-    pub fn compile_job(self: &Rc<Self>, job: u64, wasm: Arc<[u8]>) {
+    /// Compiles a module being registered and checks that it exports `entrypoint`; the
+    /// engine learns what `describe` says.
+    pub fn compile_job(self: &Rc<Self>, job: u64, wasm: Arc<[u8]>, entrypoint: String) {
         let pool = self.clone();
         glommio::spawn_local(async move {
-            let result = pool
-                .compile(content_key(&wasm), &wasm)
-                .await
-                .map(|m| m.describe().map(str::to_string));
+            let result = pool.compile(content_key(&wasm), &wasm).await.and_then(|m| {
+                let checked = m.check_entrypoint(&entrypoint);
+                let invalid = |e: flo_wasm::WasmError| e.to_string();
+                checked.map_err(invalid)?;
+                Ok(m.describe().map(str::to_string))
+            });
             pool.inbox.push(Input::Compiled { job, result });
         })
         .detach();
@@ -152,7 +157,9 @@ impl WasmPool {
                         timeout_ms: x.timeout_ms,
                         memory_limit_bytes: x.memory_limit_bytes,
                     };
-                    let r = module.execute_with_stop(&x.input, kv, limits, &stop).await;
+                    let r = module
+                        .execute_entrypoint(&x.entrypoint, &x.input, kv, limits, &stop)
+                        .await;
                     ExecResult {
                         output: r.output.map_err(failure),
                         outcome: r.outcome,

@@ -19,8 +19,12 @@ use super::{
 
 /// What to call after instantiation.
 pub(crate) enum Call<'a> {
-    /// `init` (if exported), then `handle(input)`.
-    Handle(&'a [u8]),
+    /// `init` (if exported), then `entrypoint(input)` (`handle` unless the action names
+    /// another export).
+    Handle {
+        entrypoint: &'a str,
+        input: &'a [u8],
+    },
     /// `init` (if exported), then `describe()`.
     Describe,
     /// Instantiation only (start function).
@@ -29,21 +33,22 @@ pub(crate) enum Call<'a> {
 
 /// Where the guest was when it failed, for messages.
 #[derive(Clone, Copy)]
-enum Phase {
+enum Phase<'a> {
     Start,
     Init,
     Alloc,
-    Handle,
+    /// In the entrypoint (`handle`, or the export the action names).
+    Handle(&'a str),
     Describe,
 }
 
-impl Phase {
-    fn export(self) -> &'static str {
+impl Phase<'_> {
+    fn export(&self) -> &str {
         match self {
             Phase::Start => "",
             Phase::Init => "init",
             Phase::Alloc => "alloc",
-            Phase::Handle => "handle",
+            Phase::Handle(entrypoint) => entrypoint,
             Phase::Describe => "describe",
         }
     }
@@ -233,7 +238,7 @@ async fn guest_calls(
     }
 
     match call {
-        Call::Handle(input) => {
+        Call::Handle { entrypoint, input } => {
             let (ptr, len) = if input.is_empty() {
                 (0, 0)
             } else {
@@ -250,11 +255,14 @@ async fn guest_calls(
                 data[range].copy_from_slice(input);
                 (ptr, len)
             };
-            let handle = typed::<(i32, i32), i64>(store, &instance, &exports.handle, "handle")?;
+            let export = module.module.get_export_index(entrypoint).ok_or_else(|| {
+                GuestError::Instantiate(format!("export `{entrypoint}` not found"))
+            })?;
+            let handle = typed::<(i32, i32), i64>(store, &instance, &export, entrypoint)?;
             let packed = handle
                 .call_async(&mut *store, (ptr, len))
                 .await
-                .map_err(|e| guest_error(e, Phase::Handle))?;
+                .map_err(|e| guest_error(e, Phase::Handle(entrypoint)))?;
             match packed {
                 -1 => Err(GuestError::InvalidInput),
                 -2 => Err(GuestError::AllocationFailed),
@@ -336,7 +344,7 @@ fn trap_text(trap: &Trap) -> String {
 }
 
 /// Maps a wasmtime error raised while calling the guest.
-fn guest_error(e: wasmtime::Error, phase: Phase) -> GuestError {
+fn guest_error(e: wasmtime::Error, phase: Phase<'_>) -> GuestError {
     let mut place = match phase {
         Phase::Start => "in the start function".to_string(),
         p => format!("in {}", p.export()),

@@ -78,6 +78,9 @@ pub use host::{
     MAX_TABLE_ELEMENTS,
 };
 
+/// The export an execution calls unless its action names another (the spec's
+/// `wasm_entrypoint` default).
+pub const ENTRYPOINT_DEFAULT: &str = "handle";
 /// Time allowed for the trial instantiation at compile time (start function, `init`,
 /// `describe`).
 pub const COMPILE_TRIAL_TIMEOUT_MS: u64 = 1000;
@@ -289,14 +292,26 @@ impl WasmEngine {
         })
     }
 
-    /// Compiles a module (binary or WAT text), checks it against the ABI and instantiates it
-    /// once as a trial (calling `init` and `describe` when `describe` is exported). Blocks the
-    /// calling thread for the compilation (milliseconds to seconds for large modules) and the
-    /// trial (at most [`COMPILE_TRIAL_TIMEOUT_MS`]).
+    /// Compiles a module (binary or WAT text), checks it against the ABI (its entrypoint
+    /// being [`ENTRYPOINT_DEFAULT`], `handle`) and instantiates it once as a trial (calling
+    /// `init` and `describe` when `describe` is exported). Blocks the calling thread for the
+    /// compilation (milliseconds to seconds for large modules) and the trial (at most
+    /// [`COMPILE_TRIAL_TIMEOUT_MS`]).
     pub fn compile(&self, bytes: &[u8]) -> Result<WasmModule, WasmError> {
+        self.compile_for(bytes, Some(ENTRYPOINT_DEFAULT))
+    }
+
+    /// [`compile`](Self::compile) with the entrypoint `entrypoint` checked instead of
+    /// `handle`; none: no entrypoint is checked (a module cached for actions of several
+    /// entrypoints; check each with [`WasmModule::check_entrypoint`]).
+    pub fn compile_for(
+        &self,
+        bytes: &[u8],
+        entrypoint: Option<&str>,
+    ) -> Result<WasmModule, WasmError> {
         let module = Module::new(&self.inner.engine, bytes)
             .map_err(|e| WasmError::Compile(error_text(&e)))?;
-        self.finish(module)
+        self.finish(module, entrypoint)
     }
 
     /// [`compile`](Self::compile), then [`WasmModule::serialize`]: bytes for a cache, to be
@@ -317,11 +332,11 @@ impl WasmEngine {
         // SAFETY: the caller vouches for the origin of `bytes`.
         let module = unsafe { Module::deserialize(&self.inner.engine, bytes) }
             .map_err(|e| WasmError::Deserialize(error_text(&e)))?;
-        self.finish(module)
+        self.finish(module, Some(ENTRYPOINT_DEFAULT))
     }
 
-    fn finish(&self, module: Module) -> Result<WasmModule, WasmError> {
-        let exports = validate::check(&module, self.inner.memory_limit_max)?;
+    fn finish(&self, module: Module, entrypoint: Option<&str>) -> Result<WasmModule, WasmError> {
+        let exports = validate::check(&module, self.inner.memory_limit_max, entrypoint)?;
         let pre = self
             .inner
             .linker
@@ -369,6 +384,12 @@ impl WasmModule {
         self.inner.describe.as_deref()
     }
 
+    /// Whether the module exports `entrypoint` as a function `(i32, i32) -> i64`, the
+    /// signature of `handle`.
+    pub fn check_entrypoint(&self, entrypoint: &str) -> Result<(), WasmError> {
+        validate::check_entrypoint(&self.inner.module, entrypoint)
+    }
+
     /// The compiled artifact, for [`WasmEngine::load_precompiled`].
     pub fn serialize(&self) -> Result<Vec<u8>, WasmError> {
         self.inner
@@ -385,7 +406,8 @@ impl WasmModule {
     }
 
     /// Runs `handle` on `input` in a fresh instance. Never panics on guest behaviour; every
-    /// failure is in [`ExecResult::output`].
+    /// failure is in [`ExecResult::output`] (a module without the export fails the
+    /// execution with [`GuestError::Instantiate`]).
     pub async fn execute(
         &self,
         input: &[u8],
@@ -405,7 +427,22 @@ impl WasmModule {
         limits: ExecLimits,
         stop: &StopSignal,
     ) -> ExecResult {
-        exec::run(&self.inner, exec::Call::Handle(input), kv, limits, stop).await
+        self.execute_entrypoint(ENTRYPOINT_DEFAULT, input, kv, limits, stop)
+            .await
+    }
+
+    /// [`execute_with_stop`](Self::execute_with_stop), calling the export `entrypoint`
+    /// instead of `handle` (same signature, same ABI).
+    pub async fn execute_entrypoint(
+        &self,
+        entrypoint: &str,
+        input: &[u8],
+        kv: Rc<dyn GuestKv>,
+        limits: ExecLimits,
+        stop: &StopSignal,
+    ) -> ExecResult {
+        let call = exec::Call::Handle { entrypoint, input };
+        exec::run(&self.inner, call, kv, limits, stop).await
     }
 }
 

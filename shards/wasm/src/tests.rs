@@ -167,6 +167,38 @@ fn echo_and_json_wrap() {
     assert_eq!(out["wrapped"].as_str().unwrap().len(), 300_000);
 }
 
+/// An action may name the export its executions call (the spec's `wasm_entrypoint`): the
+/// module is checked for it instead of `handle`, and executions call it.
+#[test]
+fn a_named_entrypoint_is_checked_and_called_instead_of_handle() {
+    let _guard = shared();
+    let wat = module_wat(&ECHO.replace("(export \"handle\")", "(export \"run\")"));
+    let e = ENGINE.compile(wat.as_bytes()).expect_err("no handle");
+    assert!(e.to_string().contains("missing export `handle`"), "{e}");
+    let module = ENGINE
+        .compile_for(wat.as_bytes(), Some("run"))
+        .expect("run is the entrypoint");
+    assert!(module.check_entrypoint("run").is_ok());
+    let e = module.check_entrypoint("nope").expect_err("not exported");
+    assert!(e.to_string().contains("missing export `nope`"), "{e}");
+    let e = module
+        .check_entrypoint("alloc")
+        .expect_err("another signature");
+    assert!(e.to_string().contains("export `alloc` has type"), "{e}");
+    let stop = StopSignal::default();
+    let r = block_on(module.execute_entrypoint("run", b"hi", kv(), limits(), &stop));
+    assert_eq!(r.output, Ok(b"hi".to_vec()));
+    // Executing an export the module lacks fails the execution, never panics.
+    let r = block_on(module.execute(b"hi", kv(), limits()));
+    assert!(
+        matches!(&r.output, Err(GuestError::Instantiate(m)) if m.contains("`handle`")),
+        "{:?}",
+        r.output
+    );
+    // Unchecked: a module of no entrypoint compiles, for a cache of several actions.
+    assert!(ENGINE.compile_for(wat.as_bytes(), None).is_ok());
+}
+
 #[test]
 fn kv_writes_buffered_and_reads_see_them() {
     let _guard = shared();

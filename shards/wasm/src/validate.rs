@@ -5,10 +5,11 @@ use wasmtime::{ExternType, FuncType, Module, ModuleExport, ValType};
 
 use super::WasmError;
 
-/// Lookup indices of the ABI exports, resolved once per module.
+/// Lookup indices of the ABI exports, resolved once per module. The entrypoint (`handle`
+/// unless an action names another) is looked up per call: one module may serve actions of
+/// different entrypoints.
 pub(crate) struct Exports {
     pub memory: ModuleExport,
-    pub handle: ModuleExport,
     pub alloc: ModuleExport,
     pub init: Option<ModuleExport>,
     pub describe: Option<ModuleExport>,
@@ -100,8 +101,13 @@ const DEALLOC: Sig = Sig(&[I32, I32], &[]);
 const INIT: Sig = Sig(&[], &[I32]);
 const DESCRIBE: Sig = Sig(&[], &[I64]);
 
-/// Checks imports and exports; collects every problem into one message.
-pub(crate) fn check(module: &Module, memory_limit_max: u64) -> Result<Exports, WasmError> {
+/// Checks imports and exports (and the export `entrypoint`, when given); collects every
+/// problem into one message.
+pub(crate) fn check(
+    module: &Module,
+    memory_limit_max: u64,
+    entrypoint: Option<&str>,
+) -> Result<Exports, WasmError> {
     let mut problems = Vec::new();
 
     for import in module.imports() {
@@ -177,7 +183,9 @@ pub(crate) fn check(module: &Module, memory_limit_max: u64) -> Result<Exports, W
             }
         }
     };
-    let handle = func("handle", &HANDLE, true);
+    if let Some(entrypoint) = entrypoint {
+        func(entrypoint, &HANDLE, true);
+    }
     let alloc = func("alloc", &ALLOC, true);
     func("dealloc", &DEALLOC, false);
     let init = func("init", &INIT, false);
@@ -216,14 +224,31 @@ pub(crate) fn check(module: &Module, memory_limit_max: u64) -> Result<Exports, W
         }
     };
 
-    match (memory, handle, alloc) {
-        (Some(memory), Some(handle), Some(alloc)) if problems.is_empty() => Ok(Exports {
+    match (memory, alloc) {
+        (Some(memory), Some(alloc)) if problems.is_empty() => Ok(Exports {
             memory,
-            handle,
             alloc,
             init,
             describe,
         }),
         _ => Err(WasmError::Invalid(problems.join("; "))),
+    }
+}
+
+/// Checks that the module exports `entrypoint` as a function `func(i32, i32) -> i64`.
+pub(crate) fn check_entrypoint(module: &Module, entrypoint: &str) -> Result<(), WasmError> {
+    match module.get_export(entrypoint) {
+        Some(ExternType::Func(f)) if HANDLE.matches(&f) => Ok(()),
+        Some(ExternType::Func(f)) => Err(WasmError::Invalid(format!(
+            "export `{entrypoint}` has type {}, expected {HANDLE}",
+            describe_func(&f)
+        ))),
+        Some(other) => Err(WasmError::Invalid(format!(
+            "export `{entrypoint}` is a {}, expected a function {HANDLE}",
+            kind(&other)
+        ))),
+        None => Err(WasmError::Invalid(format!(
+            "missing export `{entrypoint}` ({HANDLE})"
+        ))),
     }
 }

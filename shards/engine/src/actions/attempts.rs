@@ -1,4 +1,5 @@
-//! WebAssembly attempts: which runnable runs execute now (at most `WASM_SLOTS` per shard),
+//! WebAssembly attempts: which runnable runs execute now (at most `Limits::wasm_slots` per
+//! shard, `--max-concurrent-executions`),
 //! and the record each execution's result becomes — a completion (with the guest's KV
 //! writes) or a failed attempt (retried after backoff, or final and dead-lettered).
 
@@ -11,12 +12,16 @@ use crate::fold::scheduler::Scheduler;
 use crate::tables::HashMap;
 use flo_protocol::RunStatus;
 
-/// Concurrent WebAssembly executions per shard; more wait their turn.
-pub const WASM_SLOTS: usize = 4;
+/// Concurrent WebAssembly executions per shard by default (`Limits::wasm_slots` is the
+/// server's); more wait their turn.
+pub const WASM_SLOTS: usize = crate::core::WASM_SLOTS_DEFAULT;
+
 /// Slots one namespace may hold while another namespace's runs wait for one: a tenant whose
-/// guests run long (or loop until their timeout) leaves a slot to the others. Alone, a
-/// namespace uses them all.
-pub const WASM_SLOTS_PER_NAMESPACE_SHARED: usize = WASM_SLOTS - 1;
+/// guests run long (or loop until their timeout) leaves a slot to the others (all but one;
+/// with a single slot, that slot). Alone, a namespace uses them all.
+fn slots_per_namespace_shared(slots: usize) -> usize {
+    slots.saturating_sub(1).max(1)
+}
 /// Runnable runs looked at, past the best one, for another namespace's run.
 const FAIR_SCAN_MAX: usize = 16;
 /// Largest output plus KV writes one attempt may leave: they go into one log record.
@@ -64,7 +69,8 @@ impl Executions {
 
 /// Starts executions while slots and runnable runs remain.
 pub fn start_executions(core: &mut Core, execs: &mut Executions) {
-    while execs.running.len() < WASM_SLOTS {
+    let slots = core.limits().wasm_slots;
+    while execs.running.len() < slots {
         let Some(key) = next_fair(core, execs) else {
             return;
         };
@@ -83,6 +89,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
                     def.version,
                     def.timeout_ms,
                     u64::from(def.memory_limit_mb) << 20,
+                    def.entrypoint().to_string(),
                 ),
                 wasm.clone(),
             ),
@@ -108,6 +115,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             action,
             version: def.0,
             wasm,
+            entrypoint: def.3,
             input: run.input.clone(),
             timeout_ms: def.1,
             memory_limit_bytes: def.2,
@@ -239,18 +247,19 @@ fn record_attempt(
 /// whose namespace is under its quota — a free slot idles only for quotas.
 fn next_fair(core: &mut Core, execs: &Executions) -> Option<RunKey> {
     let quotas = core.quotas();
+    let slots = core.limits().wasm_slots;
+    let shared = slots_per_namespace_shared(slots);
     let quota_of = |namespace: &str| {
         quotas
             .as_ref()
             .and_then(|q| q.of(namespace))
             .and_then(|q| q.wasm_slots)
-            .map_or(WASM_SLOTS, |n| n as usize)
+            .map_or(slots, |n| n as usize)
     };
     let sched = &mut core.index_mut().runs;
     let under_quota = |ns: &str| execs.held_by(ns) < quota_of(ns);
     let fair = |ns: &str, sched: &Scheduler| {
-        under_quota(ns)
-            && (execs.held_by(ns) < WASM_SLOTS_PER_NAMESPACE_SHARED || !sched.ready_elsewhere(ns))
+        under_quota(ns) && (execs.held_by(ns) < shared || !sched.ready_elsewhere(ns))
     };
     let best = sched.pop_ready_entry()?;
     if fair(&best.2.0, sched) {

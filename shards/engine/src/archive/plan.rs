@@ -44,7 +44,7 @@ pub fn plan_archive(
                 return None;
             }
             let mut doc = WfArchived {
-                info: crate::fold::workflows::run_info(namespace, run_id, run),
+                info: crate::fold::workflows::run_info(namespace, run_id, run, run.status()),
                 history: run.history.clone(),
             };
             fit(&mut doc);

@@ -343,8 +343,12 @@ pub fn on_read(
         Slot::List(id, lsn) => {
             let list = reads.lists.get_mut(&id)?;
             list.in_flight -= 1;
-            // A record that cannot be read is left out of a list (a status read names it).
-            if let Ok(doc) = doc {
+            // A record that cannot be read is left out of a list (a status read names it),
+            // and so is a run back in memory (a dead letter redriven): the live run is
+            // listed, its archived document is stale until it is archived again.
+            if let Ok(doc) = doc
+                && !is_live(core, &doc)
+            {
                 list.bytes = list.bytes.saturating_add(doc_weight(&doc));
                 list.found.push((lsn, doc));
             }
@@ -357,6 +361,15 @@ pub fn on_read(
             let done = finish(list.query, list.live, list.live_lsn, list.end, list.found);
             Some((dest, done))
         }
+    }
+}
+
+/// Whether the run an archived document describes is in memory again.
+fn is_live(core: &Core, doc: &ArchivedRun) -> bool {
+    let (namespace, run_id) = doc.id();
+    match doc.kind() {
+        RunKind::Action => core.state().runs.get(namespace, run_id).is_some(),
+        RunKind::Workflow => core.state().workflows.run(namespace, run_id).is_some(),
     }
 }
 

@@ -165,6 +165,7 @@ mod tests {
             key: "k".into(),
             wait_ms: None,
             after_version: None,
+            newer_than_current: false,
         }
     }
 

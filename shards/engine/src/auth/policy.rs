@@ -66,6 +66,7 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::RunWait { namespace, .. } => ("run_wait", Ns(namespace), Client),
         Op::RunList { namespace, .. } => ("run_list", Ns(namespace), Client),
         Op::RunCancel { namespace, .. } => ("run_cancel", Ns(namespace), Client),
+        Op::RunRedrive { namespace, .. } => ("run_redrive", Ns(namespace), Client),
         Op::WorkerRegister(spec) => ("worker_register", Ns(&spec.namespace), Worker),
         Op::WorkerHeartbeat { namespace, .. } => ("worker_heartbeat", Ns(namespace), Worker),
         Op::WorkerDrain { namespace, .. } => ("worker_drain", Ns(namespace), Worker),
@@ -264,6 +265,7 @@ mod tests {
                 key: s(),
                 wait_ms: None,
                 after_version: None,
+                newer_than_current: false,
             },
             Op::KvPut {
                 namespace: n(),
@@ -294,6 +296,7 @@ mod tests {
                 retry_delay_ms: None,
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             }),
             Op::ActionGet {
                 namespace: n(),

@@ -7,6 +7,7 @@ use super::agenda::{Agenda, Task};
 use super::calls::{Calls, Waiting};
 use super::gate::{Durability, Gate, Marks};
 use super::io::{DiskSpace, Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
+use super::limits::Limits;
 use crate::auth::{Quota, Quotas};
 use crate::clock::Clock;
 use crate::fold::index::{Index, Touch};
@@ -49,6 +50,8 @@ pub struct Core {
     disk: DiskSpace,
     /// The namespaces' quotas (`quotas.rs`).
     quotas: Arc<Quotas>,
+    /// The operator's bounds (`limits.rs`).
+    limits: Limits,
 }
 
 impl Core {
@@ -77,11 +80,21 @@ impl Core {
             keys_written: None,
             disk: DiskSpace::Available,
             quotas: Arc::default(),
+            limits: Limits::default(),
         }
     }
 
     pub fn set_quotas(&mut self, quotas: Arc<Quotas>) {
         self.quotas = quotas;
+    }
+
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    /// The operator's bounds (server flags).
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// The namespaces' quotas, when there are any.

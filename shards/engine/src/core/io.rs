@@ -33,10 +33,17 @@ pub enum ReplyTo {
 
 /// Where an answer computed later goes: a client or another shard, or this shard's own
 /// part of fan-out `id`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dest {
     Reply(ReplyTo),
     FanOut(u64),
+    /// A dead-lettered run read back from the archive (its record at `lsn`), to queue
+    /// again (`RunRedrive`), then answer `to`.
+    Redrive {
+        to: ReplyTo,
+        lsn: u64,
+        action: Option<String>,
+    },
 }
 
 /// Everything that happens to a shard.
@@ -151,10 +158,12 @@ pub enum Effect {
     StopExecution {
         exec: u64,
     },
-    /// Compile a module being registered; answer with `Input::Compiled`.
+    /// Compile a module being registered and check that it exports `entrypoint`; answer
+    /// with `Input::Compiled`.
     Compile {
         job: u64,
         wasm: Arc<[u8]>,
+        entrypoint: String,
     },
     /// The answer to `Input::GuestRead`.
     GuestValue {
@@ -185,6 +194,8 @@ pub struct Execution {
     pub action: String,
     pub version: u32,
     pub wasm: Arc<[u8]>,
+    /// The export to call (`handle` unless the action names another).
+    pub entrypoint: String,
     pub input: Vec<u8>,
     pub timeout_ms: u64,
     pub memory_limit_bytes: u64,
@@ -308,6 +319,8 @@ pub struct WantMsg {
     pub labels: Option<Map<String, Value>>,
     pub room: u32,
     pub deadline_ms: u64,
+    /// The worker's load when it asked: parked wants are served least loaded first.
+    pub load: u32,
 }
 
 /// The answer to an operation and the LSN it may leave after (0: at once).

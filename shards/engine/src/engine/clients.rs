@@ -128,6 +128,12 @@ impl Engine {
         match dest {
             Dest::Reply(to) => self.core.reply_op(to, done.wait_lsn, done.result),
             Dest::FanOut(id) => fanout::on_local_part(&mut self.core, &mut self.fanouts, id, done),
+            Dest::Redrive { to, lsn, action } => {
+                let execs = &self.executions;
+                let action = action.as_deref();
+                let done = actions::redrive_archived(&mut self.core, execs, lsn, done, action);
+                self.core.reply_op(to, done.wait_lsn, done.result);
+            }
         }
     }
 
@@ -203,7 +209,9 @@ impl Engine {
                     Ok(from) => from,
                     Err(e) => return Some(Done::now(Err(e))),
                 };
-                let live = workflows::list_runs(core, &namespace, &name, status, limit, &from);
+                let execs = &self.executions;
+                let live =
+                    workflows::list_runs(core, execs, &namespace, &name, status, limit, &from);
                 let query = ListQuery {
                     namespace,
                     name,

@@ -3,7 +3,7 @@
 use super::Engine;
 use super::run_waits::Asked;
 use crate::actions;
-use crate::archive::Want;
+use crate::archive::{self, Want};
 use crate::core::io::{Dest, Done, ReplyTo};
 use crate::definitions;
 use crate::fold::archive::RunKind;
@@ -28,7 +28,8 @@ impl Engine {
             | Op::ActionInvoke(_)
             | Op::RunStatus { .. }
             | Op::RunWait { .. }
-            | Op::RunCancel { .. }) => self.execute_actions(to, op),
+            | Op::RunCancel { .. }
+            | Op::RunRedrive { .. }) => self.execute_actions(to, op),
             op @ (Op::WorkerRegister(_)
             | Op::WorkerHeartbeat { .. }
             | Op::WorkerGet { .. }
@@ -107,7 +108,13 @@ impl Engine {
                 key,
                 wait_ms,
                 after_version,
+                newer_than_current,
             } => {
+                let after = match (after_version, newer_than_current) {
+                    (Some(v), _) => kv::After::Version(v),
+                    (None, true) => kv::After::Current,
+                    (None, false) => kv::After::Any,
+                };
                 kv::get_or_wait(
                     &mut self.core,
                     &mut self.kv_waits,
@@ -115,7 +122,7 @@ impl Engine {
                     namespace,
                     key,
                     wait_ms,
-                    after_version,
+                    after,
                 );
                 return None;
             }
@@ -179,6 +186,48 @@ impl Engine {
             }
             Op::RunCancel { namespace, run_id } => {
                 actions::cancel(&mut self.core, &self.executions, &namespace, &run_id)
+            }
+            Op::RunRedrive {
+                namespace,
+                run_id,
+                action,
+            } => {
+                let kind = RunKind::Action;
+                let archived = self.core.state().archived(kind, &namespace, &run_id);
+                if let Some(entry) = archived {
+                    // Its document is in the log: read, then redriven (`Dest::Redrive`).
+                    if let Err(e) = actions::redrivable_entry(&entry, &run_id) {
+                        return Some(Done {
+                            result: Err(e),
+                            wait_lsn: entry.lsn,
+                        });
+                    }
+                    let dest = Dest::Redrive {
+                        to,
+                        lsn: entry.lsn,
+                        action,
+                    };
+                    let want = Want::RunStatus;
+                    archive::read_one(
+                        &mut self.core,
+                        &mut self.reads,
+                        entry,
+                        kind,
+                        want,
+                        &namespace,
+                        &run_id,
+                        dest,
+                    );
+                    return None;
+                }
+                if self.core.state().runs.get(&namespace, &run_id).is_none() {
+                    let missing = crate::fold::runs::run_not_found(&namespace, &run_id);
+                    let missing = Done::now(Err(missing));
+                    return Some(self.explain_forgotten(kind, &namespace, &run_id, missing));
+                }
+                let action = action.as_deref();
+                let execs = &self.executions;
+                actions::redrive(&mut self.core, execs, &namespace, &run_id, action)
             }
             op => misrouted(&op),
         };
@@ -312,7 +361,7 @@ impl Engine {
                 if self.read_archived(wf, Want::WfStatus, &namespace, &run_id, to) {
                     return None;
                 }
-                let done = workflows::status(&self.core, &namespace, &run_id);
+                let done = workflows::status(&self.core, &self.executions, &namespace, &run_id);
                 self.explain_forgotten(wf, &namespace, &run_id, done)
             }
             Op::WorkflowWait {
@@ -347,7 +396,13 @@ impl Engine {
                 namespace,
                 run_id,
                 reason,
-            } => workflows::cancel(&mut self.core, &namespace, &run_id, reason),
+            } => workflows::cancel(
+                &mut self.core,
+                &self.executions,
+                &namespace,
+                &run_id,
+                reason,
+            ),
             op => misrouted(&op),
         };
         Some(done)

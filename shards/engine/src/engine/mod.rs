@@ -20,7 +20,7 @@ pub use fanout::SERVER_VERSION;
 use crate::actions::Executions;
 use crate::auth::Quotas;
 use crate::clock::Clock;
-use crate::core::{Core, Durability};
+use crate::core::{Core, Durability, Limits};
 use crate::definitions::Definitions;
 use crate::fold::index::Index;
 use crate::fold::record::{DecodeError, Record};
@@ -56,6 +56,8 @@ pub struct EngineConfig {
     pub peer_timeout_ms: u64,
     /// The namespaces' quotas (from the auth file; empty: none).
     pub quotas: Arc<Quotas>,
+    /// The operator's bounds: steps per workflow run, WebAssembly slots per shard.
+    pub limits: Limits,
 }
 
 /// Default of `EngineConfig::peer_timeout_ms`.
@@ -100,6 +102,7 @@ impl Engine {
         let state = ShardState::new(config.shard, config.partitioning);
         let mut core = Core::new(state, config.durability, clock, wall);
         core.set_quotas(config.quotas);
+        core.set_limits(config.limits);
         Engine {
             core,
             workers: WorkerRegistry::default(),

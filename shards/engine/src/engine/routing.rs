@@ -30,7 +30,10 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::RunWait {
             namespace, run_id, ..
         }
-        | Op::RunCancel { namespace, run_id } => (namespace, run_id.clone()),
+        | Op::RunCancel { namespace, run_id }
+        | Op::RunRedrive {
+            namespace, run_id, ..
+        } => (namespace, run_id.clone()),
         Op::TaskComplete {
             namespace, task_id, ..
         }
@@ -197,6 +200,7 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::RunStatus { .. }
         | Op::RunWait { .. }
         | Op::RunCancel { .. }
+        | Op::RunRedrive { .. }
         | Op::WorkerRegister(_)
         | Op::WorkerHeartbeat { .. }
         | Op::WorkerDrain { .. }
@@ -244,6 +248,7 @@ pub fn mutates(op: &Op) -> bool {
         | Op::ActionSetEnabled { .. }
         | Op::ActionInvoke(_)
         | Op::RunCancel { .. }
+        | Op::RunRedrive { .. }
         | Op::TaskComplete { .. }
         | Op::TaskFail { .. }
         | Op::TaskTouch { .. }

@@ -26,7 +26,7 @@ impl Engine {
     fn status_of(&self, run: &Watched) -> Done {
         let ((namespace, run_id), workflow) = run;
         if *workflow {
-            workflows::status(&self.core, namespace, run_id)
+            workflows::status(&self.core, &self.executions, namespace, run_id)
         } else {
             actions::run_status(&self.core, &self.executions, namespace, run_id)
         }

@@ -70,6 +70,7 @@ impl Engine {
             }
             Input::Stop => self.stopping = true,
         }
+        workers::serve_held(&mut self.core, &mut self.awaits, &mut self.workers);
         self.drain_agenda();
         start_executions(&mut self.core, &mut self.executions);
         kv::start_forwards(&mut self.core, &mut self.forwarder);

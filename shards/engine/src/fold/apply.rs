@@ -27,7 +27,8 @@ impl ShardState {
             Record::RunCreated { .. }
             | Record::AttemptFailed { .. }
             | Record::RunCompleted { .. }
-            | Record::RunCancelled { .. } => self.apply_run(lsn, record),
+            | Record::RunCancelled { .. }
+            | Record::RunRedriven { .. } => self.apply_run(lsn, record),
             Record::TasksLeased { .. }
             | Record::LeaseExtended { .. }
             | Record::LeasesReleased { .. } => self.apply_lease(lsn, record),
@@ -380,8 +381,71 @@ impl ShardState {
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
             }
+            Record::RunRedriven {
+                namespace,
+                run_id,
+                attempt,
+                at_ms,
+                archived,
+            } => self.apply_redriven(lsn, namespace, run_id, attempt, at_ms, archived),
             other => wrong_domain(lsn, &other, "run"),
         }
+    }
+
+    /// A dead-lettered run is pending again at `attempt`: the run in memory, or the one its
+    /// archived document describes, back in memory (its archive entry is then shadowed,
+    /// and replaced when it is archived again).
+    fn apply_redriven(
+        &mut self,
+        lsn: u64,
+        namespace: String,
+        run_id: String,
+        attempt: u32,
+        at_ms: u64,
+        archived: Option<Box<flo_protocol::RunInfo>>,
+    ) {
+        if let Some(info) = archived {
+            let run = Run {
+                action: info.action,
+                action_version: info.action_version,
+                status: RunStatus::Pending,
+                input: info.input,
+                output: None,
+                outcome: None,
+                error: info.error,
+                attempt,
+                priority: info.priority,
+                labels: info.labels,
+                idempotency_key: info.idempotency_key,
+                dead_lettered: false,
+                created_at_ms: info.created_at_ms,
+                updated_at_ms: at_ms,
+                available_at_ms: at_ms,
+                seq: self.runs.next_seq(),
+                lsn,
+                lease: None,
+                step: None,
+            };
+            self.runs.apply_created(namespace, run_id, run);
+            return;
+        }
+        let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
+            return impossible(lsn, format_args!("run {run_id:?} does not exist"));
+        };
+        debug_assert!(
+            run.dead_lettered && run.status.is_final(),
+            "record {lsn}: redrives run {run_id:?}, {:?}",
+            run.status
+        );
+        run.status = RunStatus::Pending;
+        run.attempt = attempt;
+        run.dead_lettered = false;
+        run.output = None;
+        run.outcome = None;
+        run.lease = None;
+        run.available_at_ms = at_ms;
+        run.updated_at_ms = at_ms;
+        run.lsn = lsn;
     }
 
     /// A run is created; a workflow step's run starts its step in the same record.

@@ -45,6 +45,9 @@ impl Touch {
             | Record::RunCancelled {
                 namespace, run_id, ..
             }
+            | Record::RunRedriven {
+                namespace, run_id, ..
+            }
             | Record::LeaseExtended {
                 namespace, run_id, ..
             } => Touch::Run(key(namespace, run_id)),

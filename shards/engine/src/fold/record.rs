@@ -19,6 +19,19 @@ pub struct ActionDefRecord {
     pub wasm_describe: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
+    /// The export a WebAssembly action's executions call (None: `handle`). Last, with a
+    /// default: records and snapshots written before it read as `handle`.
+    #[serde(default)]
+    pub wasm_entrypoint: Option<String>,
+}
+
+impl ActionDefRecord {
+    /// The export its executions call.
+    pub fn entrypoint(&self) -> &str {
+        self.wasm_entrypoint
+            .as_deref()
+            .unwrap_or(crate::fold::registry::ENTRYPOINT_DEFAULT)
+    }
 }
 
 /// A KV write made by a WebAssembly guest, committed with its run's completion.
@@ -293,6 +306,16 @@ pub enum Record {
         run_id: String,
         at_ms: u64,
     },
+    /// A dead-lettered run queued again as a new attempt (`RunRedrive`): pending at
+    /// `attempt`, no longer dead-lettered. `archived`: its final document when it had left
+    /// memory (it comes back from it); None when it was still in memory.
+    RunRedriven {
+        namespace: String,
+        run_id: String,
+        attempt: u32,
+        at_ms: u64,
+        archived: Option<Box<flo_protocol::RunInfo>>,
+    },
     /// A workflow definition version (on every shard): the YAML as given and the definition
     /// it validated to (normalised), so applying it never runs the validator. Records of
     /// older versions carry no `def`; `decode` fills it in from the YAML.
@@ -499,6 +522,7 @@ impl Record {
             Record::AttemptFailed { .. } => 21,
             Record::RunCompleted { .. } => 22,
             Record::RunCancelled { .. } => 23,
+            Record::RunRedriven { .. } => 27,
             Record::TasksLeased { .. } => 24,
             Record::LeaseExtended { .. } => 25,
             Record::LeasesReleased { .. } => 26,

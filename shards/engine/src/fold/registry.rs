@@ -4,7 +4,8 @@
 use crate::fold::record::{ActionDefRecord, Record};
 use crate::tables::HashMap;
 use flo_protocol::{
-    ActionInfo, ActionKind, ActionSpec, ErrorValue, check_action_name, check_namespace,
+    ActionInfo, ActionKind, ActionSpec, ErrorValue, WASM_ENTRYPOINT_BYTES_MAX, check_action_name,
+    check_namespace,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +22,42 @@ pub const RETRY_DELAY_MS_MAX: u64 = 24 * 3600 * 1000;
 pub const MEMORY_LIMIT_MB_DEFAULT: u32 = 16;
 pub const MEMORY_LIMIT_MB_MAX: u32 = 256;
 pub const DESCRIPTION_BYTES_MAX: usize = 4096;
+/// The export a WebAssembly action's executions call unless it names another.
+pub const ENTRYPOINT_DEFAULT: &str = "handle";
+/// Exports of the ABI that are not entrypoints.
+const ABI_EXPORTS: [&str; 5] = ["memory", "alloc", "dealloc", "init", "describe"];
+
+/// A registration's `wasm_entrypoint`: for a wasm action, 1 to
+/// `WASM_ENTRYPOINT_BYTES_MAX` printable ASCII characters and none of the ABI's other
+/// exports; `handle` is kept as none.
+pub fn check_entrypoint(
+    kind: ActionKind,
+    entrypoint: Option<String>,
+) -> Result<Option<String>, ErrorValue> {
+    let Some(name) = entrypoint else {
+        return Ok(None);
+    };
+    if kind != ActionKind::Wasm {
+        return Err(ErrorValue::bad_request(
+            "wasm_entrypoint names an export of a wasm module; a user action has none",
+        ));
+    }
+    let printable = name.bytes().all(|b| b.is_ascii_graphic());
+    if name.is_empty() || name.len() > WASM_ENTRYPOINT_BYTES_MAX || !printable {
+        return Err(ErrorValue::bad_request(format!(
+            "wasm_entrypoint must be 1 to {WASM_ENTRYPOINT_BYTES_MAX} printable ASCII \
+             characters (an export name), got {name:?}"
+        )));
+    }
+    if ABI_EXPORTS.contains(&name.as_str()) {
+        return Err(ErrorValue::bad_request(format!(
+            "wasm_entrypoint {name:?} is one of the ABI's other exports ({}); name the \
+             function that handles an input",
+            ABI_EXPORTS.join(", ")
+        )));
+    }
+    Ok((name != ENTRYPOINT_DEFAULT).then_some(name))
+}
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ActionDef {
@@ -159,6 +196,7 @@ impl Registry {
             1,
             MEMORY_LIMIT_MB_MAX.into(),
         )?;
+        let wasm_entrypoint = check_entrypoint(spec.kind, spec.wasm_entrypoint)?;
         let previous = self
             .spaces
             .get(&spec.namespace)
@@ -177,6 +215,7 @@ impl Registry {
             wasm_describe,
             created_at_ms: live.map_or(now_ms, |a| a.def.created_at_ms),
             updated_at_ms: now_ms,
+            wasm_entrypoint,
         };
         Ok(Record::ActionDefined {
             namespace: spec.namespace,
@@ -326,6 +365,7 @@ pub fn action_info(namespace: &str, name: &str, def: &ActionDefRecord) -> Action
         memory_limit_mb: def.memory_limit_mb,
         wasm_bytes: def.wasm.as_ref().map(|w| w.len() as u64),
         wasm_describe: def.wasm_describe.clone(),
+        wasm_entrypoint: (def.kind == ActionKind::Wasm).then(|| def.entrypoint().to_string()),
         created_at_ms: def.created_at_ms,
         updated_at_ms: def.updated_at_ms,
     }

@@ -197,6 +197,20 @@ impl Runs {
         })
     }
 
+    /// A redrive of the run in memory (`RunRedrive`): see `plan_redrive`.
+    pub fn plan_redrive_live(
+        &self,
+        registry: &super::registry::Registry,
+        namespace: &str,
+        run_id: &str,
+        action: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Record, ErrorValue> {
+        let run = self.require(namespace, run_id)?;
+        let info = run_info(namespace, run_id, run, false);
+        plan_redrive(registry, &info, action, None, now_ms)
+    }
+
     /// Runs of `action` after `from` (see `pages`), newest first.
     pub fn list(
         &self,
@@ -277,6 +291,49 @@ impl Runs {
     }
 }
 
+/// The record that queues the dead-lettered run `info` again as a new attempt, if it may be
+/// (`archived`: it left memory, and this is its document). Refused: another action's run
+/// (`action`), a workflow step's (its workflow decides retries), a run not dead-lettered,
+/// an action no longer registered or disabled.
+pub fn plan_redrive(
+    registry: &super::registry::Registry,
+    info: &RunInfo,
+    action: Option<&str>,
+    archived: Option<RunInfo>,
+    now_ms: u64,
+) -> Result<Record, ErrorValue> {
+    let id = &info.run_id;
+    if let Some(action) = action
+        && action != info.action
+    {
+        return Err(ErrorValue::bad_request(format!(
+            "run {id:?} is a run of action {:?}, not {action:?}",
+            info.action
+        )));
+    }
+    if let Some(wf) = &info.workflow_run_id {
+        return Err(ErrorValue::conflict(format!(
+            "run {id:?} executed a step of workflow run {wf:?}: the step's retry: policy \
+             decides about retries, it cannot be redriven"
+        )));
+    }
+    if !info.dead_lettered {
+        return Err(ErrorValue::conflict(format!(
+            "run {id:?} is {} and not dead-lettered; only dead-lettered runs (failed or timed \
+             out after their retries) can be redriven",
+            info.status.as_str()
+        )));
+    }
+    registry.invocable(&info.namespace, &info.action)?;
+    Ok(Record::RunRedriven {
+        namespace: info.namespace.clone(),
+        run_id: id.clone(),
+        attempt: info.attempt.saturating_add(1),
+        at_ms: now_ms,
+        archived: archived.map(Box::new),
+    })
+}
+
 pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunInfo {
     let status = if running && run.status == RunStatus::Pending {
         RunStatus::Running
@@ -298,6 +355,7 @@ pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunI
         labels: run.labels.clone(),
         idempotency_key: run.idempotency_key.clone(),
         dead_lettered: run.dead_lettered,
+        workflow_run_id: run.step.as_ref().map(|s| s.run_id.clone()),
         created_at_ms: run.created_at_ms,
         updated_at_ms: run.updated_at_ms,
         available_at_ms: run.available_at_ms,

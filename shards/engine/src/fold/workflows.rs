@@ -142,6 +142,12 @@ impl WfRun {
             .collect()
     }
 
+    /// Steps the run executed so far, in all (every finished execution of every step:
+    /// retries, polls and each visit of a loop count).
+    pub fn steps_executed(&self) -> u64 {
+        self.steps.iter().map(|s| u64::from(s.executions)).sum()
+    }
+
     pub fn step_state(&self, name: &str) -> Option<&StepState> {
         self.steps.iter().find(|s| s.name == name)
     }
@@ -613,12 +619,14 @@ impl Workflows {
     }
 
     /// Runs of a workflow after `from` (see `pages`), newest first: at most `limit`, and
-    /// whether more remain.
+    /// whether more remain. `status`: only runs that `shown` (the status a run shows) gives
+    /// it.
     pub fn list(
         &self,
         namespace: &str,
         name: &str,
         status: Option<WorkflowRunStatus>,
+        shown: impl Fn(&WfRun) -> WorkflowRunStatus,
         limit: usize,
         from: &Pos,
     ) -> (Vec<(&str, &WfRun)>, bool) {
@@ -628,7 +636,7 @@ impl Workflows {
         let out: Vec<(&str, &WfRun)> = runs
             .iter()
             .filter(|(_, r)| r.workflow == name)
-            .filter(|(_, r)| status.is_none_or(|s| r.status() == s))
+            .filter(|(_, r)| status.is_none_or(|s| shown(r) == s))
             .filter(|(id, r)| from.live_after(r.created_at_ms, id))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();
@@ -637,7 +645,14 @@ impl Workflows {
 }
 
 /// The runs of one namespace+workflow are keyed by id; this keeps the wire form in one place.
-pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::WorkflowRunInfo {
+/// `status`: what the run shows (`run.status()`, or `pending` while its step's action run
+/// waits for a worker or a WebAssembly slot: `workflows::shown_status`).
+pub fn run_info(
+    namespace: &str,
+    run_id: &str,
+    run: &WfRun,
+    status: WorkflowRunStatus,
+) -> flo_protocol::WorkflowRunInfo {
     let bytes = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
     let waiting_for = run.phase.wait().map(|w| match w {
         StepWait::ActionRun { run_id, .. } => format!("action run {run_id}"),
@@ -657,7 +672,7 @@ pub fn run_info(namespace: &str, run_id: &str, run: &WfRun) -> flo_protocol::Wor
         namespace: namespace.to_string(),
         workflow: run.workflow.clone(),
         version: run.version.clone(),
-        status: run.status(),
+        status,
         current_step: run.phase.step().map(str::to_string),
         waiting_for,
         input: run.input_bytes.clone(),

@@ -11,6 +11,6 @@ pub use ops::{get, guest_read, guest_value, kv_delete, kv_list, kv_put, sweep_ex
 #[cfg(feature = "test-support")]
 pub use waits::KV_WAITS_MAX;
 pub use waits::{
-    KvWaits, abandon_wait, conn_closed, expire_waits, forward_wait, get_or_wait, on_wait_relayed,
-    serve_waits,
+    After, KvWaits, abandon_wait, conn_closed, expire_waits, forward_wait, get_or_wait,
+    on_wait_relayed, serve_waits,
 };

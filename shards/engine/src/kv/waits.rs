@@ -1,5 +1,6 @@
 //! Blocking reads: a `KvGet` with `wait_ms` is parked on the shard owning its key until the
-//! key holds a version newer than `after_version` (any version: it exists), then answered
+//! key holds a version newer than `after_version` (any version: it exists; with
+//! `newer_than_current`, newer than the version it holds when the read arrives), then answered
 //! with that entry once the record that wrote it is durable; at its deadline it is answered
 //! empty. Parked reads are outside the fold (a restart drops them; their clients see the
 //! connection close), bounded per shard, and dropped when their connection closes — also
@@ -123,9 +124,20 @@ fn check_wait(wait_ms: u64) -> Result<(), ErrorValue> {
     Ok(())
 }
 
-/// `KvGet` on the shard owning the key: the entry if it holds a version newer than
-/// `after_version` (any, when None), else parked for up to `wait_ms` (answered empty at
-/// once when that is 0).
+/// Which versions of its key a read shows (and a blocking read waits for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// Any version: the key exists (`kv get --wait`).
+    Any,
+    /// A version newer than this (`--after-version V`).
+    Version(u64),
+    /// A version newer than the one the key holds as the read arrives, any if it holds
+    /// none: the next write (`kv get --block`).
+    Current,
+}
+
+/// `KvGet` on the shard owning the key: the entry if it holds a version `after` accepts,
+/// else parked for up to `wait_ms` (answered empty at once when that is 0).
 pub fn get_or_wait(
     core: &mut Core,
     waits: &mut KvWaits,
@@ -133,13 +145,22 @@ pub fn get_or_wait(
     namespace: String,
     key: String,
     wait_ms: Option<u64>,
-    after_version: Option<u64>,
+    after: After,
 ) {
     let wait_ms = wait_ms.unwrap_or(0);
     if let Err(e) = check_wait(wait_ms) {
         core.reply_op(to, 0, Err(e));
         return;
     }
+    let after_version = match after {
+        After::Any => None,
+        After::Version(v) => Some(v),
+        // The version a read now shows (0, newer than none, when it shows none).
+        After::Current => match get(core, &namespace, &key).result {
+            Ok(Reply::KvValue(Some(entry))) => Some(entry.version),
+            _ => Some(0),
+        },
+    };
     let done = read_newer(core, &namespace, &key, after_version);
     let found = matches!(done.result, Ok(Reply::KvValue(Some(_))) | Err(_));
     if found || wait_ms == 0 {

@@ -14,6 +14,13 @@
 //! its own want (numbered by the home), served on its own, so a task goes to exactly one of
 //! them. At most `AWAITS_PER_WORKER_MAX` are open per worker; one more answers the oldest
 //! at once with no task (as if its time was up), releasing what it held.
+//!
+//! Load: an await asks for no more than the worker's free slots — its concurrency less its
+//! load (`Worker::current_load`: the last heartbeat's, plus the tasks handed since, minus
+//! those reported since) and less what its other open awaits may still bring. A worker at
+//! its concurrency is offered nothing: its await is held, asking no shard, until its load
+//! goes down (a report, a heartbeat) or its time is up (`serve_held`). Parked wants carry
+//! the worker's load: a shard serves the least loaded first (`wants_by_action`).
 
 use super::registry::WorkerRegistry;
 use super::tasks::{WantSpec, lease_tasks, release_tasks};
@@ -28,7 +35,7 @@ use flo_protocol::{
 };
 use flo_protocol::{check_namespace, check_worker_id};
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Payload bytes one await's reply may carry (at least one task): under the frame limit.
 const AWAIT_REPLY_BYTES_MAX: usize = 3 << 20;
@@ -38,6 +45,7 @@ pub const AWAITS_PER_WORKER_MAX: usize = 64;
 /// An await being answered, on the worker's home shard (keyed there by its want id).
 struct OpenAwait {
     worker: WorkerKey,
+    /// Tasks it may take (none asked for yet while `held`).
     room: usize,
     tasks: Vec<TaskAssignment>,
     /// LSN of the home's own lease record (the others were durable before they came).
@@ -51,6 +59,16 @@ struct OpenAwait {
     /// A shard that could not answer the first ask: the worker hears of it if no task
     /// comes (never "no tasks" when a shard was not asked).
     failed: Option<ErrorValue>,
+    /// What it asks for, while it waits for the worker to have a free slot (no shard
+    /// asked yet).
+    held: Option<Ask>,
+}
+
+/// What an await asks for.
+struct Ask {
+    actions: Vec<String>,
+    labels: Option<Map<String, Value>>,
+    max_tasks: u32,
 }
 
 /// A worker's want parked on a shard that had no matching task when asked (keyed there by
@@ -61,10 +79,16 @@ struct Want {
     labels: Option<Map<String, Value>>,
     room: usize,
     deadline_ms: u64,
+    /// The worker's load when it asked (served least loaded first).
+    load: u32,
 }
 
 /// A want on the shard holding it: (origin shard, want id).
 type WantKey = (u32, u64);
+
+/// A parked want in the order wants are served: its worker's load, then when it was
+/// parked (or passed over).
+type WantTurn = (u32, u64, WantKey);
 
 #[derive(Default)]
 pub struct Awaits {
@@ -75,8 +99,10 @@ pub struct Awaits {
     /// Await deadlines: (deadline, want id).
     deadlines: BTreeSet<(u64, u64)>,
     wants: HashMap<WantKey, Want>,
-    /// Parked wants by action, served round-robin (may hold keys of wants since gone).
-    wants_by_action: HashMap<ActionKey, VecDeque<WantKey>>,
+    /// Parked wants by action, the least loaded worker's first, then in turn (may hold
+    /// keys of wants since gone).
+    wants_by_action: HashMap<ActionKey, BTreeSet<WantTurn>>,
+    next_turn: u64,
     next_want_id: u64,
     /// Rotates which shards get the remainder when an await is split.
     rotate: u32,
@@ -87,6 +113,11 @@ pub struct Awaits {
     forwarded: HashMap<ConnId, Vec<(u32, u64, WorkerKey)>>,
     /// Forwarded awaits whose connection closed: their tasks are handed back on arrival.
     orphaned: HashSet<u64>,
+    /// Tasks handed to workers since the last `serve_held` (added to their load there).
+    handed: Vec<(WorkerKey, u32)>,
+    /// Workers of held awaits whose other awaits ended since the last `serve_held` (their
+    /// room is free again).
+    freed: Vec<WorkerKey>,
 }
 
 impl Awaits {
@@ -219,61 +250,13 @@ pub fn await_tasks(
             return;
         }
     };
-    let key = (namespace.clone(), worker_id.clone());
+    let key = (namespace, worker_id);
     make_room(core, aw, &key);
     aw.next_want_id += 1;
     let want_id = aw.next_want_id;
     let block_ms = block_ms.min(TASK_AWAIT_MS_MAX);
     let deadline_ms = core.wall_ms() + block_ms;
-    let shards = core.partitioning().shards;
-    let shares = split(max_tasks, shards, aw.rotate);
-    aw.rotate = aw.rotate.wrapping_add(1);
-    let me = core.shard();
-
-    let now = core.now_ms();
-    let (tasks, lsn) = lease_tasks(
-        core,
-        &WantSpec {
-            namespace: &namespace,
-            worker_id: &worker_id,
-            actions: &actions,
-            labels: labels.as_ref(),
-            max: shares[me as usize] as usize,
-        },
-        now,
-    );
-    let mut parked = Vec::new();
-    if tasks.is_empty() && block_ms > 0 {
-        park_want(
-            aw,
-            (me, want_id),
-            Want {
-                worker: key.clone(),
-                actions: actions.clone(),
-                labels: labels.clone(),
-                room: shares[me as usize] as usize,
-                deadline_ms,
-            },
-        );
-        parked.push(me);
-    }
-    for s in (0..shards).filter(|&s| s != me) {
-        let msg = WantMsg {
-            namespace: namespace.clone(),
-            worker_id: worker_id.clone(),
-            want_id,
-            actions: actions.clone(),
-            labels: labels.clone(),
-            room: shares[s as usize],
-            deadline_ms,
-        };
-        let waiting = Waiting::WantShare {
-            worker: key.clone(),
-            want_id,
-            from: s,
-        };
-        core.call(s, 0, PeerRequest::Want(msg), waiting);
-    }
+    let free = free_slots(aw, registry, &key);
     if let ReplyTo::Client(c) = to {
         aw.by_conn.entry(c.conn).or_default().push(want_id);
     }
@@ -282,18 +265,150 @@ pub fn await_tasks(
     aw.awaits.insert(
         want_id,
         OpenAwait {
-            worker: key,
-            room: max_tasks as usize,
-            tasks,
-            lsn,
-            immediate_pending: shards - 1,
-            parked,
+            worker: key.clone(),
+            room: 0,
+            tasks: Vec::new(),
+            lsn: 0,
+            immediate_pending: 0,
+            parked: Vec::new(),
             to,
             deadline_ms,
             failed: None,
+            held: Some(Ask {
+                actions,
+                labels,
+                max_tasks,
+            }),
         },
     );
+    if free == 0 {
+        // At its concurrency: held until a slot frees or its time is up.
+        return;
+    }
+    let load = registry.get(&key.0, &key.1).map_or(0, |w| w.current_load);
+    ask_shards(core, aw, want_id, free.min(max_tasks), load);
+}
+
+/// Tasks the worker may be offered now: its free slots (`WorkerRegistry::free_slots`)
+/// less the room of its awaits already asking.
+fn free_slots(aw: &Awaits, registry: &WorkerRegistry, worker: &WorkerKey) -> u32 {
+    let asking: usize = aw.by_worker.get(worker).map_or(0, |ids| {
+        ids.iter()
+            .filter_map(|id| aw.awaits.get(id))
+            .filter(|a| a.held.is_none())
+            .map(|a| a.room)
+            .sum()
+    });
+    let asking = u32::try_from(asking).unwrap_or(u32::MAX);
+    registry
+        .free_slots(&worker.0, &worker.1)
+        .saturating_sub(asking)
+}
+
+/// A held await asks every shard for up to `room` tasks: the home leases from its own
+/// queues, the others get a `Want`.
+fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u32) {
+    let Some(open) = aw.awaits.get_mut(&want_id) else {
+        return;
+    };
+    let Some(ask) = open.held.take() else {
+        return;
+    };
+    open.room = room as usize;
+    let key = open.worker.clone();
+    let deadline_ms = open.deadline_ms;
+    let shards = core.partitioning().shards;
+    let shares = split(room, shards, aw.rotate);
+    aw.rotate = aw.rotate.wrapping_add(1);
+    let me = core.shard();
+    let now = core.now_ms();
+    let (tasks, lsn) = lease_tasks(
+        core,
+        &WantSpec {
+            namespace: &key.0,
+            worker_id: &key.1,
+            actions: &ask.actions,
+            labels: ask.labels.as_ref(),
+            max: shares[me as usize] as usize,
+        },
+        now,
+    );
+    let mut parked = Vec::new();
+    if tasks.is_empty() && deadline_ms > core.wall_ms() {
+        park_want(
+            aw,
+            (me, want_id),
+            Want {
+                worker: key.clone(),
+                actions: ask.actions.clone(),
+                labels: ask.labels.clone(),
+                room: shares[me as usize] as usize,
+                deadline_ms,
+                load,
+            },
+        );
+        parked.push(me);
+    }
+    for s in (0..shards).filter(|&s| s != me) {
+        let msg = WantMsg {
+            namespace: key.0.clone(),
+            worker_id: key.1.clone(),
+            want_id,
+            actions: ask.actions.clone(),
+            labels: ask.labels.clone(),
+            room: shares[s as usize],
+            deadline_ms,
+            load,
+        };
+        let waiting = Waiting::WantShare {
+            worker: key.clone(),
+            want_id,
+            from: s,
+        };
+        core.call(s, 0, PeerRequest::Want(msg), waiting);
+    }
+    if let Some(open) = aw.awaits.get_mut(&want_id) {
+        open.tasks = tasks;
+        open.lsn = lsn;
+        open.parked = parked;
+        open.immediate_pending = shards - 1;
+    }
     maybe_answer(core, aw, want_id);
+}
+
+/// After each input, on the worker's home: the tasks handed to workers count in their
+/// load, and the awaits held while their worker was at its concurrency ask for tasks once
+/// it has a free slot again (a report or a heartbeat lowered its load, or another of its
+/// awaits ended), oldest first.
+pub fn serve_held(core: &mut Core, aw: &mut Awaits, registry: &mut WorkerRegistry) {
+    for (worker, tasks) in std::mem::take(&mut aw.handed) {
+        registry.add_load(&worker.0, &worker.1, tasks);
+    }
+    let mut workers = registry.take_lowered();
+    workers.append(&mut aw.freed);
+    if workers.is_empty() {
+        return;
+    }
+    workers.sort();
+    workers.dedup();
+    for worker in workers {
+        let held: Vec<(u64, u32)> = aw.by_worker.get(&worker).map_or(Vec::new(), |ids| {
+            ids.iter()
+                .filter_map(|id| aw.awaits.get(id).map(|a| (*id, a)))
+                .filter_map(|(id, a)| a.held.as_ref().map(|h| (id, h.max_tasks)))
+                .collect()
+        });
+        let load = registry
+            .get(&worker.0, &worker.1)
+            .map_or(0, |w| w.current_load);
+        for (want_id, max_tasks) in held {
+            let free = free_slots(aw, registry, &worker);
+            if free == 0 {
+                break;
+            }
+            ask_shards(core, aw, want_id, free.min(max_tasks), load);
+        }
+    }
 }
 
 /// A worker at its bound of open awaits: the oldest is answered now, with no task.
@@ -536,6 +651,10 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, want_id: u64, answer: bool) {
         }
     }
     let mut tasks = open.tasks;
+    if open.held.is_none() && aw.by_worker.contains_key(key) {
+        // Its room is free again for the worker's held awaits.
+        aw.freed.push(key.clone());
+    }
     if !answer {
         release_assignments(core, &key.0, &key.1, tasks);
         return;
@@ -543,6 +662,10 @@ fn finish_await(core: &mut Core, aw: &mut Awaits, want_id: u64, answer: bool) {
     if let (true, Some(e)) = (tasks.is_empty(), open.failed) {
         core.reply_op(open.to, open.lsn, Err(e));
         return;
+    }
+    if !tasks.is_empty() {
+        let handed = u32::try_from(tasks.len()).unwrap_or(u32::MAX);
+        aw.handed.push((key.clone(), handed));
     }
     tasks.sort_by_key(|t| std::cmp::Reverse(t.priority));
     core.reply_op(open.to, open.lsn, Ok(Reply::Tasks(tasks)));
@@ -604,6 +727,7 @@ pub fn on_want(core: &mut Core, aw: &mut Awaits, origin: u32, msg: WantMsg, to: 
                 labels: msg.labels,
                 room: msg.room as usize,
                 deadline_ms: msg.deadline_ms,
+                load: msg.load,
             },
         );
     }
@@ -612,11 +736,12 @@ pub fn on_want(core: &mut Core, aw: &mut Awaits, origin: u32, msg: WantMsg, to: 
 }
 
 fn park_want(aw: &mut Awaits, key: WantKey, want: Want) {
+    aw.next_turn += 1;
     for action in &want.actions {
         aw.wants_by_action
             .entry((want.worker.0.clone(), action.clone()))
             .or_default()
-            .push_back(key);
+            .insert((want.load, aw.next_turn, key));
     }
     aw.wants.insert(key, want);
 }
@@ -651,7 +776,8 @@ pub fn serve_parked(core: &mut Core, aw: &mut Awaits) {
     }
 }
 
-/// Leases queued tasks of `action` to the wants parked for it, round-robin.
+/// Leases queued tasks of `action` to the wants parked for it: the least loaded worker's
+/// first, then in turn (a want passed over goes behind those of its load).
 fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
     let now_real = core.wall_ms();
     let mut misses = 0usize;
@@ -659,7 +785,7 @@ fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
         if core.index_mut().runs.user_queued(action) == 0 {
             return;
         }
-        let candidates = aw.wants_by_action.get(action).map_or(0, VecDeque::len);
+        let candidates = aw.wants_by_action.get(action).map_or(0, BTreeSet::len);
         if candidates == 0 || misses >= candidates {
             return;
         }
@@ -696,7 +822,8 @@ fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
         if tasks.is_empty() {
             // Labels keep this worker from the queued tasks: try the next want.
             misses += 1;
-            push_candidate(aw, action, key);
+            let load = want.load;
+            push_candidate(aw, action, load, key);
             continue;
         }
         misses = 0;
@@ -710,18 +837,19 @@ fn serve_action(core: &mut Core, aw: &mut Awaits, action: &ActionKey) {
 
 fn pop_candidate(aw: &mut Awaits, action: &ActionKey) -> Option<WantKey> {
     let queue = aw.wants_by_action.get_mut(action)?;
-    let id = queue.pop_front();
+    let turn = queue.pop_first();
     if queue.is_empty() {
         aw.wants_by_action.remove(action);
     }
-    id
+    turn.map(|(_, _, key)| key)
 }
 
-fn push_candidate(aw: &mut Awaits, action: &ActionKey, key: WantKey) {
+fn push_candidate(aw: &mut Awaits, action: &ActionKey, load: u32, key: WantKey) {
+    aw.next_turn += 1;
     aw.wants_by_action
         .entry(action.clone())
         .or_default()
-        .push_back(key);
+        .insert((load, aw.next_turn, key));
 }
 
 /// Sends leased tasks to the worker's home once their lease is durable.
@@ -775,10 +903,10 @@ pub fn sweep_wants(core: &Core, aw: &mut Awaits) {
     let now = core.wall_ms();
     aw.wants.retain(|_, w| w.deadline_ms > now);
     let wants = &aw.wants;
-    aw.wants_by_action.retain(|_, keys| {
+    aw.wants_by_action.retain(|_, turns| {
         let mut seen = HashSet::default();
-        keys.retain(|key| wants.contains_key(key) && seen.insert(*key));
-        !keys.is_empty()
+        turns.retain(|(_, _, key)| wants.contains_key(key) && seen.insert(*key));
+        !turns.is_empty()
     });
 }
 

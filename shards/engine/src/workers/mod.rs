@@ -11,7 +11,7 @@ mod tasks;
 pub use awaits::AWAITS_PER_WORKER_MAX;
 pub use awaits::{
     Awaits, abandon_forwarded, await_tasks, cancel_want, conn_closed, dispatch, expire_awaits,
-    forward_await, on_await_relayed, on_delivery, on_want, on_want_share, serve_parked,
+    forward_await, on_await_relayed, on_delivery, on_want, on_want_share, serve_held, serve_parked,
     sweep_wants, worker_gone,
 };
 pub use ops::report;

@@ -23,6 +23,9 @@ pub struct Worker {
     pub worker_type: WorkerType,
     pub status: WorkerStatus,
     pub max_concurrency: u32,
+    /// Tasks in flight: what the last heartbeat said, plus the tasks handed to the worker
+    /// since, minus those it reported done since (the next heartbeat says again). Tasks
+    /// are offered only below `max_concurrency` (`awaits.rs`).
     pub current_load: u32,
     pub tasks_completed: u64,
     pub tasks_failed: u64,
@@ -49,6 +52,9 @@ impl Worker {
 #[derive(Default)]
 pub struct WorkerRegistry {
     workers: HashMap<(String, String), Worker>,
+    /// Workers whose load went down since the last look (`take_lowered`): an await held
+    /// while they were at their concurrency may go on.
+    lowered: Vec<(String, String)>,
 }
 
 /// Whether a worker with `worker` labels may run a task requiring `required`: every
@@ -202,8 +208,9 @@ impl WorkerRegistry {
         Ok(info)
     }
 
-    /// Records a heartbeat; returns the worker's status (a heartbeat makes an unhealthy
-    /// worker healthy again; draining is sticky).
+    /// Records a heartbeat; returns the worker's status: `active`, whatever its load (a
+    /// heartbeat makes an unhealthy worker healthy again, as in the spec's diagram), or
+    /// `draining` once drained (sticky).
     pub fn heartbeat(
         &mut self,
         namespace: &str,
@@ -215,17 +222,16 @@ impl WorkerRegistry {
             .get_mut(namespace, worker_id)
             .ok_or_else(|| not_registered(namespace, worker_id))?;
         worker.last_heartbeat_ms = now_ms;
+        let lowered = current_load < worker.current_load;
         worker.current_load = current_load;
         if worker.is_draining() {
             return Ok(WorkerStatus::Draining);
         }
-        // The registry shows a worker without tasks as idle; the heartbeat answers
-        // `active` (healthy, ready for tasks), as in the spec's diagram.
-        worker.status = if current_load == 0 {
-            WorkerStatus::Idle
-        } else {
-            WorkerStatus::Active
-        };
+        worker.status = WorkerStatus::Active;
+        if lowered {
+            self.lowered
+                .push((namespace.to_string(), worker_id.to_string()));
+        }
         Ok(WorkerStatus::Active)
     }
 
@@ -262,7 +268,26 @@ impl WorkerRegistry {
         list
     }
 
-    /// Counts a task the worker finished (`ok`) or failed.
+    /// Tasks the worker may still take: its concurrency less its load (0 for a worker not
+    /// registered).
+    pub fn free_slots(&self, namespace: &str, worker_id: &str) -> u32 {
+        self.get(namespace, worker_id)
+            .map_or(0, |w| w.max_concurrency.saturating_sub(w.current_load))
+    }
+
+    /// `tasks` more tasks were handed to the worker.
+    pub fn add_load(&mut self, namespace: &str, worker_id: &str, tasks: u32) {
+        if let Some(worker) = self.get_mut(namespace, worker_id) {
+            worker.current_load = worker.current_load.saturating_add(tasks);
+        }
+    }
+
+    /// The workers whose load went down since the last call.
+    pub fn take_lowered(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.lowered)
+    }
+
+    /// Counts a task the worker finished (`ok`) or failed: one task less in flight.
     pub fn record_task(
         &mut self,
         namespace: &str,
@@ -279,6 +304,8 @@ impl WorkerRegistry {
         } else {
             worker.tasks_failed += 1;
         }
+        let lowered = worker.current_load > 0;
+        worker.current_load = worker.current_load.saturating_sub(1);
         if let Some(p) = worker.processes.iter_mut().find(|p| p.name == action) {
             if ok {
                 p.run_count += 1;
@@ -286,6 +313,10 @@ impl WorkerRegistry {
                 p.fail_count += 1;
             }
             p.last_run_at_ms = Some(at_ms);
+        }
+        if lowered {
+            self.lowered
+                .push((namespace.to_string(), worker_id.to_string()));
         }
     }
 
@@ -376,6 +407,24 @@ mod tests {
         );
         let status = reg.heartbeat("ns", "w1", 3, 200_000).unwrap();
         assert_eq!(status, WorkerStatus::Active);
+    }
+
+    /// Heartbeat → active, at any load (the spec's status diagram); never `idle`.
+    #[test]
+    fn a_heartbeat_answers_and_shows_active_at_any_load() {
+        let mut reg = WorkerRegistry::default();
+        reg.register(spec("w1"), 0).unwrap();
+        for load in [0, 4, 0] {
+            assert_eq!(
+                reg.heartbeat("ns", "w1", load, 1).unwrap(),
+                WorkerStatus::Active
+            );
+            let info = reg.info("ns", "w1").unwrap();
+            assert_eq!(
+                (info.status, info.current_load),
+                (WorkerStatus::Active, load)
+            );
+        }
     }
 
     #[test]

@@ -42,7 +42,10 @@ fn root_of(core: &Core, namespace: &str, run_id: &str) -> RunKey {
 
 /// Walks the run forward until it waits or ends. Each step is charged to the run's tree:
 /// past `MAX_ADVANCE_STEPS` in one burst of work the run fails (a loop in the definition);
-/// past the input's budget the rest is continued by a later input.
+/// past the input's budget the rest is continued by a later input. A run that executed
+/// `Limits::run_steps_max` steps in all fails too (a loop through steps that wait, which
+/// no burst catches); the count is the fold's (`WfRun::steps_executed`), so it survives a
+/// restart.
 pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
     let root = root_of(core, namespace, run_id);
     loop {
@@ -73,6 +76,15 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
         let Some(run) = core.state().workflows.run(namespace, run_id) else {
             return;
         };
+        let steps_max = core.limits().run_steps_max;
+        if run.steps_executed() >= steps_max {
+            let reason = format!(
+                "the run executed {steps_max} steps, the most one run may (--max-run-steps); \
+                 a loop through its steps that never ends?"
+            );
+            end(core, namespace, run_id, &current_step, &reason);
+            return;
+        }
         let def = match &run.def {
             Ok(def) => def.clone(),
             Err(reason) => {

@@ -2,13 +2,20 @@
 //! atomic group.
 
 use super::queries::{archived_status, find_run};
+use crate::actions::Executions;
 use crate::core::io::Done;
 use crate::core::{Core, Task};
 use crate::fold::record::{Record, StepWait};
 use flo_protocol::ErrorValue;
 
 /// Cancels a run, its current action run and its child runs.
-pub fn cancel(core: &mut Core, namespace: &str, run_id: &str, reason: Option<String>) -> Done {
+pub fn cancel(
+    core: &mut Core,
+    execs: &Executions,
+    namespace: &str,
+    run_id: &str,
+    reason: Option<String>,
+) -> Done {
     let status = match archived_status(core, namespace, run_id) {
         Some(status) => status,
         None => match find_run(core, namespace, run_id) {
@@ -27,7 +34,7 @@ pub fn cancel(core: &mut Core, namespace: &str, run_id: &str, reason: Option<Str
     core.begin_group();
     cancel_tree(core, namespace, run_id, reason);
     core.end_group();
-    let done = super::queries::status(core, namespace, run_id);
+    let done = super::queries::status(core, execs, namespace, run_id);
     Done {
         wait_lsn: core.last_lsn().max(done.wait_lsn),
         result: done.result,

@@ -34,6 +34,16 @@ pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, re
     after_end(core, namespace, run_id);
 }
 
+/// Whether the step's `retry:` policy may run it again after this outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retry {
+    /// As the policy says (a retryable outcome while attempts and time remain).
+    ByPolicy,
+    /// Never: the action said retrying cannot help (a worker's `NonRetryableError`,
+    /// `flo worker fail --non-retryable`); the outcome's transition is taken at once.
+    Never,
+}
+
 /// Records that the current step finished with `outcome`, choosing where the run goes:
 /// a retry, a poll, a transition, or the end.
 #[allow(clippy::too_many_arguments)]
@@ -46,6 +56,28 @@ pub(super) fn finish(
     output: Option<Vec<u8>>,
     error: Option<String>,
     consumed_signal: Option<u64>,
+) {
+    let ended = (outcome, output, error);
+    finish_with(
+        core,
+        namespace,
+        run_id,
+        step,
+        ended,
+        consumed_signal,
+        Retry::ByPolicy,
+    );
+}
+
+/// `finish`, with the step's retries allowed or not (`retry`).
+pub(super) fn finish_with(
+    core: &mut Core,
+    namespace: &str,
+    run_id: &str,
+    step: &str,
+    (outcome, output, error): (StepOutcome, Option<Vec<u8>>, Option<String>),
+    consumed_signal: Option<u64>,
+    retry: Retry,
 ) {
     let now = core.now_ms();
     let (outcome, output, error) = match output {
@@ -72,13 +104,14 @@ pub(super) fn finish(
     let executions = run.step_executions + 1;
     let mut outcome = outcome;
     let mut next = None;
-    if let Some(retry) = &step_def.retry
+    if let Some(policy) = &step_def.retry
+        && retry == Retry::ByPolicy
         && outcome.is_retryable()
-        && executions < retry.max_attempts
+        && executions < policy.max_attempts
     {
-        let at =
-            now.saturating_add(retry.delay_ms(executions, jitter(run.seq ^ u64::from(executions))));
-        let in_budget = retry
+        let at = now
+            .saturating_add(policy.delay_ms(executions, jitter(run.seq ^ u64::from(executions))));
+        let in_budget = policy
             .within_ms
             .is_none_or(|w| at.saturating_sub(run.step_first_at_ms) <= w);
         if in_budget {

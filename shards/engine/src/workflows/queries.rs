@@ -1,14 +1,40 @@
 //! Reads of live runs: status, history (paged), the runs of a workflow.
 
+use crate::actions::Executions;
 use crate::core::Core;
 use crate::core::io::Done;
 use crate::fold::archive::RunKind;
+use crate::fold::record::StepWait;
 use crate::fold::workflows::{WfRun, run_info};
 use crate::pages::Pos;
 use flo_protocol::{
     ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, RUN_LIST_LIMIT_DEFAULT,
-    RUN_LIST_LIMIT_MAX, Reply, WorkflowRunStatus,
+    RUN_LIST_LIMIT_MAX, Reply, RunStatus, WorkflowRunStatus,
 };
+
+/// The status a live run shows: `pending` while its step's action run is queued, waiting
+/// for a worker to lease it or for a WebAssembly slot (the spec's "queued, waiting for a
+/// worker (or WASM execution)"); else its phase's (`running` while a guest executes its
+/// step, `waiting` while a worker holds it or on a signal, a child, a timer).
+pub fn shown_status(
+    core: &Core,
+    execs: &Executions,
+    namespace: &str,
+    run: &WfRun,
+) -> WorkflowRunStatus {
+    if let Some(StepWait::ActionRun { run_id, .. }) = run.phase.wait()
+        && !run.status().is_final()
+        && core
+            .state()
+            .runs
+            .get(namespace, run_id)
+            .is_some_and(|r| r.status == RunStatus::Pending)
+        && !execs.is_executing(namespace, run_id)
+    {
+        return WorkflowRunStatus::Pending;
+    }
+    run.status()
+}
 
 pub(super) fn find_run<'a>(
     core: &'a Core,
@@ -36,11 +62,16 @@ pub(super) fn archived_status(
         .map(|e| crate::fold::archived::workflow_status(e.status))
 }
 
-pub fn status(core: &Core, namespace: &str, run_id: &str) -> Done {
+pub fn status(core: &Core, execs: &Executions, namespace: &str, run_id: &str) -> Done {
     match find_run(core, namespace, run_id) {
         Ok(run) => Done {
             wait_lsn: run.lsn,
-            result: Ok(Reply::WorkflowRun(run_info(namespace, run_id, run))),
+            result: Ok(Reply::WorkflowRun(run_info(
+                namespace,
+                run_id,
+                run,
+                shown_status(core, execs, namespace, run),
+            ))),
         },
         Err(e) => Done::now(Err(e)),
     }
@@ -100,6 +131,7 @@ pub fn history_page(
 
 pub fn list_runs(
     core: &Core,
+    execs: &Executions,
     namespace: &str,
     name: &str,
     status: Option<WorkflowRunStatus>,
@@ -112,16 +144,17 @@ pub fn list_runs(
             "limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}"
         ))));
     }
+    let shown = |r: &WfRun| shown_status(core, execs, namespace, r);
     let (runs, truncated) =
         core.state()
             .workflows
-            .list(namespace, name, status, limit as usize, from);
+            .list(namespace, name, status, shown, limit as usize, from);
     Done {
         wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
         result: Ok(Reply::WorkflowRuns {
             runs: runs
                 .iter()
-                .map(|(id, r)| run_info(namespace, id, r))
+                .map(|(id, r)| run_info(namespace, id, r, shown(r)))
                 .collect(),
             truncated,
             next_cursor: None,

@@ -3,7 +3,7 @@
 //! moves on.
 
 use super::advance::advance;
-use super::finish::finish;
+use super::finish::{Retry, finish, finish_with};
 use crate::core::Core;
 use crate::fold::record::{StepOutcome, StepWait};
 use crate::fold::workflows::{RunPhase, json_value};
@@ -89,6 +89,12 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         RunStatus::Failed => (StepOutcome::Failure, None, run.error.clone()),
         RunStatus::Pending | RunStatus::Running => return,
     };
+    // A failure that is final without being dead-lettered was reported non-retryable
+    // (`fail_task`): the step's `retry:` does not run it again.
+    let retry = match run.status == RunStatus::Failed && !run.dead_lettered {
+        true => Retry::Never,
+        false => Retry::ByPolicy,
+    };
     let waiting = core
         .state()
         .workflows
@@ -100,15 +106,14 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
     if !waiting {
         return;
     }
-    finish(
+    finish_with(
         core,
         namespace,
         &step_ref.run_id,
         &step_ref.step,
-        outcome,
-        output,
-        error,
+        (outcome, output, error),
         None,
+        retry,
     );
     advance(core, namespace, &step_ref.run_id);
 }

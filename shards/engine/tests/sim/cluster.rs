@@ -469,6 +469,7 @@ pub fn new_engine_with(
             // The simulated clock jumps while messages are in flight: no timeouts.
             peer_timeout_ms: u64::MAX,
             quotas: Default::default(),
+            limits: Default::default(),
         },
         Box::new(clock.clone()),
         Box::new(clock.clone()),

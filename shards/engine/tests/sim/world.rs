@@ -506,6 +506,7 @@ impl Sim {
                 retry_delay_ms: Some(500),
                 description: None,
                 memory_limit_mb: None,
+                wasm_entrypoint: None,
             });
             self.send(shard, conn, op);
         }
@@ -849,6 +850,7 @@ impl Sim {
                 key,
                 wait_ms: None,
                 after_version: None,
+                newer_than_current: false,
             },
             29..=30 => {
                 self.model.tainted.insert(key.clone());
