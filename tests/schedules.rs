@@ -5,32 +5,15 @@
 
 mod common;
 
-use common::{TestServer, cli_json, cli_ok, temp_dir, wait_until};
-use flo::Client;
-use flo::protocol::{
-    ActionKind, ActionSpec, ErrorCode, ScheduleInfo, WorkflowRunInfo, WorkflowRunStatus,
+use common::{
+    TestServer, all_workflow_runs, cli_json, cli_ok, fixed_wasm_action, temp_dir, wait_until,
 };
-use flo_testkit::guests::fixed_guest;
+use flo::Client;
+use flo::protocol::{ErrorCode, ScheduleInfo, WorkflowRunInfo, WorkflowRunStatus};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const RECONCILE: &str = include_str!("../testdata/workflows/reconcile-accounts.yaml");
 const HOUR_MS: u64 = 3_600_000;
-
-fn wasm_action(c: &mut Client, name: &str) {
-    c.register_action(ActionSpec {
-        namespace: String::new(),
-        name: name.into(),
-        kind: ActionKind::Wasm,
-        wasm: Some(fixed_guest(r#"{"ok":true}"#).into_bytes()),
-        timeout_ms: None,
-        max_retries: Some(0),
-        retry_delay_ms: None,
-        description: None,
-        memory_limit_mb: None,
-        wasm_entrypoint: None,
-    })
-    .unwrap();
-}
 
 /// A test-clock server's time: the wall clock plus what the test moved it by.
 struct Clock {
@@ -67,18 +50,7 @@ fn schedule(c: &mut Client, workflow: &str) -> ScheduleInfo {
 
 /// Every run of `workflow`, oldest id first.
 fn runs(c: &mut Client, workflow: &str) -> Vec<WorkflowRunInfo> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = c
-            .list_workflow_runs_page(workflow, None, Some(1000), cursor.as_deref())
-            .unwrap();
-        out.extend(page.items);
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
+    let mut out = all_workflow_runs(c, workflow);
     out.sort_by(|a, b| a.run_id.cmp(&b.run_id));
     out
 }
@@ -105,8 +77,8 @@ fn reconcile_accounts_fires_on_its_cron_ticks_with_its_input() {
     let server = TestServer::start(dir.path(), &["--test-clock"]);
     let mut c = server.client();
     let mut clock = Clock { moved_ms: 0 };
-    wasm_action(&mut c, "reconcile");
-    wasm_action(&mut c, "reconcile-report");
+    fixed_wasm_action(&mut c, "reconcile", r#"{"ok":true}"#);
+    fixed_wasm_action(&mut c, "reconcile-report", r#"{"ok":true}"#);
     let (name, _, created, _) = c.create_workflow(RECONCILE).unwrap();
     assert!(created);
     let s = schedule(&mut c, &name);
@@ -240,7 +212,7 @@ fn a_tick_fires_exactly_once_across_kill9_and_missed_ticks_follow_catchup() {
     let mut c = server.client();
     let mut clock = Clock { moved_ms: 0 };
     // Runs that finish at once (a WASM step), so max_concurrent never skips.
-    wasm_action(&mut c, "tick");
+    fixed_wasm_action(&mut c, "tick", r#"{"ok":true}"#);
     let flow = |name: &str, schedule: &str| {
         format!(
             "kind: Workflow\nname: {name}\nversion: \"1\"\nschedule: {schedule}\nstart:\n  \

@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{TestServer, cli_json, temp_dir, wait_until};
+use common::{TestServer, cli_json, fixed_wasm_action, temp_dir, wait_until};
 use flo::Client;
-use flo::protocol::{ActionKind, ActionSpec, ErrorCode, WorkflowRunStatus};
-use flo_testkit::guests::fixed_guest;
+use flo::protocol::{ErrorCode, WorkflowRunStatus};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -47,19 +46,7 @@ struct Order {
 }
 
 fn setup(c: &mut Client) -> Vec<Order> {
-    c.register_action(ActionSpec {
-        namespace: String::new(),
-        name: "price".into(),
-        kind: ActionKind::Wasm,
-        wasm: Some(fixed_guest(r#"{"total":42}"#).into_bytes()),
-        timeout_ms: None,
-        max_retries: Some(0),
-        retry_delay_ms: None,
-        description: None,
-        memory_limit_mb: None,
-        wasm_entrypoint: None,
-    })
-    .unwrap();
+    fixed_wasm_action(c, "price", r#"{"total":42}"#);
     c.create_workflow(ORDERS).unwrap();
     let mut orders = Vec::new();
     for i in 0..RUNS {

@@ -414,6 +414,46 @@ pub fn user_action(
         .unwrap_or_else(|e| panic!("register action {name}: {e}"));
 }
 
+/// Registers a WebAssembly action that returns `output` (JSON) whatever its input, without
+/// retries.
+#[allow(dead_code)]
+pub fn fixed_wasm_action(client: &mut Client, name: &str, output: &str) {
+    client
+        .register_action(ActionSpec {
+            namespace: String::new(),
+            name: name.into(),
+            kind: ActionKind::Wasm,
+            wasm: Some(flo_testkit::guests::fixed_guest(output).into_bytes()),
+            timeout_ms: None,
+            max_retries: Some(0),
+            retry_delay_ms: None,
+            description: None,
+            memory_limit_mb: None,
+            wasm_entrypoint: None,
+        })
+        .unwrap_or_else(|e| panic!("register action {name}: {e}"));
+}
+
+/// Every run of `workflow` (all pages of its list).
+#[allow(dead_code)]
+pub fn all_workflow_runs(
+    client: &mut Client,
+    workflow: &str,
+) -> Vec<flo::protocol::WorkflowRunInfo> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = client
+            .list_workflow_runs_page(workflow, None, Some(1000), cursor.as_deref())
+            .unwrap();
+        out.extend(page.items);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return out,
+        }
+    }
+}
+
 /// Runs the CLI expecting a failure the server reported (refused, not found): exit code 1,
 /// nothing on stdout, `error: ...` on stderr. Returns stderr.
 pub fn cli_fails(addr: &str, args: &[&str]) -> String {
