@@ -25,12 +25,15 @@ pub struct ActionDefRecord {
     pub wasm_entrypoint: Option<String>,
 }
 
+/// The export a WebAssembly action's executions call unless it names another.
+pub const ENTRYPOINT_DEFAULT: &str = "handle";
+
 impl ActionDefRecord {
     /// The export its executions call.
     pub fn entrypoint(&self) -> &str {
         self.wasm_entrypoint
             .as_deref()
-            .unwrap_or(crate::fold::registry::ENTRYPOINT_DEFAULT)
+            .unwrap_or(ENTRYPOINT_DEFAULT)
     }
 }
 

@@ -22,8 +22,8 @@ pub const RETRY_DELAY_MS_MAX: u64 = 24 * 3600 * 1000;
 pub const MEMORY_LIMIT_MB_DEFAULT: u32 = 16;
 pub const MEMORY_LIMIT_MB_MAX: u32 = 256;
 pub const DESCRIPTION_BYTES_MAX: usize = 4096;
-/// The export a WebAssembly action's executions call unless it names another.
-pub const ENTRYPOINT_DEFAULT: &str = "handle";
+pub use crate::fold::record::ENTRYPOINT_DEFAULT;
+
 /// Exports of the ABI that are not entrypoints.
 const ABI_EXPORTS: [&str; 5] = ["memory", "alloc", "dealloc", "init", "describe"];
 
