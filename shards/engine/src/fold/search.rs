@@ -36,7 +36,7 @@ pub struct Doc {
     pub archived_lsn: u64,
     /// (name into `Space::names`, value), in the definition's order; attributes without a
     /// value are absent.
-    attrs: Box<[(u16, AttrValue)]>,
+    attrs: Box<[(u32, AttrValue)]>,
 }
 
 /// A value as postings order it.
@@ -78,6 +78,11 @@ pub struct Space {
     /// Workflow names and attribute names, numbered in order of first use.
     workflows: Vec<String>,
     names: Vec<String>,
+    /// The tables' names → numbers.
+    #[serde(skip)]
+    workflow_numbers: HashMap<String, u32>,
+    #[serde(skip)]
+    name_numbers: HashMap<String, u32>,
     /// A run id's hash → its document (ids whose hash another id has: `by_id_rest`).
     #[serde(skip)]
     by_id: HashMap<u64, u64>,
@@ -94,14 +99,15 @@ fn id_hash(run_id: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(run_id.as_bytes())
 }
 
-fn number_of(table: &mut Vec<String>, name: &str) -> usize {
-    match table.iter().position(|n| n == name) {
-        Some(i) => i,
-        None => {
-            table.push(name.to_string());
-            table.len() - 1
-        }
+/// The number of `name` in `table`, added if new.
+fn number_of(table: &mut Vec<String>, numbers: &mut HashMap<String, u32>, name: &str) -> u32 {
+    if let Some(&n) = numbers.get(name) {
+        return n;
     }
+    table.push(name.to_string());
+    let n = (table.len() - 1) as u32;
+    numbers.insert(name.to_string(), n);
+    n
 }
 
 impl Space {
@@ -123,10 +129,10 @@ impl Space {
         self.attrs_of(doc).find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 
-    fn numbered(&mut self, attrs: Vec<(String, AttrValue)>) -> Box<[(u16, AttrValue)]> {
+    fn numbered(&mut self, attrs: Vec<(String, AttrValue)>) -> Box<[(u32, AttrValue)]> {
         attrs
             .into_iter()
-            .map(|(name, v)| (number_of(&mut self.names, &name) as u16, v))
+            .map(|(name, v)| (number_of(&mut self.names, &mut self.name_numbers, &name), v))
             .collect()
     }
 
@@ -156,7 +162,7 @@ impl Space {
         }
     }
 
-    fn unpost_attrs(&mut self, seq: u64, attrs: &[(u16, AttrValue)]) {
+    fn unpost_attrs(&mut self, seq: u64, attrs: &[(u32, AttrValue)]) {
         for (n, v) in attrs {
             let Some(values) = self.postings.get_mut(&self.names[*n as usize]) else {
                 continue;
@@ -246,7 +252,7 @@ impl SearchIndex {
         }
         let doc = Doc {
             run_id: run_id.into(),
-            workflow: number_of(&mut space.workflows, workflow) as u32,
+            workflow: number_of(&mut space.workflows, &mut space.workflow_numbers, workflow),
             status: None,
             started_at_ms,
             updated_at_ms: started_at_ms,
@@ -332,6 +338,14 @@ impl SearchIndex {
     pub fn relink(&mut self) {
         self.archived.clear();
         for (namespace, space) in &mut self.spaces {
+            space.workflow_numbers = (0u32..)
+                .zip(&space.workflows)
+                .map(|(i, w)| (w.clone(), i))
+                .collect();
+            space.name_numbers = (0u32..)
+                .zip(&space.names)
+                .map(|(i, n)| (n.clone(), i))
+                .collect();
             let docs = std::mem::take(&mut space.docs);
             for (&seq, doc) in &docs {
                 space.post(seq, doc);
@@ -406,9 +420,13 @@ mod tests {
         let mut back: SearchIndex = rmp_serde::from_slice(&bytes).unwrap();
         back.relink();
         assert_eq!(posting(&back, "c-1").unwrap().len(), 1);
+        // Names are numbered the same after the load: a new run of the same values.
+        back.insert("ns", 3, "r3", "w", 1, c("c-1"));
+        assert_eq!(posting(&back, "c-1").unwrap().len(), 2);
+        assert_eq!(back.space("ns").unwrap().names.len(), 1);
         back.forget(11);
-        assert_eq!(posting(&back, "c-1"), None);
         assert!(back.doc("ns", "r1").is_none());
         assert!(back.doc("ns", "r2").is_some());
+        assert_eq!(posting(&back, "c-1").unwrap().len(), 1);
     }
 }
