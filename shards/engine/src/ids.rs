@@ -2,6 +2,14 @@
 
 /// (namespace, run id): an action run or a workflow run.
 pub type RunKey = (String, String);
+/// The answer to a start naming a run id that exists and is not its repeat.
+pub fn run_id_taken(run_id: &str, workflow: &str, status: &str) -> flo_protocol::ErrorValue {
+    flo_protocol::ErrorValue::conflict(format!(
+        "workflow run {run_id:?} exists already (workflow {workflow:?}, {status}); choose \
+         another run id, or start with its idempotency key to get that run back"
+    ))
+}
+
 /// (namespace, worker id).
 pub type WorkerKey = (String, String);
 

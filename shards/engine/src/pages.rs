@@ -15,7 +15,10 @@
 //! (`engine/fanout.rs`) takes a prefix of each shard's runs, newest first, and builds the
 //! next cursor from the positions of the last ones it took.
 
-use flo_protocol::{ErrorValue, KvEntry, RunInfo, WorkflowRunInfo};
+use flo_protocol::{
+    ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, KvEntry, Reply, RunInfo,
+    WorkflowRunInfo,
+};
 
 /// A cursor longer than this is refused before it is parsed.
 pub const CURSOR_BYTES_MAX: usize = 64 << 10;
@@ -283,6 +286,40 @@ impl Part {
             end,
         })
     }
+}
+
+/// A run's history as the reply shows it (live or archived): events numbered from 1; with
+/// `limit` or `after`, one page of it and the cursor of the next.
+pub fn history_page(
+    history: &[HistoryEvent],
+    limit: Option<u32>,
+    after: Option<u64>,
+) -> Result<Reply, ErrorValue> {
+    let numbered = |(i, e): (usize, &HistoryEvent)| HistoryEvent {
+        seq: i as u64 + 1,
+        ..e.clone()
+    };
+    if limit.is_none() && after.is_none() {
+        let events = history.iter().enumerate().map(numbered).collect();
+        return Ok(Reply::WorkflowHistory(events));
+    }
+    let limit = limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
+    if limit == 0 || limit > HISTORY_LIMIT_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "limit must be 1 to {HISTORY_LIMIT_MAX}, got {limit}"
+        )));
+    }
+    let skip = usize::try_from(after.unwrap_or(0)).unwrap_or(usize::MAX);
+    let events: Vec<HistoryEvent> = history
+        .iter()
+        .enumerate()
+        .skip(skip)
+        .take(limit as usize)
+        .map(numbered)
+        .collect();
+    let last = events.last().map_or(skip as u64, |e| e.seq);
+    let next_after = (last < history.len() as u64).then_some(last);
+    Ok(Reply::WorkflowHistoryPage { events, next_after })
 }
 
 #[cfg(test)]

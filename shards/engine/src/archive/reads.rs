@@ -393,7 +393,7 @@ fn answer(s: &Single, doc: ArchivedRun) -> Result<Reply, ErrorValue> {
         (Want::RunStatus, ArchivedRun::Action(info)) => Ok(Reply::Run(*info)),
         (Want::WfStatus, ArchivedRun::Workflow(w)) => Ok(Reply::WorkflowRun(w.info)),
         (Want::WfHistory { limit, after }, ArchivedRun::Workflow(w)) => {
-            crate::workflows::history_page(&w.history, *limit, *after)
+            crate::pages::history_page(&w.history, *limit, *after)
         }
         (Want::WfStartRepeat { workflow, key }, ArchivedRun::Workflow(w)) => {
             if w.info.workflow == *workflow && w.info.idempotency_key.as_ref() == Some(key) {
@@ -402,7 +402,7 @@ fn answer(s: &Single, doc: ArchivedRun) -> Result<Reply, ErrorValue> {
                     created: false,
                 });
             }
-            Err(crate::workflows::run_id_taken(
+            Err(crate::ids::run_id_taken(
                 &s.run_id,
                 &w.info.workflow,
                 w.info.status.as_str(),

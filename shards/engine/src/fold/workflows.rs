@@ -164,7 +164,7 @@ impl WfRun {
             step: step.map(str::to_string),
             detail,
             at_ms,
-            // Numbered by position where a reply is built (`workflows::history_page`).
+            // Numbered by position where a reply is built (`pages::history_page`).
             seq: 0,
         });
     }

@@ -14,16 +14,17 @@ mod signals;
 mod start;
 mod timers;
 
+pub use crate::ids::run_id_taken;
 pub use advance::advance;
 pub use cancel::cancel;
 pub use definitions::{info, list, plan_create, plan_set_enabled};
 #[cfg(test)]
 pub use finish::STEP_OUTPUT_BYTES_MAX;
-pub use queries::{history, history_page, list_runs, status};
+pub use queries::{history, list_runs, status};
 pub use results::{notify_parent, on_action_final};
 pub use search::{QueryAsk, merge_parts, query_part};
 #[cfg(feature = "test-support")]
 pub use signals::SIGNALS_QUEUED_MAX;
 pub use signals::signal;
-pub use start::{Started, idempotent_workflow_run_id, run_id_taken, start, start_scheduled};
+pub use start::{Started, idempotent_workflow_run_id, start, start_scheduled};
 pub use timers::{fire_timers, open_runs, resume};

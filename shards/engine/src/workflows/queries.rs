@@ -8,8 +8,7 @@ use crate::fold::record::StepWait;
 use crate::fold::workflows::{WfRun, run_info};
 use crate::pages::Pos;
 use flo_protocol::{
-    ErrorValue, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, HistoryEvent, RUN_LIST_LIMIT_DEFAULT,
-    RUN_LIST_LIMIT_MAX, Reply, RunStatus, WorkflowRunStatus,
+    ErrorValue, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply, RunStatus, WorkflowRunStatus,
 };
 
 /// The status a live run shows: `pending` while its step's action run is queued, waiting
@@ -89,44 +88,10 @@ pub fn history(
     match find_run(core, namespace, run_id) {
         Ok(run) => Done {
             wait_lsn: run.lsn,
-            result: history_page(&run.history, limit, after),
+            result: crate::pages::history_page(&run.history, limit, after),
         },
         Err(e) => Done::now(Err(e)),
     }
-}
-
-/// A run's history as the reply shows it (live or archived): events numbered from 1; with
-/// `limit` or `after`, one page of it and the cursor of the next.
-pub fn history_page(
-    history: &[HistoryEvent],
-    limit: Option<u32>,
-    after: Option<u64>,
-) -> Result<Reply, ErrorValue> {
-    let numbered = |(i, e): (usize, &HistoryEvent)| HistoryEvent {
-        seq: i as u64 + 1,
-        ..e.clone()
-    };
-    if limit.is_none() && after.is_none() {
-        let events = history.iter().enumerate().map(numbered).collect();
-        return Ok(Reply::WorkflowHistory(events));
-    }
-    let limit = limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
-    if limit == 0 || limit > HISTORY_LIMIT_MAX {
-        return Err(ErrorValue::bad_request(format!(
-            "limit must be 1 to {HISTORY_LIMIT_MAX}, got {limit}"
-        )));
-    }
-    let skip = usize::try_from(after.unwrap_or(0)).unwrap_or(usize::MAX);
-    let events: Vec<HistoryEvent> = history
-        .iter()
-        .enumerate()
-        .skip(skip)
-        .take(limit as usize)
-        .map(numbered)
-        .collect();
-    let last = events.last().map_or(skip as u64, |e| e.seq);
-    let next_after = (last < history.len() as u64).then_some(last);
-    Ok(Reply::WorkflowHistoryPage { events, next_after })
 }
 
 pub fn list_runs(

@@ -10,6 +10,7 @@ use crate::fold::archive::{RunKind, name_tag};
 use crate::fold::record::Record;
 use crate::fold::schedules::{SCHEDULED_RUN_ID_PREFIX, ScheduledBy};
 use crate::fold::workflows::GENERATED_RUN_ID_PREFIX;
+use crate::ids::run_id_taken;
 use flo_protocol::check_namespace;
 use flo_protocol::{
     ErrorValue, IDEMPOTENCY_KEY_BYTES_MAX, RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, Reply,
@@ -76,14 +77,6 @@ pub enum Started {
         workflow: String,
         key: String,
     },
-}
-
-/// The answer to a start naming a run id that exists and is not its repeat.
-pub fn run_id_taken(run_id: &str, workflow: &str, status: &str) -> ErrorValue {
-    ErrorValue::conflict(format!(
-        "workflow run {run_id:?} exists already (workflow {workflow:?}, {status}); choose \
-         another run id, or start with its idempotency key to get that run back"
-    ))
 }
 
 /// Starts a run on this shard (the caller routed it here) and advances it.
