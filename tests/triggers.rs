@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{TestServer, temp_dir, user_action, wait_until};
+use common::{TestServer, all_workflow_runs, temp_dir, user_action, wait_until};
 use flo::protocol::{StreamConfig, StreamRecordIn, WorkflowRunInfo, WorkflowRunStatus};
 use flo::{ActionResult, ActionWorker, Client};
 use serde_json::{Value, json};
@@ -23,18 +23,7 @@ fn order(i: u32) -> StreamRecordIn {
 
 /// Every run of `workflow` (all pages).
 fn runs(c: &mut Client, workflow: &str) -> Vec<WorkflowRunInfo> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = c
-            .list_workflow_runs_page(workflow, None, Some(1000), cursor.as_deref())
-            .unwrap();
-        out.extend(page.items);
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => return out,
-        }
-    }
+    all_workflow_runs(c, workflow)
 }
 
 fn completed(c: &mut Client, workflow: &str) -> usize {

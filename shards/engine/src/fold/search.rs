@@ -231,11 +231,6 @@ impl SearchIndex {
         space.docs.get(&space.seq_of(run_id)?)
     }
 
-    /// Documents held, over the namespaces.
-    pub fn len(&self) -> usize {
-        self.spaces.values().map(|s| s.docs.len()).sum()
-    }
-
     /// A run of a definition with search attributes started.
     pub fn insert(
         &mut self,
