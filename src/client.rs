@@ -463,6 +463,30 @@ impl Client {
             dead_letter,
             limit,
             cursor,
+            query: None,
+        };
+        send(self, list)
+    }
+
+    /// A page of the action runs matching `query` (see `flo action runs --query`: status,
+    /// action, run_id, created_at, updated_at, attempt, priority, dead_letter,
+    /// workflow_run_id, outcome, `labels.NAME`), of `action` or of every action; in-flight
+    /// runs newest first, then finished ones, most recently finished first. Go on with the
+    /// page's `next_cursor`; a page may be short.
+    pub fn query_runs(
+        &mut self,
+        action: Option<&str>,
+        query: &str,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<Page<RunInfo>, Error> {
+        let list = requests::ListRunsPage {
+            action: action.unwrap_or(""),
+            status: None,
+            dead_letter: false,
+            limit,
+            cursor,
+            query: Some(query),
         };
         send(self, list)
     }

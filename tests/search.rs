@@ -288,3 +288,194 @@ fn queries_find_runs_by_attributes_live_and_archived_across_a_kill() {
     let mut c = server.client();
     check_queries(&mut c, &orders);
 }
+
+/// An action run made by `action_run_queries_over_live_and_archived_runs_across_a_kill`.
+struct ActionRun {
+    run_id: String,
+    action: &'static str,
+    region: &'static str,
+    tier: u32,
+    /// Invoked after the time mark.
+    late: bool,
+    completed: bool,
+}
+
+/// Every action run a query finds, paging `limit` at a time.
+fn query_runs_all(c: &mut Client, action: Option<&str>, query: &str, limit: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let page = c
+            .query_runs(action, query, Some(limit), cursor.as_deref())
+            .unwrap_or_else(|e| panic!("{query}: {e}"));
+        assert!(
+            page.items.len() <= limit as usize,
+            "{query}: page over its limit"
+        );
+        out.extend(page.items.into_iter().map(|r| r.run_id));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return out,
+        }
+    }
+    panic!("{query}: the pages never ended");
+}
+
+fn check_action_queries(c: &mut Client, runs: &[ActionRun], mark_ms: u64) {
+    let ids = |keep: &dyn Fn(&ActionRun) -> bool| -> BTreeSet<String> {
+        runs.iter()
+            .filter(|r| keep(r))
+            .map(|r| r.run_id.clone())
+            .collect()
+    };
+    let mark = mark_ms.to_string();
+    let cases: Vec<(Option<&str>, String, BTreeSet<String>)> = vec![
+        (
+            None,
+            r#"status = "completed" AND labels.region = "eu""#.into(),
+            ids(&|r| r.completed && r.region == "eu"),
+        ),
+        (
+            Some("manual"),
+            "labels.tier >= 1".into(),
+            ids(&|r| r.action == "manual" && r.tier >= 1),
+        ),
+        (
+            None,
+            r#"labels.region = "us""#.into(),
+            ids(&|r| r.region == "us"),
+        ),
+        (
+            None,
+            format!(r#"created_at >= {mark} AND action IN ("echo", "manual")"#),
+            ids(&|r| r.late),
+        ),
+        (
+            Some("echo"),
+            r#"NOT labels.region = "eu" OR labels.tier = 2"#.into(),
+            ids(&|r| r.action == "echo" && (r.region != "eu" || r.tier == 2)),
+        ),
+        (
+            None,
+            r#"status IN ("pending", "running") AND attempt <= 1"#.into(),
+            ids(&|r| !r.completed),
+        ),
+        (
+            None,
+            r#"action = "echo" AND status = "failed""#.into(),
+            BTreeSet::new(),
+        ),
+    ];
+    for (action, query, want) in cases {
+        for limit in [1000, 3] {
+            let got = query_runs_all(c, action, &query, limit);
+            let unique: BTreeSet<String> = got.iter().cloned().collect();
+            assert_eq!(unique.len(), got.len(), "{query}: a run listed twice");
+            assert_eq!(unique, want, "{query} (action {action:?}, limit {limit})");
+        }
+    }
+}
+
+#[test]
+fn action_run_queries_over_live_and_archived_runs_across_a_kill() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    fixed_wasm_action(&mut c, "echo", r#"{"ok":true}"#);
+    // No worker: its runs stay pending (in memory).
+    common::user_action(&mut c, "manual", 60_000, 0, 100);
+    let mut runs = Vec::new();
+    let mut mark_ms = 0;
+    for i in 0..48u32 {
+        if i == 24 {
+            std::thread::sleep(Duration::from_millis(20));
+            mark_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let action = if i % 3 == 0 { "manual" } else { "echo" };
+        let region = if i % 2 == 0 { "eu" } else { "us" };
+        let tier = i % 3 + (i % 4 == 1) as u32;
+        let opts = flo::InvokeOptions {
+            labels: Some(json!({"region": region, "tier": tier}).to_string()),
+            ..Default::default()
+        };
+        let run_id = c.invoke(action, b"{}", opts).unwrap();
+        runs.push(ActionRun {
+            run_id,
+            action,
+            region,
+            tier,
+            late: i >= 24,
+            completed: action == "echo",
+        });
+    }
+    for r in runs.iter().filter(|r| r.completed) {
+        assert!(
+            wait_until(Duration::from_secs(20), || {
+                c.run(&r.run_id).unwrap().status == flo::protocol::RunStatus::Completed
+            }),
+            "{} completes",
+            r.run_id
+        );
+    }
+    check_action_queries(&mut c, &runs, mark_ms);
+
+    // The CLI: every action's runs, with an action column; --status joins the query.
+    let addr = server.addr_string();
+    let doc = cli_json(
+        &addr,
+        &[
+            "action",
+            "runs",
+            "--query",
+            r#"labels.region = "eu""#,
+            "--status",
+            "pending",
+            "--limit",
+            "1000",
+        ],
+    );
+    let listed = doc["runs"].as_array().unwrap();
+    let want = runs
+        .iter()
+        .filter(|r| r.region == "eu" && !r.completed)
+        .count();
+    assert_eq!(listed.len(), want, "{doc}");
+    assert!(listed.iter().all(|r| r["action"] == "manual"), "{doc}");
+    let text = common::cli_ok(
+        &addr,
+        &["action", "runs", "--query", "attempt = 1", "--limit", "2"],
+    );
+    assert!(
+        text.contains("ACTION") && text.contains("--cursor"),
+        "{text}"
+    );
+    let usage = common::cli_usage_fails(&addr, &["action", "runs"]);
+    assert!(usage.contains("<NAME>"), "{usage}");
+
+    // Bad queries say what is wrong.
+    for (q, says) in [
+        (r#"customer = "c-1""#, "unknown field `customer`"),
+        (r#"status = "done""#, "unknown status \"done\""),
+        ("labels.region =", "expected a value"),
+    ] {
+        match c.query_runs(None, q, None, None).unwrap_err() {
+            flo::Error::Server(v) => {
+                assert_eq!(v.code, ErrorCode::BadRequest, "{q}: {v}");
+                assert!(v.message.contains(says), "{q}: {}", v.message);
+            }
+            other => panic!("{q}: {other}"),
+        }
+    }
+
+    // After kill -9: the same answers (finished runs from the archive, pending ones from
+    // the log).
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    check_action_queries(&mut c, &runs, mark_ms);
+}

@@ -147,6 +147,7 @@ pub enum Op {
     /// Runs of an action, newest first.
     RunList {
         namespace: String,
+        /// Empty with `query`: runs of every action.
         action: String,
         status: Option<RunStatus>,
         /// Only runs that exhausted their retries (the dead-letter list).
@@ -155,6 +156,11 @@ pub enum Op {
         /// Where the previous page ended (its `next_cursor`); none: the first page.
         #[serde(default)]
         cursor: Option<String>,
+        /// Only runs matching this query (`flo action runs --query`): status, action,
+        /// run_id, created_at, updated_at, attempt, priority, dead_letter,
+        /// workflow_run_id, outcome and `labels.NAME`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        query: Option<String>,
     },
     RunCancel {
         namespace: String,

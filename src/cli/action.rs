@@ -134,9 +134,26 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
         ActionCommand::Runs {
             name,
             status,
+            query: Some(query),
             limit,
             cursor,
         } => {
+            // --status is one more term of the query.
+            let query = match status {
+                Some(s) => format!("status = {s:?} AND ({query})"),
+                None => query.clone(),
+            };
+            let page = client.query_runs(name.as_deref(), &query, *limit, cursor.as_deref())?;
+            print_runs_of(out, &page, name.is_none());
+        }
+        ActionCommand::Runs {
+            name,
+            status,
+            query: None,
+            limit,
+            cursor,
+        } => {
+            let name = name.as_deref().unwrap_or_default();
             let status = match status {
                 Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
                     CliError::Usage(format!(
@@ -268,6 +285,11 @@ fn redrive(
 }
 
 fn print_runs(out: &Output, page: &Page<RunInfo>) {
+    print_runs_of(out, page, false)
+}
+
+/// A page of runs; `with_action`: a column names each run's action.
+fn print_runs_of(out: &Output, page: &Page<RunInfo>, with_action: bool) {
     let runs = &page.items;
     let doc = json!({
         "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
@@ -275,14 +297,23 @@ fn print_runs(out: &Output, page: &Page<RunInfo>) {
         "next_cursor": page.next_cursor,
     });
     out.print(doc, || {
+        let action = |name: &str| match with_action {
+            true => format!("{name:<20} "),
+            false => String::new(),
+        };
         let mut text = format!(
-            "{:<32} {:<10} {:>7}  {:<24} ERROR",
-            "RUN ID", "STATUS", "ATTEMPT", "CREATED"
+            "{:<32} {}{:<10} {:>7}  {:<24} ERROR",
+            "RUN ID",
+            action("ACTION"),
+            "STATUS",
+            "ATTEMPT",
+            "CREATED"
         );
         for r in runs {
             text.push_str(&format!(
-                "\n{:<32} {:<10} {:>7}  {:<24} {}",
+                "\n{:<32} {}{:<10} {:>7}  {:<24} {}",
                 r.run_id,
+                action(&r.action),
                 r.status.as_str(),
                 r.attempt,
                 time_text(r.created_at_ms),

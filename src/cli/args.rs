@@ -262,10 +262,17 @@ pub enum ActionCommand {
     /// List an action's runs: in-flight ones newest first, then finished ones (a page;
     /// the next with --cursor).
     Runs {
-        name: String,
+        /// The action (optional with --query: every action's runs).
+        #[arg(required_unless_present = "query")]
+        name: Option<String>,
         /// pending, running, completed, failed, cancelled or timed_out.
         #[arg(long)]
         status: Option<String>,
+        /// Runs matching a query over status, action, run_id, created_at, updated_at,
+        /// attempt, priority, dead_letter, workflow_run_id, outcome and labels.NAME, e.g.
+        /// 'status = "failed" AND labels.region = "eu" AND created_at > "2026-11-01"'.
+        #[arg(long)]
+        query: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.

@@ -231,6 +231,7 @@ pub(crate) struct ListRunsPage<'a> {
     pub dead_letter: bool,
     pub limit: Option<u32>,
     pub cursor: Option<&'a str>,
+    pub query: Option<&'a str>,
 }
 
 impl TypedRequest for ListRunsPage<'_> {
@@ -244,6 +245,7 @@ impl TypedRequest for ListRunsPage<'_> {
             dead_letter: self.dead_letter,
             limit: self.limit,
             cursor: self.cursor.map(str::to_string),
+            query: self.query.map(str::to_string),
         }
     }
 

@@ -359,6 +359,7 @@ fn sample_ops() -> Vec<Op> {
             dead_letter: true,
             limit: Some(5),
             cursor: Some("0:12".into()),
+            query: Some(r#"labels.region = "eu""#.into()),
         },
         Op::RunCancel {
             namespace: ns(),

@@ -4,7 +4,7 @@
 //! simulation drives it without one.
 //!
 //! Floors, from the ground: the leaves (`bytes`, `clock`, `hash`, `ids`, `image`, `pages`,
-//! `shares`, `tables`, `line_budget`); `fold` (records, the state they fold into, the derived index:
+//! `run_query`, `shares`, `tables`, `line_budget`); `fold` (records, the state they fold into, the derived index:
 //! below the commit path); `core` (the commit path, the durability gate, the agenda,
 //! inputs and effects); the domains' handlers (`kv`, `actions`, `workflows`, `archive`,
 //! `workers`, `definitions`); `engine` (the step loop, routing, fan-outs). `auth` stands
@@ -29,6 +29,7 @@ pub mod image;
 mod kv;
 pub mod line_budget;
 mod pages;
+mod run_query;
 mod schedules;
 mod shares;
 mod streams;

@@ -71,6 +71,8 @@ pub enum FieldValue<'a> {
     Str(&'a str),
     /// Milliseconds since the epoch.
     Time(u64),
+    Num(f64),
+    Bool(bool),
     Attr(&'a AttrValue),
 }
 
@@ -127,6 +129,9 @@ fn order(v: &FieldValue<'_>, lit: &Literal) -> Option<Ordering> {
             Some(t.cmp(&literal_time(lit)?))
         }
         (FieldValue::Attr(AttrValue::Str(s)), Literal::Str(l)) => Some(s.as_str().cmp(l)),
+        (FieldValue::Num(n), Literal::Num(l)) => n.partial_cmp(l),
+        (FieldValue::Num(n), Literal::Str(l)) => n.partial_cmp(&l.trim().parse::<f64>().ok()?),
+        (FieldValue::Bool(b), Literal::Bool(l)) => Some(b.cmp(l)),
         (FieldValue::Attr(AttrValue::Num(n)), Literal::Num(l)) => n.partial_cmp(l),
         (FieldValue::Attr(AttrValue::Num(n)), Literal::Str(l)) => {
             n.partial_cmp(&l.trim().parse::<f64>().ok()?)
@@ -313,7 +318,10 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, QueryError> {
             }
             c if c.is_ascii_alphabetic() || c == '_' => {
                 let mut j = i + 1;
-                while j < chars.len() && (chars[j].is_ascii_alphanumeric() || chars[j] == '_') {
+                // `labels.region`, `labels.gpu-class`: dots and hyphens inside a name.
+                while j < chars.len()
+                    && (chars[j].is_ascii_alphanumeric() || matches!(chars[j], '_' | '.' | '-'))
+                {
                     j += 1;
                 }
                 let s: String = chars[i..j].iter().collect();

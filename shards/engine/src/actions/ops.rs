@@ -132,11 +132,15 @@ pub fn run_list(
 ) -> Done {
     let namespace = query.namespace.as_str();
     let (action, dead_letter, limit) = (&query.name, query.dead_letter, query.limit);
-    match core
-        .state()
-        .runs
-        .list(namespace, action, status, dead_letter, limit, &query.from)
-    {
+    match core.state().runs.list(
+        namespace,
+        action,
+        status,
+        dead_letter,
+        query.filter.as_deref(),
+        limit,
+        &query.from,
+    ) {
         Ok((runs, truncated)) => Done {
             wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
             result: Ok(Reply::Runs {

@@ -8,9 +8,11 @@ use crate::fold::archive::{Entry, RunKind, name_tag};
 use crate::fold::archived::{ArchivedRun, action_status_code, workflow_status_code};
 use crate::fold::record::Record;
 use crate::pages::{self, LIST_REPLY_BYTES_MAX, Part, Pos, Weighed};
+use crate::run_query::{DOC_READS_MAX, RunFields, RunQuery};
 use crate::tables::HashMap;
 use flo_protocol::{ErrorValue, Reply, RunInfo, WorkflowRunInfo};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Archived entries a list looks at, at most, per shard and call (newest first): a list
 /// over millions of finished runs answers each page in bounded time (a page may be short;
@@ -45,6 +47,8 @@ pub struct ListQuery {
     /// Status code (`plan::*_status_code`).
     pub status: Option<u8>,
     pub dead_letter: bool,
+    /// Action runs only: the query they match (`flo action runs --query`).
+    pub filter: Option<Arc<RunQuery>>,
     pub limit: u32,
     /// Where this shard's list resumes.
     pub from: Pos,
@@ -277,7 +281,27 @@ fn archive_candidates(
     below_lsn: u64,
     need: usize,
 ) -> (Vec<u64>, Pos) {
-    let tag = name_tag(&query.namespace, &query.name);
+    // The name tags and statuses a candidate may have: the list's action and status, and
+    // those its query's top-level terms name.
+    let filter = query.filter.as_deref();
+    let names: Option<Vec<&str>> =
+        match (query.name.as_str(), filter.and_then(|f| f.actions.as_ref())) {
+            ("", None) => None,
+            ("", Some(actions)) => Some(actions.iter().map(String::as_str).collect()),
+            (name, _) => Some(vec![name]),
+        };
+    let tags: Option<Vec<u16>> =
+        names.map(|n| n.iter().map(|n| name_tag(&query.namespace, n)).collect());
+    let statuses: Option<Vec<u8>> = filter
+        .and_then(|f| f.statuses.as_ref())
+        .map(|s| s.iter().map(|&s| action_status_code(s)).collect());
+    let dead_letter = query.dead_letter || filter.is_some_and(|f| f.dead_letter);
+    // A query the index cannot decide reads more documents than the page needs (the reads
+    // decide); the page stops at its limit.
+    let need = match filter {
+        Some(f) if !f.decided_by_index => need.max(DOC_READS_MAX),
+        _ => need,
+    };
     let mut candidates = Vec::new();
     let mut last_scanned = None;
     for (scanned, (_, entry)) in core.state().archive.newest_below(below_lsn).enumerate() {
@@ -287,9 +311,12 @@ fn archive_candidates(
             return (candidates, Pos::Archive { below_lsn });
         }
         last_scanned = Some(entry.lsn);
-        if entry.name_tag != tag
+        if tags.as_ref().is_some_and(|t| !t.contains(&entry.name_tag))
             || query.status.is_some_and(|s| s != entry.status)
-            || (query.dead_letter && !entry.dead_lettered)
+            || statuses
+                .as_ref()
+                .is_some_and(|s| !s.contains(&entry.status))
+            || (dead_letter && !entry.dead_lettered)
         {
             continue;
         }
@@ -447,17 +474,24 @@ fn finish(
                 match doc {
                     ArchivedRun::Action(r)
                         if r.namespace == query.namespace
-                            && r.action == query.name
+                            && (query.name.is_empty() || r.action == query.name)
                             && query
                                 .status
                                 .is_none_or(|s| s == action_status_code(r.status))
-                            && (!query.dead_letter || r.dead_lettered) =>
+                            && (!query.dead_letter || r.dead_lettered)
+                            && query.filter.as_ref().is_none_or(|f| f.matches(&fields(&r))) =>
                     {
                         runs.push(*r);
                         after_each.push(archived(lsn));
                     }
                     _ => {}
                 }
+            }
+            // A query reads more documents than the page needs: it ends at its limit.
+            if runs.len() > query.limit as usize {
+                runs.truncate(query.limit as usize);
+                after_each.truncate(query.limit as usize);
+                end = after_each.last().cloned().unwrap_or(end);
             }
             let part = part_cursor(query.shard, after_each, end.clone());
             Reply::Runs {
@@ -493,6 +527,23 @@ fn finish(
     Done {
         result: Ok(result),
         wait_lsn: live_lsn,
+    }
+}
+
+/// An archived action run's fields, as a query reads them.
+fn fields(r: &RunInfo) -> RunFields<'_> {
+    RunFields {
+        run_id: &r.run_id,
+        action: &r.action,
+        status: r.status,
+        created_at_ms: r.created_at_ms,
+        updated_at_ms: r.updated_at_ms,
+        attempt: r.attempt,
+        priority: r.priority,
+        dead_lettered: r.dead_lettered,
+        workflow_run_id: r.workflow_run_id.as_deref(),
+        outcome: r.outcome.as_deref(),
+        labels: r.labels.as_deref(),
     }
 }
 

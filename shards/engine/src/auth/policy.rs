@@ -338,6 +338,7 @@ mod tests {
                 dead_letter: false,
                 limit: None,
                 cursor: None,
+                query: None,
             },
             Op::RunCancel {
                 namespace: n(),

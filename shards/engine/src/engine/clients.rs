@@ -12,6 +12,7 @@ use crate::fold::archive::RunKind;
 use crate::hash::HASH_NAME;
 use crate::kv;
 use crate::pages::{self, Pos};
+use crate::run_query::RunQuery;
 use crate::schedules;
 use crate::streams;
 use crate::workers;
@@ -19,6 +20,7 @@ use crate::workflows;
 use flo_protocol::{
     ErrorCode, ErrorValue, Op, PROTOCOL_VERSION, RUN_LIST_LIMIT_DEFAULT, Reply, ShardInfo, ShardMap,
 };
+use std::sync::Arc;
 
 impl Engine {
     pub(super) fn refuse_if_stopping(&mut self, to: ReplyTo) -> bool {
@@ -178,16 +180,27 @@ impl Engine {
                 dead_letter,
                 limit,
                 cursor,
+                query,
             } => {
                 let from = match self.list_position(cursor.as_deref()) {
                     Ok(from) => from,
                     Err(e) => return Some(Done::now(Err(e))),
                 };
+                let filter = match query.as_deref().map(RunQuery::parse).transpose() {
+                    Ok(filter) => filter.map(Arc::new),
+                    Err(e) => return Some(Done::now(Err(e))),
+                };
+                if action.is_empty() && filter.is_none() {
+                    return Some(Done::now(Err(ErrorValue::bad_request(
+                        "name an action, or give a query",
+                    ))));
+                }
                 let query = ListQuery {
                     namespace,
                     name: action,
                     status: status.map(crate::fold::archived::action_status_code),
                     dead_letter,
+                    filter,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
                     from,
                     shard: core.shard(),
@@ -217,6 +230,7 @@ impl Engine {
                     name,
                     status: status.map(crate::fold::archived::workflow_status_code),
                     dead_letter: false,
+                    filter: None,
                     limit: limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT),
                     from,
                     shard: core.shard(),

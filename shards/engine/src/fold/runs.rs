@@ -3,6 +3,7 @@
 use crate::clock::deadline_after;
 use crate::fold::record::{ActionDefRecord, Record};
 use crate::pages::{self, Pos};
+use crate::run_query::{RunFields, RunQuery};
 use crate::tables::HashMap;
 use flo_protocol::{
     DELAY_MS_ACCEPTED_MAX, ErrorValue, InvokeSpec, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_MAX,
@@ -211,13 +212,16 @@ impl Runs {
         plan_redrive(registry, &info, action, None, now_ms)
     }
 
-    /// Runs of `action` after `from` (see `pages`), newest first.
+    /// Runs of `action` (empty: of every action) matching `query` after `from` (see
+    /// `pages`), newest first.
+    #[allow(clippy::too_many_arguments)]
     pub fn list(
         &self,
         namespace: &str,
         action: &str,
         status: Option<RunStatus>,
         dead_letter: bool,
+        query: Option<&RunQuery>,
         limit: u32,
         from: &Pos,
     ) -> Result<RunPage<'_>, ErrorValue> {
@@ -231,10 +235,11 @@ impl Runs {
         };
         let out: Vec<(&str, &Run)> = space
             .iter()
-            .filter(|(_, r)| r.action == action)
+            .filter(|(_, r)| action.is_empty() || r.action == action)
             .filter(|(_, r)| status.is_none_or(|s| r.status == s))
             .filter(|(_, r)| !dead_letter || r.dead_lettered)
             .filter(|(id, r)| from.live_after(r.created_at_ms, id))
+            .filter(|(id, r)| query.is_none_or(|q| q.matches(&fields(id, r))))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();
         Ok(pages::newest(out, limit as usize, |(id, r)| {
@@ -332,6 +337,23 @@ pub fn plan_redrive(
         at_ms: now_ms,
         archived: archived.map(Box::new),
     })
+}
+
+/// A run's fields as a query reads them.
+fn fields<'a>(run_id: &'a str, run: &'a Run) -> RunFields<'a> {
+    RunFields {
+        run_id,
+        action: &run.action,
+        status: run.status,
+        created_at_ms: run.created_at_ms,
+        updated_at_ms: run.updated_at_ms,
+        attempt: run.attempt,
+        priority: run.priority,
+        dead_lettered: run.dead_lettered,
+        workflow_run_id: run.step.as_ref().map(|s| s.run_id.as_str()),
+        outcome: run.outcome.as_deref(),
+        labels: run.labels.as_deref(),
+    }
 }
 
 pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunInfo {

@@ -949,6 +949,11 @@ impl Sim {
                 dead_letter: false,
                 limit: Some(5),
                 cursor: None,
+                // A query the index cannot decide: documents are read and checked.
+                query: self
+                    .rng
+                    .one_in(2)
+                    .then(|| r#"status IN ("completed", "failed") AND attempt >= 1"#.into()),
             },
             93 => Op::WorkflowListRuns {
                 namespace: NS.into(),
