@@ -33,6 +33,10 @@ pub struct WorkflowDef {
     /// Typed values each run carries for queries (absent from definitions stored before).
     #[serde(default)]
     pub search_attributes: Vec<crate::search::SearchAttribute>,
+    /// Inline plans by name, run by `@plan/NAME` steps (absent from definitions stored
+    /// before).
+    #[serde(default)]
+    pub plans: BTreeMap<String, crate::plans::Plan>,
 }
 
 /// `schedule:` of a definition: runs started at each tick of a cron expression or an
@@ -137,7 +141,7 @@ pub enum Target {
         name: String,
         version: Option<String>,
     },
-    /// `@plan/NAME` (parsed; refused until plans are supported).
+    /// `@plan/NAME`: a plan of the definition (`WorkflowDef::plans`).
     Plan(String),
 }
 

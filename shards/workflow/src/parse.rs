@@ -9,7 +9,7 @@
 use crate::issues::{IssueCode, issue};
 use flo_protocol::ValidationIssue;
 use serde::Deserialize;
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -125,8 +125,7 @@ pub(super) struct RawWorkflow {
     pub start: Option<RawStep>,
     pub steps: Option<Entries<RawStep>>,
     pub terminals: Option<Entries<RawTerminal>>,
-    // Known but not supported yet (E105).
-    pub plans: Option<IgnoredAny>,
+    pub plans: Option<Entries<crate::plans::RawPlan>>,
     pub schedule: Option<RawSchedule>,
     pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<Vec<RawSearchAttribute>>,
@@ -383,17 +382,36 @@ steps:
     }
 
     #[test]
-    fn the_payment_processing_workflow_is_refused_for_its_plans_only() {
-        let issues = errors(&format!("{PAYMENT_HEADER}{PAYMENT_PLANS}{PAYMENT_REST}"));
-        assert_eq!(codes(&issues), [("E105", "plans"), ("E105", "start.run")]);
-        assert!(
-            issues[0].message.contains("not supported yet"),
-            "{issues:#?}"
+    fn the_payment_processing_workflow_parses_with_its_plan() {
+        use crate::{FallbackWhen, HealthPolicy, Selection};
+        let v = ok(&format!("{PAYMENT_HEADER}{PAYMENT_PLANS}{PAYMENT_REST}"));
+        assert_eq!(
+            v.def.start.action,
+            StepAction::Run(Target::Plan("charge-payment".into()))
         );
-        assert!(
-            issues[1].message.contains("not supported yet"),
-            "{issues:#?}"
+        let plan = &v.def.plans["charge-payment"];
+        assert_eq!(plan.selection, Selection::HealthWeighted);
+        assert_eq!(plan.health, Some(HealthPolicy::new(300_000, 0.9, 10)));
+        let names: Vec<&str> = plan.executors.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["stripe-primary", "adyen-fallback"]);
+        let stripe = &plan.executors[0];
+        assert_eq!(stripe.action, "charge-stripe");
+        assert_eq!(stripe.priority, 100);
+        assert_eq!(stripe.retry.max_attempts, 3);
+        assert_eq!(stripe.breaker.map(|b| b.failure_threshold), Some(5));
+        assert_eq!(stripe.rate_limit.and_then(|r| r.per_second), Some(100));
+        assert_eq!(stripe.async_timeout_ms, Some(300_000));
+        let adyen = &plan.executors[1];
+        assert_eq!(adyen.retry.backoff, Backoff::ExponentialJitter);
+        assert!(adyen.breaker.is_none() && adyen.async_timeout_ms.is_none());
+        let fallback = plan.fallback.as_ref().unwrap();
+        assert_eq!(fallback.condition, FallbackWhen::Exhausted);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&fallback.value).unwrap(),
+            json!({"status": "declined", "reason": "all_providers_unavailable"})
         );
+        assert_eq!(plan.fatal, ["invalid_card", "fraud_detected"]);
+        assert_eq!(plan.cache.as_ref().unwrap().invalidate_on, ["payment.refunded"]);
     }
 
     #[test]
@@ -675,25 +693,92 @@ steps:
         refused(HEADER, "E104", "start");
     }
 
+    /// A definition whose start step runs `@plan/p`, with `plans:` as given.
+    fn with_plan(plan: &str) -> String {
+        wf(&format!(
+            "plans:\n  p:\n{plan}start:\n  run: \"@plan/p\"\n  transitions: {{success: flo.Completed}}\n"
+        ))
+    }
+
     #[test]
-    fn e105_unsupported_features() {
-        {
-            let field = "plans";
-            let issues = refused(
-                &wf(&format!("{field}: {{x: 1}}\n{START_OK}")),
-                "E105",
-                field,
-            );
-            assert!(
-                issues[0].message.contains("not supported yet"),
-                "{issues:#?}"
-            );
-        }
-        refused(
+    fn e204_a_plan_target_names_a_defined_plan() {
+        let issues = refused(
             &wf("start:\n  run: \"@plan/payment\"\n  transitions: {success: flo.Completed}\n"),
-            "E105",
+            "E204",
             "start.run",
         );
+        assert!(issues[0].message.contains("names no plan"), "{issues:#?}");
+    }
+
+    #[test]
+    fn e508_e509_plans_and_executors_are_checked() {
+        let ex = "    executors:\n      - {name: a, action: \"@actions/a\"}\n";
+        refused(&with_plan("    selection: fastest\n"), "E508", "plans.p.selection");
+        refused(&with_plan("    executors: []\n"), "E508", "plans.p.executors");
+        refused(
+            &with_plan(&format!("    selection: health-weighted\n{ex}")),
+            "E508",
+            "plans.p.health",
+        );
+        refused(
+            &with_plan(&format!("{ex}    health: {{decay: 1.5}}\n")),
+            "E508",
+            "plans.p.health.decay",
+        );
+        refused(
+            &with_plan(&format!("{ex}    cache: {{ttl_ms: 10, key: \"k:{{id}}\"}}\n")),
+            "E508",
+            "plans.p.cache.key",
+        );
+        refused(
+            &with_plan(&format!("{ex}    fallback: {{value: \"{{nope\"}}\n")),
+            "E508",
+            "plans.p.fallback.value",
+        );
+        refused(
+            &with_plan(&format!("{ex}    fallback: {{value: 1, condition: sometimes}}\n")),
+            "E508",
+            "plans.p.fallback.condition",
+        );
+        refused(
+            &with_plan(&format!("{ex}    errors: {{retryable: [x], fatal: [x]}}\n")),
+            "E508",
+            "plans.p.errors",
+        );
+        refused(
+            &with_plan("    executors:\n      - {name: a, action: \"@workflow/w\"}\n"),
+            "E509",
+            "plans.p.executors[0].action",
+        );
+        refused(
+            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\", breaker: {failure_threshold: 0}}\n"),
+            "E509",
+            "plans.p.executors[0].breaker.failure_threshold",
+        );
+        refused(
+            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\", rate_limit: {}}\n"),
+            "E509",
+            "plans.p.executors[0].rate_limit",
+        );
+        refused(
+            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\", tracking: {mode: later}}\n"),
+            "E509",
+            "plans.p.executors[0].tracking.mode",
+        );
+        refused(
+            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\"}\n      - {name: a, action: \"@actions/b\"}\n"),
+            "E401",
+            "plans.p.executors[1].name",
+        );
+        // A plan step retries through its executors.
+        let text = wf(&format!(
+            "plans:\n  p:\n{ex}start:\n  run: \"@plan/p\"\n  retry: {{max_attempts: 2}}\n  transitions: {{success: flo.Completed}}\n"
+        ));
+        refused(&text, "E508", "start.retry");
+        // The smallest plan: one executor, static order, one attempt.
+        let v = ok(&with_plan(ex));
+        let plan = &v.def.plans["p"];
+        assert_eq!(plan.executors[0].retry.max_attempts, 1);
     }
 
     #[test]

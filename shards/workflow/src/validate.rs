@@ -12,13 +12,13 @@
 //! | E102 | `name` missing, empty or invalid (1 to 256 bytes, no whitespace, no `:`) |
 //! | E103 | `version` missing, empty or invalid (1 to 128 bytes, no whitespace) |
 //! | E104 | `start` missing |
-//! | E105 | a feature not supported yet: `plans`, `@plan/` targets |
 //! | E106 | unknown field |
 //! | E107 | a step has both or neither of `run` and `waitForSignal` |
 //! | E108 | `idempotency` not `none`, `optional` or `required` |
 //! | E109 | a step or terminal name that is reserved (`_start`, `flo.` prefix) or invalid |
 //! | E201 | malformed target (`@actions/NAME`, `@workflow/NAME[:VERSION]`, `@plan/NAME`) |
 //! | E202 | `inputMapping` is not valid JSON (as text) or cannot be turned into JSON (as YAML) |
+//! | E204 | an `@plan/NAME` target naming no plan of the definition |
 //! | E203 | a `$.` path in `inputMapping` that is not an allowed form, names an unknown step or nests brackets too deep |
 //! | E301 | a transition target that is not a step, custom terminal or built-in terminal |
 //! | E302 | an `onTimeout` target that is not a step, custom terminal or built-in terminal |
@@ -34,6 +34,8 @@
 //! | E505 | invalid `trigger` (`stream` missing or not a stream name, `namespace` or `consumer_group` invalid, `mode` not `shared`, `exclusive` or `key_shared`, `batch_size` not 1..=1000) |
 //! | E506 | invalid `schedule` (neither or both of `cron` and `interval`, a cron expression that is not 5 valid fields, an unknown `timezone`, `interval` below 100 ms, `max_concurrent` not 1..=10000, `input` not JSON, `catchup` not `latest`, `none` or `all`) |
 //! | E507 | invalid `searchAttributes` (a name missing, invalid, duplicated or a built-in field's; `type` not `string`, `number`, `timestamp`, `bool` or `keyword_list`; `from` not a path into the input or a step's output, or naming an unknown step; more than 32) |
+//! | E508 | invalid plan (unknown `selection`, no executors or more than 32, `health-weighted` without `health`, `health` values out of range, `cache` TTL or key template, `fallback` value not JSON or unknown condition, an error code both retryable and fatal; `retry` or `poll` on an `@plan/` step) |
+//! | E509 | invalid plan executor (name, `action` not `@actions/NAME`, `breaker`, `rate_limit` or `tracking` values out of range) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -67,7 +69,6 @@ use crate::names::{
 /// Checks the raw definition and builds the [`WorkflowDef`] if it has no error.
 pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssue>> {
     let mut c = Checker::default();
-    c.unsupported(&raw);
     c.kind(raw.kind.as_deref());
     let name = c.name(raw.name);
     let version = c.version(raw.version);
@@ -84,9 +85,16 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
     }
     let steps_known = raw_steps.iter().map(|(n, _)| n.clone()).collect();
     let terminals = c.terminals(entries(raw.terminals), &steps_known);
+    let raw_plan_names: Vec<String> = raw
+        .plans
+        .as_ref()
+        .map(|p| p.0.iter().map(|(n, _)| n.clone()).collect())
+        .unwrap_or_default();
+    let plans = c.plans(raw.plans);
     let scope = Scope {
         steps: steps_known,
         terminals,
+        plans: raw_plan_names,
     };
     let start = match raw.start {
         Some(start) => c.step("start", start, &scope),
@@ -126,6 +134,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         trigger,
         schedule,
         search_attributes,
+        plans,
     };
     for step in unreachable_steps(&def) {
         c.warn(
@@ -148,6 +157,8 @@ fn entries<V>(map: Option<Entries<V>>) -> Vec<(String, V)> {
 struct Scope {
     steps: BTreeSet<String>,
     terminals: BTreeMap<String, WorkflowRunStatus>,
+    /// The plans defined (valid or not: a step naming an invalid plan is not told twice).
+    plans: Vec<String>,
 }
 
 impl Scope {
@@ -217,15 +228,8 @@ impl Checker {
         self.warnings.push(issue(code, path, message));
     }
 
-    fn unsupported(&mut self, raw: &RawWorkflow) {
-        let fields = [("plans", raw.plans.is_some())];
-        for (field, _) in fields.iter().filter(|(_, present)| *present) {
-            self.error(
-                IssueCode::E105,
-                *field,
-                format!("`{field}` is not supported yet: remove it"),
-            );
-        }
+    pub(crate) fn error_count(&self) -> usize {
+        self.errors.len()
     }
 
     fn trigger(&mut self, raw: RawTrigger, workflow: &str) -> Option<Trigger> {
@@ -580,7 +584,7 @@ impl Checker {
 
     /// `entries` without repeated names (the first wins); each repeat is an E401 at
     /// `SECTION.NAME`.
-    fn unique<V>(&mut self, section: &str, entries: Vec<(String, V)>) -> Vec<(String, V)> {
+    pub(crate) fn unique<V>(&mut self, section: &str, entries: Vec<(String, V)>) -> Vec<(String, V)> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::with_capacity(entries.len());
         for (name, value) in entries {
@@ -672,7 +676,7 @@ impl Checker {
         }
         let action = match (run, wait_for_signal) {
             (Some(run), None) => self
-                .target(&format!("{path}.run"), &run)
+                .target(&format!("{path}.run"), &run, scope)
                 .map(StepAction::Run),
             (None, Some(wait)) => Some(StepAction::WaitForSignal(self.signal_wait(
                 &format!("{path}.waitForSignal"),
@@ -696,6 +700,16 @@ impl Checker {
                 None
             }
         };
+        if let Some(StepAction::Run(Target::Plan(plan))) = &action {
+            let misplaced = [("retry", retry.is_some()), ("poll", poll.is_some())];
+            for (field, _) in misplaced.iter().filter(|(_, present)| *present) {
+                self.error(
+                    IssueCode::E508,
+                    format!("{path}.{field}"),
+                    format!("`{field}` has no effect on a step running `@plan/{plan}`: its executors retry (each executor's `retry:`); remove it"),
+                );
+            }
+        }
         let has_poll = poll.is_some();
         let retry = retry.map(|r| self.retry(&format!("{path}.retry"), r));
         let poll = poll.map(|p| self.poll(&format!("{path}.poll"), p));
@@ -721,16 +735,11 @@ impl Checker {
         })
     }
 
-    fn target(&mut self, path: &str, run: &str) -> Option<Target> {
+    fn target(&mut self, path: &str, run: &str, scope: &Scope) -> Option<Target> {
         match parse_target(run) {
-            Ok(Target::Plan(_)) => {
-                self.error(
-                    IssueCode::E105,
-                    path,
-                    format!("`{run}`: plans (`@plan/NAME`) are not supported yet; run an action (`@actions/NAME`) or a child workflow (`@workflow/NAME`)"),
-                );
-                None
-            }
+            Ok(Target::Plan(name)) => self
+                .plan_target(path, &name, &scope.plans)
+                .then_some(Target::Plan(name)),
             Ok(target) => Some(target),
             Err(why) => {
                 self.error(IssueCode::E201, path, why);
