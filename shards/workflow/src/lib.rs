@@ -33,9 +33,9 @@ pub use definition::{
     DEFINITION_BYTES_MAX, DEFINITION_EXPANDED_BYTES_MAX, DEFINITION_NESTING_MAX, parse_workflow,
 };
 pub use issues::IssueCode;
+pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};
+pub use names::{check_version, check_workflow_name, parse_target};
 pub use plans::{
     Breaker, CachePolicy, Executor, Fallback, FallbackWhen, HealthPolicy, PLAN_EXECUTORS_MAX,
     PLANS_MAX, Plan, RateLimit, Selection,
 };
-pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};
-pub use names::{check_version, check_workflow_name, parse_target};

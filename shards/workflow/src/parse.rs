@@ -411,7 +411,10 @@ steps:
             json!({"status": "declined", "reason": "all_providers_unavailable"})
         );
         assert_eq!(plan.fatal, ["invalid_card", "fraud_detected"]);
-        assert_eq!(plan.cache.as_ref().unwrap().invalidate_on, ["payment.refunded"]);
+        assert_eq!(
+            plan.cache.as_ref().unwrap().invalidate_on,
+            ["payment.refunded"]
+        );
     }
 
     #[test]
@@ -713,8 +716,16 @@ steps:
     #[test]
     fn e508_e509_plans_and_executors_are_checked() {
         let ex = "    executors:\n      - {name: a, action: \"@actions/a\"}\n";
-        refused(&with_plan("    selection: fastest\n"), "E508", "plans.p.selection");
-        refused(&with_plan("    executors: []\n"), "E508", "plans.p.executors");
+        refused(
+            &with_plan("    selection: fastest\n"),
+            "E508",
+            "plans.p.selection",
+        );
+        refused(
+            &with_plan("    executors: []\n"),
+            "E508",
+            "plans.p.executors",
+        );
         refused(
             &with_plan(&format!("    selection: health-weighted\n{ex}")),
             "E508",
@@ -726,7 +737,9 @@ steps:
             "plans.p.health.decay",
         );
         refused(
-            &with_plan(&format!("{ex}    cache: {{ttl_ms: 10, key: \"k:{{id}}\"}}\n")),
+            &with_plan(&format!(
+                "{ex}    cache: {{ttl_ms: 10, key: \"k:{{id}}\"}}\n"
+            )),
             "E508",
             "plans.p.cache.key",
         );
@@ -736,7 +749,9 @@ steps:
             "plans.p.fallback.value",
         );
         refused(
-            &with_plan(&format!("{ex}    fallback: {{value: 1, condition: sometimes}}\n")),
+            &with_plan(&format!(
+                "{ex}    fallback: {{value: 1, condition: sometimes}}\n"
+            )),
             "E508",
             "plans.p.fallback.condition",
         );
@@ -751,22 +766,30 @@ steps:
             "plans.p.executors[0].action",
         );
         refused(
-            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\", breaker: {failure_threshold: 0}}\n"),
+            &with_plan(
+                "    executors:\n      - {name: a, action: \"@actions/a\", breaker: {failure_threshold: 0}}\n",
+            ),
             "E509",
             "plans.p.executors[0].breaker.failure_threshold",
         );
         refused(
-            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\", rate_limit: {}}\n"),
+            &with_plan(
+                "    executors:\n      - {name: a, action: \"@actions/a\", rate_limit: {}}\n",
+            ),
             "E509",
             "plans.p.executors[0].rate_limit",
         );
         refused(
-            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\", tracking: {mode: later}}\n"),
+            &with_plan(
+                "    executors:\n      - {name: a, action: \"@actions/a\", tracking: {mode: later}}\n",
+            ),
             "E509",
             "plans.p.executors[0].tracking.mode",
         );
         refused(
-            &with_plan("    executors:\n      - {name: a, action: \"@actions/a\"}\n      - {name: a, action: \"@actions/b\"}\n"),
+            &with_plan(
+                "    executors:\n      - {name: a, action: \"@actions/a\"}\n      - {name: a, action: \"@actions/b\"}\n",
+            ),
             "E401",
             "plans.p.executors[1].name",
         );

@@ -292,7 +292,9 @@ impl Checker {
                 bad(
                     self,
                     "selection",
-                    format!("unknown selection `{other}`; use `static-order`, `round-robin`, `random` or `health-weighted`"),
+                    format!(
+                        "unknown selection `{other}`; use `static-order`, `round-robin`, `random` or `health-weighted`"
+                    ),
                 );
                 Selection::StaticOrder
             }
@@ -330,7 +332,9 @@ impl Checker {
             }
             executors.push(executor);
         }
-        let health = raw.health.map(|h| self.health(&format!("{path}.health"), h));
+        let health = raw
+            .health
+            .map(|h| self.health(&format!("{path}.health"), h));
         if selection == Selection::HealthWeighted && health.is_none() {
             bad(
                 self,
@@ -422,7 +426,9 @@ impl Checker {
                 bad(
                     self,
                     "breaker.failure_threshold",
-                    format!("`failure_threshold` is 1 to 10000 consecutive failures, not {threshold}"),
+                    format!(
+                        "`failure_threshold` is 1 to 10000 consecutive failures, not {threshold}"
+                    ),
                 );
             }
             let cooldown_ms = b.cooldown_ms.unwrap_or(30_000);
@@ -618,7 +624,10 @@ impl Checker {
             self.error(
                 IssueCode::E509,
                 format!("{path}.{field}"),
-                format!("`{}` is 1 to {PLAN_MS_MAX} ms, not {ms}", field.rsplit('.').next().unwrap_or(field)),
+                format!(
+                    "`{}` is 1 to {PLAN_MS_MAX} ms, not {ms}",
+                    field.rsplit('.').next().unwrap_or(field)
+                ),
             );
         }
     }
@@ -699,7 +708,14 @@ mod tests {
     fn key_templates_name_input_fields() {
         assert!(check_key_template("k:{input.a}:{input.b.c}").is_ok());
         assert!(check_key_template("plain").is_ok());
-        for bad in ["", "k:{a}", "k:{input.}", "k:{input.a", "k:}", "k:{input..a}"] {
+        for bad in [
+            "",
+            "k:{a}",
+            "k:{input.}",
+            "k:{input.a",
+            "k:}",
+            "k:{input..a}",
+        ] {
             assert!(check_key_template(bad).is_err(), "{bad}");
         }
     }

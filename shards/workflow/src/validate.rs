@@ -12,6 +12,7 @@
 //! | E102 | `name` missing, empty or invalid (1 to 256 bytes, no whitespace, no `:`) |
 //! | E103 | `version` missing, empty or invalid (1 to 128 bytes, no whitespace) |
 //! | E104 | `start` missing |
+//! | E105 | (from the server, not the validator) a feature the server does not run yet: `plans` |
 //! | E106 | unknown field |
 //! | E107 | a step has both or neither of `run` and `waitForSignal` |
 //! | E108 | `idempotency` not `none`, `optional` or `required` |
@@ -584,7 +585,11 @@ impl Checker {
 
     /// `entries` without repeated names (the first wins); each repeat is an E401 at
     /// `SECTION.NAME`.
-    pub(crate) fn unique<V>(&mut self, section: &str, entries: Vec<(String, V)>) -> Vec<(String, V)> {
+    pub(crate) fn unique<V>(
+        &mut self,
+        section: &str,
+        entries: Vec<(String, V)>,
+    ) -> Vec<(String, V)> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::with_capacity(entries.len());
         for (name, value) in entries {
