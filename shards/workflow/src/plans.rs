@@ -543,7 +543,7 @@ impl Checker {
 
     fn cache(&mut self, path: &str, raw: RawCache) -> CachePolicy {
         let ttl_ms = raw.ttl_ms.unwrap_or(0);
-        if ttl_ms < PLAN_MS_MIN || ttl_ms > PLAN_MS_MAX {
+        if !(PLAN_MS_MIN..=PLAN_MS_MAX).contains(&ttl_ms) {
             self.error(
                 IssueCode::E508,
                 format!("{path}.ttl_ms"),
