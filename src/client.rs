@@ -608,11 +608,25 @@ impl Client {
         error: &str,
         mode: FailMode,
     ) -> Result<RunInfo, Error> {
+        self.fail_task_coded(worker_id, task, error, None, mode)
+    }
+
+    /// `fail_task` with a code naming the error (`invalid_card`): an inline plan's
+    /// `errors:` classify it (see `CodedError`).
+    pub fn fail_task_coded(
+        &mut self,
+        worker_id: &str,
+        task: &TaskRef<'_>,
+        error: &str,
+        code: Option<&str>,
+        mode: FailMode,
+    ) -> Result<RunInfo, Error> {
         let fail = requests::FailTask {
             worker_id,
             task,
             error,
             mode,
+            code,
         };
         send(self, fail)
     }

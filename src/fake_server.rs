@@ -316,5 +316,6 @@ fn run_info(task_id: &str, action: &str) -> RunInfo {
         created_at_ms: 1_000,
         updated_at_ms: 1_000,
         available_at_ms: 1_000,
+        error_code: None,
     }
 }

@@ -112,6 +112,45 @@ impl NonRetryableError {
     }
 }
 
+/// An error with a code (`invalid_card`, `rate_limited`) the server records with the
+/// failure: an inline plan's `errors:` classify it — a fatal code skips the executor's
+/// retries, a retryable one retries it. Recognised anywhere in the returned error's
+/// `source()` chain; combine with `NonRetryableError` as its source to also stop retries.
+///
+/// ```
+/// use flo::{ActionContext, ActionResult, CodedError, HandlerResult};
+///
+/// fn charge(ctx: &ActionContext) -> HandlerResult {
+///     Err(CodedError::new("invalid_card", "the card number fails its check digit").into())
+/// }
+/// ```
+#[derive(Debug)]
+pub struct CodedError {
+    code: String,
+    message: String,
+}
+
+impl CodedError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        CodedError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+}
+
+impl fmt::Display for CodedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for CodedError {}
+
 impl fmt::Display for NonRetryableError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -256,7 +295,12 @@ impl ActionContext {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Report {
     Complete(ActionResult),
-    Fail { error: String, mode: FailMode },
+    Fail {
+        error: String,
+        mode: FailMode,
+        /// The code of the first `CodedError` in the error's chain.
+        code: Option<String>,
+    },
 }
 
 /// Runs `handler`, turning its error or panic into a failure report.
@@ -273,6 +317,7 @@ pub(crate) fn run_handler(
                 panic_message(&*payload)
             )),
             mode: FailMode::Retry,
+            code: None,
         },
     }
 }
@@ -284,9 +329,13 @@ pub(crate) fn failure(error: &(dyn std::error::Error + 'static)) -> Report {
     } else {
         FailMode::Retry
     };
+    let code = std::iter::successors(Some(error), |e| e.source())
+        .find_map(|e| e.downcast_ref::<CodedError>())
+        .map(|c| c.code.clone());
     Report::Fail {
         error: truncate(error_text(error)),
         mode,
+        code,
     }
 }
 
@@ -383,6 +432,26 @@ mod tests {
         });
         assert_eq!(fail_mode(&report), FailMode::Retry);
         assert!(error_of(&report).contains("invalid type"), "{report:?}");
+    }
+
+    #[test]
+    fn a_coded_error_reports_its_code_also_wrapped_as_non_retryable() {
+        let report = run(|_| Err(CodedError::new("invalid_card", "bad check digit").into()));
+        assert_eq!(fail_mode(&report), FailMode::Retry);
+        assert_eq!(error_of(&report), "invalid_card: bad check digit");
+        let Report::Fail { code, .. } = &report else {
+            panic!("a failure")
+        };
+        assert_eq!(code.as_deref(), Some("invalid_card"));
+        let report = run(|_| {
+            let coded = CodedError::new("fraud_detected", "blocked");
+            Err(NonRetryableError::with_source("refused", coded).into())
+        });
+        assert_eq!(fail_mode(&report), FailMode::NonRetryable);
+        let Report::Fail { code, .. } = &report else {
+            panic!("a failure")
+        };
+        assert_eq!(code.as_deref(), Some("fraud_detected"));
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub use client::{
 };
 pub use flo_protocol as protocol;
 pub use handler::{
-    ActionContext, ActionResult, ERROR_TEXT_BYTES_MAX, HandlerError, HandlerResult,
+    ActionContext, ActionResult, CodedError, ERROR_TEXT_BYTES_MAX, HandlerError, HandlerResult,
     NonRetryableError,
 };
 pub use mux::{MUX_PENDING_CALLS_MAX, MuxClient, MuxOptions, PendingReply};

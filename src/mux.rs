@@ -470,11 +470,24 @@ impl MuxClient {
         error: &str,
         mode: FailMode,
     ) -> Result<RunInfo, Error> {
+        self.fail_task_coded(worker_id, task, error, None, mode)
+    }
+
+    /// `fail_task` with a code naming the error (see `CodedError`).
+    pub fn fail_task_coded(
+        &self,
+        worker_id: &str,
+        task: &TaskRef<'_>,
+        error: &str,
+        code: Option<&str>,
+        mode: FailMode,
+    ) -> Result<RunInfo, Error> {
         let fail = requests::FailTask {
             worker_id,
             task,
             error,
             mode,
+            code,
         };
         send(self, fail)
     }

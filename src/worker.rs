@@ -843,6 +843,7 @@ fn task_loop(shared: &Shared, queue: &Mutex<Receiver<TaskAssignment>>, slot: u32
                     ctx.action_name()
                 ),
                 mode: FailMode::Retry,
+                code: None,
             },
         };
         send_report(shared, &ctx, &report);
@@ -920,6 +921,7 @@ fn run_timed(
                     timeout.as_millis()
                 ),
                 mode: FailMode::Retry,
+                code: Some("timeout".into()),
             }
         }
         Err(RecvTimeoutError::Disconnected) => {
@@ -927,6 +929,7 @@ fn run_timed(
             Report::Fail {
                 error: "the action handler's thread ended without a result".into(),
                 mode: FailMode::Retry,
+                code: None,
             }
         }
     }
@@ -956,9 +959,9 @@ fn send_report(shared: &Shared, ctx: &ActionContext, report: &Report) {
                 done => (done, &shared.counters.tasks_completed),
             }
         }
-        Report::Fail { error, mode } => (
+        Report::Fail { error, mode, code } => (
             client
-                .fail_task(&shared.worker_id, &task, error, *mode)
+                .fail_task_coded(&shared.worker_id, &task, error, code.as_deref(), *mode)
                 .map(drop),
             &shared.counters.tasks_failed,
         ),

@@ -233,6 +233,10 @@ pub enum Op {
         error: String,
         retry: bool,
         non_retryable: bool,
+        /// A code naming the error (`invalid_card`, `timeout`): an inline plan's `errors:`
+        /// classify it as retryable or fatal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_code: Option<String>,
     },
     /// Extend a leased task's lease to `extend_ms` from now (never shortens it).
     TaskTouch {
@@ -1148,6 +1152,10 @@ pub struct RunInfo {
     pub updated_at_ms: u64,
     /// When a pending run becomes available (delay or retry backoff).
     pub available_at_ms: u64,
+    /// The code of its last failure (a worker's `--error-code`, a guest's outcome named
+    /// before it failed).
+    #[serde(default)]
+    pub error_code: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

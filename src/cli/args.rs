@@ -389,6 +389,10 @@ pub enum WorkerCommand {
         /// The task can never succeed: failed at once, not dead-lettered.
         #[arg(long)]
         non_retryable: bool,
+        /// A code naming the error (e.g. invalid_card): an inline plan's `errors:` classify
+        /// it as retryable or fatal.
+        #[arg(long)]
+        error_code: Option<String>,
         /// Refuse if the task is no longer at this attempt.
         #[arg(long)]
         attempt: Option<u32>,

@@ -128,6 +128,7 @@ pub fn run(client: &mut Client, cmd: &WorkerCommand, out: &Output) -> Result<(),
             error,
             retry,
             non_retryable,
+            error_code,
             attempt,
         } => {
             let task = TaskRef {
@@ -140,7 +141,8 @@ pub fn run(client: &mut Client, cmd: &WorkerCommand, out: &Output) -> Result<(),
                 (false, true) => FailMode::NonRetryable,
                 (false, false) => FailMode::NoRetry,
             };
-            let run = client.fail_task(worker_id, &task, error, mode)?;
+            let run =
+                client.fail_task_coded(worker_id, &task, error, error_code.as_deref(), mode)?;
             out.print(run_json(&run), || fail_text(&run));
         }
         WorkerCommand::Touch {

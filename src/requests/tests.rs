@@ -112,6 +112,7 @@ fn a_fail_mode_becomes_the_wire_flags() {
         task: &task,
         error: "boom",
         mode,
+        code: None,
     })
     .op("ns")
     {

@@ -233,6 +233,7 @@ pub(crate) struct FailTask<'a> {
     pub task: &'a TaskRef<'a>,
     pub error: &'a str,
     pub mode: FailMode,
+    pub code: Option<&'a str>,
 }
 
 impl TypedRequest for FailTask<'_> {
@@ -248,6 +249,7 @@ impl TypedRequest for FailTask<'_> {
             error: self.error.into(),
             retry: self.mode == FailMode::Retry,
             non_retryable: self.mode == FailMode::NonRetryable,
+            error_code: self.code.map(str::to_string),
         }
     }
 

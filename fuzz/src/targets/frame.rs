@@ -418,6 +418,7 @@ fn sample_ops() -> Vec<Op> {
             error: "card declined".into(),
             retry: true,
             non_retryable: false,
+            error_code: Some("card_declined".into()),
         },
         Op::TaskTouch {
             namespace: ns(),
@@ -552,6 +553,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         created_at_ms: 1,
         updated_at_ms: 2,
         available_at_ms: 1,
+        error_code: Some("timeout".into()),
     };
     let wf_run = WorkflowRunInfo {
         run_id: "wfrun-1".into(),

@@ -378,6 +378,7 @@ fn sample_records() -> Vec<Record> {
         created_at_ms: 1,
         updated_at_ms: 5,
         available_at_ms: 1,
+        error_code: None,
     };
     let wf_info = WorkflowRunInfo {
         run_id: "wfrun-1".into(),
@@ -475,6 +476,7 @@ fn sample_records() -> Vec<Record> {
             retry_at_ms: Some(100),
             at_ms: 7,
             dead_letter: true,
+            error_code: Some("invalid_card".into()),
         },
         Record::TasksLeased {
             namespace: ns(),

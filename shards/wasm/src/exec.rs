@@ -142,6 +142,12 @@ pub(crate) async fn run(
             kv_writes,
             logs,
         },
+        // A failure the guest reported (-3) keeps the name it gave (`flo.outcome`): the
+        // failure's error code (an inline plan's `errors:` classify it).
+        Ok((Err(GuestError::ExecutionError), outcome, _)) => ExecResult {
+            outcome,
+            ..failed(GuestError::ExecutionError, logs)
+        },
         Ok((Err(e), _, _)) => failed(e, logs),
         // Cut off while waiting on the host (a kv read, a sleep) or between two ticks of
         // wasm code: the store was dropped, with the guest's buffered writes.

@@ -139,8 +139,9 @@ impl Default for ExecLimits {
 pub struct ExecResult {
     /// The output bytes, or why there are none.
     pub output: Result<Vec<u8>, GuestError>,
-    /// The outcome the guest named through `flo.outcome`; always `None` when `output` is an
-    /// error.
+    /// The outcome the guest named through `flo.outcome`. When `output` is an error: the
+    /// name the guest gave before reporting the failure (-3), its error code; `None` for
+    /// every other failure.
     pub outcome: Option<String>,
     /// Buffered KV writes in call order (`None` = delete), to be committed atomically with the
     /// run's completion. Always empty when `output` is an error: a failed execution has no

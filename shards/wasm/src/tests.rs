@@ -263,7 +263,7 @@ fn kv_writes_buffered_and_reads_see_them() {
 }
 
 #[test]
-fn failed_execution_has_no_writes_or_outcome() {
+fn failed_execution_has_no_writes_and_its_outcome_is_the_error_code() {
     let _guard = shared();
     let module = compile(
         r#"
@@ -276,7 +276,7 @@ fn failed_execution_has_no_writes_or_outcome() {
     let r = run(&module, b"");
     assert_eq!(r.output, Err(GuestError::ExecutionError));
     assert!(r.kv_writes.is_empty());
-    assert_eq!(r.outcome, None);
+    assert_eq!(r.outcome.as_deref(), Some("pending"));
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
 use crate::core::{Core, Task};
 use crate::fold::record::{GuestKvWrite, Record};
-use crate::fold::runs::retry_at;
+use crate::fold::runs::{TIMEOUT_CODE, retry_at};
 use crate::fold::scheduler::RunKey;
 use crate::fold::scheduler::Scheduler;
 use crate::tables::HashMap;
@@ -221,6 +221,11 @@ fn record_attempt(
             run_id: run_id.clone(),
             attempt,
             action_version,
+            // The guest's outcome named before it reported the failure is its code.
+            error_code: match failure.timed_out {
+                true => Some(TIMEOUT_CODE.to_string()),
+                false => outcome,
+            },
             timed_out: failure.timed_out,
             error: failure.error,
             retry_at_ms,

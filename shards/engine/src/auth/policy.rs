@@ -397,6 +397,7 @@ mod tests {
                 error: s(),
                 retry: false,
                 non_retryable: false,
+                error_code: None,
             },
             Op::TaskTouch {
                 namespace: n(),

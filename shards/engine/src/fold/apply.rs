@@ -305,6 +305,7 @@ impl ShardState {
                 retry_at_ms,
                 at_ms,
                 dead_letter,
+                error_code,
             } => {
                 let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
                     return impossible(lsn, format_args!("run {run_id:?} does not exist"));
@@ -312,6 +313,7 @@ impl ShardState {
                 run.lease = None;
                 run.action_version = action_version;
                 run.error = Some(error);
+                run.error_code = error_code;
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
                 match retry_at_ms {
@@ -351,6 +353,7 @@ impl ShardState {
                 run.output = Some(output);
                 run.outcome = outcome;
                 run.error = None;
+                run.error_code = None;
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
                 let (local, remote): (Vec<_>, Vec<_>) = kv_writes
@@ -412,6 +415,7 @@ impl ShardState {
                 input: info.input,
                 output: None,
                 outcome: None,
+                error_code: info.error_code,
                 error: info.error,
                 attempt,
                 priority: info.priority,
@@ -503,6 +507,7 @@ impl ShardState {
             lsn,
             lease: None,
             step,
+            error_code: None,
         };
         if let Some((sr, wait)) = step_started {
             self.workflows.apply_step_started(

@@ -269,6 +269,9 @@ pub enum Record {
         /// A final failure goes to the dead-letter list (not for non-retryable failures).
         #[serde(default = "yes")]
         dead_letter: bool,
+        /// The failure's code, if one was given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_code: Option<String>,
     },
     /// Pending runs of user-hosted actions leased to a worker (status `running`).
     TasksLeased {

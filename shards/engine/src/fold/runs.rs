@@ -11,6 +11,8 @@ use flo_protocol::{
 };
 
 pub const PRIORITY_DEFAULT: u8 = 10;
+/// The error code of an attempt that ran out of time (a guest's timeout, a lease expired).
+pub const TIMEOUT_CODE: &str = "timeout";
 /// Longest invocation delay; one beyond the timer horizon never ends (the run stays
 /// pending until cancelled).
 pub const DELAY_MS_MAX: u64 = DELAY_MS_ACCEPTED_MAX;
@@ -43,6 +45,9 @@ pub struct Run {
     pub lease: Option<Lease>,
     /// The workflow step this run executes.
     pub step: Option<crate::fold::record::StepRef>,
+    /// The code of its last failure, if one was given.
+    #[serde(default)]
+    pub error_code: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -381,6 +386,7 @@ pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunI
         created_at_ms: run.created_at_ms,
         updated_at_ms: run.updated_at_ms,
         available_at_ms: run.available_at_ms,
+        error_code: run.error_code.clone(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! and their count on the worker's home.
 
 use super::registry::WorkerRegistry;
-use super::tasks::{TaskReport, complete_task, fail_task, touch_task};
+use super::tasks::{TaskFailure, TaskReport, complete_task, fail_task, touch_task};
 use crate::actions::{Executions, run_status};
 use crate::core::io::{Done, PeerRequest};
 use crate::core::{Core, Task};
@@ -38,6 +38,7 @@ pub fn report(core: &mut Core, registry: &mut WorkerRegistry, execs: &Executions
             error,
             retry,
             non_retryable,
+            error_code,
         } => {
             let r = TaskReport {
                 namespace: &namespace,
@@ -46,7 +47,13 @@ pub fn report(core: &mut Core, registry: &mut WorkerRegistry, execs: &Executions
                 action: &action,
                 attempt,
             };
-            fail(core, registry, execs, &r, &error, retry, non_retryable)
+            let failure = TaskFailure {
+                error,
+                error_code,
+                retry,
+                non_retryable,
+            };
+            fail(core, registry, execs, &r, failure)
         }
         Op::TaskTouch {
             namespace,
@@ -99,12 +106,10 @@ fn fail(
     registry: &mut WorkerRegistry,
     execs: &Executions,
     r: &TaskReport,
-    error: &str,
-    retry: bool,
-    non_retryable: bool,
+    failure: TaskFailure,
 ) -> Done {
     let now = core.now_ms();
-    match fail_task(core, r, error, retry, non_retryable, now) {
+    match fail_task(core, r, failure, now) {
         Ok(failed) => {
             if failed.is_final {
                 core.schedule(Task::ActionFinal((

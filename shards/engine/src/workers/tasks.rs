@@ -7,7 +7,7 @@ use crate::core::io::DiskSpace;
 use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
 use crate::fold::record::{LeasedTask, Record};
-use crate::fold::runs::{Run, retry_at};
+use crate::fold::runs::{Run, TIMEOUT_CODE, retry_at};
 use crate::fold::scheduler::ActionKey;
 use crate::tables::HashSet;
 use flo_protocol::{
@@ -240,19 +240,46 @@ pub fn complete_task(
     Ok(core.commit(record))
 }
 
+/// How a worker says its task failed.
+pub struct TaskFailure {
+    pub error: String,
+    /// A code naming the error (an inline plan's `errors:` classify it).
+    pub error_code: Option<String>,
+    /// Another attempt after backoff while retries remain.
+    pub retry: bool,
+    /// Failed at once, not dead-lettered.
+    pub non_retryable: bool,
+}
+
+/// Longest error code.
+pub const ERROR_CODE_BYTES_MAX: usize = 128;
+
 /// A worker failed its leased task: another attempt after backoff (`retry` while
 /// retries remain), else final: dead-lettered unless `non_retryable`.
 pub fn fail_task(
     core: &mut Core,
     r: &TaskReport,
-    error: &str,
-    retry: bool,
-    non_retryable: bool,
+    failure: TaskFailure,
     now_ms: u64,
 ) -> Result<Failed, ErrorValue> {
+    let TaskFailure {
+        error,
+        error_code,
+        retry,
+        non_retryable,
+    } = failure;
+    if let Some(code) = &error_code
+        && (code.is_empty()
+            || code.len() > ERROR_CODE_BYTES_MAX
+            || code.chars().any(char::is_control))
+    {
+        return Err(ErrorValue::bad_request(format!(
+            "an error code is 1 to {ERROR_CODE_BYTES_MAX} bytes without control characters"
+        )));
+    }
     let run = leased_run(core, r, now_ms)?;
     let (attempt, version) = (run.attempt, run.action_version);
-    let error = truncate(error, TASK_ERROR_BYTES_MAX);
+    let error = truncate(&error, TASK_ERROR_BYTES_MAX);
     let retry_at_ms = (retry && !non_retryable)
         .then(|| retry_at(&core.state().registry, r.namespace, run, now_ms))
         .flatten();
@@ -266,6 +293,7 @@ pub fn fail_task(
         retry_at_ms,
         at_ms: now_ms,
         dead_letter: !non_retryable,
+        error_code,
     });
     Ok(Failed {
         lsn,
@@ -329,6 +357,7 @@ pub fn expire_leases(core: &mut Core) {
             retry_at_ms,
             at_ms: now_ms,
             dead_letter: true,
+            error_code: Some(TIMEOUT_CODE.to_string()),
         });
         if retry_at_ms.is_none() {
             core.schedule(Task::ActionFinal((namespace, run_id)));

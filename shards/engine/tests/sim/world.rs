@@ -1065,6 +1065,10 @@ impl Sim {
                     error: "simulated worker failure".into(),
                     retry: !self.rng.one_in(3),
                     non_retryable: self.rng.one_in(10),
+                    error_code: self
+                        .rng
+                        .one_in(2)
+                        .then(|| (*self.rng.pick(&["timeout", "invalid_card"])).into()),
                 },
                 75..=84 => {
                     let op = Op::TaskTouch {
