@@ -1,9 +1,10 @@
 use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorCode, ErrorValue, FRAME_BYTES_MAX, FrameError, IDLE_CLOSED_PREFIX,
-    KvEntry, Op, Reply, Request, Response, RunInfo, RunStatus, RunSummary, ScheduleInfo,
-    StatusInfo, TaskAssignment, ValidationIssue, WorkerInfo, WorkerSpec, WorkerStatus,
-    WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, decode_payload, encode_frame, split_frame,
+    KvEntry, Op, PlanExecutorInfo, Reply, Request, Response, RunInfo, RunStatus, RunSummary,
+    ScheduleInfo, StatusInfo, TaskAssignment, ValidationIssue, WorkerInfo, WorkerSpec,
+    WorkerStatus, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, decode_payload, encode_frame,
+    split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -696,6 +697,24 @@ impl Client {
             cursor,
         };
         send(self, ask)
+    }
+
+    /// The in-memory state of `workflow`'s inline plans (of `plan` only, when given) on
+    /// every shard that ran one of their steps since it started: each executor's breaker,
+    /// health score, samples and rate-limit use.
+    pub fn plan_status(
+        &mut self,
+        workflow: &str,
+        plan: Option<&str>,
+    ) -> Result<Vec<PlanExecutorInfo>, Error> {
+        send(self, requests::PlanStatus { workflow, plan })
+    }
+
+    /// Publishes the cache-invalidation event `event` (a name in plans' `invalidate_on`):
+    /// their cached outputs (of `key` only, when given) are dropped on every shard.
+    /// Returns how many.
+    pub fn invalidate_plan_cache(&mut self, event: &str, key: Option<&str>) -> Result<u64, Error> {
+        send(self, requests::InvalidatePlanCache { event, key })
     }
 
     /// The schedules of the namespace's workflows, with their next fire times.

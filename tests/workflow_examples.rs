@@ -318,25 +318,3 @@ fn payment_processing_polls_a_pending_charge_until_it_settles() {
     assert_eq!(checks.load(Ordering::SeqCst), 4);
     worker.stop();
 }
-
-/// The spec's "Payment Processing" with its plan: `flo validate workflow` accepts it (the
-/// plan is parsed and checked); the server refuses it with E105 until it runs plans.
-#[test]
-fn the_payment_example_with_its_plan_validates_and_the_server_says_plans_do_not_run_yet() {
-    let file = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/testdata/workflows/payment-processing.yaml"
-    );
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &[]);
-    let text = common::cli_ok(&server.addr_string(), &["validate", "workflow", "-f", file]);
-    assert!(text.contains("valid"), "{text}");
-    let mut c = server.client();
-    let e = c
-        .create_workflow(&std::fs::read_to_string(file).unwrap())
-        .unwrap_err();
-    assert!(
-        e.to_string().contains("E105 plans") && e.to_string().contains("not run"),
-        "{e}"
-    );
-}

@@ -414,6 +414,21 @@ pub enum Op {
         namespace: String,
         name: String,
     },
+    /// The in-memory state of a workflow's inline plans on every shard: each executor's
+    /// breaker, health score, samples and rate-limit use (`plan`: one plan only).
+    PlanStatus {
+        namespace: String,
+        workflow: String,
+        plan: Option<String>,
+    },
+    /// Publishes the cache-invalidation event `event`: every shard drops the cached
+    /// outputs of the namespace's plans whose `cache.invalidate_on` names it (of `key`
+    /// only, when given). Answered `Invalidated`.
+    PlanInvalidate {
+        namespace: String,
+        event: String,
+        key: Option<String>,
+    },
     /// The runs (of `workflow`, or of every workflow of the namespace with search
     /// attributes) that match `query`, newest started first (`ascending`: oldest first).
     WorkflowQuery {
@@ -802,6 +817,20 @@ pub enum HistoryEventType {
     WorkflowFailed,
     WorkflowCancelled,
     WorkflowTimedOut,
+    /// An inline plan's step: an attempt begins on an executor (detail: the executor).
+    PlanExecutorStart,
+    PlanExecutorSuccess,
+    PlanExecutorRetry,
+    /// An executor's attempts are over (its retries spent, or a fatal error).
+    PlanExecutorExhausted,
+    /// An executor skipped: its circuit breaker is open.
+    PlanBreakerSkip,
+    /// An executor skipped: it is over its rate limit.
+    PlanRateLimitSkip,
+    /// The step's output came from the plan's cache.
+    PlanCacheHit,
+    /// The step's output is the plan's fallback value.
+    PlanFallback,
     /// A type this version does not know.
     Other(String),
 }
@@ -825,6 +854,14 @@ impl HistoryEventType {
             HistoryEventType::WorkflowFailed => "workflow_failed",
             HistoryEventType::WorkflowCancelled => "workflow_cancelled",
             HistoryEventType::WorkflowTimedOut => "workflow_timed_out",
+            HistoryEventType::PlanExecutorStart => "plan_executor_start",
+            HistoryEventType::PlanExecutorSuccess => "plan_executor_success",
+            HistoryEventType::PlanExecutorRetry => "plan_executor_retry",
+            HistoryEventType::PlanExecutorExhausted => "plan_executor_exhausted",
+            HistoryEventType::PlanBreakerSkip => "plan_breaker_skip",
+            HistoryEventType::PlanRateLimitSkip => "plan_rate_limit_skip",
+            HistoryEventType::PlanCacheHit => "plan_cache_hit",
+            HistoryEventType::PlanFallback => "plan_fallback",
             HistoryEventType::Other(name) => name,
         }
     }
@@ -846,6 +883,14 @@ impl HistoryEventType {
             "action_completed" => HistoryEventType::ActionCompleted,
             "workflow_completed" => HistoryEventType::WorkflowCompleted,
             "workflow_failed" => HistoryEventType::WorkflowFailed,
+            "plan_executor_start" => HistoryEventType::PlanExecutorStart,
+            "plan_executor_success" => HistoryEventType::PlanExecutorSuccess,
+            "plan_executor_retry" => HistoryEventType::PlanExecutorRetry,
+            "plan_executor_exhausted" => HistoryEventType::PlanExecutorExhausted,
+            "plan_breaker_skip" => HistoryEventType::PlanBreakerSkip,
+            "plan_rate_limit_skip" => HistoryEventType::PlanRateLimitSkip,
+            "plan_cache_hit" => HistoryEventType::PlanCacheHit,
+            "plan_fallback" => HistoryEventType::PlanFallback,
             "workflow_cancelled" => HistoryEventType::WorkflowCancelled,
             "workflow_timed_out" => HistoryEventType::WorkflowTimedOut,
             other => HistoryEventType::Other(other.to_string()),
@@ -1040,6 +1085,35 @@ pub enum Reply {
     },
     /// One shard's part of a `WorkflowQuery` (between shards).
     QueryPart(QueryPart),
+    PlanStatus(Vec<PlanExecutorInfo>),
+    /// Cached plan outputs dropped by `PlanInvalidate`.
+    Invalidated {
+        entries: u64,
+    },
+}
+
+/// One executor of an inline plan on one shard (breakers, health and rate windows are
+/// each shard's, in memory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanExecutorInfo {
+    pub shard: u32,
+    pub plan: String,
+    pub executor: String,
+    pub action: String,
+    pub priority: i64,
+    /// `closed`, `open` or `half_open`.
+    pub breaker: String,
+    /// When an open breaker half-opens (ms since the epoch on the server's clock).
+    pub open_until_ms: Option<u64>,
+    pub consecutive_failures: u32,
+    /// Health score × 1000 (0 to 1000).
+    pub score_permille: u32,
+    /// Attempts that ended on this shard since the server started.
+    pub samples: u64,
+    /// Attempts started in the current second, minute and hour, and the shard's share of
+    /// each limit (None: no limit).
+    pub rate_used: Vec<u32>,
+    pub rate_share: Vec<Option<u32>>,
 }
 
 /// A run as a query lists it (what the query index holds: `flo workflow status ID` gives

@@ -60,6 +60,10 @@ pub enum Command {
     /// Schedules: the cron and interval schedules of workflows (`schedule:`).
     #[command(subcommand)]
     Schedule(super::schedule::ScheduleCommand),
+    /// Inline plans: publish a cache-invalidation event (`flo workflow plan-status` shows
+    /// their executors).
+    #[command(subcommand)]
+    Plan(super::plan::PlanCommand),
     /// Check a definition without a server.
     #[command(subcommand)]
     Validate(ValidateCommand),
@@ -504,6 +508,14 @@ pub enum WorkflowCommand {
     },
     /// List the workflow definitions of the namespace.
     List,
+    /// The executors of a workflow's inline plans on each shard: breaker, health score,
+    /// samples, consecutive failures and rate-limit use (in memory: reset by a restart).
+    PlanStatus {
+        name: String,
+        /// One plan only.
+        #[arg(long)]
+        plan: Option<String>,
+    },
     /// List a workflow's runs: in-flight ones newest first, then finished ones (a page;
     /// the next with --cursor).
     ListRuns {

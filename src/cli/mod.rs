@@ -9,6 +9,7 @@ mod args;
 mod duration;
 mod kv;
 mod output;
+mod plan;
 mod schedule;
 mod server;
 mod status;
@@ -49,6 +50,7 @@ pub fn run() -> i32 {
             .and_then(|mut c| workflow::run(&mut c, cmd, &out)),
         Command::Stream(cmd) => connect(&cli).and_then(|mut c| stream::run(&mut c, cmd, &out)),
         Command::Schedule(cmd) => connect(&cli).and_then(|mut c| schedule::run(&mut c, cmd, &out)),
+        Command::Plan(cmd) => connect(&cli).and_then(|mut c| plan::run(&mut c, cmd, &out)),
         Command::Validate(cmd) => workflow::validate(cmd, &out),
     };
     match result {

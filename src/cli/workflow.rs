@@ -198,6 +198,10 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
                 text
             });
         }
+        WorkflowCommand::PlanStatus { name, plan } => {
+            let rows = client.plan_status(name, plan.as_deref())?;
+            super::plan::print_status(out, &rows);
+        }
         WorkflowCommand::ListRuns {
             name,
             status,

@@ -3,8 +3,8 @@
 use super::request::{TypedRequest, unexpected};
 use crate::client::{Error, HistoryPage, Page, StartOptions};
 use flo_protocol::{
-    HISTORY_LIMIT_DEFAULT, HistoryEvent, Op, Reply, RunSummary, ScheduleInfo, ValidationIssue,
-    WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
+    HISTORY_LIMIT_DEFAULT, HistoryEvent, Op, PlanExecutorInfo, Reply, RunSummary, ScheduleInfo,
+    ValidationIssue, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
 };
 
 /// `Client::create_workflow`: (name, version, created, warnings).
@@ -457,6 +457,56 @@ impl TypedRequest for QueryWorkflowRuns<'_> {
             Reply::RunSummaries {
                 items, next_cursor, ..
             } => Ok(Page { items, next_cursor }),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::plan_status`.
+pub(crate) struct PlanStatus<'a> {
+    pub workflow: &'a str,
+    pub plan: Option<&'a str>,
+}
+
+impl TypedRequest for PlanStatus<'_> {
+    type Output = Vec<PlanExecutorInfo>;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::PlanStatus {
+            namespace: namespace.into(),
+            workflow: self.workflow.into(),
+            plan: self.plan.map(str::to_string),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<Vec<PlanExecutorInfo>, Error> {
+        match reply {
+            Reply::PlanStatus(rows) => Ok(rows),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::invalidate_plan_cache`: the cached outputs dropped.
+pub(crate) struct InvalidatePlanCache<'a> {
+    pub event: &'a str,
+    pub key: Option<&'a str>,
+}
+
+impl TypedRequest for InvalidatePlanCache<'_> {
+    type Output = u64;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::PlanInvalidate {
+            namespace: namespace.into(),
+            event: self.event.into(),
+            key: self.key.map(str::to_string),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<u64, Error> {
+        match reply {
+            Reply::Invalidated { entries } => Ok(entries),
             other => Err(unexpected(other)),
         }
     }

@@ -4,10 +4,10 @@
 //! simulation drives it without one.
 //!
 //! Floors, from the ground: the leaves (`bytes`, `clock`, `hash`, `ids`, `image`, `pages`,
-//! `run_query`, `shares`, `tables`, `line_budget`); `fold` (records, the state they fold into, the derived index:
+//! `plan_book`, `run_query`, `shares`, `tables`, `line_budget`); `fold` (records, the state they fold into, the derived index:
 //! below the commit path); `core` (the commit path, the durability gate, the agenda,
-//! inputs and effects); the domains' handlers (`kv`, `actions`, `workflows`, `archive`,
-//! `workers`, `definitions`); `engine` (the step loop, routing, fan-outs). `auth` stands
+//! inputs and effects); the domains' handlers (`kv`, `actions`, `plans`, `workflows`,
+//! `archive`, `workers`, `definitions`); `engine` (the step loop, routing, fan-outs). `auth` stands
 //! apart: the policy the runtime asks before a request enters the shard.
 //!
 //! This file is the runtime's face: what it may name. Everything else is private to the
@@ -29,6 +29,8 @@ pub mod image;
 mod kv;
 pub mod line_budget;
 mod pages;
+mod plan_book;
+mod plans;
 mod run_query;
 mod schedules;
 mod shares;

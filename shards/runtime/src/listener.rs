@@ -293,6 +293,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::StreamGroupNack { .. }
         | Op::SchedulePause { .. }
         | Op::ScheduleTrigger { .. }
+        | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => REPLY_RESERVE_SMALL_BYTES,
         Op::ActionInvoke(spec) if spec.wait_ms.unwrap_or(0) == 0 => REPLY_RESERVE_SMALL_BYTES,
         Op::WorkflowStart(spec) if spec.wait_ms.unwrap_or(0) == 0 => REPLY_RESERVE_SMALL_BYTES,
@@ -327,7 +328,8 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::StreamGroupPending { .. }
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
-        | Op::WorkflowQuery { .. } => FRAME_BYTES_MAX,
+        | Op::WorkflowQuery { .. }
+        | Op::PlanStatus { .. } => FRAME_BYTES_MAX,
     }
 }
 

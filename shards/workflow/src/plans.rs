@@ -120,7 +120,7 @@ impl HealthPolicy {
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct CachePolicy {
     pub ttl_ms: u64,
-    /// A template: `{input.FIELD}` (nested with dots) replaced by the step input's value.
+    /// A template: `{input.FIELD}` (nested with dots) replaced by the run input's value.
     pub key: String,
     /// Event names whose publication (`flo plan invalidate EVENT`) drops the plan's entries.
     pub invalidate_on: Vec<String>,

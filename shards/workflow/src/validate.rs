@@ -12,7 +12,6 @@
 //! | E102 | `name` missing, empty or invalid (1 to 256 bytes, no whitespace, no `:`) |
 //! | E103 | `version` missing, empty or invalid (1 to 128 bytes, no whitespace) |
 //! | E104 | `start` missing |
-//! | E105 | (from the server, not the validator) a feature the server does not run yet: `plans` |
 //! | E106 | unknown field |
 //! | E107 | a step has both or neither of `run` and `waitForSignal` |
 //! | E108 | `idempotency` not `none`, `optional` or `required` |

@@ -117,6 +117,8 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::WorkflowQuery { namespace, .. } => ("workflow_query", Ns(namespace), Client),
         Op::SchedulePause { namespace, .. } => ("schedule_pause", Ns(namespace), AdminOnly),
         Op::ScheduleTrigger { namespace, .. } => ("schedule_trigger", Ns(namespace), Client),
+        Op::PlanStatus { namespace, .. } => ("plan_status", Ns(namespace), Client),
+        Op::PlanInvalidate { namespace, .. } => ("plan_invalidate", Ns(namespace), Client),
     };
     Rule { name, scope, roles }
 }

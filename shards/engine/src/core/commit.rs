@@ -15,6 +15,7 @@ use crate::fold::record::Record;
 use crate::fold::state::ShardState;
 use crate::hash::Partitioning;
 use crate::ids::RunKey;
+use crate::plan_book::PlanBook;
 use flo_ual::{Batch, LogBuffer};
 use std::sync::Arc;
 
@@ -52,6 +53,9 @@ pub struct Core {
     quotas: Arc<Quotas>,
     /// The operator's bounds (`limits.rs`).
     limits: Limits,
+    /// Inline plans' breakers, health, rate windows and cache: in memory only
+    /// (`plan_book.rs`).
+    plans: PlanBook,
 }
 
 impl Core {
@@ -81,7 +85,13 @@ impl Core {
             disk: DiskSpace::Available,
             quotas: Arc::default(),
             limits: Limits::default(),
+            plans: PlanBook::default(),
         }
+    }
+
+    /// Inline plans' in-memory state on this shard.
+    pub fn plans(&mut self) -> &mut PlanBook {
+        &mut self.plans
     }
 
     pub fn set_quotas(&mut self, quotas: Arc<Quotas>) {
@@ -236,6 +246,11 @@ impl Core {
         debug_assert!(!self.group_open, "groups do not nest");
         self.group_open = true;
         self.log.begin_group();
+    }
+
+    /// Whether an atomic group is open (its records are logged together).
+    pub fn group_open(&self) -> bool {
+        self.group_open
     }
 
     pub fn end_group(&mut self) {

@@ -12,6 +12,7 @@ use crate::fold::archive::RunKind;
 use crate::hash::HASH_NAME;
 use crate::kv;
 use crate::pages::{self, Pos};
+use crate::plans;
 use crate::run_query::RunQuery;
 use crate::schedules;
 use crate::streams;
@@ -258,6 +259,16 @@ impl Engine {
                 group,
             } => streams::group_info_part(core, &namespace, &stream, group.as_deref()),
             Op::ScheduleList { namespace } => schedules::list_part(core, &namespace),
+            Op::PlanStatus {
+                namespace,
+                workflow,
+                plan,
+            } => plans::status_part(&mut self.core, &namespace, &workflow, plan.as_deref()),
+            Op::PlanInvalidate {
+                namespace,
+                event,
+                key,
+            } => plans::invalidate_part(&mut self.core, &namespace, &event, key.as_deref()),
             Op::WorkflowQuery {
                 namespace,
                 workflow,

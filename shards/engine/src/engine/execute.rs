@@ -70,7 +70,9 @@ impl Engine {
             | Op::StreamGroupPending { .. }
             | Op::StreamGroupInfo { .. }
             | Op::ScheduleList { .. }
-            | Op::WorkflowQuery { .. }) => self.part(op, Dest::Reply(to)),
+            | Op::WorkflowQuery { .. }
+            | Op::PlanStatus { .. }
+            | Op::PlanInvalidate { .. }) => self.part(op, Dest::Reply(to)),
             Op::SchedulePause {
                 namespace,
                 name,

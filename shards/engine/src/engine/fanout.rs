@@ -265,6 +265,27 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
         Op::StreamRead(spec) => streams::merge_reads(spec, parts),
         Op::StreamList { .. } => Ok(Reply::Streams(streams::merge_infos(parts))),
         Op::ScheduleList { .. } => Ok(Reply::Schedules(schedules::merge_lists(parts))),
+        Op::PlanStatus { .. } => {
+            let mut rows = Vec::new();
+            for part in parts {
+                if let Reply::PlanStatus(r) = part {
+                    rows.extend(r);
+                }
+            }
+            rows.sort_by(|a, b| {
+                (&a.plan, &a.executor, a.shard).cmp(&(&b.plan, &b.executor, b.shard))
+            });
+            Ok(Reply::PlanStatus(rows))
+        }
+        Op::PlanInvalidate { .. } => Ok(Reply::Invalidated {
+            entries: parts
+                .iter()
+                .map(|p| match p {
+                    Reply::Invalidated { entries } => *entries,
+                    _ => 0,
+                })
+                .sum(),
+        }),
         Op::WorkflowQuery {
             ascending, limit, ..
         } => crate::workflows::merge_parts(parts, *ascending, *limit, core.partitioning().shards),

@@ -138,6 +138,8 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
+        | Op::PlanStatus { .. }
+        | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => return None,
     })
 }
@@ -191,6 +193,8 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
+        | Op::PlanStatus { .. }
+        | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
         Op::Hello { .. } | Op::ShardMap => Target::Here,
         // Keyed: `route_key` placed them above.
@@ -299,6 +303,8 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
+        | Op::PlanStatus { .. }
+        | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => false,
     }
 }

@@ -38,7 +38,8 @@ impl ShardState {
             | Record::WfStepStarted { .. }
             | Record::WfStepFinished { .. }
             | Record::WfSignalReceived { .. }
-            | Record::WfRunCancelled { .. } => self.apply_workflow(lsn, record),
+            | Record::WfRunCancelled { .. }
+            | Record::WfPlanEvent { .. } => self.apply_workflow(lsn, record),
             Record::RunArchived { .. } | Record::RunsForgotten { .. } => {
                 self.apply_archive(lsn, record)
             }
@@ -647,6 +648,15 @@ impl ShardState {
             } => self
                 .workflows
                 .apply_step_started(&namespace, &run_id, step, wait, at_ms, lsn),
+            Record::WfPlanEvent {
+                namespace,
+                run_id,
+                step,
+                event,
+                at_ms,
+            } => self
+                .workflows
+                .apply_plan_event(&namespace, &run_id, &step, event, at_ms, lsn),
             Record::WfStepFinished {
                 namespace,
                 run_id,

@@ -74,6 +74,9 @@ impl Touch {
             }
             | Record::WfRunCancelled {
                 namespace, run_id, ..
+            }
+            | Record::WfPlanEvent {
+                namespace, run_id, ..
             } => Touch::WfRun(key(namespace, run_id)),
             _ => Touch::Nothing,
         }
@@ -144,6 +147,13 @@ impl Index {
         }) = run.phase.wait()
         {
             self.wf_timers.insert((*at, run.seq), key.clone());
+        }
+        // An inline plan's attempt tracked `async`: its timeout.
+        if let (Some(StepWait::ActionRun { .. }), Some(at)) = (
+            run.phase.wait(),
+            run.plan.as_ref().and_then(|p| p.deadline_ms),
+        ) {
+            self.wf_timers.insert((at, run.seq), key.clone());
         }
     }
 

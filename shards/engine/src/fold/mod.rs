@@ -8,6 +8,7 @@ pub mod archive;
 pub mod archived;
 pub mod index;
 pub mod kv;
+pub mod plan_steps;
 pub mod record;
 pub mod registry;
 pub mod run_image;

@@ -513,6 +513,59 @@ pub enum Record {
         paused: bool,
         at_ms: u64,
     },
+    /// A step of an inline plan moved. Every decision the engine takes from a plan's
+    /// in-memory state (the executors' order, a skip, a cache hit) is one of these, so
+    /// replay follows it and never decides again.
+    WfPlanEvent {
+        namespace: String,
+        run_id: String,
+        step: String,
+        event: PlanEvent,
+        at_ms: u64,
+    },
+}
+
+/// What happened to a plan step (`Record::WfPlanEvent`). Executors are indexes into the
+/// plan's `executors`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanEvent {
+    /// The step begins: the executors in the order it tries them.
+    Begin { order: Vec<u16> },
+    /// An attempt on `executor` starts (its action run is created in the same group);
+    /// with `tracking: async`, it fails as timed out unless it ends by `deadline_ms`.
+    Start {
+        executor: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline_ms: Option<u64>,
+    },
+    /// The attempt failed; `executor` is tried again at `at_ms`.
+    Retry {
+        executor: u16,
+        at_ms: u64,
+        error: String,
+    },
+    /// No more attempts on `executor`: its retries are spent, or the error was fatal.
+    Exhausted {
+        executor: u16,
+        fatal: bool,
+        error: String,
+    },
+    /// `executor` is skipped.
+    Skipped { executor: u16, reason: PlanSkip },
+    /// The attempt succeeded (the step finishes in the same group).
+    Succeeded { executor: u16 },
+    /// The output came from the plan's cache (the step finishes in the same group).
+    CacheHit { key: String },
+    /// The plan's fallback value is the output (the step finishes in the same group).
+    Fallback,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanSkip {
+    BreakerOpen,
+    RateLimited,
 }
 
 impl Record {
@@ -555,6 +608,7 @@ impl Record {
             Record::StreamDeadLettered { .. } => 69,
             Record::ScheduleSkipped { .. } => 70,
             Record::SchedulePaused { .. } => 71,
+            Record::WfPlanEvent { .. } => 72,
         }
     }
 

@@ -1,6 +1,7 @@
 //! A workflow run as snapshots hold it: its `RunPhase` spread over the fields runs had
 //! before the phase existed, so images written before stay readable.
 
+use super::plan_steps::PlanProgress;
 use super::record::{StepRef, StepWait};
 use super::workflows::{RunPhase, StepState, WfRun, unlinked};
 use flo_protocol::{HistoryEvent, WorkflowRunStatus};
@@ -36,6 +37,7 @@ struct RunImageRef<'a> {
     updated_at_ms: u64,
     seq: u64,
     lsn: u64,
+    plan: &'a Option<PlanProgress>,
 }
 
 /// `RunImageRef` read back.
@@ -67,6 +69,9 @@ struct RunImage {
     updated_at_ms: u64,
     seq: u64,
     lsn: u64,
+    /// Absent from images written before plans ran.
+    #[serde(default)]
+    plan: Option<PlanProgress>,
 }
 
 impl serde::Serialize for WfRun {
@@ -103,6 +108,7 @@ impl serde::Serialize for WfRun {
             updated_at_ms: self.updated_at_ms,
             seq: self.seq,
             lsn: self.lsn,
+            plan: &self.plan,
         }
         .serialize(s)
     }
@@ -149,6 +155,7 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             updated_at_ms: r.updated_at_ms,
             seq: r.seq,
             lsn: r.lsn,
+            plan: r.plan,
         })
     }
 }

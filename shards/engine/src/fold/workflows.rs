@@ -117,6 +117,8 @@ pub struct WfRun {
     pub updated_at_ms: u64,
     pub seq: u64,
     pub lsn: u64,
+    /// The current step's inline plan, while it runs one.
+    pub plan: Option<super::plan_steps::PlanProgress>,
 }
 
 impl WfRun {
@@ -152,7 +154,7 @@ impl WfRun {
         self.steps.iter().find(|s| s.name == name)
     }
 
-    fn event(
+    pub(super) fn event(
         &mut self,
         event_type: HistoryEventType,
         step: Option<&str>,
@@ -178,7 +180,7 @@ pub fn json_value(bytes: &[u8]) -> Value {
 
 /// A record about a run that is not in memory: a bug, not bad input (records are planned
 /// against this same state). Debug builds stop; release builds skip the record.
-fn missing(lsn: u64, run_id: &str) {
+pub(super) fn missing(lsn: u64, run_id: &str) {
     impossible(lsn, format_args!("workflow run {run_id:?} does not exist"));
 }
 
@@ -261,7 +263,7 @@ impl Workflows {
         self.runs.get_mut(namespace)?.remove(run_id)
     }
 
-    fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
+    pub(super) fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
         self.runs
             .get_mut(namespace)?
             .get_mut(run_id)
@@ -335,6 +337,7 @@ impl Workflows {
             updated_at_ms: at_ms,
             seq: self.next_seq,
             lsn,
+            plan: None,
         };
         let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
         run.event(HistoryEventType::WorkflowStarted, None, detail, at_ms);
@@ -509,6 +512,7 @@ impl Workflows {
             }),
         }
         run.step_executions += 1;
+        run.plan = None;
         run.event(
             HistoryEventType::StepCompleted,
             Some(&step),

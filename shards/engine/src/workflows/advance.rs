@@ -3,7 +3,8 @@
 //! into another: what another run must do next goes on the agenda as a `Task`. A run step on
 //! `@actions/NAME` creates an action run on this same shard (one attempt: the step's
 //! `retry:` decides about retries); `@workflow/NAME[:V]` starts a child run, also here, so
-//! advancing never waits on another shard.
+//! advancing never waits on another shard. `@plan/NAME` runs the plan's executors one
+//! attempt at a time (`plans`, `plan_steps.rs`).
 
 use super::finish::{end, finish};
 use crate::clock::deadline_after;
@@ -200,10 +201,7 @@ fn run_target(
                 input.len()
             ),
         )),
-        Target::Plan(name) => Some(fail(
-            StepOutcome::TargetNotFound,
-            format!("plan {name:?}: inline plans are not supported yet"),
-        )),
+        Target::Plan(_) => None,
         Target::Action(name) => match core.state().registry.get(namespace, name) {
             None => Some(fail(
                 StepOutcome::TargetNotFound,
@@ -329,6 +327,9 @@ fn run_target(
             core.schedule(Task::WfAdvance((namespace.to_string(), child)));
             false
         }
-        Target::Plan(_) => unreachable!("refused above"),
+        Target::Plan(name) => {
+            let mv = crate::plans::next(core, namespace, run_id, step, name, input);
+            super::plan_steps::apply_move(core, namespace, run_id, step, mv)
+        }
     }
 }

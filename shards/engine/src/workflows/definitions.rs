@@ -34,13 +34,6 @@ pub fn plan_create(
             lines.join("\n")
         ))
     })?;
-    if !validated.def.plans.is_empty() {
-        // `flo workflow validate` checks plans; running them is not built yet.
-        return Err(ErrorValue::bad_request(
-            "invalid workflow definition:\n  E105 plans: inline plans (`plans:`, `@plan/` \
-             steps) are validated but not run by this server yet",
-        ));
-    }
     let (name, version) = (validated.def.name.clone(), validated.def.version.clone());
     if let Some(existing) = core
         .state()

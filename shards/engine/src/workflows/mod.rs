@@ -7,6 +7,7 @@ mod advance;
 mod cancel;
 mod definitions;
 mod finish;
+mod plan_steps;
 mod queries;
 mod results;
 mod search;

@@ -4,6 +4,7 @@
 
 use super::advance::advance;
 use super::finish::{Retry, finish, finish_with};
+use super::plan_steps::{apply_move, plan_of};
 use crate::core::Core;
 use crate::fold::record::{StepOutcome, StepWait};
 use crate::fold::workflows::{RunPhase, json_value};
@@ -106,14 +107,21 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
     if !waiting {
         return;
     }
+    let (wf_run, step) = (&step_ref.run_id, &step_ref.step);
+    if let Some(plan) = plan_of(core, namespace, wf_run, step) {
+        let mv = crate::plans::on_attempt_final(core, namespace, wf_run, step, &plan, action_run);
+        apply_move(core, namespace, wf_run, step, mv);
+        advance(core, namespace, wf_run);
+        return;
+    }
     finish_with(
         core,
         namespace,
-        &step_ref.run_id,
-        &step_ref.step,
+        wf_run,
+        step,
         (outcome, output, error),
         None,
         retry,
     );
-    advance(core, namespace, &step_ref.run_id);
+    advance(core, namespace, wf_run);
 }

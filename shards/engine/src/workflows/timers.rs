@@ -32,6 +32,16 @@ pub fn fire_timers(core: &mut Core) -> bool {
             None if run.phase.timer_ms().is_some_and(|at| at <= now) => {
                 advance(core, &namespace, &run_id)
             }
+            Some(StepWait::ActionRun { run_id: action, .. })
+                if run
+                    .plan
+                    .as_ref()
+                    .and_then(|p| p.deadline_ms)
+                    .is_some_and(|at| at <= now) =>
+            {
+                let action = action.clone();
+                crate::plans::attempt_timed_out(core, &namespace, &action);
+            }
             _ => {}
         }
     }
