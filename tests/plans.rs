@@ -521,3 +521,65 @@ fn the_spec_payment_example_runs_with_its_plan() {
     );
     w.stop();
 }
+
+#[test]
+fn a_rate_limit_holds_across_shards() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    for a in ["metered", "spare"] {
+        user_action(&mut c, a, 60_000, 0, 100);
+    }
+    c.create_workflow(&plan_workflow(
+        "shared-limit",
+        "    executors:\n      - {name: metered, action: \"@actions/metered\", priority: 2, rate_limit: {max_per_hour: 2}}\n      - {name: spare, action: \"@actions/spare\", priority: 1}\n",
+    ))
+    .unwrap();
+    let (metered, spare) = (Switch::new(false), Switch::new(false));
+    let w = worker(
+        &server,
+        vec![
+            ("metered", metered.clone(), "x"),
+            ("spare", spare.clone(), "x"),
+        ],
+    );
+    let hour = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 3600
+    };
+    let before = hour();
+    // Runs named so that both shards own some.
+    for i in 0..12 {
+        let run_id = c
+            .start_workflow(
+                "shared-limit",
+                b"{}",
+                StartOptions {
+                    run_id: Some(format!("limited-{i}")),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        wait_final(&mut c, &run_id);
+    }
+    if hour() == before {
+        // 2 an hour over the server: 1 per shard.
+        assert!(
+            metered.calls() <= 2,
+            "{} calls over a limit of 2",
+            metered.calls()
+        );
+        assert_eq!(metered.calls() + spare.calls(), 12);
+    }
+    let rows = c.plan_status("shared-limit", None).unwrap();
+    let shares: Vec<Option<u32>> = rows
+        .iter()
+        .filter(|r| r.executor == "metered")
+        .map(|r| r.rate_share[2])
+        .collect();
+    assert!(shares.iter().all(|s| *s == Some(1)), "{rows:?}");
+    w.stop();
+}

@@ -419,6 +419,80 @@ mod tests {
         assert!((s.score() - 0.085).abs() < 1e-9);
     }
 
+    fn plan(selection: &str, health: &str) -> Plan {
+        let yaml = format!(
+            "kind: Workflow\nname: w\nversion: \"1\"\nplans:\n  p:\n    selection: {selection}\n{health}    executors:\n      - {{name: low, action: \"@actions/a\", priority: 1}}\n      - {{name: high, action: \"@actions/b\", priority: 9}}\n      - {{name: mid, action: \"@actions/c\", priority: 5}}\nstart:\n  run: \"@plan/p\"\n  transitions: {{success: flo.Completed}}\n"
+        );
+        flo_workflow::parse_workflow(&yaml).unwrap().def.plans["p"].clone()
+    }
+
+    #[test]
+    fn orders_follow_priority_rotation_shuffle_or_health() {
+        let key = plan_key("ns", "w", "1", "p");
+        let mut book = PlanBook::default();
+        let p = plan("static-order", "");
+        assert_eq!(book.order(&key, &p, 7), [1, 2, 0]);
+        let p = plan("round-robin", "");
+        let turns: Vec<Vec<u16>> = (0..4).map(|_| book.order(&key, &p, 0)).collect();
+        assert_eq!(
+            turns,
+            [vec![1, 2, 0], vec![2, 0, 1], vec![0, 1, 2], vec![1, 2, 0]]
+        );
+        let p = plan("random", "");
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..64 {
+            let mut order = book.order(&key, &p, seed);
+            seen.insert(order.clone());
+            order.sort();
+            assert_eq!(order, [0, 1, 2], "a permutation");
+        }
+        assert!(seen.len() > 3, "{seen:?}");
+        // Health-weighted: priority order until every executor has min_samples, then by
+        // score (the high-priority one failing drops behind).
+        let p = plan(
+            "health-weighted",
+            "    health: {window_ms: 1000, decay: 0.5, min_samples: 2}\n",
+        );
+        assert_eq!(book.order(&key, &p, 0), [1, 2, 0]);
+        for t in 0..2 {
+            let states = book.executors(&key, &p);
+            states[0].record(AttemptEnd::Success, None, None, t);
+            states[1].record(AttemptEnd::Failure, None, None, t);
+            states[2].record(AttemptEnd::BusinessFailure, None, None, t);
+        }
+        assert_eq!(book.order(&key, &p, 0), [0, 2, 1]);
+    }
+
+    #[test]
+    fn the_cache_expires_evicts_and_is_invalidated_by_event() {
+        let key = plan_key("ns", "w", "1", "p");
+        let policy = flo_workflow::CachePolicy {
+            ttl_ms: 100,
+            key: "k".into(),
+            invalidate_on: vec!["refund".into()],
+        };
+        let mut book = PlanBook::default();
+        book.cache_put(&key, "a".into(), (b"1".to_vec(), None), &policy, 0);
+        book.cache_put(
+            &key,
+            "b".into(),
+            (b"2".to_vec(), Some("ok".into())),
+            &policy,
+            0,
+        );
+        assert_eq!(book.cached(&key, "a", 99), Some((b"1".to_vec(), None)));
+        assert_eq!(book.cached(&key, "a", 100), None, "expired");
+        assert_eq!(book.invalidate("other-ns", "refund", None), 0);
+        assert_eq!(book.invalidate("ns", "refund", Some("b")), 1);
+        assert_eq!(book.cached(&key, "b", 1), None);
+        assert_eq!(book.invalidate("ns", "refund", None), 1);
+        for i in 0..PLAN_CACHE_ENTRIES_MAX + 5 {
+            book.cache_put(&key, i.to_string(), (Vec::new(), None), &policy, 0);
+        }
+        assert_eq!(book.cached(&key, "0", 1), None, "the oldest went first");
+        assert!(book.cached(&key, "5", 1).is_some());
+    }
+
     #[test]
     fn rate_limits_split_over_shards_and_reset_per_window() {
         let share = |shard| RateShare { shard, shards: 2 };

@@ -64,7 +64,7 @@ const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
 const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
 const GPU_LABELS: &str = r#"{"gpu":true}"#;
 
-const WORKFLOWS: [&str; 11] = [
+const WORKFLOWS: [&str; 12] = [
     r#"
 kind: Workflow
 name: process-order
@@ -181,9 +181,33 @@ start:
     "kind: Workflow\nname: forever\nversion: \"1\"\nstart:\n  waitForSignal:\n    type: never\n  transitions:\n    success: flo.Completed\n",
     "kind: Workflow\nname: loop-parent\nversion: \"1\"\nstart:\n  run: \"@workflow/loop-child\"\n  transitions:\n    success: flo.Completed\n    failure: again\nsteps:\n  again:\n    run: \"@workflow/loop-child\"\n    transitions:\n      success: flo.Completed\n      failure: again\n",
     // A schedule: a tick every 2 s, at most 2 runs at once, the missed ticks caught up.
+    // An inline plan: a flaky WebAssembly executor behind a breaker, a worker-run one with
+    // a rate limit and async tracking, a steady one; health-weighted, cached, a fallback.
+    r#"
+kind: Workflow
+name: planned
+version: "1"
+plans:
+  charge:
+    selection: health-weighted
+    executors:
+      - {name: flaky, action: "@actions/a-flaky", priority: 3, retry: {max_attempts: 2, initial_delay_ms: 300}, breaker: {failure_threshold: 2, cooldown_ms: 3000, half_open_max_calls: 1}}
+      - {name: gpu, action: "@actions/u-gpu", priority: 2, rate_limit: {max_per_second: 3}, tracking: {mode: async, timeout_ms: 4000}}
+      - {name: fixed, action: "@actions/a-fixed", priority: 1}
+    health: {window_ms: 10000, decay: 0.5, min_samples: 3}
+    cache: {ttl_ms: 1500, key: "flat", invalidate_on: [refund]}
+    errors: {fatal: [invalid_card]}
+    fallback: {value: {declined: true}, condition: exhausted}
+start:
+  run: "@plan/charge"
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+"#,
     "kind: Workflow\nname: ticking\nversion: \"1\"\nschedule:\n  interval: 2000\n  max_concurrent: 2\n  catchup: all\nstart:\n  run: \"@actions/a-fixed\"\n  transitions:\n    success: flo.Completed\n    failure: flo.Failed\n",
 ];
-const STARTABLE: [&str; 7] = [
+const STARTABLE: [&str; 8] = [
+    "planned",
     "process-order",
     "approval",
     "review",
@@ -322,6 +346,12 @@ pub struct Counts {
     /// Schedule ticks fired and skipped, as the shards' states say at the end.
     pub ticks_fired: u64,
     pub ticks_skipped: u64,
+    /// Inline plans' moves made durable: attempts started, executors skipped (breaker or
+    /// rate limit), cache hits, fallbacks.
+    pub plan_attempts: u64,
+    pub plan_skips: u64,
+    pub plan_cache_hits: u64,
+    pub plan_fallbacks: u64,
     pub seeds: u64,
 }
 
@@ -345,6 +375,10 @@ impl Counts {
         self.media_faults += o.media_faults;
         self.ticks_fired += o.ticks_fired;
         self.ticks_skipped += o.ticks_skipped;
+        self.plan_attempts += o.plan_attempts;
+        self.plan_skips += o.plan_skips;
+        self.plan_cache_hits += o.plan_cache_hits;
+        self.plan_fallbacks += o.plan_fallbacks;
         self.seeds += o.seeds;
     }
 }
@@ -737,6 +771,18 @@ impl Sim {
         trace(format!("shard {s}: batch written"));
         let added = self.c.complete_write(s);
         check_once_facts(s, &added, &self.c.nodes[s as usize].facts);
+        for r in &added {
+            if let Record::WfPlanEvent { event, .. } = r {
+                use flo_engine::testing::record::PlanEvent;
+                match event {
+                    PlanEvent::Start { .. } => self.counts.plan_attempts += 1,
+                    PlanEvent::Skipped { .. } => self.counts.plan_skips += 1,
+                    PlanEvent::CacheHit { .. } => self.counts.plan_cache_hits += 1,
+                    PlanEvent::Fallback => self.counts.plan_fallbacks += 1,
+                    _ => {}
+                }
+            }
+        }
     }
 
     fn continue_random(&mut self) {
@@ -961,6 +1007,16 @@ impl Sim {
                 status: None,
                 limit: Some(5),
                 cursor: None,
+            },
+            94 if self.rng.one_in(3) => Op::PlanInvalidate {
+                namespace: NS.into(),
+                event: "refund".into(),
+                key: None,
+            },
+            94 if self.rng.one_in(2) => Op::PlanStatus {
+                namespace: NS.into(),
+                workflow: "planned".into(),
+                plan: None,
             },
             94 => Op::Status,
             95 => {
