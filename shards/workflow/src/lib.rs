@@ -3,6 +3,7 @@
 //! a step's input is built with (`mapping`). No engine, no I/O: `flo workflow validate`
 //! and the server use the same code.
 
+mod backoff;
 mod bounds;
 mod def;
 mod definition;
@@ -10,7 +11,8 @@ mod issues;
 mod mapping;
 mod names;
 mod parse;
-mod plans;
+mod plan;
+mod plan_checks;
 mod policies;
 pub mod query;
 pub mod schedule;
@@ -18,6 +20,7 @@ pub mod search;
 mod validate;
 pub mod yaml_depth;
 
+pub use backoff::{Backoff, PollPolicy, RetryPolicy};
 pub use bounds::{
     ATTEMPTS_MAX, DELAY_MS_MAX, MAPPING_PATH_NESTING_MAX, POLL_ATTEMPTS_DEFAULT,
     POLL_BASE_DELAY_MS_DEFAULT, RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT,
@@ -26,8 +29,8 @@ pub use bounds::{
     VERSION_BYTES_MAX, WORKFLOW_NAME_BYTES_MAX,
 };
 pub use def::{
-    BUILTIN_TERMINALS, Backoff, Catchup, Every, Idempotency, Next, PollPolicy, RetryPolicy,
-    START_STEP, Schedule, SignalWait, Step, StepAction, Target, Trigger, Validated, WorkflowDef,
+    BUILTIN_TERMINALS, Catchup, Every, Idempotency, Next, START_STEP, Schedule, SignalWait, Step,
+    StepAction, Target, Trigger, Validated, WorkflowDef,
 };
 pub use definition::{
     DEFINITION_BYTES_MAX, DEFINITION_EXPANDED_BYTES_MAX, DEFINITION_NESTING_MAX, parse_workflow,
@@ -35,7 +38,7 @@ pub use definition::{
 pub use issues::IssueCode;
 pub use mapping::{is_mapping_path, mapping_paths, resolve_mapping};
 pub use names::{check_version, check_workflow_name, parse_target};
-pub use plans::{
+pub use plan::{
     Breaker, CachePolicy, Executor, Fallback, FallbackWhen, HealthPolicy, PLAN_EXECUTORS_MAX,
     PLANS_MAX, Plan, RateLimit, Selection,
 };

@@ -125,7 +125,7 @@ pub(super) struct RawWorkflow {
     pub start: Option<RawStep>,
     pub steps: Option<Entries<RawStep>>,
     pub terminals: Option<Entries<RawTerminal>>,
-    pub plans: Option<Entries<crate::plans::RawPlan>>,
+    pub plans: Option<Entries<RawPlan>>,
     pub schedule: Option<RawSchedule>,
     pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<Vec<RawSearchAttribute>>,
@@ -178,6 +178,84 @@ pub(super) struct RawPoll {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTerminal {
     pub status: Option<String>,
+}
+
+/// `plans:` entries as written (snake_case, as in the spec).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPlan {
+    pub selection: Option<String>,
+    pub executors: Option<Vec<RawExecutor>>,
+    pub health: Option<RawHealth>,
+    pub cache: Option<RawCache>,
+    pub fallback: Option<RawFallback>,
+    pub errors: Option<RawErrors>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExecutor {
+    pub name: Option<String>,
+    pub action: Option<String>,
+    pub priority: Option<i64>,
+    pub retry: Option<RawRetry>,
+    pub breaker: Option<RawBreaker>,
+    pub rate_limit: Option<RawRateLimit>,
+    pub tracking: Option<RawTracking>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBreaker {
+    pub failure_threshold: Option<u64>,
+    pub cooldown_ms: Option<u64>,
+    pub half_open_max_calls: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRateLimit {
+    pub max_per_second: Option<u64>,
+    pub max_per_minute: Option<u64>,
+    pub max_per_hour: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTracking {
+    pub mode: Option<String>,
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealth {
+    pub window_ms: Option<u64>,
+    pub decay: Option<f64>,
+    pub min_samples: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCache {
+    pub ttl_ms: Option<u64>,
+    pub key: Option<String>,
+    pub invalidate_on: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFallback {
+    /// JSON text, or YAML.
+    pub value: Option<serde_yaml::Value>,
+    pub condition: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawErrors {
+    pub retryable: Option<Vec<String>>,
+    pub fatal: Option<Vec<String>>,
 }
 
 #[cfg(test)]

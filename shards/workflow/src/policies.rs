@@ -1,11 +1,11 @@
 //! The checks of a step's policies: `retry` (E501) and `poll` (E502) — attempts, backoff,
 //! delays and their caps.
 
+use crate::backoff::{Backoff, PollPolicy, RetryPolicy};
 use crate::bounds::{
     ATTEMPTS_MAX, DELAY_MS_MAX, POLL_ATTEMPTS_DEFAULT, POLL_BASE_DELAY_MS_DEFAULT,
     RETRY_ATTEMPTS_DEFAULT, RETRY_INITIAL_DELAY_MS_DEFAULT, RETRY_WITHIN_MS_MAX,
 };
-use crate::def::{Backoff, PollPolicy, RetryPolicy};
 use crate::issues::IssueCode;
 use crate::parse::{RawPoll, RawRetry};
 use crate::validate::Checker;

@@ -1,8 +1,8 @@
 //! Where a run's inline-plan step stands (`WfRun::plan`), folded from its `WfPlanEvent`
-//! records: the executors' order, the one being tried and the attempts made on it.
+//! records: the executors' order, the one being tried and the attempts made on it. The
+//! run itself (`fold::workflows`) applies what a record says to its phase and history.
 
 use super::record::{PlanEvent, PlanSkip};
-use super::workflows::{RunPhase, WfRun, Workflows};
 use flo_protocol::HistoryEventType;
 use serde::{Deserialize, Serialize};
 
@@ -36,130 +36,128 @@ impl PlanProgress {
     }
 }
 
-/// The name of executor `index` of the plan `step` runs (for history).
-fn executor_name(run: &WfRun, step: &str, index: u16) -> String {
-    let name = run.def.as_ref().ok().and_then(|def| {
-        let flo_workflow::StepAction::Run(flo_workflow::Target::Plan(plan)) =
-            &def.step(step)?.action
-        else {
-            return None;
-        };
-        Some(
-            def.plans
-                .get(plan)?
-                .executors
-                .get(index as usize)?
-                .name
-                .clone(),
-        )
-    });
-    name.unwrap_or_else(|| format!("#{index}"))
+/// What a plan event does to its run besides its progress.
+pub struct PlanEffect {
+    /// The history event it adds (none for `Begin`).
+    pub history: Option<(HistoryEventType, String)>,
+    /// The step's phase after it.
+    pub phase: PhaseAfter,
+    /// The run's error after it (a failed attempt's).
+    pub error: Option<String>,
 }
 
-impl Workflows {
-    pub fn apply_plan_event(
-        &mut self,
-        namespace: &str,
-        run_id: &str,
-        step: &str,
-        event: PlanEvent,
-        at_ms: u64,
-        lsn: u64,
-    ) {
-        let Some(run) = self.run_mut(namespace, run_id) else {
-            return super::workflows::missing(lsn, run_id);
-        };
-        run.updated_at_ms = at_ms;
-        run.lsn = lsn;
-        let name = |run: &WfRun, i: u16| executor_name(run, step, i);
-        let (kind, detail) = match event {
-            PlanEvent::Begin { order } => {
-                run.plan = Some(PlanProgress {
-                    order,
-                    pos: 0,
-                    attempts: 0,
-                    first_at_ms: at_ms,
-                    deadline_ms: None,
-                    last_error: None,
-                });
-                return;
+/// Where a plan event leaves the step.
+pub enum PhaseAfter {
+    /// As it was (an attempt's start and end go with other records).
+    Unchanged,
+    /// Ready to go on (the next executor).
+    Ready,
+    /// Sleeping until a retry at this time.
+    Sleeping(u64),
+}
+
+/// Applies `event` to the run's `progress`; `name` names an executor for history.
+pub fn apply(
+    progress: &mut Option<PlanProgress>,
+    event: PlanEvent,
+    at_ms: u64,
+    name: impl Fn(u16) -> String,
+) -> PlanEffect {
+    let effect = |kind, detail: String| PlanEffect {
+        history: Some((kind, detail)),
+        phase: PhaseAfter::Unchanged,
+        error: None,
+    };
+    match event {
+        PlanEvent::Begin { order } => {
+            *progress = Some(PlanProgress {
+                order,
+                pos: 0,
+                attempts: 0,
+                first_at_ms: at_ms,
+                deadline_ms: None,
+                last_error: None,
+            });
+            PlanEffect {
+                history: None,
+                phase: PhaseAfter::Unchanged,
+                error: None,
             }
-            PlanEvent::Start {
-                executor,
-                deadline_ms,
-            } => {
-                let attempts = run.plan.as_mut().map_or(1, |p| {
-                    p.attempts += 1;
-                    if p.attempts == 1 {
-                        p.first_at_ms = at_ms;
-                    }
-                    p.deadline_ms = deadline_ms;
-                    p.attempts
-                });
-                (
-                    HistoryEventType::PlanExecutorStart,
-                    format!("{} (attempt {attempts})", name(run, executor)),
-                )
-            }
-            PlanEvent::Retry {
-                executor,
-                at_ms: due,
-                error,
-            } => {
-                run.phase = RunPhase::Sleeping {
-                    step: step.to_string(),
-                    at_ms: due,
-                };
-                run.error = Some(error.clone());
-                if let Some(p) = run.plan.as_mut() {
-                    p.last_error = Some(error.clone());
+        }
+        PlanEvent::Start {
+            executor,
+            deadline_ms,
+        } => {
+            let attempts = progress.as_mut().map_or(1, |p| {
+                p.attempts += 1;
+                if p.attempts == 1 {
+                    p.first_at_ms = at_ms;
                 }
-                (
+                p.deadline_ms = deadline_ms;
+                p.attempts
+            });
+            effect(
+                HistoryEventType::PlanExecutorStart,
+                format!("{} (attempt {attempts})", name(executor)),
+            )
+        }
+        PlanEvent::Retry {
+            executor,
+            at_ms: due,
+            error,
+        } => {
+            if let Some(p) = progress.as_mut() {
+                p.last_error = Some(error.clone());
+            }
+            PlanEffect {
+                history: Some((
                     HistoryEventType::PlanExecutorRetry,
-                    format!("{}: {error}; again at {due}", name(run, executor)),
-                )
+                    format!("{}: {error}; again at {due}", name(executor)),
+                )),
+                phase: PhaseAfter::Sleeping(due),
+                error: Some(error),
             }
-            PlanEvent::Exhausted {
-                executor,
-                fatal,
-                error,
-            } => {
-                let who = name(run, executor);
-                run.phase = RunPhase::Ready {
-                    step: step.to_string(),
-                };
-                if let Some(p) = run.plan.as_mut() {
-                    p.next_executor();
-                    p.last_error = Some(format!("{who}: {error}"));
-                }
-                let why = if fatal { " (fatal)" } else { "" };
-                (
+        }
+        PlanEvent::Exhausted {
+            executor,
+            fatal,
+            error,
+        } => {
+            let who = name(executor);
+            if let Some(p) = progress.as_mut() {
+                p.next_executor();
+                p.last_error = Some(format!("{who}: {error}"));
+            }
+            let why = if fatal { " (fatal)" } else { "" };
+            PlanEffect {
+                history: Some((
                     HistoryEventType::PlanExecutorExhausted,
                     format!("{who}: {error}{why}"),
-                )
+                )),
+                phase: PhaseAfter::Ready,
+                error: None,
             }
-            PlanEvent::Skipped { executor, reason } => {
-                if let Some(p) = run.plan.as_mut() {
-                    p.next_executor();
-                }
-                let kind = match reason {
-                    PlanSkip::BreakerOpen => HistoryEventType::PlanBreakerSkip,
-                    PlanSkip::RateLimited => HistoryEventType::PlanRateLimitSkip,
-                };
-                (kind, name(run, executor))
+        }
+        PlanEvent::Skipped { executor, reason } => {
+            if let Some(p) = progress.as_mut() {
+                p.next_executor();
             }
-            PlanEvent::Succeeded { executor } => {
-                (HistoryEventType::PlanExecutorSuccess, name(run, executor))
-            }
-            PlanEvent::CacheHit { key } => (HistoryEventType::PlanCacheHit, key),
-            PlanEvent::Fallback => (
-                HistoryEventType::PlanFallback,
-                run.plan
-                    .as_ref()
-                    .and_then(|p| p.last_error.clone())
-                    .unwrap_or_default(),
-            ),
-        };
-        run.event(kind, Some(step), detail, at_ms);
+            let kind = match reason {
+                PlanSkip::BreakerOpen => HistoryEventType::PlanBreakerSkip,
+                PlanSkip::RateLimited => HistoryEventType::PlanRateLimitSkip,
+            };
+            effect(kind, name(executor))
+        }
+        PlanEvent::Succeeded { executor } => {
+            effect(HistoryEventType::PlanExecutorSuccess, name(executor))
+        }
+        PlanEvent::CacheHit { key } => effect(HistoryEventType::PlanCacheHit, key),
+        PlanEvent::Fallback => effect(
+            HistoryEventType::PlanFallback,
+            progress
+                .as_ref()
+                .and_then(|p| p.last_error.clone())
+                .unwrap_or_default(),
+        ),
     }
 }

@@ -2,12 +2,13 @@
 //! by `ShardState::apply` of the workflow records. History is part of the fold: each record
 //! appends the events it stands for.
 
-use crate::fold::record::{StepNext, StepOutcome, StepRef, StepWait};
+use crate::fold::plan_steps::{self, PhaseAfter, PlanProgress};
+use crate::fold::record::{PlanEvent, StepNext, StepOutcome, StepRef, StepWait};
 use crate::fold::workflow_defs::{WfEntry, WorkflowDefs};
 use crate::pages::{self, Pos};
 use crate::tables::HashMap;
 use flo_protocol::{HistoryEvent, HistoryEventType, WorkflowRunStatus};
-use flo_workflow::{START_STEP, WorkflowDef};
+use flo_workflow::{START_STEP, StepAction, Target, WorkflowDef};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -118,7 +119,7 @@ pub struct WfRun {
     pub seq: u64,
     pub lsn: u64,
     /// The current step's inline plan, while it runs one.
-    pub plan: Option<super::plan_steps::PlanProgress>,
+    pub plan: Option<PlanProgress>,
 }
 
 impl WfRun {
@@ -154,7 +155,7 @@ impl WfRun {
         self.steps.iter().find(|s| s.name == name)
     }
 
-    pub(super) fn event(
+    fn event(
         &mut self,
         event_type: HistoryEventType,
         step: Option<&str>,
@@ -180,7 +181,7 @@ pub fn json_value(bytes: &[u8]) -> Value {
 
 /// A record about a run that is not in memory: a bug, not bad input (records are planned
 /// against this same state). Debug builds stop; release builds skip the record.
-pub(super) fn missing(lsn: u64, run_id: &str) {
+fn missing(lsn: u64, run_id: &str) {
     impossible(lsn, format_args!("workflow run {run_id:?} does not exist"));
 }
 
@@ -263,7 +264,7 @@ impl Workflows {
         self.runs.get_mut(namespace)?.remove(run_id)
     }
 
-    pub(super) fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
+    fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
         self.runs
             .get_mut(namespace)?
             .get_mut(run_id)
@@ -570,6 +571,54 @@ impl Workflows {
                     output,
                 };
             }
+        }
+    }
+
+    /// A plan step moved (`Record::WfPlanEvent`): its progress, and the run's phase,
+    /// error and history as `plan_steps::apply` says.
+    pub fn apply_plan_event(
+        &mut self,
+        namespace: &str,
+        run_id: &str,
+        step: &str,
+        event: PlanEvent,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        let Some(run) = self.run_mut(namespace, run_id) else {
+            return missing(lsn, run_id);
+        };
+        run.updated_at_ms = at_ms;
+        run.lsn = lsn;
+        // The definition is shared: a handle on it, not a copy of the plan.
+        let def = run.def.clone().ok();
+        let plan = def.as_deref().and_then(|def| {
+            let StepAction::Run(Target::Plan(plan)) = &def.step(step)?.action else {
+                return None;
+            };
+            def.plans.get(plan)
+        });
+        let name = |i: u16| {
+            plan.and_then(|p| p.executors.get(i as usize))
+                .map_or_else(|| format!("#{i}"), |e| e.name.clone())
+        };
+        let effect = plan_steps::apply(&mut run.plan, event, at_ms, name);
+        let step = step.to_string();
+        match effect.phase {
+            PhaseAfter::Unchanged => {}
+            PhaseAfter::Ready => run.phase = RunPhase::Ready { step: step.clone() },
+            PhaseAfter::Sleeping(due) => {
+                run.phase = RunPhase::Sleeping {
+                    step: step.clone(),
+                    at_ms: due,
+                }
+            }
+        }
+        if effect.error.is_some() {
+            run.error = effect.error;
+        }
+        if let Some((kind, detail)) = effect.history {
+            run.event(kind, Some(&step), detail, at_ms);
         }
     }
 
