@@ -59,7 +59,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1000)]
     pub queries: u64,
     /// `query` workload: the workflow without search attributes, no queries (to measure
-    /// what the attributes cost).
+    /// what the attributes cost). `plan` workload: the step runs the action, no plan (to
+    /// measure what a plan step costs).
     #[arg(long)]
     pub plain_workflow: bool,
 

@@ -3,6 +3,7 @@
 
 mod args;
 mod driver;
+mod plans;
 mod report;
 mod schedules;
 mod search;
@@ -83,6 +84,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         Workload::Trigger => streams::prepare_trigger(&addr, token, &args.namespace)?,
         Workload::Schedule => {}
         Workload::Query => search::prepare(&addr, token, &args.namespace, args.plain_workflow)?,
+        Workload::Plan => plans::prepare(&addr, token, &args.namespace, args.plain_workflow)?,
     }
     if args.workload == Workload::Query {
         let fill = driver::run(&cfg, || search::SearchStart::new(&args.namespace));
@@ -157,6 +159,10 @@ fn run_workload(
         }
         Workload::Workflow => {
             let outcome = driver::run(cfg, || workload::WorkflowStart::new(&args.namespace));
+            (outcome, None)
+        }
+        Workload::Plan => {
+            let outcome = driver::run(cfg, || plans::PlanStart::new(&args.namespace));
             (outcome, None)
         }
         Workload::Worker => {

@@ -41,6 +41,10 @@ pub enum Workload {
     /// then `--queries` queries' first pages, one at a time: their latency and the
     /// documents each shard looked at.
     Query,
+    /// Starts of a one-step workflow whose step runs a two-executor plan, the first
+    /// executor's breaker open (`--plain-workflow`: the step runs the action directly),
+    /// each answered once the run completed.
+    Plan,
 }
 
 impl Workload {
@@ -55,6 +59,7 @@ impl Workload {
             Workload::Trigger => "trigger",
             Workload::Schedule => "schedule",
             Workload::Query => "query",
+            Workload::Plan => "plan",
         }
     }
 }
@@ -162,7 +167,7 @@ impl WasmInvoke {
 }
 
 /// Longest the server holds an invoke waiting for its run.
-const INVOKE_WAIT_MS: u64 = 30_000;
+pub const INVOKE_WAIT_MS: u64 = 30_000;
 
 impl Generator for WasmInvoke {
     fn fill(&mut self, _n: u64, op: &mut Op) {
