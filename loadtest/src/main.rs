@@ -162,7 +162,9 @@ fn run_workload(
             (outcome, None)
         }
         Workload::Plan => {
-            let outcome = driver::run(cfg, || plans::PlanStart::new(&args.namespace));
+            let outcome = driver::run(cfg, || {
+                workload::WorkflowStart::of(&args.namespace, plans::WORKFLOW)
+            });
             (outcome, None)
         }
         Workload::Worker => {

@@ -4,8 +4,8 @@
 //! runs the second (`loadtest-ok`). With `--plain-workflow` the step runs `loadtest-ok`
 //! directly: the difference is what a plan step costs.
 
-use crate::workload::{INVOKE_WAIT_MS, register_wasm_action};
-use flo_protocol::{ActionKind, ActionSpec, Op, Reply, WorkflowRunStatus, WorkflowStartSpec};
+use crate::workload::register_wasm_action;
+use flo_protocol::{ActionKind, ActionSpec};
 
 pub const WORKFLOW: &str = "loadtest-plan";
 const FAILING_ACTION: &str = "loadtest-fail";
@@ -69,46 +69,4 @@ pub fn prepare(
         .create_workflow(yaml)
         .map_err(|e| format!("cannot create {WORKFLOW}: {e}"))?;
     Ok(())
-}
-
-/// `plan`: start `loadtest-plan` and wait for the completed run in one request.
-pub struct PlanStart {
-    namespace: String,
-}
-
-impl PlanStart {
-    pub fn new(namespace: &str) -> Self {
-        PlanStart {
-            namespace: namespace.into(),
-        }
-    }
-}
-
-impl crate::workload::Generator for PlanStart {
-    fn fill(&mut self, _n: u64, op: &mut Op) {
-        if !matches!(op, Op::WorkflowStart(_)) {
-            *op = Op::WorkflowStart(WorkflowStartSpec {
-                namespace: self.namespace.clone(),
-                name: WORKFLOW.into(),
-                version: None,
-                input: br#"{"n":1}"#.to_vec(),
-                idempotency_key: None,
-                wait_ms: Some(INVOKE_WAIT_MS),
-                run_id: None,
-            });
-        }
-    }
-
-    fn check(&self, reply: &Reply) -> Result<(), String> {
-        match reply {
-            Reply::WorkflowRun(run) if run.status == WorkflowRunStatus::Completed => Ok(()),
-            Reply::WorkflowRun(run) => Err(format!(
-                "workflow run {} ended {}: {:?}",
-                run.run_id,
-                run.status.as_str(),
-                run.error
-            )),
-            other => Err(format!("unexpected reply to a workflow start: {other:?}")),
-        }
-    }
 }

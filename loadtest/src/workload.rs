@@ -167,7 +167,7 @@ impl WasmInvoke {
 }
 
 /// Longest the server holds an invoke waiting for its run.
-pub const INVOKE_WAIT_MS: u64 = 30_000;
+const INVOKE_WAIT_MS: u64 = 30_000;
 
 impl Generator for WasmInvoke {
     fn fill(&mut self, _n: u64, op: &mut Op) {
@@ -335,15 +335,22 @@ pub fn create_workflow(addr: &str, token: Option<&str>, namespace: &str) -> Resu
     Ok(())
 }
 
-/// `workflow`: start `loadtest-flow` and wait for the completed run in one request.
+/// `workflow` (and `plan`): start a workflow (`loadtest-flow`) and wait for the completed
+/// run in one request.
 pub struct WorkflowStart {
     namespace: String,
+    name: &'static str,
 }
 
 impl WorkflowStart {
     pub fn new(namespace: &str) -> Self {
+        Self::of(namespace, WORKFLOW_NAME)
+    }
+
+    pub fn of(namespace: &str, name: &'static str) -> Self {
         WorkflowStart {
             namespace: namespace.into(),
+            name,
         }
     }
 }
@@ -353,7 +360,7 @@ impl Generator for WorkflowStart {
         if !matches!(op, Op::WorkflowStart(_)) {
             *op = Op::WorkflowStart(WorkflowStartSpec {
                 namespace: self.namespace.clone(),
-                name: WORKFLOW_NAME.into(),
+                name: self.name.into(),
                 version: None,
                 input: br#"{"n":1}"#.to_vec(),
                 idempotency_key: None,

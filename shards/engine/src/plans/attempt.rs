@@ -3,11 +3,11 @@
 //! (a fatal error code, its retries spent) for the next — or for the fallback, when the
 //! plan's fallback applies on any error.
 
-use super::{Move, out_of_executors};
+use super::{Move, StepRun, log, out_of_executors};
 use crate::core::{Core, Task};
 use crate::fold::record::{PlanEvent, Record, StepOutcome};
 use crate::fold::workflows::json_value;
-use crate::plan_book::{AttemptEnd, PlanKey, plan_key};
+use crate::plan_book::{AttemptEnd, PlanKey};
 use flo_protocol::RunStatus;
 use flo_workflow::FallbackWhen;
 
@@ -22,23 +22,15 @@ pub fn on_attempt_final(
     action_run: &str,
 ) -> Move {
     let now = core.now_ms();
-    let Some(run) = core.state().workflows.run(namespace, run_id) else {
+    let Some(run) = StepRun::read(core, namespace, run_id, plan_name) else {
         return Move::Wait;
     };
-    let key = plan_key(namespace, &run.workflow, &run.version, plan_name);
-    let (seq, progress) = (run.seq, run.plan.clone());
-    let run_input = run.input.clone();
-    let plan = run
-        .def
-        .as_ref()
-        .ok()
-        .and_then(|d| d.plans.get(plan_name))
-        .cloned();
-    let (Some(plan), Some(progress)) = (plan, progress) else {
+    let (key, plan, seq) = (&run.key, run.plan(), run.seq);
+    let Some(progress) = &run.progress else {
         return Move::Wait;
     };
     let Some(index) = progress.current() else {
-        return out_of_executors(plan_name, &plan, progress.last_error.as_deref());
+        return out_of_executors(plan_name, plan, progress.last_error.as_deref());
     };
     let Some(executor) = plan.executors.get(index as usize) else {
         return Move::Wait;
@@ -59,13 +51,11 @@ pub fn on_attempt_final(
             .as_ref()
             .map(|o| serde_json::to_vec(&json_value(o)).unwrap_or_default());
         let outcome = attempt.outcome.clone();
-        if let (Some(cache), Some(out)) = (&plan.cache, &output)
-            && let Some(k) = plan.cache_key(&run_input)
-        {
+        if let (Some(cache), Some(out), Some(k)) = (&plan.cache, &output, &run.cache_key) {
             let value = (out.clone(), outcome.clone());
-            core.plans().cache_put(&key, k, value, cache, now);
+            core.plans().cache_put(key, k.clone(), value, cache, now);
         }
-        record(core, &key, &plan, index, end, now);
+        record(core, key, plan, index, end, now);
         return Move::Finish {
             events: vec![PlanEvent::Succeeded { executor: index }],
             outcome: outcome.map_or(StepOutcome::Success, |o| StepOutcome::from_name(&o)),
@@ -73,7 +63,7 @@ pub fn on_attempt_final(
             error: None,
         };
     }
-    record(core, &key, &plan, index, end, now);
+    record(core, key, plan, index, end, now);
     let error = match (&code, &attempt.error) {
         (Some(c), Some(e)) if !e.starts_with(c.as_str()) => format!("{c}: {e}"),
         (_, Some(e)) => e.clone(),
@@ -95,17 +85,12 @@ pub fn on_attempt_final(
             .within_ms
             .is_none_or(|w| at_ms.saturating_sub(progress.first_at_ms) <= w);
         if in_budget {
-            core.commit(Record::WfPlanEvent {
-                namespace: namespace.to_string(),
-                run_id: run_id.to_string(),
-                step: step.to_string(),
-                event: PlanEvent::Retry {
-                    executor: index,
-                    at_ms,
-                    error,
-                },
-                at_ms: now,
-            });
+            let retry = PlanEvent::Retry {
+                executor: index,
+                at_ms,
+                error,
+            };
+            log(core, namespace, run_id, step, retry);
             return Move::Wait;
         }
     }
@@ -124,13 +109,7 @@ pub fn on_attempt_final(
             error: None,
         };
     }
-    core.commit(Record::WfPlanEvent {
-        namespace: namespace.to_string(),
-        run_id: run_id.to_string(),
-        step: step.to_string(),
-        event: exhausted,
-        at_ms: now,
-    });
+    log(core, namespace, run_id, step, exhausted);
     Move::Continue
 }
 

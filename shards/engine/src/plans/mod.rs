@@ -15,7 +15,56 @@ pub use attempt::{attempt_timed_out, on_attempt_final};
 pub use next::next;
 pub use status::{invalidate_part, status_part};
 
-use crate::fold::record::{PlanEvent, StepOutcome};
+use crate::core::Core;
+use crate::fold::plan_steps::PlanProgress;
+use crate::fold::record::{PlanEvent, Record, StepOutcome};
+use crate::plan_book::{PlanKey, plan_key};
+use flo_workflow::{Plan, WorkflowDef};
+use std::sync::Arc;
+
+/// Logs a move of plan step `step` of run `run_id`.
+pub fn log(core: &mut Core, namespace: &str, run_id: &str, step: &str, event: PlanEvent) {
+    let at_ms = core.now_ms();
+    core.commit(Record::WfPlanEvent {
+        namespace: namespace.to_string(),
+        run_id: run_id.to_string(),
+        step: step.to_string(),
+        event,
+        at_ms,
+    });
+}
+
+/// A plan step's run, as the plan's moves read it.
+struct StepRun {
+    key: PlanKey,
+    seq: u64,
+    progress: Option<PlanProgress>,
+    /// The plan's cache key for the run's input, if it caches.
+    cache_key: Option<String>,
+    /// The definition (shared), which holds the plan.
+    def: Arc<WorkflowDef>,
+    plan_name: String,
+}
+
+impl StepRun {
+    fn read(core: &Core, namespace: &str, run_id: &str, plan_name: &str) -> Option<StepRun> {
+        let run = core.state().workflows.run(namespace, run_id)?;
+        let def = run.def.clone().ok()?;
+        let cache_key = def.plans.get(plan_name)?.cache_key(&run.input);
+        Some(StepRun {
+            key: plan_key(namespace, &run.workflow, &run.version, plan_name),
+            seq: run.seq,
+            progress: run.plan.clone(),
+            cache_key,
+            def,
+            plan_name: plan_name.to_string(),
+        })
+    }
+
+    fn plan(&self) -> &Plan {
+        &self.def.plans[&self.plan_name]
+    }
+}
 
 /// What a plan step does after the plan moved.
 #[derive(Debug)]

@@ -2,11 +2,11 @@
 //! order), skip an executor whose breaker is open or that is over its rate limit, or start
 //! an attempt on the executor whose turn it is.
 
-use super::{Move, out_of_executors};
+use super::{Move, StepRun, log, out_of_executors};
 use crate::core::Core;
 use crate::fold::archive::RunKind;
 use crate::fold::record::{PlanEvent, PlanSkip, Record, StepOutcome, StepRef};
-use crate::plan_book::{RateShare, plan_key};
+use crate::plan_book::RateShare;
 
 /// Moves the plan `plan_name` of step `step` of run `run_id` on; `input` is the step's.
 pub fn next(
@@ -18,25 +18,7 @@ pub fn next(
     input: Vec<u8>,
 ) -> Move {
     let now = core.now_ms();
-    let Some(run) = core.state().workflows.run(namespace, run_id) else {
-        return Move::Wait;
-    };
-    let key = plan_key(namespace, &run.workflow, &run.version, plan_name);
-    let (seq, progress) = (run.seq, run.plan.clone());
-    // The cache key reads the run's input (`{input.FIELD}`).
-    let cache_key = run
-        .def
-        .as_ref()
-        .ok()
-        .and_then(|d| d.plans.get(plan_name))
-        .and_then(|p| p.cache_key(&run.input));
-    let Some(plan) = run
-        .def
-        .as_ref()
-        .ok()
-        .and_then(|d| d.plans.get(plan_name))
-        .cloned()
-    else {
+    let Some(run) = StepRun::read(core, namespace, run_id, plan_name) else {
         return Move::Finish {
             events: Vec::new(),
             outcome: StepOutcome::TargetNotFound,
@@ -44,18 +26,11 @@ pub fn next(
             error: Some(format!("plan {plan_name:?} is not in the definition")),
         };
     };
-    let event = |core: &mut Core, event: PlanEvent| {
-        core.commit(Record::WfPlanEvent {
-            namespace: namespace.to_string(),
-            run_id: run_id.to_string(),
-            step: step.to_string(),
-            event,
-            at_ms: now,
-        });
-    };
-    let Some(progress) = progress else {
-        if let Some(k) = &cache_key
-            && let Some((output, outcome)) = core.plans().cached(&key, k, now)
+    let (key, plan) = (&run.key, run.plan());
+    let event = |core: &mut Core, event: PlanEvent| log(core, namespace, run_id, step, event);
+    let Some(progress) = &run.progress else {
+        if let Some(k) = &run.cache_key
+            && let Some((output, outcome)) = core.plans().cached(key, k, now)
         {
             return Move::Finish {
                 events: vec![PlanEvent::CacheHit { key: k.clone() }],
@@ -64,21 +39,21 @@ pub fn next(
                 error: None,
             };
         }
-        let order = core.plans().order(&key, &plan, seq ^ now);
+        let order = core.plans().order(key, plan, run.seq ^ now);
         event(core, PlanEvent::Begin { order });
         return Move::Continue;
     };
     let Some(index) = progress.current() else {
-        return out_of_executors(plan_name, &plan, progress.last_error.as_deref());
+        return out_of_executors(plan_name, plan, progress.last_error.as_deref());
     };
     let Some(executor) = plan.executors.get(index as usize) else {
-        return out_of_executors(plan_name, &plan, progress.last_error.as_deref());
+        return out_of_executors(plan_name, plan, progress.last_error.as_deref());
     };
     let share = RateShare {
         shard: core.shard(),
         shards: core.partitioning().shards,
     };
-    let state = &mut core.plans().executors(&key, &plan)[index as usize];
+    let state = &mut core.plans().executors(key, plan)[index as usize];
     let skip = if !state.would_admit(executor.breaker.as_ref(), now) {
         Some(PlanSkip::BreakerOpen)
     } else if !state.take_rate(executor.rate_limit.as_ref(), share, now) {

@@ -4,7 +4,6 @@
 
 use super::finish::{Retry, finish_with};
 use crate::core::Core;
-use crate::fold::record::Record;
 use crate::plans::Move;
 use flo_workflow::{StepAction, Target};
 
@@ -35,19 +34,12 @@ pub(super) fn apply_move(
             output,
             error,
         } => {
-            let now = core.now_ms();
             let own_group = !core.group_open();
             if own_group {
                 core.begin_group();
             }
             for event in events {
-                core.commit(Record::WfPlanEvent {
-                    namespace: namespace.to_string(),
-                    run_id: run_id.to_string(),
-                    step: step.to_string(),
-                    event,
-                    at_ms: now,
-                });
+                crate::plans::log(core, namespace, run_id, step, event);
             }
             // A plan step retries through its executors, never by a step `retry:`.
             let ended = (outcome, output, error);
