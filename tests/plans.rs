@@ -21,6 +21,25 @@ fn plan_workflow(name: &str, plan: &str) -> String {
     )
 }
 
+/// A server started with `args`, the user actions `actions` registered (attempts of
+/// `timeout_ms`), and the workflow `name` over plan `p` (`plan`) created.
+fn setup(
+    args: &[&str],
+    actions: &[&str],
+    timeout_ms: u64,
+    name: &str,
+    plan: &str,
+) -> (tempfile::TempDir, TestServer, Client) {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), args);
+    let mut c = server.client();
+    for a in actions {
+        user_action(&mut c, a, timeout_ms, 0, 100);
+    }
+    c.create_workflow(&plan_workflow(name, plan)).unwrap();
+    (dir, server, c)
+}
+
 fn start(c: &mut Client, workflow: &str, input: Value) -> String {
     c.start_workflow(
         workflow,
@@ -97,17 +116,13 @@ fn worker(
 
 #[test]
 fn executors_fail_over_in_priority_order_after_their_retries() {
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--shards", "2"]);
-    let mut c = server.client();
-    for a in ["primary", "secondary"] {
-        user_action(&mut c, a, 60_000, 0, 100);
-    }
-    c.create_workflow(&plan_workflow(
+    let (_dir, server, mut c) = setup(
+        &["--shards", "2"],
+        &["primary", "secondary"],
+        60_000,
         "failover",
         "    executors:\n      - {name: second, action: \"@actions/secondary\", priority: 50}\n      - {name: first, action: \"@actions/primary\", priority: 100, retry: {max_attempts: 2, backoff: constant, initial_delay_ms: 10}}\n",
-    ))
-    .unwrap();
+    );
     let (p, s) = (Switch::new(true), Switch::new(false));
     let w = worker(
         &server,
@@ -208,17 +223,13 @@ fn fatal_codes_skip_retries_and_fallbacks_answer_for_exhausted_or_any_error() {
 
 #[test]
 fn a_breaker_opens_skips_its_executor_and_half_opens_after_the_cooldown() {
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--test-clock", "--shards", "1"]);
-    let mut c = server.client();
-    for a in ["flaky", "steady"] {
-        user_action(&mut c, a, 60_000, 0, 100);
-    }
-    c.create_workflow(&plan_workflow(
+    let (_dir, server, mut c) = setup(
+        &["--test-clock", "--shards", "1"],
+        &["flaky", "steady"],
+        60_000,
         "guarded",
         "    executors:\n      - {name: flaky, action: \"@actions/flaky\", priority: 2, breaker: {failure_threshold: 2, cooldown_ms: 10000, half_open_max_calls: 1}}\n      - {name: steady, action: \"@actions/steady\", priority: 1}\n",
-    ))
-    .unwrap();
+    );
     let (flaky, steady) = (Switch::new(true), Switch::new(false));
     let w = worker(
         &server,
@@ -270,17 +281,13 @@ fn a_breaker_opens_skips_its_executor_and_half_opens_after_the_cooldown() {
 
 #[test]
 fn a_rate_limit_skips_an_executor_over_it_until_its_window_turns() {
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--test-clock", "--shards", "1"]);
-    let mut c = server.client();
-    for a in ["metered", "spare"] {
-        user_action(&mut c, a, 60_000, 0, 100);
-    }
-    c.create_workflow(&plan_workflow(
+    let (_dir, server, mut c) = setup(
+        &["--test-clock", "--shards", "1"],
+        &["metered", "spare"],
+        60_000,
         "metered",
         "    executors:\n      - {name: metered, action: \"@actions/metered\", priority: 2, rate_limit: {max_per_minute: 2}}\n      - {name: spare, action: \"@actions/spare\", priority: 1}\n",
-    ))
-    .unwrap();
+    );
     let (metered, spare) = (Switch::new(false), Switch::new(false));
     let w = worker(
         &server,
@@ -349,17 +356,13 @@ fn the_cache_answers_a_repeated_key_until_its_event_invalidates_it() {
 
 #[test]
 fn an_async_attempt_without_a_result_times_out_and_the_next_executor_runs() {
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--test-clock"]);
-    let mut c = server.client();
-    for a in ["webhook", "direct"] {
-        user_action(&mut c, a, 600_000, 0, 100);
-    }
-    c.create_workflow(&plan_workflow(
+    let (_dir, server, mut c) = setup(
+        &["--test-clock"],
+        &["webhook", "direct"],
+        600_000,
         "tracked",
         "    executors:\n      - {name: webhook, action: \"@actions/webhook\", priority: 2, tracking: {mode: async, timeout_ms: 5000}}\n      - {name: direct, action: \"@actions/direct\", priority: 1}\n",
-    ))
-    .unwrap();
+    );
     // Only `direct` has a worker: `webhook`'s attempt never reports.
     let direct = Switch::new(false);
     let w = worker(&server, vec![("direct", direct.clone(), "x")]);
@@ -387,17 +390,13 @@ fn an_async_attempt_without_a_result_times_out_and_the_next_executor_runs() {
 
 #[test]
 fn after_kill_9_a_plan_step_goes_on_with_the_executor_it_was_on() {
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &[]);
-    let mut c = server.client();
-    for a in ["slow", "other"] {
-        user_action(&mut c, a, 600_000, 0, 100);
-    }
-    c.create_workflow(&plan_workflow(
+    let (dir, server, mut c) = setup(
+        &[],
+        &["slow", "other"],
+        600_000,
         "resumed",
         "    selection: round-robin\n    executors:\n      - {name: slow, action: \"@actions/slow\", priority: 2}\n      - {name: other, action: \"@actions/other\", priority: 1}\n",
-    ))
-    .unwrap();
+    );
     // No worker yet: the first executor's attempt waits.
     let run_id = start(&mut c, "resumed", json!({}));
     assert!(common::wait_until(
@@ -524,17 +523,13 @@ fn the_spec_payment_example_runs_with_its_plan() {
 
 #[test]
 fn a_rate_limit_holds_across_shards() {
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--shards", "2"]);
-    let mut c = server.client();
-    for a in ["metered", "spare"] {
-        user_action(&mut c, a, 60_000, 0, 100);
-    }
-    c.create_workflow(&plan_workflow(
+    let (_dir, server, mut c) = setup(
+        &["--shards", "2"],
+        &["metered", "spare"],
+        60_000,
         "shared-limit",
         "    executors:\n      - {name: metered, action: \"@actions/metered\", priority: 2, rate_limit: {max_per_hour: 2}}\n      - {name: spare, action: \"@actions/spare\", priority: 1}\n",
-    ))
-    .unwrap();
+    );
     let (metered, spare) = (Switch::new(false), Switch::new(false));
     let w = worker(
         &server,
