@@ -461,8 +461,10 @@ fn random_bytes_on_200_connections_do_not_disturb_other_clients() {
     done.store(true, Ordering::Relaxed);
     let (ops, worst) = good.join().expect("the well-behaved client never failed");
     assert!(ops >= 50);
+    // A bound that catches a client left hanging, not a slow machine: a loaded 2-core
+    // machine (a build beside the suite) has taken 5.2 s here.
     assert!(
-        worst < Duration::from_secs(5),
+        worst < Duration::from_secs(20),
         "a well-behaved request took {worst:?}"
     );
 
