@@ -784,6 +784,9 @@ pub struct WorkflowRunInfo {
     /// The run's search attributes (a JSON object), when its definition declares some.
     #[serde(default, with = "serde_bytes")]
     pub search_attributes: Option<Vec<u8>>,
+    /// The run's state document (a JSON object).
+    #[serde(default, with = "serde_bytes")]
+    pub state: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

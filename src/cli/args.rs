@@ -537,6 +537,9 @@ pub enum WorkflowCommand {
         #[arg(long)]
         cursor: Option<String>,
     },
+    /// A run's state document (its input and defaults with its steps' outputs merged in,
+    /// as `outputMapping` says), with its current step and each step's executions.
+    State { run_id: String },
     /// Print a definition as created.
     Definition {
         name: String,

@@ -127,6 +127,32 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             let run = client.workflow_run(run_id)?;
             out.print(run_json(&run), || run_text(&run));
         }
+        WorkflowCommand::State { run_id } => {
+            let run = client.workflow_run(run_id)?;
+            let state: Value = run
+                .state
+                .as_deref()
+                .and_then(|s| serde_json::from_slice(s).ok())
+                .unwrap_or(Value::Null);
+            let doc = json!({
+                "run_id": run.run_id,
+                "status": run.status.as_str(),
+                "current_step": run.current_step,
+                "steps": run.steps.iter().map(|s| json!({
+                    "name": s.name, "outcome": s.outcome, "executions": s.executions
+                })).collect::<Vec<_>>(),
+                "state": state,
+            });
+            out.print(doc, || {
+                let pretty = serde_json::to_string_pretty(&state).unwrap_or_default();
+                let step = run.current_step.as_deref().unwrap_or("-");
+                format!(
+                    "{} {} (step {step})\n{pretty}",
+                    run.run_id,
+                    run.status.as_str()
+                )
+            });
+        }
         WorkflowCommand::History {
             run_id,
             limit: None,

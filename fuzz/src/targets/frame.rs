@@ -578,6 +578,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         created_at_ms: 1,
         updated_at_ms: 2,
         search_attributes: Some(br#"{"customer":"c-1"}"#.to_vec()),
+        state: Some(br#"{"total":3}"#.to_vec()),
     };
     let stream_info = StreamInfo {
         namespace: "default".into(),

@@ -403,6 +403,7 @@ fn sample_records() -> Vec<Record> {
         created_at_ms: 1,
         updated_at_ms: 9,
         search_attributes: Some(br#"{"amount":12.5}"#.to_vec()),
+        state: None,
     };
     let yaml = super::yaml::SAMPLE.to_string();
     let def = flo_workflow::parse_workflow(&yaml)

@@ -38,6 +38,10 @@ pub struct WorkflowDef {
     /// before).
     #[serde(default)]
     pub plans: BTreeMap<String, crate::plan::Plan>,
+    /// `state:` — the defaults of each run's state document (a JSON object; the run's input
+    /// fields are laid over them). Absent from definitions stored before.
+    #[serde(default)]
+    pub state: Option<Value>,
 }
 
 /// `schedule:` of a definition: runs started at each tick of a cron expression or an
@@ -117,6 +121,14 @@ pub struct Step {
     pub poll: Option<PollPolicy>,
     /// Outcome → step name or terminal.
     pub transitions: BTreeMap<String, String>,
+    /// `outputMapping:` — what of the step's output goes into the run's state (an object
+    /// of names and `$.output` / `$.state` / `$.input` paths); None: the output object's
+    /// fields as they are (absent from definitions stored before).
+    #[serde(default)]
+    pub output_mapping: Option<Value>,
+    /// `skipOutputMapping: true` — the output stays in the step only.
+    #[serde(default)]
+    pub skip_output_mapping: bool,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]

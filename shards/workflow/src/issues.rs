@@ -37,6 +37,7 @@ pub enum IssueCode {
     E507,
     E508,
     E509,
+    E510,
     W101,
     W102,
     W103,

@@ -17,6 +17,7 @@ mod policies;
 pub mod query;
 pub mod schedule;
 pub mod search;
+pub mod state;
 mod validate;
 pub mod yaml_depth;
 

@@ -2,7 +2,7 @@
 //! resolved against the run's context:
 //!
 //! ```json
-//! {"input": ..., "steps": {"NAME": {"output": ..., "outcome": "..."}}, "flo": {"run_id": "...", "timestamp": 123}}
+//! {"input": ..., "state": {...}, "steps": {"NAME": {"output": ..., "outcome": "..."}}, "flo": {"run_id": "...", "timestamp": 123}}
 //! ```
 //!
 //! A query's first match replaces the string; no match (or a query that does not parse) gives

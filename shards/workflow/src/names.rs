@@ -128,7 +128,7 @@ pub(crate) fn check_step_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-const MAPPING_PATH_FORMS: &str = "`$.input...`, `$.steps.NAME.output...`, `$.steps.NAME.outcome`, `$.flo.run_id`, `$.flo.timestamp`";
+const MAPPING_PATH_FORMS: &str = "`$.input...`, `$.state...`, `$.steps.NAME.output...`, `$.steps.NAME.outcome`, `$.flo.run_id`, `$.flo.timestamp`";
 
 /// Whether a `$.` mapping string is valid JSONPath of an allowed form naming a known step.
 pub(crate) fn check_mapping_path(path: &str, steps: &BTreeSet<String>) -> Result<(), String> {
@@ -156,7 +156,7 @@ pub(crate) fn check_mapping_path(path: &str, steps: &BTreeSet<String>) -> Result
     };
     let (names, rest) = leading_names(&path[1..], 3);
     match names[..] {
-        ["input", ..] => Ok(()),
+        ["input", ..] | ["state", ..] => Ok(()),
         ["steps", step, "output", ..] => known_step(step),
         ["steps", step, "outcome"] if rest.is_empty() => known_step(step),
         ["flo", "run_id" | "timestamp"] if rest.is_empty() => Ok(()),

@@ -126,6 +126,8 @@ pub(super) struct RawWorkflow {
     pub steps: Option<Entries<RawStep>>,
     pub terminals: Option<Entries<RawTerminal>>,
     pub plans: Option<Entries<RawPlan>>,
+    /// A string holding JSON, or YAML.
+    pub state: Option<serde_yaml::Value>,
     pub schedule: Option<RawSchedule>,
     pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<Vec<RawSearchAttribute>>,
@@ -141,6 +143,9 @@ pub(super) struct RawStep {
     pub retry: Option<RawRetry>,
     pub poll: Option<RawPoll>,
     pub transitions: Option<Entries<String>>,
+    /// A string holding JSON, or YAML.
+    pub output_mapping: Option<serde_yaml::Value>,
+    pub skip_output_mapping: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -36,6 +36,7 @@
 //! | E507 | invalid `searchAttributes` (a name missing, invalid, duplicated or a built-in field's; `type` not `string`, `number`, `timestamp`, `bool` or `keyword_list`; `from` not a path into the input or a step's output, or naming an unknown step; more than 32) |
 //! | E508 | invalid plan (unknown `selection`, no executors or more than 32, `health-weighted` without `health`, `health` values out of range, `cache` TTL or key template, `fallback` value not JSON or unknown condition, an error code both retryable and fatal; `retry` or `poll` on an `@plan/` step) |
 //! | E509 | invalid plan executor (name, `action` not `@actions/NAME`, `breaker`, `rate_limit` or `tracking` values out of range) |
+//! | E510 | invalid `state` (not an object, over 1 MiB) or `outputMapping` (not an object, a path not into `$.output`, `$.state` or `$.input`, or beside `skipOutputMapping: true`) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -91,6 +92,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         .map(|p| p.0.iter().map(|(n, _)| n.clone()).collect())
         .unwrap_or_default();
     let plans = c.plans(raw.plans);
+    let state = c.state_defaults(raw.state);
     let scope = Scope {
         steps: steps_known,
         terminals,
@@ -135,6 +137,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         schedule,
         search_attributes,
         plans,
+        state,
     };
     for step in unreachable_steps(&def) {
         c.warn(
@@ -658,7 +661,11 @@ impl Checker {
             retry,
             poll,
             transitions,
+            output_mapping,
+            skip_output_mapping,
         } = raw;
+        let (output_mapping, skip_output_mapping) =
+            self.output_mapping(path, output_mapping, skip_output_mapping);
         let kind = match (&run, &wait_for_signal) {
             (Some(_), None) => StepKind::Run,
             (None, Some(_)) => StepKind::Wait,
@@ -736,6 +743,8 @@ impl Checker {
             retry,
             poll,
             transitions,
+            output_mapping,
+            skip_output_mapping,
         })
     }
 

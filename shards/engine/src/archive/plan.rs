@@ -198,6 +198,7 @@ mod tests {
                 created_at_ms: 1,
                 updated_at_ms: 2,
                 search_attributes: None,
+                state: None,
             },
             history: (0..100_000)
                 .map(|i| HistoryEvent {

@@ -38,6 +38,7 @@ struct RunImageRef<'a> {
     seq: u64,
     lsn: u64,
     plan: &'a Option<PlanProgress>,
+    state: &'a Value,
 }
 
 /// `RunImageRef` read back.
@@ -72,6 +73,9 @@ struct RunImage {
     /// Absent from images written before plans ran.
     #[serde(default)]
     plan: Option<PlanProgress>,
+    /// Absent from images written before runs had state (then rebuilt by `relink`).
+    #[serde(default)]
+    state: Value,
 }
 
 impl serde::Serialize for WfRun {
@@ -109,6 +113,7 @@ impl serde::Serialize for WfRun {
             seq: self.seq,
             lsn: self.lsn,
             plan: &self.plan,
+            state: &self.state,
         }
         .serialize(s)
     }
@@ -156,6 +161,8 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             seq: r.seq,
             lsn: r.lsn,
             plan: r.plan,
+            state: r.state,
+            state_bytes: 0,
         })
     }
 }

@@ -120,6 +120,11 @@ pub struct WfRun {
     pub lsn: u64,
     /// The current step's inline plan, while it runs one.
     pub plan: Option<PlanProgress>,
+    /// The run's state document (a JSON object: `flo_workflow::state`).
+    pub state: Value,
+    /// Its size as JSON when last changed (the step that would take it past the limit
+    /// fails: `workflows::finish`).
+    pub state_bytes: usize,
 }
 
 impl WfRun {
@@ -237,6 +242,14 @@ impl Workflows {
                         ))
                     });
                 run.input = json_value(&run.input_bytes);
+                // A run from an image written before runs had state starts from its
+                // defaults and input.
+                if run.state.is_null()
+                    && let Ok(def) = &run.def
+                {
+                    run.state = flo_workflow::state::initial_state(def, &run.input);
+                }
+                run.state_bytes = run.state.to_string().len();
             }
         }
     }
@@ -339,7 +352,13 @@ impl Workflows {
             seq: self.next_seq,
             lsn,
             plan: None,
+            state: Value::Null,
+            state_bytes: 0,
         };
+        if let Ok(def) = &run.def {
+            run.state = flo_workflow::state::initial_state(def, &run.input);
+            run.state_bytes = run.state.to_string().len();
+        }
         let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
         run.event(HistoryEventType::WorkflowStarted, None, detail, at_ms);
         if run
@@ -455,6 +474,14 @@ impl Workflows {
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
         let output = output.map(|b| json_value(&b));
+        if let (Some(out), Ok(def)) = (&output, &run.def)
+            && let Some(step_def) = def.step(&step)
+            && let Some(fields) =
+                flo_workflow::state::mapped_output(step_def, out, &run.state, &run.input)
+        {
+            flo_workflow::state::merge(&mut run.state, fields);
+            run.state_bytes = run.state.to_string().len();
+        }
         match outcome {
             StepOutcome::TargetNotFound => run.event(
                 HistoryEventType::ActionNotFound,
@@ -754,6 +781,7 @@ pub fn run_info(
                 let attrs = run.search_attrs();
                 crate::fold::search::attrs_json(attrs.iter().map(|(n, v)| (n.as_str(), v)))
             }),
+        state: (!run.state.is_null()).then(|| bytes(&run.state)),
     }
 }
 

@@ -173,6 +173,7 @@ fn step_input(
         .collect();
     let ctx = json!({
         "input": run.input,
+        "state": run.state,
         "steps": steps,
         "flo": {"run_id": run_id, "timestamp": now},
     });

@@ -101,6 +101,10 @@ pub(super) fn finish_with(
     let Some(step_def) = def.step(step) else {
         return;
     };
+    let (outcome, output, error) = match state_overflow(run, step_def, output.as_deref()) {
+        Some(why) => (StepOutcome::Failure, None, Some(why)),
+        None => (outcome, output, error),
+    };
     let executions = run.step_executions + 1;
     let mut outcome = outcome;
     let mut next = None;
@@ -151,6 +155,32 @@ pub(super) fn finish_with(
     if ends {
         after_end(core, namespace, run_id);
     }
+}
+
+/// Why the step's output cannot go into the run's state (it would take it past
+/// `STATE_BYTES_MAX`), if so. Exact only near the limit: the state and the output together
+/// bound what merging them gives.
+fn state_overflow(
+    run: &crate::fold::workflows::WfRun,
+    step: &flo_workflow::Step,
+    output: Option<&[u8]>,
+) -> Option<String> {
+    use flo_workflow::state::{STATE_BYTES_MAX, mapped_output, merge};
+    let output = output?;
+    if step.output_mapping.is_none() && run.state_bytes + output.len() <= STATE_BYTES_MAX {
+        return None;
+    }
+    let out = crate::fold::workflows::json_value(output);
+    let fields = mapped_output(step, &out, &run.state, &run.input)?;
+    let mut state = run.state.clone();
+    merge(&mut state, fields);
+    let bytes = state.to_string().len();
+    (bytes > STATE_BYTES_MAX).then(|| {
+        format!(
+            "the step's output would make the run's state {bytes} bytes (as JSON); at most \
+             {STATE_BYTES_MAX}"
+        )
+    })
 }
 
 /// The run ended: its waiters and its parent hear of it from the agenda.
