@@ -91,21 +91,36 @@ fn metrics_count_kv_puts_and_an_action_run_as_they_happen() {
         5.0
     );
     let put_latency = total(&after, "flo_request_duration_seconds", &[("op", "kv_put")]);
-    assert!(put_latency >= 5.0, "kv_put latency observations: {put_latency}");
-    assert!(total(&after, "flo_log_records_total", &[]) > total(&before, "flo_log_records_total", &[]));
+    assert!(
+        put_latency >= 5.0,
+        "kv_put latency observations: {put_latency}"
+    );
+    assert!(
+        total(&after, "flo_log_records_total", &[]) > total(&before, "flo_log_records_total", &[])
+    );
     assert!(total(&after, "flo_log_fdatasync_seconds", &[]) >= 1.0);
     assert_eq!(
         total(&after, "flo_wasm_executions_total", &[("result", "ok")]),
         1.0
     );
     // The engine's numbers are published once a second.
-    let finished = [("kind", "action"), ("name", "metered"), ("status", "completed")];
+    let finished = [
+        ("kind", "action"),
+        ("name", "metered"),
+        ("status", "completed"),
+    ];
     let counted = wait_until(Duration::from_secs(5), || {
         total(&scrape(http, None), "flo_runs_finished_total", &finished) == 1.0
     });
     assert!(counted, "the run is counted as finished within 5 s");
     let published = scrape(http, None);
-    assert!(total(&published, "flo_run_duration_seconds", &[("kind", "action")]) >= 1.0);
+    assert!(
+        total(
+            &published,
+            "flo_run_duration_seconds",
+            &[("kind", "action")]
+        ) >= 1.0
+    );
     assert!(total(&published, "flo_kv_keys", &[]) >= 5.0);
     assert_eq!(total(&published, "flo_shard_serving", &[]), 2.0);
 }
@@ -115,7 +130,11 @@ fn every_metric_is_named_the_prometheus_way() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &["--shards", "1"]);
     let scrape = scrape(http_addr(&server), None);
-    assert!(scrape.samples.len() > 20, "{} samples", scrape.samples.len());
+    assert!(
+        scrape.samples.len() > 20,
+        "{} samples",
+        scrape.samples.len()
+    );
     for name in scrape.docs.keys() {
         assert!(name.starts_with("flo_"), "{name}");
     }
@@ -158,7 +177,11 @@ fn with_an_auth_file_metrics_and_readyz_want_a_known_bearer_token() {
         assert_eq!(get(http, path, Some("not-a-token")).status, 401, "{path}");
         assert_eq!(get(http, path, Some(TOKEN)).status, 200, "{path}");
     }
-    assert_eq!(get(http, "/healthz", None).status, 200, "healthz stays open");
+    assert_eq!(
+        get(http, "/healthz", None).status,
+        200,
+        "healthz stays open"
+    );
     let scrape = scrape(http, Some(TOKEN));
     assert_eq!(total(&scrape, "flo_http_auth_denials_total", &[]), 4.0);
 }
@@ -168,7 +191,11 @@ fn http_off_serves_no_http_and_says_so() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &["--http", "off"]);
     assert_eq!(server.http, None);
-    assert!(server.ready_line.contains(", http off,"), "{}", server.ready_line);
+    assert!(
+        server.ready_line.contains(", http off,"),
+        "{}",
+        server.ready_line
+    );
 }
 
 #[test]

@@ -184,7 +184,7 @@ impl WasmPool {
                     let elapsed_ns = started.elapsed().as_nanos() as u64;
                     pool.metrics.execution(EXEC_FAILED, elapsed_ns);
                     ExecResult {
-                    output: Err(failure(GuestError::Instantiate(message))),
+                        output: Err(failure(GuestError::Instantiate(message))),
                         outcome: None,
                         kv_writes: Vec::new(),
                         logs: Vec::new(),

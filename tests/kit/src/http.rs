@@ -29,8 +29,7 @@ impl HttpResponse {
 /// `GET path` on `addr`, with `Authorization: Bearer TOKEN` when a token is given.
 pub fn http_get(addr: SocketAddr, path: &str, token: Option<&str>) -> io::Result<HttpResponse> {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
     http_raw(addr, request.as_bytes())
 }
 
@@ -72,7 +71,11 @@ fn parse_response(bytes: &[u8]) -> io::Result<HttpResponse> {
     let chunked = headers
         .iter()
         .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
-    let body = if chunked { dechunk(rest)? } else { rest.to_vec() };
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        rest.to_vec()
+    };
     Ok(HttpResponse {
         status,
         headers,

@@ -103,7 +103,10 @@ pub const HTTP_EPHEMERAL: &str = "127.0.0.1:0";
 /// The arguments to give a server: `args`, with `--http HTTP_EPHEMERAL` unless they say.
 pub fn with_http_default(args: &[String]) -> Vec<String> {
     let mut args = args.to_vec();
-    if !args.iter().any(|a| a == "--http" || a.starts_with("--http=")) {
+    if !args
+        .iter()
+        .any(|a| a == "--http" || a.starts_with("--http="))
+    {
         args.extend(["--http".to_string(), HTTP_EPHEMERAL.to_string()]);
     }
     args
@@ -523,7 +526,10 @@ mod tests {
         let given = |args: &[&str]| {
             with_http_default(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
         };
-        assert_eq!(given(&["--shards", "1"]), ["--shards", "1", "--http", HTTP_EPHEMERAL]);
+        assert_eq!(
+            given(&["--shards", "1"]),
+            ["--shards", "1", "--http", HTTP_EPHEMERAL]
+        );
         assert_eq!(given(&["--http", "off"]), ["--http", "off"]);
         assert_eq!(given(&["--http=off"]), ["--http=off"]);
     }

@@ -30,7 +30,9 @@ pub(crate) struct ServerMetrics {
 impl ServerMetrics {
     pub fn new(shards: u32, connections: Arc<AtomicUsize>) -> ServerMetrics {
         ServerMetrics {
-            shards: (0..shards).map(|s| Arc::new(ShardMetrics::new(s))).collect(),
+            shards: (0..shards)
+                .map(|s| Arc::new(ShardMetrics::new(s)))
+                .collect(),
             connections,
             ready: AtomicBool::new(false),
             http_denials: AtomicU64::new(0),
@@ -109,7 +111,11 @@ fn gauge(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, v: i64) -> fmt::Re
     m.encode_family(labels)?.encode_gauge(&v)
 }
 
-fn histogram(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, h: HistogramValues) -> fmt::Result {
+fn histogram(
+    m: &mut MetricEncoder,
+    labels: &impl EncodeLabelSet,
+    h: HistogramValues,
+) -> fmt::Result {
     m.encode_family(labels)?
         .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)
 }
@@ -256,9 +262,13 @@ fn encode_log(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
     for s in shards {
         histogram(&mut m, &shard_labels(s), s.live.fdatasync.read())?;
     }
-    shard_gauges(e, shards, "flo_log_lsn", "Last log sequence number appended.", |p| {
-        p.gauges.last_lsn
-    })?;
+    shard_gauges(
+        e,
+        shards,
+        "flo_log_lsn",
+        "Last log sequence number appended.",
+        |p| p.gauges.last_lsn,
+    )?;
     shard_gauges(
         e,
         shards,
@@ -307,12 +317,17 @@ fn encode_storage(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Resul
         None,
         MetricType::Gauge,
     )?;
-    for s in shards.iter().filter(|s| s.published.gauges.snapshot_lsn > 0) {
+    for s in shards
+        .iter()
+        .filter(|s| s.published.gauges.snapshot_lsn > 0)
+    {
         let age_ms = now_ms.saturating_sub(s.published.gauges.snapshot_at_ms);
         m.encode_family(&shard_labels(s))?
             .encode_gauge(&(age_ms as f64 / 1000.0))?;
     }
-    shard_gauges(e, shards, "flo_kv_keys", "KV keys held.", |p| p.gauges.kv_keys)?;
+    shard_gauges(e, shards, "flo_kv_keys", "KV keys held.", |p| {
+        p.gauges.kv_keys
+    })?;
     shard_gauges(
         e,
         shards,
@@ -376,7 +391,11 @@ fn encode_runs(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
     for s in shards {
         let g = &s.published.gauges;
         for (kind, n) in RUN_KINDS.iter().zip([g.action_runs, g.workflow_runs]) {
-            gauge(&mut m, &[("shard", s.label.as_str()), ("kind", kind)], n as i64)?;
+            gauge(
+                &mut m,
+                &[("shard", s.label.as_str()), ("kind", kind)],
+                n as i64,
+            )?;
         }
     }
     shard_gauges(

@@ -68,7 +68,9 @@ impl Histogram {
     pub fn new(bounds: Bounds) -> Histogram {
         Histogram {
             bounds,
-            buckets: (0..=bounds.upper.len()).map(|_| AtomicU64::new(0)).collect(),
+            buckets: (0..=bounds.upper.len())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             sum: AtomicU64::new(0),
         }
     }
@@ -86,7 +88,11 @@ impl Histogram {
             .iter()
             .map(|b| b.load(Ordering::Relaxed))
             .collect();
-        let bounds = self.bounds.upper.iter().map(|&b| b as f64 * self.bounds.scale);
+        let bounds = self
+            .bounds
+            .upper
+            .iter()
+            .map(|&b| b as f64 * self.bounds.scale);
         let buckets: Vec<(f64, u64)> = bounds
             .chain(std::iter::once(f64::INFINITY))
             .zip(counts.iter().copied())
