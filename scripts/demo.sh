@@ -31,7 +31,7 @@ trap 'exit 130' INT TERM
 # Each shard locks memory for its disk buffers (README: "Locked memory").
 ulimit -l unlimited 2>/dev/null || true
 
-"$flo_bin" server --listen "$addr" --data-dir "$work/data" --shards 2 \
+"$flo_bin" server --listen "$addr" --http off --data-dir "$work/data" --shards 2 \
     >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 200); do

@@ -29,7 +29,7 @@ ops=$((mib * 1048576 / value))
 start_server() {
     rm -f "$work/server.log"
     touch "$work/server.log"
-    "$bin/flo" server --listen "$addr" --data-dir "$data" --shards 1 \
+    "$bin/flo" server --listen "$addr" --http off --data-dir "$data" --shards 1 \
         --snapshot-bytes $(((mib + mib / 32 + 4) * 1048576)) >"$work/server.log" 2>&1 &
     pid=$!
     until grep -q listening "$work/server.log"; do

@@ -45,7 +45,7 @@ ulimit -l unlimited 2>/dev/null || true
 
 start_server() {
     : >"$work/server.log"
-    "$bin/flo" server --listen "$addr" --data-dir "$data" "$@" >"$work/server.log" 2>&1 &
+    "$bin/flo" server --listen "$addr" --http off --data-dir "$data" "$@" >"$work/server.log" 2>&1 &
     server_pid=$!
     local t0
     t0=$(date +%s%N)

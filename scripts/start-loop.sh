@@ -60,7 +60,7 @@ for i in $(seq 1 "$starts"); do
     # the last server's ready line would be a wrong address.
     rm -f "$work/out" "$work/err"
     begin=$(date +%s%N)
-    "$flo" server --data-dir "$data" --listen 127.0.0.1:0 --shards "$shards" \
+    "$flo" server --data-dir "$data" --listen 127.0.0.1:0 --http off --shards "$shards" \
         --io-memory-mb 2 > "$work/out" 2> "$work/err" &
     pid=$!
     ready=""

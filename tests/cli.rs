@@ -279,7 +279,15 @@ fn the_server_starts_with_a_relative_data_dir() {
     use std::io::BufRead;
     let dir = temp_dir();
     let mut child = cli_command()
-        .args(["server", "--listen", "127.0.0.1:0", "--shards", "1"])
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "off",
+            "--shards",
+            "1",
+        ])
         .current_dir(dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

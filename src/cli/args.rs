@@ -82,6 +82,10 @@ pub struct ServerArgs {
     /// Address every shard listens on.
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
+    /// HTTP address of /metrics (Prometheus), /healthz and /readyz, or `off`. With
+    /// --auth-file, /metrics and /readyz want `Authorization: Bearer TOKEN`.
+    #[arg(long, value_name = "ADDRESS|off", default_value = "127.0.0.1:9001", value_parser = parse_http)]
+    pub http: HttpArg,
     /// Data directory (created if missing).
     #[arg(long, default_value = "./flo-data")]
     pub data_dir: PathBuf,
@@ -626,4 +630,29 @@ mod retention_tests {
         assert!(parse_retention("").is_err());
         assert!(parse_retention("99999999999999999999d").is_err());
     }
+}
+
+/// `--http`: an address to serve HTTP on, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpArg {
+    Off,
+    On(SocketAddr),
+}
+
+impl HttpArg {
+    pub fn addr(self) -> Option<SocketAddr> {
+        match self {
+            HttpArg::Off => None,
+            HttpArg::On(addr) => Some(addr),
+        }
+    }
+}
+
+fn parse_http(s: &str) -> Result<HttpArg, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(HttpArg::Off);
+    }
+    s.parse()
+        .map(HttpArg::On)
+        .map_err(|_| format!("{s:?} is neither an address (127.0.0.1:9001) nor `off`"))
 }

@@ -19,12 +19,14 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
         )));
     }
     let auth = load_auth(args)?;
+    check_http_exposure(args)?;
     let durability = match args.durability {
         DurabilityArg::Sync => Durability::Sync,
         DurabilityArg::Async => Durability::Async,
     };
     let config = ServerConfig {
         listen: args.listen,
+        http: args.http.addr(),
         data_dir: args.data_dir.clone(),
         shards: args.shards,
         durability,
@@ -49,18 +51,46 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
     run_server(config, stop, |ready| {
         // Nobody reading the ready line (a closed pipe) is no reason to stop serving.
         let mut out = std::io::stdout().lock();
+        let http = match ready.http {
+            Some(addr) => addr.to_string(),
+            None => "off".to_string(),
+        };
         let _ = writeln!(
             out,
-            "flo {} listening on {} ({} shards, durability {}, data {})",
+            "flo {} listening on {} ({} shards, durability {}, http {}, data {})",
             env!("CARGO_PKG_VERSION"),
             ready.addr,
             ready.shards,
             durability.as_str(),
+            http,
             args.data_dir.display()
         );
         let _ = out.flush();
     })?;
     super::output::error_line("flo stopped");
+    Ok(())
+}
+
+/// The HTTP port follows the rule of the client port: without an auth file, a loopback
+/// address only, unless `--insecure` (its /metrics names actions and workflows).
+fn check_http_exposure(args: &ServerArgs) -> Result<(), CliError> {
+    let Some(addr) = args.http.addr() else {
+        return Ok(());
+    };
+    if args.auth_file.is_some() || addr.ip().is_loopback() {
+        return Ok(());
+    }
+    if !args.insecure {
+        return Err(CliError::Usage(format!(
+            "refusing to serve HTTP on {addr} without authentication: give --auth-file FILE, \
+             an --http loopback address, --http off, or --insecure to let anyone who can \
+             reach it read the metrics"
+        )));
+    }
+    super::output::error_line(&format!(
+        "warning: serving HTTP on {addr} with no authentication (--insecure): anyone who can \
+         reach it may read the metrics"
+    ));
     Ok(())
 }
 

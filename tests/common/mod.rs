@@ -29,6 +29,9 @@ pub const TEST_SEGMENT_BYTES: u64 = 4 << 20;
 pub struct TestServer {
     process: ServerProcess,
     pub addr: SocketAddr,
+    /// Where it serves HTTP (an ephemeral port unless the test gave `--http`); None with
+    /// `--http off`.
+    pub http: Option<SocketAddr>,
     pub dir: PathBuf,
     /// The ready line the server printed.
     pub ready_line: String,
@@ -117,8 +120,13 @@ impl TestServer {
             .addr
             .parse()
             .unwrap_or_else(|_| panic!("unexpected ready line: {:?}", listening.line));
+        let http = listening.http.as_ref().map(|h| {
+            h.parse()
+                .unwrap_or_else(|_| panic!("unexpected ready line: {:?}", listening.line))
+        });
         Ok(TestServer {
             addr,
+            http,
             dir: dir.to_path_buf(),
             ready_line: listening.line.clone(),
             process,

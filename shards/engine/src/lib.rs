@@ -47,7 +47,10 @@ pub use crate::core::io::{
 pub use crate::core::{
     Durability, Limits, RUN_STEPS_MAX_DEFAULT, WASM_SLOTS_DEFAULT, WASM_SLOTS_MAX,
 };
-pub use crate::engine::{Engine, EngineConfig, InFlight, PEER_TIMEOUT_MS_DEFAULT};
+pub use crate::engine::{
+    Engine, EngineConfig, FINAL_STATUSES, Gauges, InFlight, PEER_TIMEOUT_MS_DEFAULT, RUN_KINDS,
+    RUN_LATENCY_BOUNDS_MS, RUN_NAMES_MAX, RunsEnded,
+};
 pub use crate::fold::record::DecodeError;
 pub use crate::fold::registry::MEMORY_LIMIT_MB_MAX;
 pub use crate::fold::snapshot::{SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_READ_MIN, SnapshotError};

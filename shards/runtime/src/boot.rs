@@ -8,6 +8,7 @@ use crate::listener::{Conns, accept_loop};
 use crate::log_reader::LogMap;
 use crate::log_writer::{LogSlot, SegmentWriter, acked_mark_loop, writer_loop};
 use crate::mesh::{self, ExecutorTable, Mesh, MeshMsg, PeerOut};
+use crate::metrics::{ServerMetrics, ShardMetrics};
 use crate::shard_loop::ShardLoop;
 use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
@@ -149,6 +150,11 @@ pub enum ServerError {
     BadShards(u32),
     #[error("cannot listen on {addr}: {source} (is another server running there?)")]
     Listen { addr: SocketAddr, source: io::Error },
+    #[error(
+        "cannot serve HTTP on {addr} (--http): {source}; is another server using it? give \
+         --http ADDRESS:PORT elsewhere, or --http off"
+    )]
+    Http { addr: SocketAddr, source: io::Error },
     #[error("shard {shard}: {source}")]
     Recovery { shard: u32, source: RecoveryError },
     #[error("shard {shard}: {message}")]
@@ -254,6 +260,8 @@ fn allowed_cpus() -> Vec<usize> {
 #[derive(Debug, Clone)]
 pub struct Ready {
     pub addr: SocketAddr,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (None: `--http off`).
+    pub http: Option<SocketAddr>,
     pub shards: u32,
     pub partitions: u32,
 }
@@ -369,6 +377,20 @@ pub fn run_server(
     })?;
 
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let metrics = Arc::new(ServerMetrics::new(meta.shards, connections.clone()));
+    // Bound now, so that a port that cannot be had fails the start; served from now on, so
+    // that /healthz answers and /readyz says why not while the shards recover.
+    let http = match config.http {
+        None => None,
+        Some(addr) => {
+            let http_err = |source| ServerError::Http { addr, source };
+            let listener = crate::metrics::bind(addr).map_err(http_err)?;
+            let auth = config.auth.clone();
+            let port = crate::metrics::start(listener, metrics.clone(), auth, stop.clone())
+                .map_err(http_err)?;
+            Some(port)
+        }
+    };
     for s in 0..meta.shards {
         fs::create_dir_all(shard_dir(&dir, s)).map_err(dir_err(&dir))?;
     }
@@ -411,6 +433,7 @@ pub fn run_server(
             wasm_modules: wasm_modules.clone(),
             clock: clock.clone(),
             pulses: pulses.clone(),
+            metrics: metrics.shards[s as usize].clone(),
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
@@ -476,8 +499,10 @@ pub fn run_server(
             }
         }
     }
+    metrics.ready.store(true, Ordering::Relaxed);
     on_ready(&Ready {
         addr,
+        http: http.as_ref().map(|port| port.addr),
         shards: meta.shards,
         partitions: meta.partitions,
     });
@@ -491,6 +516,9 @@ pub fn run_server(
     // Shards that ended without a stop (an error) end the watchdog too.
     stop.store(true, Ordering::Relaxed);
     let _ = watchdog.join();
+    if let Some(port) = http {
+        port.stop();
+    }
     crate::stderr::flush(Duration::from_secs(1));
     // Shards that failed after start-up report here.
     if let Ok(Err(e)) = ready_rx.try_recv() {
@@ -665,6 +693,8 @@ struct ShardBoot {
     connections: Arc<std::sync::atomic::AtomicUsize>,
     /// Each shard's sign of life, for the watchdog.
     pulses: Arc<Vec<crate::kick::Pulse>>,
+    /// The shard's counters, read by the HTTP thread.
+    metrics: Arc<ShardMetrics>,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -807,7 +837,14 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         return Err(missing_segment(&boot.dir, id, first, &log));
     }
     inbox.push(snapshotter.storage(log.segments.len().max(1) as u32));
-    let writer_task = writer_loop(slot.clone(), writer, log_map.clone(), inbox.clone(), id);
+    let writer_task = writer_loop(
+        slot.clone(),
+        writer,
+        log_map.clone(),
+        inbox.clone(),
+        id,
+        boot.metrics.clone(),
+    );
     glommio::spawn_local(writer_task).detach();
     glommio::spawn_local(acked_mark_loop(slot.clone(), boot.dir.clone(), id)).detach();
     let alarm = Rc::new(Alarm::default());
@@ -832,6 +869,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         boot.wasm_engine.clone(),
         boot.wasm_modules.clone(),
         inbox.clone(),
+        boot.metrics.clone(),
     ));
     let conns = Conns::default();
 
@@ -839,6 +877,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let listener = crate::listener::listen(boot.addr)
         .map_err(|e| shard_err(format!("cannot listen on {}: {e}", boot.addr)))?;
     phase(5);
+    boot.metrics.serving.store(true, Ordering::Relaxed);
     let _ = boot.ready.send(Ok(id));
     injected_faults(id);
     let limit = crate::listener::ConnLimit {
@@ -856,6 +895,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         frame_deadline_ms: boot.config.frame_deadline_ms,
         release_memory: boot.config.release_memory,
         released_at_ms: std::cell::Cell::new(0),
+        metrics: boot.metrics.clone(),
     });
     let admission = Rc::new(crate::listener::Admission {
         inbox: inbox.clone(),
@@ -896,6 +936,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         snapshots: snapshotter,
         wasm,
         alarm,
+        metrics: boot.metrics.clone(),
     };
     let stop = boot.stop.clone();
     shard_loop.run(move || stop.load(Ordering::Relaxed)).await;

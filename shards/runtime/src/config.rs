@@ -7,6 +7,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
+    /// The HTTP port of `/metrics`, `/healthz` and `/readyz` (`--http`); None: none.
+    pub http: Option<SocketAddr>,
     pub data_dir: PathBuf,
     /// None: the data directory's count, or one per available core for a new one.
     pub shards: Option<u32>,

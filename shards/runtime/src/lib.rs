@@ -13,6 +13,7 @@ mod listener;
 mod log_reader;
 mod log_writer;
 mod mesh;
+mod metrics;
 mod module_cache;
 mod poke;
 mod shard_loop;
@@ -28,5 +29,6 @@ pub use flo_engine::{
 };
 pub use flo_ual::SEGMENT_BYTES_MIN;
 pub use listener::FRAME_DEADLINE_MS_DEFAULT;
+pub use metrics::HTTP_CONNECTIONS_MAX;
 pub use module_cache::MODULE_CACHE_BYTES_DEFAULT;
 pub use snapshots::SNAPSHOT_BYTES_DEFAULT;

@@ -9,8 +9,9 @@
 //! of `WRITE_BUFFER_BYTES` and writes a large one from where it lies.
 
 use crate::inbox::{Inbox, Signal};
+use crate::metrics::{ShardMetrics, result_index};
 use ahash::AHashMap as HashMap;
-use flo_engine::auth::{Gate, Session};
+use flo_engine::auth::{Gate, Session, op_name};
 use flo_engine::clock::{Clock, SystemClock};
 use flo_engine::{ClientRef, ConnId, Input, ReplyResult};
 use flo_protocol::{
@@ -22,7 +23,9 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// Requests of one connection being processed at once; the reader pauses beyond it.
 pub(crate) const INFLIGHT_REQUESTS_MAX: usize = 4096;
@@ -30,6 +33,8 @@ pub(crate) const INFLIGHT_REQUESTS_MAX: usize = 4096;
 /// has in flight; the reader admits no request whose reservation would go beyond it (a
 /// client that does not read its replies stops being read).
 pub(crate) const REPLY_BYTES_QUEUED_MAX: usize = 32 << 20;
+/// The operation name requests that could not be decoded are counted under.
+const UNDECODABLE_OP: &str = "undecodable";
 /// What a request with a small reply reserves.
 const RESERVE_SMALL: Reserve = Reserve {
     bytes: REPLY_RESERVE_SMALL_BYTES,
@@ -131,6 +136,8 @@ pub(crate) struct Conn {
     sees_all: Cell<bool>,
     /// It held a read buffer or wrote a reply larger than its usual buffers.
     held_large: Cell<bool>,
+    /// The shard's counters: requests answered, by operation and result, and their time.
+    metrics: Arc<ShardMetrics>,
 }
 
 /// A wait taken (its gate passed) and not yet admitted.
@@ -141,12 +148,14 @@ struct HeldWait {
     frame_bytes: usize,
 }
 
-/// What the requests of one id reserved.
-#[derive(Default)]
+/// What the requests of one id reserved; the first one's operation and when it was
+/// admitted (for the metrics).
 struct Reserved {
     bytes: usize,
     requests: u32,
     waits: u32,
+    op: &'static str,
+    since: Instant,
 }
 
 /// The reply room a request takes: its bytes, and whether it waits (parked until what
@@ -170,6 +179,8 @@ pub(crate) struct ConnSettings {
     pub release_memory: fn(),
     /// When `release_memory` was last called (server clock, ms).
     pub released_at_ms: Cell<u64>,
+    /// The shard's counters.
+    pub metrics: Arc<ShardMetrics>,
 }
 
 impl ConnSettings {
@@ -334,7 +345,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
 }
 
 impl Conn {
-    fn new(id: ConnId, inbox: Rc<Inbox>) -> Conn {
+    fn new(id: ConnId, inbox: Rc<Inbox>, metrics: Arc<ShardMetrics>) -> Conn {
         Conn {
             held_waits: RefCell::default(),
             held_waits_bytes: Cell::new(0),
@@ -354,11 +365,13 @@ impl Conn {
             session: Cell::new(Session::Anonymous),
             sees_all: Cell::new(true),
             held_large: Cell::new(false),
+            metrics,
         }
     }
 
     /// Queues a reply for sending; what its request reserved is released.
     pub fn send(&self, request: u64, mut result: ReplyResult) {
+        self.count(request, &result);
         self.release(request);
         self.admit_held_waits();
         if !self.sees_all.get()
@@ -378,10 +391,29 @@ impl Conn {
         self.signal.notify();
     }
 
-    /// Reserves room for the reply to `request`.
-    fn reserve(&self, request: u64, reserve: Reserve) {
+    /// Counts the answer to `request` in the shard's metrics (a request that reserved
+    /// nothing, a goodbye as request 0, is not one the client sent).
+    fn count(&self, request: u64, result: &ReplyResult) {
+        let reservations = self.reservations.borrow();
+        let Some(reserved) = reservations.get(&request) else {
+            return;
+        };
+        let code = result.as_ref().err().map(|e| e.code);
+        let elapsed_ns = reserved.since.elapsed().as_nanos() as u64;
+        self.metrics
+            .request(reserved.op, result_index(code), elapsed_ns);
+    }
+
+    /// Reserves room for the reply to `request`, an `op`.
+    fn reserve(&self, request: u64, reserve: Reserve, op: &'static str) {
         let mut reservations = self.reservations.borrow_mut();
-        let entry = reservations.entry(request).or_default();
+        let entry = reservations.entry(request).or_insert_with(|| Reserved {
+            bytes: 0,
+            requests: 0,
+            waits: 0,
+            op,
+            since: Instant::now(),
+        });
         entry.bytes += reserve.bytes;
         entry.requests += 1;
         self.reserved_bytes
@@ -451,7 +483,7 @@ impl Conn {
             return;
         }
         drop(held);
-        self.reserve(request.id, reserve);
+        self.reserve(request.id, reserve, op_name(&request.op));
         self.inbox.push(Input::Client {
             from,
             op: request.op,
@@ -474,7 +506,7 @@ impl Conn {
             drop(held);
             self.held_waits_bytes
                 .set(self.held_waits_bytes.get() - next.frame_bytes);
-            self.reserve(next.from.request, next.reserve);
+            self.reserve(next.from.request, next.reserve, op_name(&next.op));
             self.inbox.push(Input::Client {
                 from: next.from,
                 op: next.op,
@@ -704,7 +736,6 @@ pub(crate) async fn accept_loop(
     limit: ConnLimit,
     settings: Rc<ConnSettings>,
 ) {
-    use std::sync::atomic::Ordering;
     let limit = Rc::new(limit);
     let refusing = Rc::new(Cell::new(0usize));
     let mut failures = AcceptFailures::default();
@@ -754,6 +785,10 @@ pub(crate) async fn accept_loop(
             continue;
         }
         next_id += 1;
+        settings
+            .metrics
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
         let task = serve(
             next_id,
             stream,
@@ -805,7 +840,11 @@ async fn serve(
     settings: Rc<ConnSettings>,
 ) {
     let _ = stream.set_nodelay(true);
-    let conn = Rc::new(Conn::new(id, admission.inbox.clone()));
+    let conn = Rc::new(Conn::new(
+        id,
+        admission.inbox.clone(),
+        settings.metrics.clone(),
+    ));
     conns.borrow_mut().insert(id, conn.clone());
     let (reader, writer) = futures_lite::io::split(stream);
     let writing = glommio::spawn_local(write_loop(conn.clone(), writer));
@@ -1091,7 +1130,7 @@ fn take_request(
     let request = match decoded {
         Ok(request) => request,
         Err((request, e)) => {
-            conn.reserve(request, RESERVE_SMALL);
+            conn.reserve(request, RESERVE_SMALL, UNDECODABLE_OP);
             conn.send(request, Err(e));
             return;
         }
@@ -1099,7 +1138,7 @@ fn take_request(
     if let Some(gate) = gate
         && let Err(e) = admitted(gate, conn, &request.op)
     {
-        conn.reserve(request.id, RESERVE_SMALL);
+        conn.reserve(request.id, RESERVE_SMALL, op_name(&request.op));
         conn.send(request.id, Err(e));
         return;
     }
@@ -1116,6 +1155,7 @@ fn admitted(gate: &Gate, conn: &Conn, op: &Op) -> Result<(), ErrorValue> {
     let Err(refusal) = verdict else {
         return Ok(());
     };
+    conn.metrics.auth_denials.fetch_add(1, Ordering::Relaxed);
     if let Some(line) = refusal.log_line {
         crate::stderr::queued(line);
     }
@@ -1127,6 +1167,10 @@ mod tests {
     use super::*;
     use crate::mesh::PeerOut;
     use flo_engine::PeerMsg;
+
+    fn test_metrics() -> Arc<ShardMetrics> {
+        Arc::new(ShardMetrics::new(0))
+    }
 
     fn kv_get() -> Op {
         Op::KvGet {
@@ -1148,7 +1192,7 @@ mod tests {
 
     #[test]
     fn a_request_reserves_its_replys_room_until_it_is_answered() {
-        let conn = Conn::new(1, Rc::new(Inbox::default()));
+        let conn = Conn::new(1, Rc::new(Inbox::default()), test_metrics());
         let get = reply_reserve(&kv_get());
         assert_eq!(get.bytes, REPLY_RESERVE_VALUE_BYTES);
         let mut taken = 0;
@@ -1186,9 +1230,9 @@ mod tests {
 
     #[test]
     fn requests_sharing_an_id_release_what_they_reserved_in_full() {
-        let conn = Conn::new(1, Rc::new(Inbox::default()));
-        conn.reserve(5, reply_reserve(&kv_get()));
-        conn.reserve(5, RESERVE_SMALL);
+        let conn = Conn::new(1, Rc::new(Inbox::default()), test_metrics());
+        conn.reserve(5, reply_reserve(&kv_get()), "kv_get");
+        conn.reserve(5, RESERVE_SMALL, "kv_get");
         conn.release(5);
         // Counted high, never low, until the last is answered.
         assert_eq!(conn.reserved_bytes.get(), REPLY_RESERVE_VALUE_BYTES);
@@ -1199,7 +1243,7 @@ mod tests {
     #[test]
     fn waits_beyond_their_budget_are_held_in_order_without_pausing_the_reader() {
         let inbox = Rc::new(Inbox::default());
-        let conn = Conn::new(1, inbox.clone());
+        let conn = Conn::new(1, inbox.clone(), test_metrics());
         let wait = reply_reserve(&run_wait());
         assert!(wait.waits);
         let fit = (WAIT_REPLY_BYTES_RESERVED_MAX / wait.bytes) as u64;

@@ -15,6 +15,7 @@
 use crate::fault_disk::FaultDisk;
 use crate::inbox::{Inbox, Signal};
 use crate::log_reader::LogMap;
+use crate::metrics::ShardMetrics;
 use crate::poke::poked;
 use flo_engine::{DiskSpace, Input};
 use flo_ual::{Batch, RecoveredLog, align_up, segment_file_name};
@@ -218,9 +219,14 @@ impl SegmentWriter {
         Ok(())
     }
 
-    /// Writes and syncs one batch; `map` learns where its records are. On `NoSpace` the
-    /// batch may be written again (at the same place).
-    pub async fn write(&mut self, batch: &Batch, map: &LogMap) -> Result<(), LogWriteError> {
+    /// Writes and syncs one batch; `map` learns where its records are. Returns the bytes
+    /// written (padding included) and how long the fdatasync took. On `NoSpace` the batch
+    /// may be written again (at the same place).
+    pub async fn write(
+        &mut self,
+        batch: &Batch,
+        map: &LogMap,
+    ) -> Result<(u64, Duration), LogWriteError> {
         let padded = align_up(batch.bytes.len() as u64);
         if self.offset > 0 && self.offset + padded > self.segment_bytes {
             self.roll(batch.first_lsn).await?;
@@ -239,11 +245,13 @@ impl SegmentWriter {
                 format!("short write: {written} of {padded} bytes"),
             )));
         }
+        let syncing = std::time::Instant::now();
         poked(self.file.fdatasync()).await.map_err(fatal)?;
+        let synced_in = syncing.elapsed();
         let path = self.dir.join(segment_file_name(self.first_lsn));
         map.note_batch(self.first_lsn, &path, self.offset, batch);
         self.offset += padded;
-        Ok(())
+        Ok((padded, synced_in))
     }
 }
 
@@ -318,6 +326,7 @@ pub(crate) async fn writer_loop(
     map: std::rc::Rc<LogMap>,
     inbox: std::rc::Rc<Inbox>,
     shard: u32,
+    metrics: std::sync::Arc<ShardMetrics>,
 ) {
     let mut space = DiskSpace::Available;
     loop {
@@ -325,7 +334,9 @@ pub(crate) async fn writer_loop(
         let mut outcome = Ok(());
         if let Some(batch) = batch {
             match writer.write(&batch, &map).await {
-                Ok(()) => {
+                Ok((bytes, synced_in)) => {
+                    let records = batch.last_lsn + 1 - batch.first_lsn;
+                    metrics.log_batch(records, bytes, synced_in.as_nanos() as u64);
                     slot.stuck.set(false);
                     written(&slot, batch, map.count(), &inbox);
                 }

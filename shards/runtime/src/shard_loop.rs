@@ -11,9 +11,14 @@ use crate::wasm_pool::WasmPool;
 use flo_engine::{Effect, Engine, Input};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Inputs handled before the loop lets other tasks (connections, mesh, writer) run.
 const INPUTS_PER_YIELD: usize = 256;
+/// The engine's numbers are published for the metrics this often (the housekeeping tick
+/// makes the loop turn at least once a second).
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct ShardLoop {
     pub engine: Engine,
@@ -26,6 +31,7 @@ pub(crate) struct ShardLoop {
     pub snapshots: Rc<crate::snapshots::Snapshotter>,
     pub wasm: Rc<WasmPool>,
     pub alarm: Rc<Alarm>,
+    pub metrics: Arc<crate::metrics::ShardMetrics>,
 }
 
 impl ShardLoop {
@@ -35,6 +41,8 @@ impl ShardLoop {
         let mut batch = VecDeque::new();
         let mut effects = Vec::new();
         let mut stopping = false;
+        let mut published_at = Instant::now();
+        self.publish();
         loop {
             self.inbox.wait().await;
             self.inbox.take_all(&mut batch);
@@ -63,6 +71,10 @@ impl ShardLoop {
             self.engine.step(Input::Idle, &mut effects);
             self.perform(&mut effects);
             self.flush_log();
+            if published_at.elapsed() >= PUBLISH_EVERY {
+                published_at = Instant::now();
+                self.publish();
+            }
             if self.snapshots.due(self.engine.read_only()) {
                 self.snapshot().detach();
             }
@@ -99,6 +111,13 @@ impl ShardLoop {
                 return;
             }
         }
+    }
+
+    /// Publishes the engine's numbers for the metrics (a copy of a few counters; the
+    /// workers are counted).
+    fn publish(&self) {
+        self.metrics
+            .publish(self.engine.gauges(), self.engine.runs_ended());
     }
 
     /// Hands the engine's appended records to the writer if it is idle.

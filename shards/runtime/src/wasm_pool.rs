@@ -4,6 +4,7 @@
 //! as inputs; results come back as `Input::Executed`.
 
 use crate::inbox::Inbox;
+use crate::metrics::{EXEC_RESULTS, ShardMetrics};
 use crate::module_cache::LruBytes;
 use ahash::AHashMap as HashMap;
 use flo_engine::{ExecFailure, ExecResult, Execution, Input};
@@ -43,6 +44,8 @@ pub(crate) struct WasmPool {
     /// The cache's generation this shard last told its engine.
     cache_reported: Cell<Option<u64>>,
     inbox: Rc<Inbox>,
+    /// The shard's counters: executions by result, and their time.
+    metrics: Arc<ShardMetrics>,
 }
 
 fn content_key(bytes: &[u8]) -> u128 {
@@ -56,7 +59,12 @@ fn lock(shared: &SharedModules) -> MutexGuard<'_, LruBytes<u128, WasmModule>> {
 }
 
 impl WasmPool {
-    pub fn new(engine: WasmEngine, shared: SharedModules, inbox: Rc<Inbox>) -> Self {
+    pub fn new(
+        engine: WasmEngine,
+        shared: SharedModules,
+        inbox: Rc<Inbox>,
+        metrics: Arc<ShardMetrics>,
+    ) -> Self {
         WasmPool {
             engine,
             shared,
@@ -66,6 +74,7 @@ impl WasmPool {
             next_read: Cell::new(0),
             cache_reported: Cell::new(None),
             inbox,
+            metrics,
         }
     }
 
@@ -147,6 +156,7 @@ impl WasmPool {
         self.running.borrow_mut().insert(x.exec, stop.clone());
         glommio::spawn_local(async move {
             let exec = x.exec;
+            let started = std::time::Instant::now();
             let result = match pool.module_for(&x).await {
                 Ok(module) => {
                     let kv: Rc<dyn GuestKv> = Rc::new(PoolKv {
@@ -160,6 +170,9 @@ impl WasmPool {
                     let r = module
                         .execute_entrypoint(&x.entrypoint, &x.input, kv, limits, &stop)
                         .await;
+                    let elapsed_ns = started.elapsed().as_nanos() as u64;
+                    pool.metrics
+                        .execution(exec_result(r.output.as_ref().err()), elapsed_ns);
                     ExecResult {
                         output: r.output.map_err(failure),
                         outcome: r.outcome,
@@ -167,12 +180,16 @@ impl WasmPool {
                         logs: r.logs,
                     }
                 }
-                Err(message) => ExecResult {
-                    output: Err(failure(GuestError::Instantiate(message))),
-                    outcome: None,
-                    kv_writes: Vec::new(),
-                    logs: Vec::new(),
-                },
+                Err(message) => {
+                    let elapsed_ns = started.elapsed().as_nanos() as u64;
+                    pool.metrics.execution(EXEC_FAILED, elapsed_ns);
+                    ExecResult {
+                        output: Err(failure(GuestError::Instantiate(message))),
+                        outcome: None,
+                        kv_writes: Vec::new(),
+                        logs: Vec::new(),
+                    }
+                }
             };
             pool.running.borrow_mut().remove(&exec);
             pool.inbox.push(Input::Executed { exec, result });
@@ -193,6 +210,21 @@ impl WasmPool {
         if let Some(tx) = self.reads.borrow_mut().remove(&(exec, read)) {
             let _ = tx.send(value);
         }
+    }
+}
+
+/// Index in `EXEC_RESULTS` of an execution that failed for a reason other than its time or
+/// a stop.
+const EXEC_FAILED: usize = 1;
+
+/// How an execution ended, as an index in `EXEC_RESULTS`.
+fn exec_result(error: Option<&GuestError>) -> usize {
+    debug_assert_eq!(EXEC_RESULTS[EXEC_FAILED], "failed");
+    match error {
+        None => 0,
+        Some(GuestError::Timeout { .. }) => 2,
+        Some(GuestError::Cancelled) => 3,
+        Some(_) => EXEC_FAILED,
     }
 }
 

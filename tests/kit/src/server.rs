@@ -20,7 +20,9 @@ const EXIT_AFTER_STDOUT_CLOSED: Duration = Duration::from_secs(5);
 /// How often `wait_exit` looks.
 const EXIT_POLL: Duration = Duration::from_millis(10);
 
-/// How to start a server: `BIN server --data-dir DATA_DIR ARGS...` with `env` set.
+/// How to start a server: `BIN server --data-dir DATA_DIR ARGS...` with `env` set. Unless
+/// `args` name `--http`, the server serves HTTP on an ephemeral loopback port
+/// (`HTTP_EPHEMERAL`), not the fixed default every server would want.
 pub struct ServerCommand {
     pub bin: PathBuf,
     pub data_dir: PathBuf,
@@ -94,6 +96,22 @@ impl StderrLog {
     }
 }
 
+/// `--http` for servers the kit starts: an ephemeral loopback port (many servers start at
+/// once in the tests).
+pub const HTTP_EPHEMERAL: &str = "127.0.0.1:0";
+
+/// The arguments to give a server: `args`, with `--http HTTP_EPHEMERAL` unless they say.
+pub fn with_http_default(args: &[String]) -> Vec<String> {
+    let mut args = args.to_vec();
+    if !args
+        .iter()
+        .any(|a| a == "--http" || a.starts_with("--http="))
+    {
+        args.extend(["--http".to_string(), HTTP_EPHEMERAL.to_string()]);
+    }
+    args
+}
+
 /// What the server's ready line says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listening {
@@ -101,20 +119,30 @@ pub struct Listening {
     pub addr: String,
     pub shards: u32,
     pub durability: String,
+    /// Where it serves HTTP (`127.0.0.1:PORT`); None with `--http off` (or a server that
+    /// does not say).
+    pub http: Option<String>,
     /// The line itself.
     pub line: String,
 }
 
-/// Parses `flo 0.1.0 listening on 127.0.0.1:PORT (2 shards, durability sync, data DIR)`.
+/// Parses `flo 0.1.0 listening on 127.0.0.1:PORT (2 shards, durability sync, http
+/// 127.0.0.1:PORT, data DIR)` (`http off`; older servers said no `http`).
 pub fn parse_listening(line: &str) -> Option<Listening> {
     let rest = line.split_once(" listening on ")?.1;
     let (addr, rest) = rest.split_once(" (")?;
     let (shards, rest) = rest.split_once(" shards, durability ")?;
     let durability = rest.split([',', ')']).next()?;
+    let http = rest[durability.len()..]
+        .strip_prefix(", http ")
+        .and_then(|r| r.split([',', ')']).next())
+        .filter(|h| *h != "off")
+        .map(str::to_string);
     Some(Listening {
         addr: addr.to_string(),
         shards: shards.parse().ok()?,
         durability: durability.to_string(),
+        http,
         line: line.trim_end().to_string(),
     })
 }
@@ -197,7 +225,7 @@ impl ServerProcess {
             .arg("server")
             .arg("--data-dir")
             .arg(&cmd.data_dir)
-            .args(&cmd.args)
+            .args(with_http_default(&cmd.args))
             .envs(cmd.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -213,6 +241,7 @@ impl ServerProcess {
                 addr: String::new(),
                 shards: 0,
                 durability: String::new(),
+                http: None,
                 line: String::new(),
             },
             ready_in: Duration::ZERO,
@@ -474,10 +503,35 @@ mod tests {
                 addr: "127.0.0.1:40123".into(),
                 shards: 2,
                 durability: "sync".into(),
+                http: None,
                 line: line.into(),
             })
         );
         assert_eq!(parse_listening("flo stopped"), None);
+    }
+
+    #[test]
+    fn parses_the_http_address_of_the_listening_line() {
+        let line = "flo 0.1.0 listening on 127.0.0.1:40123 (1 shards, durability async, http \
+                    127.0.0.1:40999, data /tmp/d)";
+        let listening = parse_listening(line).expect("parsed");
+        assert_eq!(listening.durability, "async");
+        assert_eq!(listening.http.as_deref(), Some("127.0.0.1:40999"));
+        let off = line.replace("http 127.0.0.1:40999", "http off");
+        assert_eq!(parse_listening(&off).expect("parsed").http, None);
+    }
+
+    #[test]
+    fn servers_the_kit_starts_serve_http_on_an_ephemeral_port_unless_told() {
+        let given = |args: &[&str]| {
+            with_http_default(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            given(&["--shards", "1"]),
+            ["--shards", "1", "--http", HTTP_EPHEMERAL]
+        );
+        assert_eq!(given(&["--http", "off"]), ["--http", "off"]);
+        assert_eq!(given(&["--http=off"]), ["--http=off"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod bounds;
 mod clients;
 mod execute;
 mod fanout;
+mod metrics;
 mod peers;
 mod routing;
 mod run_waits;
@@ -16,6 +17,9 @@ mod triggers;
 mod watches;
 
 pub use fanout::SERVER_VERSION;
+pub use metrics::{
+    FINAL_STATUSES, Gauges, RUN_KINDS, RUN_LATENCY_BOUNDS_MS, RUN_NAMES_MAX, RunsEnded,
+};
 
 use crate::actions::Executions;
 use crate::auth::Quotas;
@@ -94,6 +98,8 @@ pub struct Engine {
     /// The wake-up last asked of the runtime (wall clock).
     wake_asked: Option<u64>,
     segments: u32,
+    /// Runs that became final here since the process started (for metrics).
+    runs_ended: RunsEnded,
 }
 
 impl Engine {
@@ -126,6 +132,7 @@ impl Engine {
             expiry_backlog: false,
             wake_asked: None,
             segments: 1,
+            runs_ended: RunsEnded::default(),
         }
     }
 

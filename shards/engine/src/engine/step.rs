@@ -104,6 +104,7 @@ impl Engine {
         let core = &mut self.core;
         match task {
             Task::ActionFinal(run) => {
+                self.note_action_ended(&run.0, &run.1);
                 actions::stop_if_executing(&mut self.core, &self.executions, &run);
                 let key = (run, false);
                 self.answer_watchers(&key);
@@ -113,6 +114,7 @@ impl Engine {
             }
             Task::WfAdvance((namespace, run_id)) => workflows::advance(core, &namespace, &run_id),
             Task::WfFinal((namespace, run_id)) => {
+                self.note_workflow_ended(&namespace, &run_id);
                 let key = ((namespace, run_id), true);
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;

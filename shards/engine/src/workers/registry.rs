@@ -76,6 +76,21 @@ pub fn labels_match(required: Option<&str>, worker: Option<&Map<String, Value>>)
 }
 
 impl WorkerRegistry {
+    /// Workers registered here, by status (active, idle, draining, unhealthy).
+    pub fn count_by_status(&self) -> [u64; 4] {
+        let mut counts = [0; 4];
+        for worker in self.workers.values() {
+            let at = match worker.status {
+                WorkerStatus::Active => 0,
+                WorkerStatus::Idle => 1,
+                WorkerStatus::Draining => 2,
+                WorkerStatus::Unhealthy => 3,
+            };
+            counts[at] += 1;
+        }
+        counts
+    }
+
     pub fn get(&self, namespace: &str, worker_id: &str) -> Option<&Worker> {
         self.workers
             .get(&(namespace.to_string(), worker_id.to_string()))

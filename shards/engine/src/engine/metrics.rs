@@ -1,0 +1,221 @@
+//! What the engine counts for the server's metrics, read by the runtime about once a
+//! second (`Engine::gauges`, `Engine::runs_ended`): numbers the shard already keeps, and the
+//! runs that became final here since the process started. Counting costs a few additions
+//! per run that ends; nothing here is durable or decides anything.
+
+use super::Engine;
+use crate::core::io::DiskSpace;
+use flo_protocol::{RunStatus, WorkflowRunStatus};
+use std::collections::HashMap;
+
+/// Upper bounds (ms) of the buckets of a run's time from created to final; one more bucket
+/// holds the longer ones.
+pub const RUN_LATENCY_BOUNDS_MS: [u64; 14] = [
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000, 600_000, 3_600_000,
+];
+
+/// Action and workflow names counted apart per kind and shard; the runs of any name beyond
+/// are counted under `RunsEnded::OTHER_NAME` (names are the users', their number unbounded).
+pub const RUN_NAMES_MAX: usize = 100;
+
+/// The final statuses a run ends in, in the order of `RunsEnded::counts`.
+pub const FINAL_STATUSES: [&str; 4] = ["completed", "failed", "cancelled", "timed_out"];
+
+/// The kinds of run, in the order of `RunsEnded::counts`.
+pub const RUN_KINDS: [&str; 2] = ["action", "workflow"];
+const ACTION: usize = 0;
+const WORKFLOW: usize = 1;
+
+/// Runs that became final on this shard since the process started (a restart starts again
+/// from zero, as Prometheus counters may).
+#[derive(Debug, Clone, Default)]
+pub struct RunsEnded {
+    /// By kind (`RUN_KINDS`), then final status (`FINAL_STATUSES`).
+    pub counts: [[u64; 4]; 2],
+    /// By kind: runs per bucket of `RUN_LATENCY_BOUNDS_MS` (the last: beyond them), and the
+    /// sum of their times (ms).
+    pub latency: [[u64; RUN_LATENCY_BOUNDS_MS.len() + 1]; 2],
+    pub latency_sum_ms: [u64; 2],
+    /// By kind and action or workflow name (at most `RUN_NAMES_MAX` per kind, then
+    /// `OTHER_NAME`): counts by final status.
+    pub by_name: [HashMap<String, [u64; 4]>; 2],
+}
+
+impl RunsEnded {
+    /// The name the runs of names beyond `RUN_NAMES_MAX` are counted under.
+    pub const OTHER_NAME: &'static str = "_other";
+
+    fn note(&mut self, kind: usize, name: &str, status: usize, latency_ms: u64) {
+        self.counts[kind][status] += 1;
+        let bucket = RUN_LATENCY_BOUNDS_MS.partition_point(|&b| b < latency_ms);
+        self.latency[kind][bucket] += 1;
+        self.latency_sum_ms[kind] += latency_ms;
+        let names = &mut self.by_name[kind];
+        if let Some(counts) = names.get_mut(name) {
+            counts[status] += 1;
+            return;
+        }
+        let name = match names.len() < RUN_NAMES_MAX {
+            true => name,
+            false => Self::OTHER_NAME,
+        };
+        names.entry(name.to_string()).or_default()[status] += 1;
+    }
+}
+
+/// Numbers the shard keeps anyway, as of now: what `flo status` shows and the depths of its
+/// queues held outside the fold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gauges {
+    pub last_lsn: u64,
+    pub durable_lsn: u64,
+    pub segments: u32,
+    /// Bytes of log segments and snapshots on disk.
+    pub disk_bytes: u64,
+    pub disk_full: bool,
+    /// The newest snapshot's LSN (0: none) and when it was written (wall clock, ms).
+    pub snapshot_lsn: u64,
+    pub snapshot_at_ms: u64,
+    pub kv_keys: u64,
+    /// Runs in memory (not archived yet).
+    pub action_runs: u64,
+    pub workflow_runs: u64,
+    /// Finished runs retained, found through the run index.
+    pub archived_runs: u64,
+    /// WebAssembly executions in progress, and the slots the shard has for them.
+    pub executions: u64,
+    pub wasm_slots: u64,
+    /// Clients waiting for a run to become final.
+    pub run_waits: u64,
+    /// KV reads parked until their key is written.
+    pub kv_waits: u64,
+    /// Worker awaits open on this shard (the workers' home).
+    pub awaits: u64,
+    /// Workers homed here, by status (`WorkerStatus` order: active, idle, draining,
+    /// unhealthy).
+    pub workers: [u64; 4],
+    pub stream_records: u64,
+    pub stream_bytes: u64,
+}
+
+impl Engine {
+    /// The shard's numbers as of now (cheap: counts kept by each store; the workers are
+    /// counted, a registry bounded per shard).
+    pub fn gauges(&self) -> Gauges {
+        let core = &self.core;
+        let state = core.state();
+        let (stream_records, stream_bytes) = state.streams.totals();
+        Gauges {
+            last_lsn: core.last_lsn(),
+            durable_lsn: core.durable_lsn(),
+            segments: self.segments,
+            disk_bytes: self.storage.disk_bytes,
+            disk_full: core.disk() == DiskSpace::Full,
+            snapshot_lsn: self.storage.snapshot_lsn,
+            snapshot_at_ms: self.storage.snapshot_at_ms,
+            kv_keys: state.kv.key_count(),
+            action_runs: state.runs.len() as u64,
+            workflow_runs: state.workflows.run_count() as u64,
+            archived_runs: state.archive.len() as u64,
+            executions: self.executions.len() as u64,
+            wasm_slots: core.limits().wasm_slots as u64,
+            run_waits: (self.watches.len() + self.watches.relayed_len()) as u64,
+            kv_waits: self.kv_waits.len() as u64,
+            awaits: self.awaits.open_awaits() as u64,
+            workers: self.workers.count_by_status(),
+            stream_records,
+            stream_bytes,
+        }
+    }
+
+    /// The runs that became final here since the process started.
+    pub fn runs_ended(&self) -> &RunsEnded {
+        &self.runs_ended
+    }
+
+    /// Counts the action run `(namespace, run_id)` as ended, if it is final (called as its
+    /// `Task::ActionFinal` runs, before it may be archived).
+    pub(super) fn note_action_ended(&mut self, namespace: &str, run_id: &str) {
+        let Some(run) = self.core.state().runs.get(namespace, run_id) else {
+            return;
+        };
+        let Some(status) = action_status(run.status) else {
+            return;
+        };
+        let latency_ms = run.updated_at_ms.saturating_sub(run.created_at_ms);
+        self.runs_ended
+            .note(ACTION, &run.action, status, latency_ms);
+    }
+
+    /// Counts the workflow run `(namespace, run_id)` as ended, if it is final (called as its
+    /// `Task::WfFinal` runs, before it may be archived).
+    pub(super) fn note_workflow_ended(&mut self, namespace: &str, run_id: &str) {
+        let Some(run) = self.core.state().workflows.run(namespace, run_id) else {
+            return;
+        };
+        let Some(status) = workflow_status(run.status()) else {
+            return;
+        };
+        let latency_ms = run.updated_at_ms.saturating_sub(run.created_at_ms);
+        self.runs_ended
+            .note(WORKFLOW, &run.workflow, status, latency_ms);
+    }
+}
+
+/// A final action status's index in `FINAL_STATUSES`; None while the run goes on.
+fn action_status(status: RunStatus) -> Option<usize> {
+    match status {
+        RunStatus::Pending | RunStatus::Running => None,
+        RunStatus::Completed => Some(0),
+        RunStatus::Failed => Some(1),
+        RunStatus::Cancelled => Some(2),
+        RunStatus::TimedOut => Some(3),
+    }
+}
+
+/// A final workflow status's index in `FINAL_STATUSES`; None while the run goes on.
+fn workflow_status(status: WorkflowRunStatus) -> Option<usize> {
+    match status {
+        WorkflowRunStatus::Pending | WorkflowRunStatus::Running | WorkflowRunStatus::Waiting => {
+            None
+        }
+        WorkflowRunStatus::Completed => Some(0),
+        WorkflowRunStatus::Failed => Some(1),
+        WorkflowRunStatus::Cancelled => Some(2),
+        WorkflowRunStatus::TimedOut => Some(3),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_ends_is_counted_by_kind_status_name_and_time() {
+        let mut ended = RunsEnded::default();
+        ended.note(0, "charge", 0, 7);
+        ended.note(0, "charge", 1, 7_000);
+        assert_eq!(ended.counts[0], [1, 1, 0, 0]);
+        assert_eq!(ended.latency[0][1], 1, "7 ms is in the bucket up to 10 ms");
+        assert_eq!(ended.latency[0][10], 1, "7 s is in the bucket up to 10 s");
+        assert_eq!(ended.latency_sum_ms[0], 7_007);
+        assert_eq!(ended.by_name[0]["charge"], [1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn names_beyond_the_bound_are_counted_together() {
+        let mut ended = RunsEnded::default();
+        for i in 0..RUN_NAMES_MAX + 5 {
+            ended.note(1, &format!("wf-{i}"), 0, 1);
+        }
+        assert_eq!(ended.by_name[1].len(), RUN_NAMES_MAX + 1);
+        assert_eq!(ended.by_name[1][RunsEnded::OTHER_NAME], [5, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_time_beyond_the_last_bound_lands_in_the_last_bucket() {
+        let mut ended = RunsEnded::default();
+        ended.note(0, "slow", 3, u64::MAX / 4);
+        assert_eq!(ended.latency[0][RUN_LATENCY_BOUNDS_MS.len()], 1);
+    }
+}

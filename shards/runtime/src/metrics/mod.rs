@@ -1,0 +1,13 @@
+//! The server's metrics and its HTTP port: each shard's counters (`shard.rs`, atomics it
+//! bumps; `histogram.rs`), their export in the Prometheus text format (`export.rs`) and the
+//! thread that serves `/metrics`, `/healthz` and `/readyz` (`http.rs`).
+
+mod export;
+mod histogram;
+mod http;
+mod shard;
+
+pub(crate) use export::ServerMetrics;
+pub use http::HTTP_CONNECTIONS_MAX;
+pub(crate) use http::{bind, start};
+pub(crate) use shard::{EXEC_RESULTS, ShardMetrics, result_index};
