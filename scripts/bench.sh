@@ -21,8 +21,9 @@
 #                       that meets one of the server's write-load stalls ends, marked as cut
 #                       short, instead of holding up the table)
 #
-# Each row is 100,000 to 500,000 operations: the whole table takes about 4 minutes on the
-# 2-core development machine (not counting the build). The rows share the machine with the
+# Each row is 100,000 to 500,000 operations: from the rows' rates the whole table should take
+# about 5 minutes on a quiet 2-core machine (not counting the build), each row at most
+# FLO_BENCH_MAX_SECS. The rows share the machine with the
 # load generator (as in docs/benchmarks.md); figures vary by ±30% from run to run on a
 # shared machine. Run by hand, never by CI. Needs jq.
 set -euo pipefail
