@@ -1,8 +1,11 @@
 //! Command line.
 
+use crate::mix::{MIX_DEFAULT, Mix};
+use crate::pacing::{Pace, parse_duration};
 use crate::workload::Workload;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9000";
 
@@ -29,9 +32,22 @@ pub struct Args {
     /// their actions and workflows first).
     #[arg(long, env = "FLO_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Total operations.
+    /// Total operations (with --rate: --rate times --duration instead).
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub ops: u64,
+    /// Most operations in flight at once over every connection: requests awaiting their
+    /// reply, and for the `worker` workload (and the worker tasks of `mixed`) tasks invoked
+    /// and not yet completed (default: no bound but --connections × --pipeline).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_outstanding: Option<u64>,
+    /// Open loop: send operations at this many a second for --duration, whether or not
+    /// earlier ones were answered; latency counts from each operation's intended send time.
+    #[arg(long, requires = "duration", conflicts_with = "ops",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate: Option<u64>,
+    /// How long --rate sends: a whole number with a unit, ms, s, m or h (30s, 10m).
+    #[arg(long, requires = "rate", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     /// Client connections, one thread each.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub connections: u32,
@@ -77,20 +93,31 @@ pub struct Args {
     /// thread each.
     #[arg(long, default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=1024),
-          help_heading = "Worker workload options (with --workload worker)")]
+          help_heading = "Worker options (with --workload worker, workflow-worker, mixed)")]
     pub workers: u32,
     /// Most tasks one worker takes per await (also its registered max concurrency).
     #[arg(long, default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=flo_protocol::TASK_AWAIT_TASKS_MAX as i64),
-          help_heading = "Worker workload options (with --workload worker)")]
+          help_heading = "Worker options (with --workload worker, workflow-worker, mixed)")]
     pub await_batch: u32,
     /// The user-hosted action invoked and completed (registered by the workload).
     #[arg(
         long,
         default_value = "lt-task",
-        help_heading = "Worker workload options (with --workload worker)"
+        help_heading = "Worker options (with --workload worker, workflow-worker, mixed)"
     )]
     pub action_name: String,
+
+    /// The blend of the `mixed` workload: NAME=WEIGHT,... with names kv (puts and gets half
+    /// and half), kv-put, kv-get, wasm, worker (tasks completed by --workers workers) and
+    /// workflow (3-step WASM workflow starts).
+    #[arg(
+        long,
+        default_value = MIX_DEFAULT,
+        value_parser = Mix::parse,
+        help_heading = "Mixed workload options (with --workload mixed)"
+    )]
+    pub mix: Mix,
 
     /// Shards of the spawned server (default: the server's own default).
     #[arg(
@@ -134,7 +161,20 @@ impl DurabilityArg {
 impl Args {
     /// Distinct keys the workload cycles through.
     pub fn key_count(&self) -> u64 {
-        self.keys.unwrap_or(self.ops)
+        self.keys.unwrap_or(self.total_ops())
+    }
+
+    /// The open-loop schedule, with --rate.
+    pub fn pace(&self) -> Option<Pace> {
+        self.rate.map(Pace::new)
+    }
+
+    /// Operations to run: --ops, or with --rate all those due within --duration.
+    pub fn total_ops(&self) -> u64 {
+        match (self.pace(), self.duration) {
+            (Some(pace), Some(duration)) => pace.ops_in(duration).max(1),
+            _ => self.ops,
+        }
     }
 
     /// Validates what clap cannot express.
@@ -147,6 +187,22 @@ impl Args {
         }
         if self.action_name.is_empty() {
             return Err("--action-name must not be empty".into());
+        }
+        if let Some(duration) = self.duration
+            && duration.as_secs_f64() > self.max_secs
+        {
+            return Err(format!(
+                "--duration ({} s) is longer than --max-secs ({} s): raise --max-secs",
+                duration.as_secs_f64(),
+                self.max_secs
+            ));
+        }
+        let driven = !matches!(self.workload, Workload::Schedule);
+        if !driven && (self.rate.is_some() || self.max_outstanding.is_some()) {
+            return Err(format!(
+                "--rate and --max-outstanding do not apply to the {} workload",
+                self.workload.name()
+            ));
         }
         Ok(())
     }

@@ -1,18 +1,33 @@
-//! Drives a workload: one thread per connection, each keeping `pipeline` requests in flight.
+//! Drives a workload: one thread per connection, each keeping up to `pipeline` requests in
+//! flight.
 //!
-//! A connection thread loops: block in `recv` for one response, drain every response
-//! already buffered, record their latencies, then queue as many new requests and flush
-//! them with one write. Operation numbers are claimed from a shared counter, a batch at a
-//! time, so fast connections take more of the work.
+//! A connection thread loops: send what it may, block in `recv` for one response, drain
+//! every response already buffered, record their latencies, then queue as many new requests
+//! and flush them with one write. Operation numbers are claimed from a shared counter, a
+//! batch at a time, so fast connections take more of the work.
+//!
+//! Two bounds can hold a connection back besides its free slots: `--max-outstanding`
+//! permits (`Limiter`), shared by every connection, and in open-loop mode (`--rate`) the
+//! schedule (`Pace`), which releases operation `n` only at its intended time. In open-loop
+//! mode a connection waits for a response no longer than until its next operation is due,
+//! and each latency counts from the operation's intended time.
+//!
+//! Memory does not grow with `--ops`: per connection, `pipeline` slots and a fixed set of
+//! histograms (one per kind of operation, one of send lag).
 
+use crate::limiter::Limiter;
+pub use crate::outcome::{KindOutcome, Outcome, Sending, new_histogram};
+use crate::pacing::{LATE_MS, Pace, latency_us};
 use crate::workload::Generator;
 use flo::protocol::{Op, PROTOCOL_VERSION, Reply, Request, Response};
 use flo::{Connection, Error};
 use hdrhistogram::Histogram;
 use std::io;
+use std::net::TcpStream;
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Barrier, Mutex, mpsc};
+use std::sync::{Arc, Barrier, Mutex, OnceLock, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,8 +39,12 @@ const _: () = assert!(crate::args::PIPELINE_MAX as u64 <= 1 << SLOT_BITS);
 const HELLO_ID: u64 = 1;
 /// A connection fails when the server sends nothing for this long while requests wait.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Latencies are recorded in microseconds, up to this (larger ones count as this).
-const LATENCY_US_MAX: u64 = 100_000_000;
+/// Longest a connection with nothing in flight sleeps before it looks again for work (a
+/// due operation, a free permit) and at the deadline.
+const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
+/// How often a connection waiting for a response looks for a free permit when every one
+/// is taken in open-loop mode (workers give them back, not its own responses).
+const PERMIT_POLL: Duration = Duration::from_millis(1);
 
 pub struct Config {
     pub addr: String,
@@ -37,44 +56,28 @@ pub struct Config {
     pub max_duration: Duration,
     /// Print a progress line on stderr every second.
     pub progress: bool,
+    /// `--max-outstanding`: a permit per operation in flight, over every connection.
+    pub limiter: Option<Arc<Limiter>>,
+    /// `--rate`: the open-loop schedule; None sends each operation as soon as a slot is free.
+    pub pace: Option<Pace>,
 }
 
-pub struct Outcome {
-    /// Latency of every answered request, in microseconds.
-    pub latency_us: Histogram<u64>,
-    /// Requests answered (successfully or not).
-    pub ops: u64,
-    /// Error replies (and unexpected replies).
-    pub errors: u64,
-    pub first_error: Option<String>,
-    /// One message per failed connection.
-    pub failures: Vec<String>,
-    /// From the moment every connection was ready to the last response.
-    pub elapsed: Duration,
-    /// Whether the `max_duration` limit stopped the run early.
-    pub hit_time_limit: bool,
-    /// Shard count the server announced in its handshake.
-    pub server_shards: Option<u32>,
-}
-
-impl Outcome {
-    /// Nothing done yet.
-    pub fn empty() -> Self {
-        Outcome {
-            latency_us: new_histogram(),
-            ops: 0,
-            errors: 0,
-            first_error: None,
-            failures: Vec::new(),
-            elapsed: Duration::ZERO,
-            hit_time_limit: false,
-            server_shards: None,
+#[cfg(test)]
+impl Config {
+    /// A closed-loop run of `ops` operations, unbounded but by the pipeline.
+    pub fn closed(addr: &str, connections: usize, pipeline: usize, ops: u64) -> Config {
+        Config {
+            addr: addr.to_string(),
+            token: None,
+            connections,
+            pipeline,
+            ops,
+            max_duration: Duration::from_secs(600),
+            progress: false,
+            limiter: None,
+            pace: None,
         }
     }
-}
-
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid histogram bounds")
 }
 
 /// Runs `cfg.ops` operations made by the generators `make` returns (one per connection).
@@ -88,6 +91,7 @@ where
         next: AtomicU64::new(0),
         completed: AtomicU64::new(0),
         first_error: Mutex::new(None),
+        start: OnceLock::new(),
     };
     let barrier = Barrier::new(cfg.connections + 1);
     thread::scope(|scope| {
@@ -103,7 +107,7 @@ where
             })
             .collect();
         barrier.wait();
-        let start = Instant::now();
+        let start = *shared.start.get_or_init(Instant::now);
         let (stop_progress, stopped) = mpsc::channel::<()>();
         let completed = &shared.completed;
         let reporter = cfg
@@ -113,17 +117,7 @@ where
         let mut outcome = Outcome::empty();
         for (index, handle) in handles.into_iter().enumerate() {
             match handle.join() {
-                Ok(done) => {
-                    outcome
-                        .latency_us
-                        .add(&done.latency_us)
-                        .expect("histograms share bounds");
-                    outcome.ops += done.ops;
-                    outcome.errors += done.errors;
-                    outcome.hit_time_limit |= done.hit_time_limit;
-                    outcome.server_shards = outcome.server_shards.or(done.server_shards);
-                    outcome.failures.extend(done.failure);
-                }
+                Ok(done) => add_thread(&mut outcome, done),
                 Err(_) => outcome
                     .failures
                     .push(format!("connection {index}: thread panicked")),
@@ -145,13 +139,44 @@ struct Shared {
     /// Responses received, for the progress line.
     completed: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// When every connection was ready: the clock of the open-loop schedule. Set by the
+    /// first thread past the barrier.
+    start: OnceLock<Instant>,
 }
 
 impl Shared {
-    /// Claims up to `want` operation numbers; empty once all are claimed.
-    fn claim(&self, want: u64) -> Range<u64> {
-        let start = self.next.fetch_add(want, Relaxed);
-        start.min(self.total)..start.saturating_add(want).min(self.total)
+    /// Operations not yet claimed among the first `due`.
+    fn ready(&self, due: u64) -> u64 {
+        due.min(self.total).saturating_sub(self.next.load(Relaxed))
+    }
+
+    /// Claims up to `want` operation numbers below `due` (and the total); empty when none
+    /// is left to claim there.
+    fn claim(&self, want: u64, due: u64) -> Range<u64> {
+        let limit = due.min(self.total);
+        let mut first = self.next.load(Relaxed);
+        loop {
+            if first >= limit {
+                return first..first;
+            }
+            let end = first.saturating_add(want).min(limit);
+            match self
+                .next
+                .compare_exchange_weak(first, end, Relaxed, Relaxed)
+            {
+                Ok(_) => return first..end,
+                Err(actual) => first = actual,
+            }
+        }
+    }
+
+    /// The lowest operation number not yet claimed.
+    fn next_unclaimed(&self) -> u64 {
+        self.next.load(Relaxed)
+    }
+
+    fn all_claimed(&self) -> bool {
+        self.next.load(Relaxed) >= self.total
     }
 
     fn note_error(&self, message: String) {
@@ -165,12 +190,44 @@ impl Shared {
 
 /// What one connection thread did.
 struct ThreadOutcome {
-    latency_us: Histogram<u64>,
-    ops: u64,
-    errors: u64,
+    tally: Tally,
     failure: Option<String>,
     hit_time_limit: bool,
     server_shards: Option<u32>,
+}
+
+/// Adds what one connection did to the run's outcome.
+fn add_thread(outcome: &mut Outcome, done: ThreadOutcome) {
+    let tally = done.tally;
+    outcome
+        .latency_us
+        .add(&tally.latency_us)
+        .expect("histograms share bounds");
+    outcome.ops += tally.ops;
+    outcome.errors += tally.errors;
+    if outcome.kinds.is_empty() {
+        outcome.kinds = tally
+            .kinds
+            .iter()
+            .map(|k| KindOutcome::new(k.name))
+            .collect();
+    }
+    for (mine, theirs) in outcome.kinds.iter_mut().zip(&tally.kinds) {
+        mine.merge(theirs);
+    }
+    outcome.sending.merge(&tally.sending);
+    outcome.hit_time_limit |= done.hit_time_limit;
+    outcome.server_shards = outcome.server_shards.or(done.server_shards);
+    outcome.failures.extend(done.failure);
+}
+
+/// A connection's counts; merged into the run's `Outcome` at the end.
+struct Tally {
+    latency_us: Histogram<u64>,
+    ops: u64,
+    errors: u64,
+    kinds: Vec<KindOutcome>,
+    sending: Sending,
 }
 
 fn connection_thread<G: Generator>(
@@ -182,32 +239,33 @@ fn connection_thread<G: Generator>(
 ) -> ThreadOutcome {
     let opened = open(&cfg.addr, cfg.token.as_deref());
     barrier.wait();
-    let deadline = Instant::now() + cfg.max_duration;
-    let mut worker = Worker::new(shared, generator, cfg.pipeline);
-    let mut outcome = ThreadOutcome {
-        latency_us: new_histogram(),
-        ops: 0,
-        errors: 0,
-        failure: None,
-        hit_time_limit: false,
-        server_shards: None,
-    };
+    let start = *shared.start.get_or_init(Instant::now);
+    let deadline = start + cfg.max_duration;
+    let mut worker = Worker::new(cfg, shared, generator, start);
+    let mut server_shards = None;
     let result = opened.and_then(|(mut conn, shards)| {
-        outcome.server_shards = Some(shards);
-        worker.drive(&mut conn, deadline)
+        server_shards = Some(shards);
+        // Open-loop mode polls the socket with a timeout; a clone shares it.
+        let watched = match cfg.pace {
+            Some(_) => Some(conn.try_clone_stream().map_err(describe)?),
+            None => None,
+        };
+        worker.drive(&mut conn, watched.as_ref(), deadline)
     });
-    match result {
-        Ok(hit_time_limit) => outcome.hit_time_limit = hit_time_limit,
+    let (hit_time_limit, failure) = match result {
+        Ok(hit_time_limit) => (hit_time_limit, None),
         Err(message) => {
             let message = format!("connection {index}: {message}");
             eprintln!("flo-loadtest: {message}");
-            outcome.failure = Some(message);
+            (false, Some(message))
         }
+    };
+    ThreadOutcome {
+        tally: worker.tally,
+        failure,
+        hit_time_limit,
+        server_shards,
     }
-    outcome.latency_us = worker.latency_us;
-    outcome.ops = worker.ops;
-    outcome.errors = worker.errors;
-    outcome
 }
 
 /// Connects and shakes hands; returns the server's shard count.
@@ -259,11 +317,17 @@ struct Slot {
     id: u64,
     /// The operation's number (sent again if the server answers `overloaded`).
     n: u64,
-    sent: Instant,
+    /// What its latency counts from: its intended send time in open-loop mode, the moment
+    /// it was sent otherwise.
+    since: Instant,
 }
 
 struct Worker<'a, G> {
     shared: &'a Shared,
+    limiter: Option<&'a Limiter>,
+    pace: Option<Pace>,
+    /// The start of the run: the clock of the schedule.
+    start: Instant,
     generator: G,
     /// Reused for every request: the generator updates its op in place.
     request: Request,
@@ -272,21 +336,35 @@ struct Worker<'a, G> {
     /// Slots of the batch being queued.
     batch: Vec<u32>,
     sequence: u64,
-    latency_us: Histogram<u64>,
-    ops: u64,
-    errors: u64,
+    tally: Tally,
     /// Operations the server answered `overloaded` (it asks to retry later): sent again.
     retry: Vec<u64>,
+    /// Permits of answered operations, given back once the buffered responses are drained.
+    permits_done: u64,
+}
+
+/// Whether a request is an operation's first, or one sent again after `overloaded`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    First,
+    Again,
 }
 
 /// Before an operation answered `overloaded` is sent again.
 const OVERLOADED_BACKOFF: Duration = Duration::from_millis(20);
 
 impl<'a, G: Generator> Worker<'a, G> {
-    fn new(shared: &'a Shared, generator: G, pipeline: usize) -> Self {
-        let now = Instant::now();
+    fn new(cfg: &'a Config, shared: &'a Shared, generator: G, start: Instant) -> Self {
+        let kinds = generator
+            .kind_names()
+            .iter()
+            .map(|name| KindOutcome::new(name))
+            .collect();
         Worker {
             shared,
+            limiter: cfg.limiter.as_deref(),
+            pace: cfg.pace,
+            start,
             generator,
             request: Request {
                 id: 0,
@@ -296,22 +374,34 @@ impl<'a, G: Generator> Worker<'a, G> {
                 Slot {
                     id: 0,
                     n: 0,
-                    sent: now
+                    since: start
                 };
-                pipeline
+                cfg.pipeline
             ],
             retry: Vec::new(),
-            free: (0..pipeline as u32).rev().collect(),
-            batch: Vec::with_capacity(pipeline),
+            free: (0..cfg.pipeline as u32).rev().collect(),
+            batch: Vec::with_capacity(cfg.pipeline),
             sequence: 0,
-            latency_us: new_histogram(),
-            ops: 0,
-            errors: 0,
+            tally: Tally {
+                latency_us: new_histogram(),
+                ops: 0,
+                errors: 0,
+                kinds,
+                sending: Sending::empty(),
+            },
+            permits_done: 0,
         }
     }
 
     /// Runs until every claimed operation is answered; `Ok(true)` if the deadline stopped it.
-    fn drive(&mut self, conn: &mut Connection, deadline: Instant) -> Result<bool, String> {
+    /// `watched` (open-loop mode) is the connection's socket, polled so that a wait for a
+    /// response ends when the next operation is due.
+    fn drive(
+        &mut self,
+        conn: &mut Connection,
+        watched: Option<&TcpStream>,
+        deadline: Instant,
+    ) -> Result<bool, String> {
         let mut claiming = true;
         let mut hit_deadline = false;
         loop {
@@ -319,47 +409,114 @@ impl<'a, G: Generator> Worker<'a, G> {
                 std::thread::sleep(OVERLOADED_BACKOFF);
                 let n = self.retry.len().min(self.free.len());
                 let again: Vec<u64> = self.retry.drain(..n).collect();
-                self.send(conn, again)?;
+                self.send(conn, again, Attempt::Again)?;
             }
             if claiming && !self.free.is_empty() {
-                claiming = self.send_batch(conn)?;
+                claiming = self.send_due(conn)?;
             }
-            if self.free.len() == self.slots.len() && self.retry.is_empty() {
+            let in_flight = self.free.len() < self.slots.len();
+            if !in_flight && self.retry.is_empty() && !claiming {
                 return Ok(hit_deadline);
             }
-            if self.free.len() == self.slots.len() {
-                continue;
-            }
-            let response = conn.recv().map_err(describe)?;
-            let now = Instant::now();
-            let mut answered = self.complete(response, now)?;
-            while let Some(response) = conn.recv_buffered().map_err(describe)? {
-                answered += self.complete(response, now)?;
-            }
-            self.shared.completed.fetch_add(answered, Relaxed);
-            if claiming && now >= deadline {
+            if claiming && Instant::now() >= deadline {
                 claiming = false;
                 hit_deadline = true;
+                continue;
+            }
+            if !in_flight {
+                if claiming {
+                    self.wait_for_work(deadline);
+                }
+                continue;
+            }
+            if let (Some(socket), Some(wait)) = (watched, self.open_loop_wait(claiming))
+                && !readable(socket, wait).map_err(|e| describe(Error::Io(e)))?
+            {
+                continue;
+            }
+            self.receive(conn)?;
+        }
+    }
+
+    /// Blocks for one response, then takes every response already buffered.
+    fn receive(&mut self, conn: &mut Connection) -> Result<(), String> {
+        let response = conn.recv().map_err(describe)?;
+        let now = Instant::now();
+        let mut answered = self.complete(response, now)?;
+        while let Some(response) = conn.recv_buffered().map_err(describe)? {
+            answered += self.complete(response, now)?;
+        }
+        if let Some(limiter) = self.limiter {
+            limiter.release(std::mem::take(&mut self.permits_done));
+        }
+        self.shared.completed.fetch_add(answered, Relaxed);
+        Ok(())
+    }
+
+    /// Sends the operations due now, as many as the free slots and permits allow.
+    /// `Ok(false)` once every operation is claimed.
+    fn send_due(&mut self, conn: &mut Connection) -> Result<bool, String> {
+        let due = match self.pace {
+            Some(pace) => pace.due(nanos_since(self.start)),
+            None => u64::MAX,
+        };
+        let want = self.shared.ready(due).min(self.free.len() as u64);
+        let granted = match (want, self.limiter) {
+            (0, _) => 0,
+            (_, Some(limiter)) => limiter.try_acquire(want),
+            (_, None) => want,
+        };
+        if granted > 0 {
+            let numbers = self.shared.claim(granted, due);
+            if let Some(limiter) = self.limiter {
+                limiter.release(granted - (numbers.end - numbers.start));
+            }
+            if !numbers.is_empty() {
+                self.send(conn, numbers, Attempt::First)?;
             }
         }
+        Ok(!self.shared.all_claimed())
     }
 
-    /// Queues one request per free slot (as far as operations remain) and flushes them.
-    /// `Ok(false)` when no operation is left.
-    fn send_batch(&mut self, conn: &mut Connection) -> Result<bool, String> {
-        let numbers = self.shared.claim(self.free.len() as u64);
-        if numbers.is_empty() {
-            return Ok(false);
+    /// With nothing in flight and nothing sent: waits for a permit to come back (when all
+    /// are taken) or for the next operation's time (open-loop mode), no later than
+    /// `deadline` and no longer than `IDLE_WAIT_MAX`.
+    fn wait_for_work(&self, deadline: Instant) {
+        let now = Instant::now();
+        let mut until = deadline.min(now + IDLE_WAIT_MAX);
+        if let Some(limiter) = self.limiter
+            && limiter.is_full()
+        {
+            limiter.wait_for_room(until.saturating_duration_since(now));
+            return;
         }
-        self.send(conn, numbers)?;
-        Ok(true)
+        if let Some(pace) = self.pace {
+            until = until.min(pace.intended(self.start, self.shared.next_unclaimed()));
+        }
+        std::thread::sleep(until.saturating_duration_since(now));
     }
 
-    /// Queues operations `numbers` (no more than the free slots) and flushes them.
+    /// Open-loop mode, with requests in flight: how long to wait for a response before
+    /// looking again for operations to send. None: wait for a response however long.
+    fn open_loop_wait(&self, claiming: bool) -> Option<Duration> {
+        let pace = self.pace?;
+        if !claiming || self.free.is_empty() {
+            return None;
+        }
+        if self.limiter.is_some_and(Limiter::is_full) {
+            return Some(PERMIT_POLL);
+        }
+        let next = pace.intended(self.start, self.shared.next_unclaimed());
+        Some(next.saturating_duration_since(Instant::now()))
+    }
+
+    /// Queues operations `numbers` (no more than the free slots) and flushes them. Only a
+    /// first attempt counts as sent (and, in open-loop mode, as on time or late).
     fn send(
         &mut self,
         conn: &mut Connection,
         numbers: impl IntoIterator<Item = u64>,
+        attempt: Attempt,
     ) -> Result<(), String> {
         for n in numbers {
             let slot = self
@@ -368,7 +525,8 @@ impl<'a, G: Generator> Worker<'a, G> {
                 .expect("claimed no more than the free slots");
             self.sequence += 1;
             let id = (self.sequence << SLOT_BITS) | u64::from(slot);
-            self.generator.fill(n, &mut self.request.op);
+            let intended = self.pace.map(|pace| pace.intended(self.start, n));
+            self.generator.fill(n, intended, &mut self.request.op);
             self.request.id = id;
             conn.queue(&self.request).map_err(describe)?;
             self.slots[slot as usize].id = id;
@@ -376,8 +534,26 @@ impl<'a, G: Generator> Worker<'a, G> {
             self.batch.push(slot);
         }
         let now = Instant::now();
+        let sending = &mut self.tally.sending;
+        let first = attempt == Attempt::First;
         for &slot in &self.batch {
-            self.slots[slot as usize].sent = now;
+            let slot = &mut self.slots[slot as usize];
+            slot.since = match self.pace {
+                Some(pace) => {
+                    let intended = pace.intended(self.start, slot.n);
+                    if first {
+                        let lag_us = latency_us(intended, now);
+                        sending.lag_us.saturating_record(lag_us);
+                        sending.late += u64::from(lag_us > LATE_MS * 1000);
+                    }
+                    intended
+                }
+                None => now,
+            };
+        }
+        if first {
+            sending.sent += self.batch.len() as u64;
+            sending.span = now.saturating_duration_since(self.start);
         }
         self.batch.clear();
         conn.flush().map_err(describe)
@@ -398,27 +574,70 @@ impl<'a, G: Generator> Worker<'a, G> {
             }
         };
         slot.id = 0;
+        let (n, since) = (slot.n, slot.since);
+        self.free.push(index as u32);
         if let Err(e) = &response.result
             && e.code == flo::protocol::ErrorCode::Overloaded
         {
-            self.retry.push(slot.n);
-            self.free.push(index as u32);
+            // It keeps its permit: it is still outstanding.
+            self.retry.push(n);
             return Ok(0);
         }
-        let latency = now.saturating_duration_since(slot.sent).as_micros();
-        self.latency_us
-            .saturating_record(u64::try_from(latency).unwrap_or(u64::MAX));
-        self.free.push(index as u32);
-        self.ops += 1;
+        let latency = latency_us(since, now);
         let verdict = match response.result {
-            Ok(reply) => self.generator.check(&reply),
+            Ok(reply) => self.generator.check(n, &reply),
             Err(e) => Err(e.to_string()),
         };
+        let failed = verdict.is_err();
+        // A task a successful invoke created is outstanding until a worker completes it.
+        if failed || !self.generator.completed_by_worker(n) {
+            self.permits_done += 1;
+        }
         if let Err(message) = verdict {
-            self.errors += 1;
             self.shared.note_error(message);
         }
+        self.tally.record(self.generator.kind(n), latency, failed);
         Ok(1)
+    }
+}
+
+impl Tally {
+    fn record(&mut self, kind: usize, latency_us: u64, failed: bool) {
+        self.latency_us.saturating_record(latency_us);
+        self.ops += 1;
+        self.errors += u64::from(failed);
+        if let Some(kind) = self.kinds.get_mut(kind) {
+            kind.latency_us.saturating_record(latency_us);
+            kind.ops += 1;
+            kind.errors += u64::from(failed);
+        }
+    }
+}
+
+fn nanos_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Whether `socket` has bytes to read (or an error to report) within `timeout`.
+fn readable(socket: &TcpStream, timeout: Duration) -> io::Result<bool> {
+    let mut fd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask; nothing is kept.
+    let ready = unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) };
+    match ready {
+        0 => Ok(false),
+        n if n > 0 => Ok(true),
+        _ => match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+            e => Err(e),
+        },
     }
 }
 
@@ -440,18 +659,104 @@ fn report_progress(start: Instant, completed: &AtomicU64, stop: mpsc::Receiver<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_server::FakeServer;
+    use flo::protocol::InvokeSpec;
+
+    /// Invokes answered at once (the fake server queues their tasks and replies).
+    struct Invoke;
+
+    impl Generator for Invoke {
+        fn fill(&mut self, _n: u64, _intended: Option<Instant>, op: &mut Op) {
+            *op = Op::ActionInvoke(InvokeSpec {
+                namespace: "ns".into(),
+                action: "a".into(),
+                input: Vec::new(),
+                priority: None,
+                delay_ms: None,
+                idempotency_key: None,
+                labels: None,
+                wait_ms: None,
+            });
+        }
+
+        fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
+            match reply {
+                Reply::Invoked { .. } => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    }
+
+    #[test]
+    fn max_outstanding_caps_requests_in_flight_over_all_connections() {
+        let (_fake, addr) = FakeServer::start();
+        let limiter = Arc::new(Limiter::new(3));
+        let mut cfg = Config::closed(&addr, 4, 16, 500);
+        cfg.limiter = Some(limiter.clone());
+        let outcome = run(&cfg, || Invoke);
+        assert_eq!(
+            (outcome.ops, outcome.errors),
+            (500, 0),
+            "{:?}",
+            outcome.failures
+        );
+        assert!(limiter.peak() <= 3, "peak {}", limiter.peak());
+        assert_eq!(limiter.held(), 0, "every reply gave its permit back");
+    }
+
+    #[test]
+    fn open_loop_sends_every_scheduled_operation_once() {
+        let (_fake, addr) = FakeServer::start();
+        let pace = Pace::new(20_000);
+        let mut cfg = Config::closed(&addr, 2, 4, pace.ops_in(Duration::from_millis(20)));
+        cfg.pace = Some(pace);
+        let outcome = run(&cfg, || Invoke);
+        assert_eq!(
+            (outcome.ops, outcome.errors),
+            (400, 0),
+            "{:?}",
+            outcome.failures
+        );
+        assert_eq!(outcome.sending.sent, 400);
+        assert_eq!(
+            outcome.sending.lag_us.len(),
+            400,
+            "one send lag per operation"
+        );
+        assert_eq!(outcome.latency_us.len(), 400);
+    }
 
     #[test]
     fn claims_stop_at_the_total() {
-        let shared = Shared {
-            total: 10,
+        let shared = shared_of(10);
+        assert_eq!(shared.claim(4, u64::MAX), 0..4);
+        assert_eq!(shared.claim(4, u64::MAX), 4..8);
+        assert_eq!(shared.claim(4, u64::MAX), 8..10);
+        assert!(shared.claim(4, u64::MAX).is_empty());
+        assert!(shared.all_claimed());
+    }
+
+    fn shared_of(total: u64) -> Shared {
+        Shared {
+            total,
             next: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             first_error: Mutex::new(None),
-        };
-        assert_eq!(shared.claim(4), 0..4);
-        assert_eq!(shared.claim(4), 4..8);
-        assert_eq!(shared.claim(4), 8..10);
-        assert!(shared.claim(4).is_empty());
+            start: OnceLock::new(),
+        }
+    }
+
+    #[test]
+    fn open_loop_claims_stop_at_the_operations_due() {
+        let shared = shared_of(100);
+        let pace = Pace::new(1000);
+        // 2.5 ms in: operations 0, 1 and 2 are due (at 0, 1 and 2 ms).
+        let due = pace.due(2_500_000);
+        assert_eq!(shared.ready(due), 3);
+        assert_eq!(shared.claim(8, due), 0..3);
+        assert!(shared.claim(8, due).is_empty(), "nothing more is due yet");
+        assert_eq!(shared.ready(due), 0);
+        assert!(!shared.all_claimed());
+        assert_eq!(shared.claim(8, pace.due(10_000_000)), 3..11);
     }
 }

@@ -3,10 +3,17 @@
 
 mod args;
 mod driver;
+#[cfg(test)]
+mod fake_server;
+mod limiter;
+mod mix;
+mod outcome;
+mod pacing;
 mod plans;
 mod report;
 mod schedules;
 mod search;
+mod server_stats;
 mod streams;
 mod workers;
 mod workload;
@@ -15,6 +22,7 @@ use args::{Args, DEFAULT_ADDR, DurabilityArg};
 use clap::Parser;
 use flo_loadtest::spawn;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workload::Workload;
 
@@ -68,14 +76,25 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         token: args.token.clone(),
         connections: args.connections as usize,
         pipeline: args.pipeline as usize,
-        ops: args.ops,
+        ops: args.total_ops(),
         max_duration: Duration::from_secs_f64(args.max_secs),
         progress: true,
+        limiter: args
+            .max_outstanding
+            .map(|max| Arc::new(limiter::Limiter::new(max))),
+        pace: args.pace(),
     };
     match args.workload {
         Workload::KvPut => {}
         Workload::WasmInvoke => workload::register_wasm_action(&addr, token, &args.namespace)?,
         Workload::Workflow => workload::create_workflow(&addr, token, &args.namespace)?,
+        Workload::WorkflowWorker => {
+            workload::create_worker_workflow(&addr, token, &args.namespace, &args.action_name)?
+        }
+        Workload::Mixed => {
+            workload::create_workflow(&addr, token, &args.namespace)?;
+            workload::register_user_action(&addr, token, &args.namespace, &args.action_name)?
+        }
         Workload::Worker => {
             workload::register_user_action(&addr, token, &args.namespace, &args.action_name)?
         }
@@ -97,7 +116,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             ExitCode::FAILURE
         });
     }
+    let sampler = server
+        .as_ref()
+        .map(|s| server_stats::Sampler::start(s.pid()));
     let (outcome, tasks) = run_workload(args, &cfg);
+    let usage = sampler.map(|sampler| {
+        let pid = server.as_ref().expect("sampled a spawned server").pid();
+        sampler.finish(pid)
+    });
 
     let spawned = server.as_ref().map(|s| report::Spawned {
         shards: s.shards,
@@ -112,14 +138,30 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         pipeline: args.pipeline,
         value_bytes: args.value_bytes,
         keys: args.key_count(),
-        requested_ops: args.ops,
+        requested_ops: args.total_ops(),
         outcome: &outcome,
-        tasks: tasks.as_ref().map(|outcome| report::Tasks {
+        tasks: tasks.as_ref().map(|task_outcome| report::Tasks {
             action: &args.action_name,
             workers: args.workers,
             await_batch: args.await_batch,
-            outcome,
+            outcome: task_outcome,
+            invokes_per_s: invokes_per_s(args.workload, &outcome),
         }),
+        outstanding: cfg.limiter.as_ref().map(|l| report::Outstanding {
+            limit: l.outstanding_max(),
+            peak: l.peak(),
+        }),
+        open_loop: args
+            .pace()
+            .zip(args.duration)
+            .map(|(pace, duration)| report::OpenLoop {
+                pace,
+                duration,
+                scheduled: args.total_ops(),
+            }),
+        mix: (args.workload == Workload::Mixed).then_some(&args.mix),
+        server_usage: usage.as_ref(),
+        generator_rss_peak_bytes: server_stats::own_rss_peak_bytes(),
     };
     if args.json {
         println!("{}", report.json());
@@ -168,25 +210,36 @@ fn run_workload(
             (outcome, None)
         }
         Workload::Worker => {
-            let epoch = Instant::now();
-            let worker_cfg = workers::Config {
-                addr: cfg.addr.clone(),
-                token: cfg.token.clone(),
-                namespace: args.namespace.clone(),
-                action: args.action_name.clone(),
-                workers: args.workers as usize,
-                await_batch: args.await_batch,
-                max_duration: cfg.max_duration,
-                epoch,
-                progress: cfg.progress,
-            };
-            let (outcome, tasks) = workers::run(&worker_cfg, || {
-                driver::run(cfg, || {
-                    workload::UserInvoke::new(&args.namespace, &args.action_name, epoch)
-                })
-            });
+            let worker_cfg = worker_config(args, cfg, cfg.limiter.clone());
+            let epoch = worker_cfg.epoch;
+            let (outcome, tasks) = workers::run(
+                &worker_cfg,
+                || {
+                    driver::run(cfg, || {
+                        workload::UserInvoke::new(&args.namespace, &args.action_name, epoch)
+                    })
+                },
+                driver::Outcome::succeeded,
+            );
             (outcome, Some(tasks))
         }
+        Workload::WorkflowWorker => {
+            // Each start is answered once its run completed: the limiter's permits come
+            // back with the replies, not with the tasks.
+            let worker_cfg = worker_config(args, cfg, None);
+            let (outcome, tasks) = workers::run(
+                &worker_cfg,
+                || {
+                    driver::run(cfg, || {
+                        let name = workload::WORKER_WORKFLOW_NAME;
+                        workload::WorkflowStart::of(&args.namespace, name)
+                    })
+                },
+                |started| started.succeeded() * workload::WORKER_WORKFLOW_STEPS,
+            );
+            (outcome, Some(tasks))
+        }
+        Workload::Mixed => run_mixed(args, cfg),
         Workload::StreamAppend => {
             let outcome = driver::run(cfg, || {
                 let value = args.value_bytes as usize;
@@ -236,4 +289,57 @@ fn run_workload(
         // Run apart (`schedules::run`): no requests to drive.
         Workload::Schedule | Workload::Query => (driver::Outcome::empty(), None),
     }
+}
+
+/// Invokes of the user-hosted action a second: every operation of `worker` (and of the
+/// stream workloads, which report appends there), the worker kind's of `mixed`, none of
+/// `workflow-worker` (its workflows' steps invoke the action).
+fn invokes_per_s(workload: Workload, outcome: &driver::Outcome) -> Option<f64> {
+    let secs = outcome.elapsed.as_secs_f64().max(1e-9);
+    match workload {
+        Workload::WorkflowWorker => None,
+        Workload::Mixed => Some(outcome.ops_of(mix::Kind::Worker.name()) as f64 / secs),
+        _ => Some(outcome.ops as f64 / secs),
+    }
+}
+
+/// The workers of `worker`, `workflow-worker` and `mixed`; `limiter` is given the permits
+/// of the tasks they complete.
+fn worker_config(
+    args: &Args,
+    cfg: &driver::Config,
+    limiter: Option<Arc<limiter::Limiter>>,
+) -> workers::Config {
+    workers::Config {
+        addr: cfg.addr.clone(),
+        token: cfg.token.clone(),
+        namespace: args.namespace.clone(),
+        action: args.action_name.clone(),
+        workers: args.workers as usize,
+        await_batch: args.await_batch,
+        max_duration: cfg.max_duration,
+        epoch: Instant::now(),
+        progress: cfg.progress,
+        limiter,
+    }
+}
+
+/// `mixed`: the blend, with workers when it holds worker tasks.
+fn run_mixed(args: &Args, cfg: &driver::Config) -> (driver::Outcome, Option<workers::TaskOutcome>) {
+    let worker_cfg = worker_config(args, cfg, cfg.limiter.clone());
+    let mixed_cfg = mix::MixedConfig {
+        mix: &args.mix,
+        namespace: &args.namespace,
+        keys: args.key_count(),
+        value_bytes: args.value_bytes as usize,
+        action: &args.action_name,
+        epoch: worker_cfg.epoch,
+    };
+    let drive = || driver::run(cfg, || mix::Mixed::new(&mixed_cfg));
+    if args.mix.weight(mix::Kind::Worker) == 0 {
+        return (drive(), None);
+    }
+    let worker_kind = mix::Kind::Worker.name();
+    let (outcome, tasks) = workers::run(&worker_cfg, drive, |done| done.succeeded_of(worker_kind));
+    (outcome, Some(tasks))
 }

@@ -1,9 +1,13 @@
 //! Final report: human-readable or one JSON document.
 
-use crate::driver::Outcome;
+use crate::driver::{KindOutcome, Outcome};
+use crate::mix::{KINDS, Mix};
+use crate::pacing::{LATE_MS, Pace};
+use crate::server_stats::Usage;
 use crate::workers::TaskOutcome;
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// The spawned server, as its `listening` line described it.
 pub struct Spawned {
@@ -21,16 +25,40 @@ pub struct Report<'a> {
     pub keys: u64,
     pub requested_ops: u64,
     pub outcome: &'a Outcome,
-    /// The worker side of the `worker` workload.
+    /// The worker side of the `worker`, `workflow-worker` and `mixed` workloads.
     pub tasks: Option<Tasks<'a>>,
+    /// `--max-outstanding` and the most operations that were outstanding at once.
+    pub outstanding: Option<Outstanding>,
+    /// `--rate` and `--duration`: the open-loop schedule.
+    pub open_loop: Option<OpenLoop>,
+    /// The `mixed` workload's blend.
+    pub mix: Option<&'a Mix>,
+    /// What the spawned server cost while the workload ran.
+    pub server_usage: Option<&'a Usage>,
+    /// The load generator's own peak resident set.
+    pub generator_rss_peak_bytes: Option<u64>,
 }
 
-/// What the workers of the `worker` workload did.
+/// What the workers of the `worker`, `workflow-worker` and `mixed` workloads did.
 pub struct Tasks<'a> {
     pub action: &'a str,
     pub workers: u32,
     pub await_batch: u32,
     pub outcome: &'a TaskOutcome,
+    /// Invokes of the user-hosted action a second (None when workflow steps invoke it).
+    pub invokes_per_s: Option<f64>,
+}
+
+pub struct Outstanding {
+    pub limit: u64,
+    pub peak: u64,
+}
+
+pub struct OpenLoop {
+    pub pace: Pace,
+    pub duration: Duration,
+    /// Operations the schedule held.
+    pub scheduled: u64,
 }
 
 /// Latency percentiles in milliseconds.
@@ -60,6 +88,15 @@ impl Latency {
         })
     }
 
+    /// The percentiles, or null when nothing was recorded.
+    fn json_of(h: &Histogram<u64>) -> Value {
+        if h.is_empty() {
+            Value::Null
+        } else {
+            Latency::of(h).json()
+        }
+    }
+
     fn text(&self) -> String {
         format!(
             "p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
@@ -77,27 +114,27 @@ fn round3(x: f64) -> f64 {
 }
 
 impl Tasks<'_> {
-    fn json(&self, invokes_per_s: f64) -> Value {
+    fn json(&self) -> Value {
         let o = self.outcome;
         let secs = o.elapsed.as_secs_f64();
         json!({
             "action": self.action,
             "workers": self.workers,
             "await_batch": self.await_batch,
-            "invokes_per_s": invokes_per_s.round(),
+            "invokes_per_s": self.invokes_per_s.map(f64::round),
             "expected": o.expected,
             "completed": o.completed,
             "errors": o.errors,
             "elapsed_s": round3(secs),
             "completed_per_s": per_s(o.completed, secs).round(),
-            "latency_ms": Latency::of(&o.latency_us).json(),
+            "latency_ms": Latency::json_of(&o.latency_us),
             "hit_time_limit": o.hit_time_limit,
             "worker_failures": o.failures,
             "first_error": o.first_error,
         })
     }
 
-    fn human(&self, invokes_per_s: f64, line: &mut impl FnMut(&str, String)) {
+    fn human(&self, line: &mut impl FnMut(&str, String)) {
         let o = self.outcome;
         let secs = o.elapsed.as_secs_f64();
         line("action", self.action.to_string());
@@ -105,7 +142,9 @@ impl Tasks<'_> {
             "workers",
             format!("{} (await batch {})", self.workers, self.await_batch),
         );
-        line("invokes/s", format!("{invokes_per_s:.0}"));
+        if let Some(invokes_per_s) = self.invokes_per_s {
+            line("invokes/s", format!("{invokes_per_s:.0}"));
+        }
         let mut completed = o.completed.to_string();
         if o.completed != o.expected {
             completed.push_str(&format!(" (of {} invoked)", o.expected));
@@ -122,7 +161,9 @@ impl Tasks<'_> {
             "tasks/s",
             format!("{:.0} in {secs:.3} s", per_s(o.completed, secs)),
         );
-        line("e2e ms", Latency::of(&o.latency_us).text());
+        if !o.latency_us.is_empty() {
+            line("e2e ms", Latency::of(&o.latency_us).text());
+        }
     }
 }
 
@@ -165,8 +206,24 @@ impl Report<'_> {
             })),
         });
         if let Some(tasks) = &self.tasks {
-            doc["tasks"] = tasks.json(self.ops_per_s());
+            doc["tasks"] = tasks.json();
         }
+        doc["max_outstanding"] = self
+            .outstanding
+            .as_ref()
+            .map_or(Value::Null, |b| json!({ "limit": b.limit, "peak": b.peak }));
+        doc["open_loop"] = self
+            .open_loop
+            .as_ref()
+            .map_or(Value::Null, |open| open_loop_json(open, o));
+        if let Some(mix) = self.mix {
+            doc["mix"] = json!(mix.describe());
+            doc["kinds"] = kinds_json(mix, o);
+        }
+        doc["server"] = self
+            .server_usage
+            .map_or(Value::Null, |usage| usage_json(usage, o.ops));
+        doc["generator_peak_rss_bytes"] = json!(self.generator_rss_peak_bytes);
         doc
     }
 
@@ -203,10 +260,174 @@ impl Report<'_> {
         }
         line("elapsed", format!("{:.3} s", self.elapsed_s()));
         line("throughput", format!("{:.0} ops/s", self.ops_per_s()));
-        line("latency ms", l.text());
+        if let Some(b) = &self.outstanding {
+            line(
+                "outstanding",
+                format!(
+                    "at most {} (--max-outstanding), {} at the peak",
+                    b.limit, b.peak
+                ),
+            );
+        }
+        match &self.open_loop {
+            Some(open) => {
+                open_loop_human(open, o, &mut line);
+                line(
+                    "latency ms",
+                    format!("{} (from the intended send time)", l.text()),
+                );
+            }
+            None => line("latency ms", l.text()),
+        }
+        if let Some(mix) = self.mix {
+            kinds_human(mix, o, &mut line);
+        }
         if let Some(tasks) = &self.tasks {
-            tasks.human(self.ops_per_s(), &mut line);
+            tasks.human(&mut line);
+        }
+        if let Some(usage) = self.server_usage {
+            line("server use", usage_human(usage, o.ops));
+        }
+        if let Some(bytes) = self.generator_rss_peak_bytes {
+            line("generator", format!("peak RSS {}", mebibytes(bytes)));
         }
         out
     }
+}
+
+/// The operations sent a second: `sent` over the span from the start to one interval past
+/// the last send (exactly the rate when every operation left on time).
+fn achieved_per_s(open: &OpenLoop, o: &Outcome) -> f64 {
+    let interval = 1.0 / open.pace.rate_per_s() as f64;
+    per_s(o.sending.sent, o.sending.span.as_secs_f64() + interval)
+}
+
+/// Whether the generator failed its schedule: an operation sent late, or not all sent.
+fn fell_behind(open: &OpenLoop, o: &Outcome) -> bool {
+    o.sending.late > 0 || o.sending.sent < open.scheduled
+}
+
+fn open_loop_json(open: &OpenLoop, o: &Outcome) -> Value {
+    json!({
+        "rate_per_s": open.pace.rate_per_s(),
+        "duration_s": round3(open.duration.as_secs_f64()),
+        "scheduled_ops": open.scheduled,
+        "sent_ops": o.sending.sent,
+        "achieved_per_s": achieved_per_s(open, o).round(),
+        "send_lag_ms": Latency::json_of(&o.sending.lag_us),
+        "late_ms": LATE_MS,
+        "late_ops": o.sending.late,
+        "fell_behind": fell_behind(open, o),
+    })
+}
+
+fn open_loop_human(open: &OpenLoop, o: &Outcome, line: &mut impl FnMut(&str, String)) {
+    line(
+        "open loop",
+        format!(
+            "{} ops/s for {:.1} s: {} of {} sent, at {:.0} ops/s",
+            open.pace.rate_per_s(),
+            open.duration.as_secs_f64(),
+            o.sending.sent,
+            open.scheduled,
+            achieved_per_s(open, o)
+        ),
+    );
+    if !o.sending.lag_us.is_empty() {
+        line("send lag ms", Latency::of(&o.sending.lag_us).text());
+    }
+    if fell_behind(open, o) {
+        line(
+            "FELL BEHIND",
+            format!(
+                "{} ops sent over {LATE_MS} ms late (every slot or permit taken, or no CPU \
+                 to spare): the latencies include that wait",
+                o.sending.late
+            ),
+        );
+    }
+}
+
+/// The kinds of a blend with weight above 0, in `KINDS` order, with their outcome.
+fn weighted_kinds<'o>(mix: &Mix, o: &'o Outcome) -> impl Iterator<Item = (u32, &'o KindOutcome)> {
+    KINDS
+        .iter()
+        .zip(&o.kinds)
+        .map(|(kind, outcome)| (mix.weight(*kind), outcome))
+        .filter(|(weight, _)| *weight > 0)
+}
+
+fn kinds_json(mix: &Mix, o: &Outcome) -> Value {
+    let secs = o.elapsed.as_secs_f64();
+    let kinds: Vec<Value> = weighted_kinds(mix, o)
+        .map(|(weight, k)| {
+            json!({
+                "kind": k.name,
+                "weight": weight,
+                "ops": k.ops,
+                "errors": k.errors,
+                "ops_per_s": per_s(k.ops, secs).round(),
+                "latency_ms": Latency::json_of(&k.latency_us),
+            })
+        })
+        .collect();
+    Value::Array(kinds)
+}
+
+fn kinds_human(mix: &Mix, o: &Outcome, line: &mut impl FnMut(&str, String)) {
+    let secs = o.elapsed.as_secs_f64();
+    for (weight, k) in weighted_kinds(mix, o) {
+        let latency = if k.latency_us.is_empty() {
+            String::new()
+        } else {
+            let l = Latency::of(&k.latency_us);
+            format!("  p50 {:.3}  p99 {:.3}  max {:.3} ms", l.p50, l.p99, l.max)
+        };
+        line(
+            &format!("  {}", k.name),
+            format!(
+                "w{weight}: {} ops, {} errors, {:.0} ops/s{latency}",
+                k.ops,
+                k.errors,
+                per_s(k.ops, secs)
+            ),
+        );
+    }
+}
+
+fn usage_json(usage: &Usage, ops: u64) -> Value {
+    json!({
+        "samples": usage.samples,
+        "peak_rss_bytes": usage.rss_peak_bytes,
+        "cpu_s": usage.cpu_s.map(round3),
+        "cpu_s_per_1000_ops": usage.cpu_s_per_1000_ops(ops).map(round6),
+        "disk_write_bytes": usage.disk_write_bytes,
+        "disk_bytes_per_op": usage.disk_bytes_per_op(ops).map(round3),
+    })
+}
+
+fn usage_human(usage: &Usage, ops: u64) -> String {
+    let unknown = || "?".to_string();
+    let rss = usage.rss_peak_bytes.map_or_else(unknown, mebibytes);
+    let cpu = match (usage.cpu_s, usage.cpu_s_per_1000_ops(ops)) {
+        (Some(cpu), Some(per_1000)) => {
+            format!("{cpu:.2} s ({:.2} ms per 1,000 ops)", per_1000 * 1000.0)
+        }
+        (Some(cpu), None) => format!("{cpu:.2} s"),
+        _ => unknown(),
+    };
+    let disk = match (usage.disk_write_bytes, usage.disk_bytes_per_op(ops)) {
+        (Some(bytes), Some(per_op)) => format!("{} ({per_op:.0} B per op)", mebibytes(bytes)),
+        (Some(bytes), None) => mebibytes(bytes),
+        _ => unknown(),
+    };
+    format!("peak RSS {rss}, CPU {cpu}, disk written {disk}")
+}
+
+fn mebibytes(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }

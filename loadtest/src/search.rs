@@ -66,7 +66,7 @@ impl SearchStart {
 }
 
 impl Generator for SearchStart {
-    fn fill(&mut self, n: u64, op: &mut Op) {
+    fn fill(&mut self, n: u64, _intended: Option<Instant>, op: &mut Op) {
         let mut input = String::with_capacity(48);
         let _ = write!(
             input,
@@ -85,7 +85,7 @@ impl Generator for SearchStart {
         });
     }
 
-    fn check(&self, reply: &Reply) -> Result<(), String> {
+    fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
         match reply {
             Reply::WorkflowStarted { .. } => Ok(()),
             other => Err(format!("unexpected reply to a workflow start: {other:?}")),

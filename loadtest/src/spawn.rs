@@ -81,6 +81,14 @@ impl Server {
         })
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.process
+            .as_ref()
+            .expect("a server not yet stopped")
+            .pid()
+    }
+
     /// Sends SIGTERM and waits for the server to exit; `Err` if it fails to exit cleanly.
     pub fn stop(mut self) -> Result<(), String> {
         let process = self.process.take().expect("a server not yet stopped");

@@ -7,7 +7,7 @@
 
 use crate::driver::{self, describe, new_histogram};
 use crate::workers::TaskOutcome;
-use crate::workload::{Generator, decode_sent_ns, encode_sent_ns};
+use crate::workload::{Generator, decode_sent_ns, encode_sent_ns, sent_ns};
 use flo::protocol::{
     GroupConfig, GroupReadSpec, GroupStart, Op, Reply, Request, StreamConfig, StreamRecordIn,
 };
@@ -76,7 +76,7 @@ impl StreamAppend {
 }
 
 impl Generator for StreamAppend {
-    fn fill(&mut self, n: u64, op: &mut Op) {
+    fn fill(&mut self, n: u64, intended: Option<Instant>, op: &mut Op) {
         if !matches!(op, Op::StreamAppend { .. }) {
             let record = StreamRecordIn {
                 key: self.keys.map(|_| String::with_capacity(24)),
@@ -93,9 +93,7 @@ impl Generator for StreamAppend {
         let Op::StreamAppend { records, .. } = op else {
             return;
         };
-        let sent_ns = self
-            .epoch
-            .map(|e| u64::try_from(e.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        let sent_ns = self.epoch.map(|epoch| sent_ns(epoch, intended));
         for (i, r) in records.iter_mut().enumerate() {
             if let (Some(keys), Some(key)) = (self.keys, r.key.as_mut()) {
                 key.clear();
@@ -107,7 +105,7 @@ impl Generator for StreamAppend {
         }
     }
 
-    fn check(&self, reply: &Reply) -> Result<(), String> {
+    fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
         match reply {
             Reply::StreamAppended { ids } if ids.len() == self.batch => Ok(()),
             other => Err(format!("unexpected reply to a stream append: {other:?}")),

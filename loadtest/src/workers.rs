@@ -6,19 +6,25 @@
 //! while at most `--await-batch` completions are unanswered, so no more than twice that
 //! many tasks are ever in its hands.
 //!
-//! The run ends once as many tasks were completed as invocations succeeded. Latency is
-//! invoke-to-complete: from the moment the invoking connection queued the invocation (the
-//! payload carries it, see `workload::UserInvoke`) to the acknowledgement of its
-//! `TaskComplete`.
+//! The run ends once the workers completed the tasks the invoking side's outcome calls for
+//! (one per successful invoke for `worker`, three per completed run for `workflow-worker`).
+//! Latency is invoke-to-complete: from the moment the invoking connection queued the
+//! invocation (its intended send time in open-loop mode; the payload carries it, see
+//! `workload::UserInvoke`) to the acknowledgement of its `TaskComplete`. Tasks whose payload
+//! carries no send time (the steps of `workflow-worker`) are counted, not timed.
+//!
+//! Also the workers of `workflow-worker` and `mixed`. With `--max-outstanding`, each task
+//! completed gives back the permit its invoke took (`Config::limiter`).
 
 use crate::driver::{self, describe, new_histogram};
+use crate::limiter::Limiter;
 use crate::workload::decode_sent_ns;
 use flo::Connection;
 use flo::protocol::{Op, Reply, Request, Response, TaskAssignment, WorkerSpec, WorkerType};
 use hdrhistogram::Histogram;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Barrier, Mutex, mpsc};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -42,13 +48,16 @@ pub struct Config {
     pub epoch: Instant,
     /// Print a progress line on stderr every second.
     pub progress: bool,
+    /// `--max-outstanding` of the `worker` workload (and `mixed`): a completed task gives
+    /// back the permit its invoke took.
+    pub limiter: Option<Arc<Limiter>>,
 }
 
 pub struct TaskOutcome {
     /// Invoke-to-complete latency of every completed task, in microseconds.
     pub latency_us: Histogram<u64>,
     pub completed: u64,
-    /// Tasks the run waited for: the invocations that succeeded.
+    /// Tasks the run waited for (for `worker`: the invocations that succeeded).
     pub expected: u64,
     /// Error replies to completions and heartbeats.
     pub errors: u64,
@@ -71,10 +80,11 @@ impl TaskOutcome {
 }
 
 /// Registers the workers, runs `invoke` (the invoking side, returning its outcome), then
-/// waits until the workers completed as many tasks as invocations succeeded.
+/// waits until the workers completed the tasks `expected` counts in that outcome.
 pub fn run(
     cfg: &Config,
     invoke: impl FnOnce() -> driver::Outcome,
+    expected: impl FnOnce(&driver::Outcome) -> u64,
 ) -> (driver::Outcome, TaskOutcome) {
     let shared = Shared {
         expected: AtomicU64::new(u64::MAX),
@@ -108,7 +118,7 @@ pub fn run(
         } else {
             driver::Outcome::empty()
         };
-        let expected = invoked.ops.saturating_sub(invoked.errors);
+        let expected = expected(&invoked);
         shared.expected.store(expected, Relaxed);
 
         let mut outcome = TaskOutcome {
@@ -431,6 +441,9 @@ impl<'a> TaskWorker<'a> {
                 .saturating_record(now_ns.saturating_sub(sent_ns) / 1000);
         }
         self.completed += 1;
+        if let Some(limiter) = &self.cfg.limiter {
+            limiter.release(1);
+        }
         self.shared.completed.fetch_add(1, Relaxed);
         self.shared.last_completion_ns.fetch_max(now_ns, Relaxed);
     }
@@ -463,135 +476,8 @@ fn report_progress(start: Instant, completed: &AtomicU64, stop: mpsc::Receiver<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_server::FakeServer;
     use crate::workload::UserInvoke;
-    use flo::protocol::{
-        ErrorValue, PROTOCOL_VERSION, WorkerInfo, WorkerStatus, decode_frame, encode_frame,
-    };
-    use std::collections::VecDeque;
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::sync::{Arc, Condvar};
-
-    /// A stand-in for the server, enough for this workload: one in-memory task queue that
-    /// invocations fill and awaits drain; one thread per connection, requests in order.
-    #[derive(Default)]
-    struct FakeServer {
-        queue: Mutex<VecDeque<TaskAssignment>>,
-        queued: Condvar,
-        runs: AtomicU64,
-        completed: AtomicU64,
-    }
-
-    impl FakeServer {
-        fn start() -> (Arc<FakeServer>, String) {
-            let fake = Arc::new(FakeServer::default());
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
-            let server = fake.clone();
-            thread::spawn(move || {
-                for stream in listener.incoming() {
-                    let server = server.clone();
-                    thread::spawn(move || server.serve(stream.unwrap()));
-                }
-            });
-            (fake, addr)
-        }
-
-        fn serve(&self, mut stream: TcpStream) {
-            let (mut buf, mut chunk, mut out) = (Vec::new(), vec![0; 64 << 10], Vec::new());
-            loop {
-                while let Some((request, used)) = decode_frame::<Request>(&buf).unwrap() {
-                    buf.drain(..used);
-                    let result = self.answer(request.op);
-                    encode_frame(
-                        &Response {
-                            id: request.id,
-                            result,
-                        },
-                        &mut out,
-                    )
-                    .unwrap();
-                }
-                if stream.write_all(&out).is_err() {
-                    return;
-                }
-                out.clear();
-                match stream.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-        }
-
-        fn answer(&self, op: Op) -> Result<Reply, ErrorValue> {
-            Ok(match op {
-                Op::Hello { .. } => Reply::Hello {
-                    protocol_version: PROTOCOL_VERSION,
-                    server_version: "fake".into(),
-                    shard_count: 1,
-                    partitions: 1,
-                },
-                Op::ActionInvoke(spec) => {
-                    let run_id = format!("{}-{}", spec.action, self.runs.fetch_add(1, Relaxed));
-                    self.queue.lock().unwrap().push_back(TaskAssignment {
-                        task_id: run_id.clone(),
-                        action: spec.action,
-                        namespace: spec.namespace,
-                        payload: spec.input,
-                        attempt: 1,
-                        priority: 10,
-                        created_at_ms: 0,
-                        lease_expires_at_ms: 0,
-                    });
-                    self.queued.notify_all();
-                    Reply::Invoked {
-                        run_id,
-                        created: true,
-                    }
-                }
-                Op::WorkerRegister(spec) => Reply::Worker(WorkerInfo {
-                    worker_id: spec.worker_id,
-                    namespace: spec.namespace,
-                    worker_type: spec.worker_type,
-                    status: WorkerStatus::Active,
-                    max_concurrency: spec.max_concurrency.unwrap_or(10),
-                    current_load: 0,
-                    tasks_completed: 0,
-                    tasks_failed: 0,
-                    registered_at_ms: 0,
-                    last_heartbeat_ms: 0,
-                    machine_id: None,
-                    metadata: None,
-                    labels: None,
-                    processes: Vec::new(),
-                }),
-                Op::TaskAwait {
-                    max_tasks,
-                    block_ms,
-                    ..
-                } => {
-                    let queue = self.queue.lock().unwrap();
-                    let (mut queue, _) = self
-                        .queued
-                        .wait_timeout_while(queue, Duration::from_millis(block_ms), |q| {
-                            q.is_empty()
-                        })
-                        .unwrap();
-                    let take = queue.len().min(max_tasks as usize);
-                    Reply::Tasks(queue.drain(..take).collect())
-                }
-                Op::TaskComplete { .. } => {
-                    self.completed.fetch_add(1, Relaxed);
-                    Reply::Done
-                }
-                Op::WorkerHeartbeat { .. } => Reply::WorkerStatus {
-                    status: WorkerStatus::Active,
-                },
-                Op::WorkerDeregister { .. } => Reply::Done,
-                other => return Err(ErrorValue::bad_request(format!("fake: {other:?}"))),
-            })
-        }
-    }
 
     #[test]
     fn workers_complete_every_invoked_task_and_measure_its_latency() {
@@ -607,19 +493,14 @@ mod tests {
             max_duration: Duration::from_secs(60),
             epoch,
             progress: false,
+            limiter: None,
         };
-        let invoke_cfg = driver::Config {
-            addr,
-            token: None,
-            connections: 2,
-            pipeline: 16,
-            ops: 500,
-            max_duration: Duration::from_secs(60),
-            progress: false,
-        };
-        let (invoked, tasks) = run(&cfg, || {
-            driver::run(&invoke_cfg, || UserInvoke::new("ns", "lt-task", epoch))
-        });
+        let invoke_cfg = driver::Config::closed(&addr, 2, 16, 500);
+        let (invoked, tasks) = run(
+            &cfg,
+            || driver::run(&invoke_cfg, || UserInvoke::new("ns", "lt-task", epoch)),
+            driver::Outcome::succeeded,
+        );
         assert_eq!(
             (invoked.ops, invoked.errors),
             (500, 0),
@@ -635,5 +516,42 @@ mod tests {
         assert_eq!(tasks.latency_us.len(), 500, "one latency per task");
         assert_eq!(fake.completed.load(Relaxed), 500);
         assert!(fake.queue.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn max_outstanding_bounds_tasks_invoked_and_not_yet_completed() {
+        let (fake, addr) = FakeServer::start();
+        let epoch = Instant::now();
+        let limiter = Arc::new(Limiter::new(10));
+        let cfg = Config {
+            addr: addr.clone(),
+            token: None,
+            namespace: "ns".into(),
+            action: "lt-task".into(),
+            workers: 2,
+            await_batch: 4,
+            max_duration: Duration::from_secs(60),
+            epoch,
+            progress: false,
+            limiter: Some(limiter.clone()),
+        };
+        // Without the bound, 2 × 64 invokes could be in flight at once.
+        let mut invoke_cfg = driver::Config::closed(&addr, 2, 64, 300);
+        invoke_cfg.limiter = Some(limiter.clone());
+        let (invoked, tasks) = run(
+            &cfg,
+            || driver::run(&invoke_cfg, || UserInvoke::new("ns", "lt-task", epoch)),
+            driver::Outcome::succeeded,
+        );
+        assert_eq!((invoked.ops, invoked.errors), (300, 0));
+        assert_eq!((tasks.expected, tasks.completed), (300, 300));
+        assert!(tasks.ok());
+        assert_eq!(fake.completed.load(Relaxed), 300);
+        assert!(limiter.peak() <= 10, "peak {}", limiter.peak());
+        assert_eq!(
+            limiter.held(),
+            0,
+            "every completed task gave its permit back"
+        );
     }
 }

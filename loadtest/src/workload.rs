@@ -23,6 +23,15 @@ pub enum Workload {
     /// Starts of a 3-step workflow (`loadtest-flow`) whose steps are trivial WASM actions,
     /// each answered once the run completed (start with `wait_ms`).
     Workflow,
+    /// Starts of a 3-step workflow (`loadtest-worker-flow`) whose steps are the user-hosted
+    /// action `--action-name`, completed by `--workers` worker connections (as in `worker`),
+    /// each start answered once the run completed. Reports runs/s and start-to-complete
+    /// latency, and what the workers did.
+    WorkflowWorker,
+    /// A weighted blend (`--mix`) of KV puts and gets, WASM action invokes, worker tasks
+    /// (completed by `--workers` workers) and 3-step WASM workflow starts, each kind
+    /// reported apart.
+    Mixed,
     /// Appends of `--batch` records of `--value-bytes` bytes to `loadtest-stream` (keyed
     /// over `--keys` keys when given), each answered once durable.
     StreamAppend,
@@ -54,6 +63,8 @@ impl Workload {
             Workload::WasmInvoke => "wasm-invoke",
             Workload::Worker => "worker",
             Workload::Workflow => "workflow",
+            Workload::WorkflowWorker => "workflow-worker",
+            Workload::Mixed => "mixed",
             Workload::StreamAppend => "stream-append",
             Workload::StreamConsume => "stream-consume",
             Workload::Trigger => "trigger",
@@ -68,11 +79,32 @@ impl Workload {
 pub trait Generator: Send {
     /// Writes the operation numbered `n` (0-based, global across connections) into `op`.
     /// `op` holds this generator's previous operation (or a placeholder the first time), so
-    /// a generator may update it in place instead of allocating a new one.
-    fn fill(&mut self, n: u64, op: &mut Op);
+    /// a generator may update it in place instead of allocating a new one. `intended` is the
+    /// operation's intended send time in open-loop mode (None: it is sent now); a generator
+    /// that stamps its payload with a send time stamps that.
+    fn fill(&mut self, n: u64, intended: Option<Instant>, op: &mut Op);
 
-    /// Whether a successful reply is the one expected; `Err` counts as an error.
-    fn check(&self, reply: &Reply) -> Result<(), String>;
+    /// Whether a successful reply to operation `n` is the one expected; `Err` counts as an
+    /// error.
+    fn check(&self, n: u64, reply: &Reply) -> Result<(), String>;
+
+    /// The names of the kinds of operation this generator blends, reported apart; empty
+    /// for a generator of one kind.
+    fn kind_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The kind of operation `n`: an index into `kind_names` (0 for a generator of one kind).
+    fn kind(&self, _n: u64) -> usize {
+        0
+    }
+
+    /// Whether operation `n`, once answered successfully, stays outstanding until a worker
+    /// completes its task: the workers, not the reply, give back its `--max-outstanding`
+    /// permit.
+    fn completed_by_worker(&self, _n: u64) -> bool {
+        false
+    }
 }
 
 /// `kv-put`: `KvPut { key: "k-{n % keys}", value: <value_bytes bytes> }`.
@@ -94,7 +126,7 @@ impl KvPut {
 }
 
 impl Generator for KvPut {
-    fn fill(&mut self, n: u64, op: &mut Op) {
+    fn fill(&mut self, n: u64, _intended: Option<Instant>, op: &mut Op) {
         if !matches!(op, Op::KvPut { .. }) {
             *op = Op::KvPut {
                 namespace: self.namespace.clone(),
@@ -111,10 +143,50 @@ impl Generator for KvPut {
         }
     }
 
-    fn check(&self, reply: &Reply) -> Result<(), String> {
+    fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
         match reply {
             Reply::KvPut { .. } => Ok(()),
             other => Err(format!("unexpected reply to a KV put: {other:?}")),
+        }
+    }
+}
+
+/// `mixed`'s gets: `KvGet { key: "k-{n % keys}" }`, answered at once (found or not).
+pub struct KvGet {
+    namespace: String,
+    keys: u64,
+}
+
+impl KvGet {
+    pub fn new(namespace: &str, keys: u64) -> Self {
+        KvGet {
+            namespace: namespace.to_string(),
+            keys: keys.max(1),
+        }
+    }
+}
+
+impl Generator for KvGet {
+    fn fill(&mut self, n: u64, _intended: Option<Instant>, op: &mut Op) {
+        if !matches!(op, Op::KvGet { .. }) {
+            *op = Op::KvGet {
+                namespace: self.namespace.clone(),
+                key: String::with_capacity(24),
+                wait_ms: None,
+                after_version: None,
+                newer_than_current: false,
+            };
+        }
+        if let Op::KvGet { key, .. } = op {
+            key.clear();
+            let _ = write!(key, "k-{}", n % self.keys);
+        }
+    }
+
+    fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
+        match reply {
+            Reply::KvValue(_) => Ok(()),
+            other => Err(format!("unexpected reply to a KV get: {other:?}")),
         }
     }
 }
@@ -170,7 +242,7 @@ impl WasmInvoke {
 const INVOKE_WAIT_MS: u64 = 30_000;
 
 impl Generator for WasmInvoke {
-    fn fill(&mut self, _n: u64, op: &mut Op) {
+    fn fill(&mut self, _n: u64, _intended: Option<Instant>, op: &mut Op) {
         if !matches!(op, Op::ActionInvoke(_)) {
             *op = Op::ActionInvoke(InvokeSpec {
                 namespace: self.namespace.clone(),
@@ -185,7 +257,7 @@ impl Generator for WasmInvoke {
         }
     }
 
-    fn check(&self, reply: &Reply) -> Result<(), String> {
+    fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
         match reply {
             Reply::Run(run) if run.status == RunStatus::Completed => Ok(()),
             Reply::Run(run) => Err(format!(
@@ -232,7 +304,8 @@ pub fn register_user_action(
 const USER_ACTION_TIMEOUT_MS: u64 = 600_000;
 
 /// `worker` (invoking side): invoke the user-hosted action with `{"sent_ns":N}`, N the
-/// nanoseconds from the run's epoch to the moment the request is queued. The workers
+/// nanoseconds from the run's epoch to the moment the request is queued (its intended
+/// send time in open-loop mode). The workers
 /// read it back to measure invoke-to-complete latency.
 pub struct UserInvoke {
     namespace: String,
@@ -251,7 +324,11 @@ impl UserInvoke {
 }
 
 impl Generator for UserInvoke {
-    fn fill(&mut self, _n: u64, op: &mut Op) {
+    fn completed_by_worker(&self, _n: u64) -> bool {
+        true
+    }
+
+    fn fill(&mut self, _n: u64, intended: Option<Instant>, op: &mut Op) {
         if !matches!(op, Op::ActionInvoke(_)) {
             *op = Op::ActionInvoke(InvokeSpec {
                 namespace: self.namespace.clone(),
@@ -265,12 +342,11 @@ impl Generator for UserInvoke {
             });
         }
         if let Op::ActionInvoke(spec) = op {
-            let sent_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            encode_sent_ns(sent_ns, &mut spec.input);
+            encode_sent_ns(sent_ns(self.epoch, intended), &mut spec.input);
         }
     }
 
-    fn check(&self, reply: &Reply) -> Result<(), String> {
+    fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
         match reply {
             Reply::Invoked { created: true, .. } => Ok(()),
             Reply::Invoked { run_id, .. } => {
@@ -279,6 +355,12 @@ impl Generator for UserInvoke {
             other => Err(format!("unexpected reply to an invoke: {other:?}")),
         }
     }
+}
+
+/// Nanoseconds from `epoch` to `intended`, or to now when None.
+pub fn sent_ns(epoch: Instant, intended: Option<Instant>) -> u64 {
+    let at = intended.unwrap_or_else(Instant::now);
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Longest `{"sent_ns":N}` payload.
@@ -335,7 +417,54 @@ pub fn create_workflow(addr: &str, token: Option<&str>, namespace: &str) -> Resu
     Ok(())
 }
 
-/// `workflow` (and `plan`): start a workflow (`loadtest-flow`) and wait for the completed
+/// The workflow `workflow-worker` starts: three steps on the user-hosted action.
+pub const WORKER_WORKFLOW_NAME: &str = "loadtest-worker-flow";
+/// Tasks one `loadtest-worker-flow` run hands to the workers: one per step.
+pub const WORKER_WORKFLOW_STEPS: u64 = 3;
+
+fn worker_workflow_yaml(action: &str) -> String {
+    format!(
+        r#"kind: Workflow
+name: {WORKER_WORKFLOW_NAME}
+version: "1"
+start:
+  run: "@actions/{action}"
+  transitions:
+    success: second
+    failure: flo.Failed
+steps:
+  second:
+    run: "@actions/{action}"
+    transitions:
+      success: third
+      failure: flo.Failed
+  third:
+    run: "@actions/{action}"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#
+    )
+}
+
+/// Registers the user-hosted action and creates the workflow `workflow-worker` needs.
+pub fn create_worker_workflow(
+    addr: &str,
+    token: Option<&str>,
+    namespace: &str,
+    action: &str,
+) -> Result<(), String> {
+    register_user_action(addr, token, namespace, action)?;
+    let mut client = flo::Client::connect_as(addr, token)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?
+        .with_namespace(namespace);
+    client
+        .create_workflow(&worker_workflow_yaml(action))
+        .map_err(|e| format!("cannot create {WORKER_WORKFLOW_NAME}: {e}"))?;
+    Ok(())
+}
+
+/// `workflow` (and `plan`, `workflow-worker`): start a workflow (`loadtest-flow`) and wait for the completed
 /// run in one request.
 pub struct WorkflowStart {
     namespace: String,
@@ -356,7 +485,7 @@ impl WorkflowStart {
 }
 
 impl Generator for WorkflowStart {
-    fn fill(&mut self, _n: u64, op: &mut Op) {
+    fn fill(&mut self, _n: u64, _intended: Option<Instant>, op: &mut Op) {
         if !matches!(op, Op::WorkflowStart(_)) {
             *op = Op::WorkflowStart(WorkflowStartSpec {
                 namespace: self.namespace.clone(),
@@ -370,7 +499,7 @@ impl Generator for WorkflowStart {
         }
     }
 
-    fn check(&self, reply: &Reply) -> Result<(), String> {
+    fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
         match reply {
             Reply::WorkflowRun(run) if run.status == WorkflowRunStatus::Completed => Ok(()),
             Reply::WorkflowRun(run) => Err(format!(
@@ -405,7 +534,7 @@ mod tests {
     fn user_invoke_rewrites_the_send_time_in_place() {
         let mut generator = UserInvoke::new("ns", "lt-task", Instant::now());
         let mut op = Op::Status;
-        generator.fill(0, &mut op);
+        generator.fill(0, None, &mut op);
         let Op::ActionInvoke(spec) = &op else {
             panic!("not an invoke: {op:?}")
         };
@@ -415,7 +544,7 @@ mod tests {
         );
         let first = decode_sent_ns(&spec.input).expect("a sent_ns payload");
         std::thread::sleep(std::time::Duration::from_millis(1));
-        generator.fill(1, &mut op);
+        generator.fill(1, None, &mut op);
         let Op::ActionInvoke(spec) = &op else {
             panic!("not an invoke: {op:?}")
         };
@@ -426,7 +555,7 @@ mod tests {
     fn kv_put_cycles_keys_and_reuses_the_op() {
         let mut generator = KvPut::new("ns", 3, 5);
         let mut op = Op::Status;
-        generator.fill(4, &mut op);
+        generator.fill(4, None, &mut op);
         let expected = Op::KvPut {
             namespace: "ns".into(),
             key: "k-1".into(),
@@ -436,7 +565,7 @@ mod tests {
             if_exists: false,
         };
         assert_eq!(op, expected);
-        generator.fill(5, &mut op);
+        generator.fill(5, None, &mut op);
         let Op::KvPut { key, .. } = &op else {
             panic!("not a put: {op:?}")
         };

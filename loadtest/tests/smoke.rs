@@ -87,3 +87,96 @@ fn worker_against_a_spawned_server() {
     assert!(tasks["completed_per_s"].as_f64().unwrap() > 0.0, "{report}");
     assert_latency(&tasks["latency_ms"], &report);
 }
+
+#[test]
+fn workflow_worker_runs_every_step_on_the_workers() {
+    let report = run_spawned(&[
+        "--workload",
+        "workflow-worker",
+        "--ops",
+        "300",
+        "--connections",
+        "2",
+        "--pipeline",
+        "8",
+        "--workers",
+        "2",
+        "--await-batch",
+        "16",
+    ]);
+    assert_eq!(report["workload"], "workflow-worker");
+    assert_eq!(
+        (&report["ops"], &report["errors"]),
+        (&300.into(), &0.into()),
+        "{report}"
+    );
+    assert_latency(&report["latency_ms"], &report);
+    let tasks = &report["tasks"];
+    assert_eq!(tasks["expected"], 900, "three steps per run: {report}");
+    assert_eq!(tasks["completed"], 900, "{report}");
+    assert!(tasks["invokes_per_s"].is_null(), "{report}");
+    let server = &report["server"];
+    assert!(server["peak_rss_bytes"].as_u64().unwrap() > 0, "{report}");
+    assert!(server["cpu_s_per_1000_ops"].as_f64().is_some(), "{report}");
+}
+
+#[test]
+fn mixed_open_loop_reports_each_kind_within_the_bound() {
+    let report = run_spawned(&[
+        "--workload",
+        "mixed",
+        "--mix",
+        "kv=2,wasm=1,worker=1,workflow=1",
+        "--rate",
+        "500",
+        "--duration",
+        "2s",
+        "--max-outstanding",
+        "64",
+        "--connections",
+        "2",
+        "--pipeline",
+        "16",
+        "--workers",
+        "2",
+        "--await-batch",
+        "16",
+    ]);
+    assert_eq!(
+        (&report["ops"], &report["errors"]),
+        (&1000.into(), &0.into()),
+        "{report}"
+    );
+    assert_eq!(
+        report["mix"],
+        "kv-put=1,kv-get=1,wasm=1,worker=1,workflow=1"
+    );
+    let kinds: Vec<(&str, u64)> = report["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["kind"].as_str().unwrap(), k["ops"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("kv-put", 200),
+            ("kv-get", 200),
+            ("wasm", 200),
+            ("worker", 200),
+            ("workflow", 200)
+        ],
+        "{report}"
+    );
+    assert_eq!(report["tasks"]["completed"], 200, "{report}");
+    let open = &report["open_loop"];
+    assert_eq!(
+        (&open["rate_per_s"], &open["sent_ops"]),
+        (&500.into(), &1000.into()),
+        "{report}"
+    );
+    assert!(open["fell_behind"].is_boolean(), "{report}");
+    let bound = &report["max_outstanding"];
+    assert_eq!(bound["limit"], 64, "{report}");
+    assert!(bound["peak"].as_u64().unwrap() <= 64, "{report}");
+}
