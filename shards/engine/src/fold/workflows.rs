@@ -122,8 +122,8 @@ pub struct WfRun {
     pub plan: Option<PlanProgress>,
     /// The run's state document (a JSON object: `flo_workflow::state`).
     pub state: Value,
-    /// Its size as JSON when last changed (the step that would take it past the limit
-    /// fails: `workflows::finish`).
+    /// At least its size as JSON (exact near the limit: `state_bytes_bound`); the step
+    /// that would take it past the limit fails (`workflows::finish`).
     pub state_bytes: usize,
 }
 
@@ -176,6 +176,15 @@ impl WfRun {
             seq: 0,
         });
     }
+}
+
+/// An upper bound of `state`'s size as JSON from `bound`: measured only once the bound
+/// passes half the limit (a small state is never serialized on the run path).
+fn state_bytes_bound(bound: usize, state: &Value) -> usize {
+    if bound <= flo_workflow::state::STATE_BYTES_MAX / 2 {
+        return bound;
+    }
+    state.to_string().len()
 }
 
 /// JSON bytes as a value (text that is not JSON becomes a string).
@@ -357,7 +366,13 @@ impl Workflows {
         };
         if let Ok(def) = &run.def {
             run.state = flo_workflow::state::initial_state(def, &run.input);
-            run.state_bytes = run.state.to_string().len();
+            let defaults = def.state.as_ref().map_or(0, |d| d.to_string().len());
+            let bound = run
+                .input_bytes
+                .len()
+                .saturating_add(defaults)
+                .saturating_add(2);
+            run.state_bytes = state_bytes_bound(bound, &run.state);
         }
         let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
         run.event(HistoryEventType::WorkflowStarted, None, detail, at_ms);
@@ -473,6 +488,7 @@ impl Workflows {
         };
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
+        let output_len = output.as_ref().map_or(0, Vec::len);
         let output = output.map(|b| json_value(&b));
         if let (Some(out), Ok(def)) = (&output, &run.def)
             && let Some(step_def) = def.step(&step)
@@ -480,7 +496,13 @@ impl Workflows {
                 flo_workflow::state::mapped_output(step_def, out, &run.state, &run.input)
         {
             flo_workflow::state::merge(&mut run.state, fields);
-            run.state_bytes = run.state.to_string().len();
+            // The output's fields as they are add at most its bytes; a mapping may copy
+            // anything, so it is measured.
+            let bound = match step_def.output_mapping {
+                None => run.state_bytes.saturating_add(output_len),
+                Some(_) => usize::MAX,
+            };
+            run.state_bytes = state_bytes_bound(bound, &run.state);
         }
         match outcome {
             StepOutcome::TargetNotFound => run.event(
