@@ -13,6 +13,8 @@ use std::collections::VecDeque;
 pub const PLAN_CACHE_ENTRIES_MAX: usize = 10_000;
 /// Largest output cached.
 pub const PLAN_CACHE_VALUE_BYTES_MAX: usize = 64 << 10;
+/// Bytes of cached outputs and keys a shard keeps at most (the oldest inserted go first).
+pub const PLAN_CACHE_BYTES_MAX: usize = 16 << 20;
 
 /// A plan: namespace, `workflow:version`, plan name. Each version's plan has its own
 /// state (a new version may reorder or rename its executors).
@@ -266,6 +268,14 @@ pub struct PlanBook {
     turns: HashMap<PlanKey, u64>,
     cache: HashMap<(PlanKey, String), CacheEntry>,
     cache_order: VecDeque<(PlanKey, String)>,
+    /// What `cache` holds, as `entry_bytes` counts it.
+    cache_bytes: usize,
+}
+
+/// What a cache entry costs, roughly: its output, its keys and their bookkeeping.
+fn entry_bytes(k: &(PlanKey, String), e: &CacheEntry) -> usize {
+    let ((ns, wf, plan), key) = k;
+    e.output.len() + ns.len() + wf.len() + plan.len() + key.len() + 128
 }
 
 impl PlanBook {
@@ -345,14 +355,18 @@ impl PlanBook {
             expires_at_ms: now_ms.saturating_add(policy.ttl_ms),
             invalidate_on: policy.invalidate_on.clone(),
         };
-        if self.cache.insert(k.clone(), entry).is_none() {
-            self.cache_order.push_back(k);
+        self.cache_bytes += entry_bytes(&k, &entry);
+        match self.cache.insert(k.clone(), entry) {
+            Some(old) => self.cache_bytes -= entry_bytes(&k, &old),
+            None => self.cache_order.push_back(k),
         }
-        while self.cache.len() > PLAN_CACHE_ENTRIES_MAX {
+        while self.cache.len() > PLAN_CACHE_ENTRIES_MAX || self.cache_bytes > PLAN_CACHE_BYTES_MAX {
             let Some(old) = self.cache_order.pop_front() else {
                 break;
             };
-            self.cache.remove(&old);
+            if let Some(e) = self.cache.remove(&old) {
+                self.cache_bytes -= entry_bytes(&old, &e);
+            }
         }
     }
 
@@ -360,11 +374,17 @@ impl PlanBook {
     /// `event` (of the key `only`, when given); returns how many.
     pub fn invalidate(&mut self, namespace: &str, event: &str, only: Option<&str>) -> u64 {
         let before = self.cache.len();
-        self.cache.retain(|((ns, _, _), k), e| {
-            !(ns == namespace
+        let mut freed = 0;
+        self.cache.retain(|k, e| {
+            let drop = k.0.0 == namespace
                 && e.invalidate_on.iter().any(|ev| ev == event)
-                && only.is_none_or(|o| o == k))
+                && only.is_none_or(|o| o == k.1);
+            if drop {
+                freed += entry_bytes(k, e);
+            }
+            !drop
         });
+        self.cache_bytes -= freed;
         let cache = &self.cache;
         self.cache_order.retain(|k| cache.contains_key(k));
         (before - self.cache.len()) as u64
@@ -491,6 +511,24 @@ mod tests {
         }
         assert_eq!(book.cached(&key, "0", 1), None, "the oldest went first");
         assert!(book.cached(&key, "5", 1).is_some());
+        // Large outputs: the byte budget, not the count, bounds the cache.
+        let big = vec![b'x'; PLAN_CACHE_VALUE_BYTES_MAX];
+        for i in 0..400 {
+            book.cache_put(&key, format!("big{i}"), (big.clone(), None), &policy, 0);
+        }
+        assert!(
+            book.cache_bytes <= PLAN_CACHE_BYTES_MAX,
+            "{}",
+            book.cache_bytes
+        );
+        assert!(book.cached(&key, "big399", 1).is_some());
+        assert_eq!(book.cached(&key, "big0", 1), None);
+        assert!(book.invalidate("ns", "refund", None) > 0);
+        assert_eq!(
+            (book.cache.len(), book.cache_bytes),
+            (0, 0),
+            "every byte given back"
+        );
     }
 
     #[test]
