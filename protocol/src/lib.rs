@@ -22,8 +22,8 @@ pub use message::{
     RunSummary, ScheduleInfo, ShardInfo, ShardMap, StatusInfo, TASK_AWAIT_MS_MAX,
     TASK_AWAIT_TASKS_MAX, TaskAssignment, Token, ValidationIssue, WASM_ENTRYPOINT_BYTES_MAX,
     WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
-    WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowInfo, WorkflowRunInfo,
-    WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
+    WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowBranchInfo, WorkflowInfo,
+    WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
 };
 pub use rules::{
     DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, check_action_name, check_consumer_name,

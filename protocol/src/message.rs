@@ -787,6 +787,18 @@ pub struct WorkflowRunInfo {
     /// The run's state document (a JSON object).
     #[serde(default, with = "serde_bytes")]
     pub state: Option<Vec<u8>>,
+    /// Each branch while the run runs several at once (then `current_step` is None).
+    #[serde(default)]
+    pub branches: Vec<WorkflowBranchInfo>,
+}
+
+/// One branch of a run that forked: its step, and what it waits for (`waiting` at its
+/// join while other branches still run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowBranchInfo {
+    pub step: String,
+    pub status: WorkflowRunStatus,
+    pub waiting_for: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -834,6 +846,10 @@ pub enum HistoryEventType {
     PlanCacheHit,
     /// The step's output is the plan's fallback value.
     PlanFallback,
+    /// A transition started several branches at once (detail: their first steps).
+    BranchesStarted,
+    /// Every branch of a fork reached its join (step: the join).
+    BranchesJoined,
     /// A type this version does not know.
     Other(String),
 }
@@ -865,6 +881,8 @@ impl HistoryEventType {
             HistoryEventType::PlanRateLimitSkip => "plan_rate_limit_skip",
             HistoryEventType::PlanCacheHit => "plan_cache_hit",
             HistoryEventType::PlanFallback => "plan_fallback",
+            HistoryEventType::BranchesStarted => "branches_started",
+            HistoryEventType::BranchesJoined => "branches_joined",
             HistoryEventType::Other(name) => name,
         }
     }
@@ -894,6 +912,8 @@ impl HistoryEventType {
             "plan_rate_limit_skip" => HistoryEventType::PlanRateLimitSkip,
             "plan_cache_hit" => HistoryEventType::PlanCacheHit,
             "plan_fallback" => HistoryEventType::PlanFallback,
+            "branches_started" => HistoryEventType::BranchesStarted,
+            "branches_joined" => HistoryEventType::BranchesJoined,
             "workflow_cancelled" => HistoryEventType::WorkflowCancelled,
             "workflow_timed_out" => HistoryEventType::WorkflowTimedOut,
             other => HistoryEventType::Other(other.to_string()),

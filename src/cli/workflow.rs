@@ -467,6 +467,11 @@ pub fn run_json(r: &WorkflowRunInfo) -> Value {
         "status": r.status.as_str(),
         "current_step": r.current_step,
         "waiting_for": r.waiting_for,
+        "branches": r.branches.iter().map(|b| json!({
+            "step": b.step,
+            "status": b.status.as_str(),
+            "waiting_for": b.waiting_for,
+        })).collect::<Vec<_>>(),
         "input": bytes_json(&r.input),
         "output": opt_json(r.output.as_deref()),
         "outputs": outputs,
@@ -504,6 +509,17 @@ fn run_text(r: &WorkflowRunInfo) -> String {
     }
     if let Some(waiting) = &r.waiting_for {
         line("waiting", waiting);
+    }
+    for b in &r.branches {
+        let waiting = b
+            .waiting_for
+            .as_ref()
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default();
+        line(
+            "branch",
+            &format!("{} {}{waiting}", b.step, b.status.as_str()),
+        );
     }
     if let Some(terminal) = &r.terminal {
         line("terminal", terminal);

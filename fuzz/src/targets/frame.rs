@@ -579,6 +579,11 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
         updated_at_ms: 2,
         search_attributes: Some(br#"{"customer":"c-1"}"#.to_vec()),
         state: Some(br#"{"total":3}"#.to_vec()),
+        branches: vec![flo_protocol::WorkflowBranchInfo {
+            step: "b".into(),
+            status: WorkflowRunStatus::Waiting,
+            waiting_for: Some("signal go".into()),
+        }],
     };
     let stream_info = StreamInfo {
         namespace: "default".into(),

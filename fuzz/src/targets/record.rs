@@ -404,6 +404,7 @@ fn sample_records() -> Vec<Record> {
         updated_at_ms: 9,
         search_attributes: Some(br#"{"amount":12.5}"#.to_vec()),
         state: None,
+        branches: Vec::new(),
     };
     let yaml = super::yaml::SAMPLE.to_string();
     let def = flo_workflow::parse_workflow(&yaml)

@@ -63,6 +63,7 @@ pub mod testing {
     pub use crate::core::io::PeerRequest;
     pub use crate::engine::{EXPIRY_SWEEP_KEYS_MAX, LOG_BACKLOG_BYTES_MAX};
     pub use crate::fold::archive::RunKind;
+    pub use crate::fold::cursor::RunPhase;
     pub use crate::fold::state::ShardState;
     pub use crate::fold::{archived, record, schedules, streams};
     pub use crate::kv::KV_WAITS_MAX;

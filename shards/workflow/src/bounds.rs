@@ -24,6 +24,11 @@ pub const RETRY_INITIAL_DELAY_MS_DEFAULT: u64 = 1000;
 pub const POLL_ATTEMPTS_DEFAULT: u32 = 10;
 pub const POLL_BASE_DELAY_MS_DEFAULT: u64 = 1000;
 
+/// Most steps one transition starts at once (`success: [a, b, ...]`).
+pub const FORK_WIDTH_MAX: usize = 16;
+/// Most branches of one run active at once (forks nest): a fork past it fails the run.
+pub const BRANCHES_MAX: usize = 64;
+
 /// Most records one triggered run takes (`trigger.batch_size`).
 pub const TRIGGER_BATCH_MAX: u32 = 1000;
 

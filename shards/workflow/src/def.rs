@@ -129,6 +129,70 @@ pub struct Step {
     /// `skipOutputMapping: true` — the output stays in the step only.
     #[serde(default)]
     pub skip_output_mapping: bool,
+    /// Outcome → several steps run at once (`success: [a, b]`), and where they meet again.
+    /// An outcome is in `transitions` or here, never both (absent from definitions stored
+    /// before).
+    #[serde(default)]
+    pub forks: BTreeMap<String, Fork>,
+    /// `onError:` — what a failure with no transition of its own does (absent from
+    /// definitions stored before: `fail`).
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// `transitions: {success: [a, b]}`: the branches an outcome starts at once and the step
+/// they all reach again, where the run waits for each of them (found by validation,
+/// `graph::check_forks`).
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Fork {
+    pub steps: Vec<String>,
+    pub join: String,
+}
+
+/// `onError:` of a step: what a failure that no transition takes does (flow8's `OnError`).
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// The run fails (in a branch: the whole run, its other branches cancelled).
+    #[default]
+    Fail,
+    /// The run goes on along `success`, the error kept on the step.
+    Continue,
+    /// The step is marked `skipped` and the run goes on along `success`.
+    Skip,
+}
+
+impl OnError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnError::Fail => "fail",
+            OnError::Continue => "continue",
+            OnError::Skip => "skip",
+        }
+    }
+}
+
+impl Step {
+    /// Every step or terminal this step may lead to: its transitions, its forks' branches
+    /// and its `onTimeout`.
+    pub fn targets(&self) -> impl Iterator<Item = &str> {
+        self.single_targets().chain(
+            self.forks
+                .values()
+                .flat_map(|f| f.steps.iter().map(String::as_str)),
+        )
+    }
+
+    /// The targets of its transitions to one step or terminal and its `onTimeout`.
+    pub fn single_targets(&self) -> impl Iterator<Item = &str> {
+        let on_timeout = match &self.action {
+            StepAction::WaitForSignal(wait) => wait.on_timeout.as_deref(),
+            StepAction::Run(_) => None,
+        };
+        self.transitions
+            .values()
+            .map(String::as_str)
+            .chain(on_timeout)
+    }
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -142,10 +142,20 @@ pub(super) struct RawStep {
     pub input_mapping: Option<serde_yaml::Value>,
     pub retry: Option<RawRetry>,
     pub poll: Option<RawPoll>,
-    pub transitions: Option<Entries<String>>,
+    pub transitions: Option<Entries<RawTransition>>,
     /// A string holding JSON, or YAML.
     pub output_mapping: Option<serde_yaml::Value>,
     pub skip_output_mapping: Option<bool>,
+    #[serde(alias = "on_error")]
+    pub on_error: Option<String>,
+}
+
+/// A transition's target as written: one step or terminal, or a list of steps run at once.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawTransition {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]

@@ -24,6 +24,10 @@
 //! | E302 | an `onTimeout` target that is not a step, custom terminal or built-in terminal |
 //! | E303 | a `run` step without transitions |
 //! | E304 | a `waitForSignal` step without a `success` transition |
+//! | E305 | branches that never meet again at one step (no join), or a branch that leads past its join |
+//! | E306 | a cycle through a fork (a branch leads back to the step that started it), or a step in two branches of one fork before their join |
+//! | E307 | a transition to a terminal inside a branch (it would end the run while other branches run; a failing branch fails the run unless `onError: continue`) |
+//! | E308 | a list of transition targets that is empty, longer than 16, names a step twice or names a terminal |
 //! | E401 | a duplicate key (steps, terminals, transitions, fields) |
 //! | E402 | a custom terminal named like a step or a built-in terminal |
 //! | E403 | a custom terminal `status` missing or not `completed`, `failed`, `cancelled`, `timed_out` |
@@ -37,6 +41,7 @@
 //! | E508 | invalid plan (unknown `selection`, no executors or more than 32, `health-weighted` without `health`, `health` values out of range, `cache` TTL or key template, `fallback` value not JSON or unknown condition, an error code both retryable and fatal; `retry` or `poll` on an `@plan/` step) |
 //! | E509 | invalid plan executor (name, `action` not `@actions/NAME`, `breaker`, `rate_limit` or `tracking` values out of range) |
 //! | E510 | invalid `state` (not an object, over 1 MiB) or `outputMapping` (not an object, a path not into `$.output`, `$.state` or `$.input`, or beside `skipOutputMapping: true`) |
+//! | E511 | invalid `onError` (not `fail`, `continue` or `skip`) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -46,13 +51,14 @@
 //! horizon (about 100 years, `clock::TIMER_HORIZON_MS`) never fires.
 
 use crate::def::{
-    BUILTIN_TERMINALS, Catchup, Every, Idempotency, START_STEP, Schedule, SignalWait, Step,
-    StepAction, Target, Trigger, Validated, WorkflowDef,
+    BUILTIN_TERMINALS, Catchup, Every, Fork, Idempotency, OnError, START_STEP, Schedule,
+    SignalWait, Step, StepAction, Target, Trigger, Validated, WorkflowDef,
 };
 use crate::issues::{IssueCode, issue};
 use crate::mapping::{is_mapping_path, mapping_paths};
 use crate::parse::{
-    Entries, RawSchedule, RawSearchAttribute, RawSignalWait, RawStep, RawTrigger, RawWorkflow,
+    Entries, RawSchedule, RawSearchAttribute, RawSignalWait, RawStep, RawTransition, RawTrigger,
+    RawWorkflow,
 };
 use crate::schedule::{check_cron, parse_interval, parse_timezone};
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
@@ -60,7 +66,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::bounds::{
-    SCHEDULE_CONCURRENT_MAX, SCHEDULE_INTERVAL_MS_MIN, SIGNAL_TIMEOUT_MS_MAX,
+    FORK_WIDTH_MAX, SCHEDULE_CONCURRENT_MAX, SCHEDULE_INTERVAL_MS_MIN, SIGNAL_TIMEOUT_MS_MAX,
     SIGNAL_TYPE_BYTES_MAX, TRIGGER_BATCH_MAX,
 };
 use crate::names::{
@@ -126,7 +132,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         debug_assert!(!c.errors.is_empty());
         return Err(c.errors);
     };
-    let def = WorkflowDef {
+    let mut def = WorkflowDef {
         name,
         version,
         idempotency,
@@ -139,6 +145,10 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         plans,
         state,
     };
+    let fork_issues = crate::graph::check_forks(&mut def);
+    if !fork_issues.is_empty() {
+        return Err(fork_issues);
+    }
     for step in unreachable_steps(&def) {
         c.warn(
             IssueCode::W101,
@@ -663,7 +673,9 @@ impl Checker {
             transitions,
             output_mapping,
             skip_output_mapping,
+            on_error,
         } = raw;
+        let on_error = self.on_error(path, on_error.as_deref());
         let (output_mapping, skip_output_mapping) =
             self.output_mapping(path, output_mapping, skip_output_mapping);
         let kind = match (&run, &wait_for_signal) {
@@ -726,7 +738,8 @@ impl Checker {
         let poll = poll.map(|p| self.poll(&format!("{path}.poll"), p));
         let input_mapping = input_mapping
             .and_then(|m| self.input_mapping(&format!("{path}.inputMapping"), m, scope));
-        let transitions = self.transitions(path, entries(transitions), scope, kind, has_poll);
+        let (transitions, forks) =
+            self.transitions(path, entries(transitions), scope, kind, has_poll);
         if let Some(StepAction::WaitForSignal(wait)) = &action
             && wait.timeout_ms.is_none()
             && transitions.contains_key("timeout")
@@ -745,7 +758,26 @@ impl Checker {
             transitions,
             output_mapping,
             skip_output_mapping,
+            forks,
+            on_error,
         })
+    }
+
+    /// `onError:` (E511).
+    fn on_error(&mut self, path: &str, raw: Option<&str>) -> OnError {
+        match raw {
+            None | Some("fail") => OnError::Fail,
+            Some("continue") => OnError::Continue,
+            Some("skip") => OnError::Skip,
+            Some(other) => {
+                self.error(
+                    IssueCode::E511,
+                    format!("{path}.onError"),
+                    format!("`onError` is `{other}`; it is `fail` (the default: the run fails), `continue` (go on along `success`, the error kept) or `skip` (the step is marked skipped, go on along `success`)"),
+                );
+                OnError::Fail
+            }
+        }
     }
 
     fn target(&mut self, path: &str, run: &str, scope: &Scope) -> Option<Target> {
@@ -863,28 +895,54 @@ impl Checker {
         Some(value)
     }
 
+    /// The transitions of one target, and the forks (outcomes leading to several steps; their
+    /// joins are found once every step is known, `graph::check_forks`).
     fn transitions(
         &mut self,
         step_path: &str,
-        raw: Vec<(String, String)>,
+        raw: Vec<(String, RawTransition)>,
         scope: &Scope,
         kind: StepKind,
         has_poll: bool,
-    ) -> BTreeMap<String, String> {
+    ) -> (BTreeMap<String, String>, BTreeMap<String, Fork>) {
         let path = format!("{step_path}.transitions");
         let mut transitions = BTreeMap::new();
+        let mut forks = BTreeMap::new();
         for (outcome, target) in self.unique(&path, raw) {
-            if !scope.resolves(&target) {
-                self.error(
-                    IssueCode::E301,
-                    format!("{path}.{outcome}"),
-                    scope.unknown_target(&target),
-                );
+            let targets = match target {
+                RawTransition::One(target) => vec![target],
+                RawTransition::Many(targets) => targets,
+            };
+            for target in &targets {
+                if !scope.resolves(target) {
+                    self.error(
+                        IssueCode::E301,
+                        format!("{path}.{outcome}"),
+                        scope.unknown_target(target),
+                    );
+                }
             }
-            transitions.insert(outcome, target);
+            match <[String; 1]>::try_from(targets) {
+                Ok([target]) => {
+                    transitions.insert(outcome, target);
+                }
+                Err(targets) => {
+                    if let Some(why) = fork_problem(&targets, scope) {
+                        self.error(IssueCode::E308, format!("{path}.{outcome}"), why);
+                    }
+                    let join = String::new();
+                    forks.insert(
+                        outcome,
+                        Fork {
+                            steps: targets,
+                            join,
+                        },
+                    );
+                }
+            }
         }
         match kind {
-            StepKind::Run if transitions.is_empty() => self.error(
+            StepKind::Run if transitions.is_empty() && forks.is_empty() => self.error(
                 IssueCode::E303,
                 path,
                 "a `run` step needs `transitions`: map its outcomes (`success`, `failure`, ...) to steps or terminals",
@@ -894,33 +952,49 @@ impl Checker {
                 format!("{path}.pending"),
                 "the step has no `poll`, so `pending` is matched as a plain outcome (no re-execution); add `poll:` to re-run the step while it is pending",
             ),
-            StepKind::Wait if !transitions.contains_key("success") => self.error(
+            StepKind::Wait
+                if !transitions.contains_key("success") && !forks.contains_key("success") =>
+            {
+                self.error(
                 IssueCode::E304,
                 path,
                 "a `waitForSignal` step needs a `success` transition: where to go once the signal arrives",
-            ),
+            )
+            }
             _ => {}
         }
-        transitions
+        (transitions, forks)
     }
+}
+
+/// Why a list of targets cannot be run at once (E308), if so: empty, too long, naming a
+/// step twice or a terminal.
+fn fork_problem(targets: &[String], scope: &Scope) -> Option<String> {
+    if targets.is_empty() {
+        return Some("an empty list of steps; name one step, or several to run at once".into());
+    }
+    if targets.len() > FORK_WIDTH_MAX {
+        return Some(format!(
+            "{} steps at once; at most {FORK_WIDTH_MAX} branches may start from one transition",
+            targets.len()
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    if let Some(twice) = targets.iter().find(|t| !seen.insert(t.as_str())) {
+        return Some(format!("step `{twice}` is listed twice"));
+    }
+    targets
+        .iter()
+        .find(|t| !scope.steps.contains(t.as_str()))
+        .map(|t| format!("`{t}` is not a step: a list of targets starts branches, each at a step (a terminal ends the whole run)"))
 }
 
 /// Named steps that no transition or `onTimeout` leads to from the start step.
 fn unreachable_steps(def: &WorkflowDef) -> Vec<&str> {
-    fn next(step: &Step) -> impl Iterator<Item = &str> {
-        let on_timeout = match &step.action {
-            StepAction::WaitForSignal(wait) => wait.on_timeout.as_deref(),
-            StepAction::Run(_) => None,
-        };
-        step.transitions
-            .values()
-            .map(String::as_str)
-            .chain(on_timeout)
-    }
     let mut reached = BTreeSet::new();
     let mut todo = vec![&def.start];
     while let Some(step) = todo.pop() {
-        for target in next(step) {
+        for target in step.targets() {
             if let Some((name, next_step)) = def.steps.get_key_value(target)
                 && reached.insert(name.as_str())
             {

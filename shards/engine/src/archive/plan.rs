@@ -24,7 +24,7 @@ pub fn plan_archive(
             if let Some(step) = &run.step
                 && let Some(wf) = state.workflows.run(namespace, &step.run_id)
                 && !wf.status().is_final()
-                && matches!(wf.phase.wait(), Some(StepWait::ActionRun { run_id: r, .. }) if r == run_id)
+                && matches!(wf.wait_at(&step.step), Some(StepWait::ActionRun { run_id: r, .. }) if r == run_id)
             {
                 return None;
             }
@@ -39,7 +39,7 @@ pub fn plan_archive(
             if let Some(parent) = &run.parent
                 && let Some(p) = state.workflows.run(namespace, &parent.run_id)
                 && !p.status().is_final()
-                && matches!(p.phase.wait(), Some(StepWait::ChildRun { run_id: c }) if c == run_id)
+                && matches!(p.wait_at(&parent.step), Some(StepWait::ChildRun { run_id: c }) if c == run_id)
             {
                 return None;
             }
@@ -199,6 +199,7 @@ mod tests {
                 updated_at_ms: 2,
                 search_attributes: None,
                 state: None,
+                branches: Vec::new(),
             },
             history: (0..100_000)
                 .map(|i| HistoryEvent {

@@ -138,22 +138,24 @@ impl Index {
         if run.status().is_final() {
             return;
         }
-        if let Some(at) = run.phase.timer_ms() {
-            self.wf_timers.insert((at, run.seq), key.clone());
-        }
-        if let Some(StepWait::Signal {
-            deadline_ms: Some(at),
-            ..
-        }) = run.phase.wait()
-        {
-            self.wf_timers.insert((*at, run.seq), key.clone());
-        }
-        // An inline plan's attempt tracked `async`: its timeout.
-        if let (Some(StepWait::ActionRun { .. }), Some(at)) = (
-            run.phase.wait(),
-            run.plan.as_ref().and_then(|p| p.deadline_ms),
-        ) {
-            self.wf_timers.insert((at, run.seq), key.clone());
+        for cursor in run.cursors() {
+            if let Some(at) = cursor.phase.timer_ms() {
+                self.wf_timers.insert((at, run.seq), key.clone());
+            }
+            if let Some(StepWait::Signal {
+                deadline_ms: Some(at),
+                ..
+            }) = cursor.phase.wait()
+            {
+                self.wf_timers.insert((*at, run.seq), key.clone());
+            }
+            // An inline plan's attempt tracked `async`: its timeout.
+            if let (Some(StepWait::ActionRun { .. }), Some(at)) = (
+                cursor.phase.wait(),
+                cursor.plan.as_ref().and_then(|p| p.deadline_ms),
+            ) {
+                self.wf_timers.insert((at, run.seq), key.clone());
+            }
         }
     }
 

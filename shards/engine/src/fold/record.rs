@@ -148,6 +148,18 @@ impl StepOutcome {
         }
     }
 
+    /// Whether the step failed (what `onError` applies to).
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self,
+            StepOutcome::Failure
+                | StepOutcome::ExecutionFailure
+                | StepOutcome::TargetNotFound
+                | StepOutcome::TargetDisabled
+                | StepOutcome::Timeout
+        )
+    }
+
     /// Whether a step's `retry:` retries it.
     pub fn is_retryable(&self) -> bool {
         matches!(self, StepOutcome::Failure | StepOutcome::ExecutionFailure)
@@ -190,6 +202,11 @@ pub enum StepNext {
         terminal: String,
         status: flo_protocol::WorkflowRunStatus,
         reason: Option<String>,
+    },
+    /// Branches start at `steps` at once; they meet again at `join`.
+    Fork {
+        steps: Vec<String>,
+        join: String,
     },
 }
 

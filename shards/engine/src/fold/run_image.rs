@@ -3,7 +3,7 @@
 
 use super::plan_steps::PlanProgress;
 use super::record::{StepRef, StepWait};
-use super::workflows::{RunPhase, StepState, WfRun, unlinked};
+use super::workflows::{Cursor, RunPhase, StepState, WfRun, unlinked};
 use flo_protocol::{HistoryEvent, WorkflowRunStatus};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -39,6 +39,7 @@ struct RunImageRef<'a> {
     lsn: u64,
     plan: &'a Option<PlanProgress>,
     state: &'a Value,
+    branches: &'a Vec<Cursor>,
 }
 
 /// `RunImageRef` read back.
@@ -76,11 +77,15 @@ struct RunImage {
     /// Absent from images written before runs had state (then rebuilt by `relink`).
     #[serde(default)]
     state: Value,
+    /// Absent from images written before runs forked.
+    #[serde(default)]
+    branches: Vec<Cursor>,
 }
 
 impl serde::Serialize for WfRun {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let (terminal, output) = match &self.phase {
+        let lead = &self.lead;
+        let (terminal, output) = match &lead.phase {
             RunPhase::Ended {
                 terminal, output, ..
             } => (Some(terminal.as_str()), output.as_ref()),
@@ -94,12 +99,12 @@ impl serde::Serialize for WfRun {
             idempotency_key: &self.idempotency_key,
             parent: &self.parent,
             depth: self.depth,
-            current_step: self.phase.step(),
-            wait: self.phase.wait(),
-            timer_ms: self.phase.timer_ms(),
-            step_executions: self.step_executions,
-            step_polls: self.step_polls,
-            step_first_at_ms: self.step_first_at_ms,
+            current_step: lead.phase.step(),
+            wait: lead.phase.wait(),
+            timer_ms: lead.phase.timer_ms(),
+            step_executions: lead.executions,
+            step_polls: lead.polls,
+            step_first_at_ms: lead.first_at_ms,
             steps: &self.steps,
             terminal,
             error: &self.error,
@@ -112,8 +117,9 @@ impl serde::Serialize for WfRun {
             updated_at_ms: self.updated_at_ms,
             seq: self.seq,
             lsn: self.lsn,
-            plan: &self.plan,
+            plan: &lead.plan,
             state: &self.state,
+            branches: &self.branches,
         }
         .serialize(s)
     }
@@ -131,6 +137,7 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             (None, Some(step), Some(wait), _) => RunPhase::Waiting { step, wait },
             (None, Some(step), None, Some(at_ms)) => RunPhase::Sleeping { step, at_ms },
             (None, Some(step), None, None) => RunPhase::Ready { step },
+            (None, None, ..) if !r.branches.is_empty() => RunPhase::Forked,
             (None, None, ..) => {
                 return Err(serde::de::Error::custom(
                     "a workflow run with neither a step nor a terminal",
@@ -141,15 +148,20 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             workflow: r.workflow,
             version: r.version,
             def: unlinked(),
-            phase,
+            lead: Cursor {
+                phase,
+                executions: r.step_executions,
+                polls: r.step_polls,
+                first_at_ms: r.step_first_at_ms,
+                plan: r.plan,
+                joins: Vec::new(),
+            },
+            branches: r.branches,
             input: Value::Null,
             input_bytes: r.input_bytes,
             idempotency_key: r.idempotency_key,
             parent: r.parent,
             depth: r.depth,
-            step_executions: r.step_executions,
-            step_polls: r.step_polls,
-            step_first_at_ms: r.step_first_at_ms,
             steps: r.steps,
             error: r.error,
             signals: r.signals,
@@ -160,7 +172,6 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             updated_at_ms: r.updated_at_ms,
             seq: r.seq,
             lsn: r.lsn,
-            plan: r.plan,
             state: r.state,
             state_bytes: 0,
         })

@@ -133,10 +133,9 @@ impl ShardState {
         }
         for (ns, id, r) in self.workflows.all_runs() {
             lines.push(format!(
-                "wfrun {ns}/{id} {:?} execs {} polls {} error {:?} signals {} history {}",
-                r.phase,
-                r.step_executions,
-                r.step_polls,
+                "wfrun {ns}/{id} {:?} branches {:?} error {:?} signals {} history {}",
+                r.lead,
+                r.branches,
                 r.error,
                 r.signals.len(),
                 r.history.len(),
@@ -233,8 +232,8 @@ mod tests {
             .count();
         assert_eq!(started, 1, "{:?}", run.history);
         assert!(
-            matches!(run.phase.wait(), Some(StepWait::ActionRun { run_id, .. }) if run_id == "a-1")
+            matches!(run.lead.phase.wait(), Some(StepWait::ActionRun { run_id, .. }) if run_id == "a-1")
         );
-        assert_eq!(run.phase.step(), Some("_start"));
+        assert_eq!(run.lead.phase.step(), Some("_start"));
     }
 }

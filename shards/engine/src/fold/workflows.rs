@@ -2,7 +2,8 @@
 //! by `ShardState::apply` of the workflow records. History is part of the fold: each record
 //! appends the events it stands for.
 
-use crate::fold::plan_steps::{self, PhaseAfter, PlanProgress};
+pub use crate::fold::cursor::{Cursor, RunPhase};
+use crate::fold::plan_steps::{self, PhaseAfter};
 use crate::fold::record::{PlanEvent, StepNext, StepOutcome, StepRef, StepWait};
 use crate::fold::workflow_defs::{WfEntry, WorkflowDefs};
 use crate::pages::{self, Pos};
@@ -25,66 +26,6 @@ pub struct StepState {
     pub executions: u32,
 }
 
-/// Where a run is: at a step (to start it now, waiting for what it started, or sleeping
-/// until the step runs again), or ended. One value, so that a run cannot wait and sleep at
-/// once, nor end and still be at a step.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunPhase {
-    /// At `step`, to start it now.
-    Ready { step: String },
-    /// At `step`, waiting for what it started.
-    Waiting { step: String, wait: StepWait },
-    /// At `step`, to run it again at `at_ms` (a retry after a failure, or a poll).
-    Sleeping { step: String, at_ms: u64 },
-    /// Ended at `terminal` with `status` (final) and the last step's output.
-    Ended {
-        terminal: String,
-        status: WorkflowRunStatus,
-        output: Option<Value>,
-    },
-}
-
-impl RunPhase {
-    /// The step the run is at (none once ended).
-    pub fn step(&self) -> Option<&str> {
-        match self {
-            RunPhase::Ready { step }
-            | RunPhase::Waiting { step, .. }
-            | RunPhase::Sleeping { step, .. } => Some(step),
-            RunPhase::Ended { .. } => None,
-        }
-    }
-
-    pub fn wait(&self) -> Option<&StepWait> {
-        match self {
-            RunPhase::Waiting { wait, .. } => Some(wait),
-            _ => None,
-        }
-    }
-
-    /// When a sleeping run's step runs again.
-    pub fn timer_ms(&self) -> Option<u64> {
-        match self {
-            RunPhase::Sleeping { at_ms, .. } => Some(*at_ms),
-            _ => None,
-        }
-    }
-
-    /// The run's status: running while it has a step to start or a WebAssembly action
-    /// executing it, waiting on anything else, final once ended.
-    pub fn status(&self) -> WorkflowRunStatus {
-        match self {
-            RunPhase::Ready { .. } => WorkflowRunStatus::Running,
-            RunPhase::Waiting {
-                wait: StepWait::ActionRun { worker: false, .. },
-                ..
-            } => WorkflowRunStatus::Running,
-            RunPhase::Waiting { .. } | RunPhase::Sleeping { .. } => WorkflowRunStatus::Waiting,
-            RunPhase::Ended { status, .. } => *status,
-        }
-    }
-}
-
 /// A workflow run in memory. In a snapshot it is written as `RunImage` says (the fields it
 /// had before `RunPhase`: images written before stay readable).
 pub struct WfRun {
@@ -92,7 +33,10 @@ pub struct WfRun {
     pub version: String,
     /// Its version's definition (shared; set again by `relink` after a snapshot is loaded).
     pub def: Result<Arc<WorkflowDef>, String>,
-    pub phase: RunPhase,
+    /// Where the run is (`Forked` while it runs branches).
+    pub lead: Cursor,
+    /// The run's branches while its lead is `Forked` (else empty).
+    pub branches: Vec<Cursor>,
     /// `input_bytes` parsed (set again by `relink`).
     pub input: Value,
     pub input_bytes: Vec<u8>,
@@ -100,11 +44,6 @@ pub struct WfRun {
     pub parent: Option<StepRef>,
     /// Nesting depth (0 for a top-level run).
     pub depth: u32,
-    /// Executions of the current step in this visit, and polls among them.
-    pub step_executions: u32,
-    pub step_polls: u32,
-    /// When the current visit's first execution started (for `within_ms`).
-    pub step_first_at_ms: u64,
     pub steps: Vec<StepState>,
     /// The last step's error, or why the run ended.
     pub error: Option<String>,
@@ -118,8 +57,6 @@ pub struct WfRun {
     pub updated_at_ms: u64,
     pub seq: u64,
     pub lsn: u64,
-    /// The current step's inline plan, while it runs one.
-    pub plan: Option<PlanProgress>,
     /// The run's state document (a JSON object: `flo_workflow::state`).
     pub state: Value,
     /// At least its size as JSON (exact near the limit: `state_bytes_bound`); the step
@@ -128,8 +65,66 @@ pub struct WfRun {
 }
 
 impl WfRun {
+    /// Running while any cursor runs a step, waiting when every one waits (for an action,
+    /// a signal, a timer or a join), final once ended.
     pub fn status(&self) -> WorkflowRunStatus {
-        self.phase.status()
+        match self.lead.phase {
+            RunPhase::Forked => {
+                match self
+                    .branches
+                    .iter()
+                    .any(|b| b.phase.status() == WorkflowRunStatus::Running)
+                {
+                    true => WorkflowRunStatus::Running,
+                    false => WorkflowRunStatus::Waiting,
+                }
+            }
+            ref phase => phase.status(),
+        }
+    }
+
+    /// The cursors that run: the lead, or its branches once forked.
+    pub fn cursors(&self) -> impl Iterator<Item = &Cursor> {
+        let forked = self.lead.phase == RunPhase::Forked;
+        let lead = (!forked).then_some(&self.lead);
+        lead.into_iter()
+            .chain(self.branches.iter().filter(move |_| forked))
+    }
+
+    /// The cursor at `step` (that runs it, waits for it or sleeps until it runs again).
+    pub fn at(&self, step: &str) -> Option<&Cursor> {
+        self.cursors().find(|c| c.phase.step() == Some(step))
+    }
+
+    /// What the cursor at `step` waits for.
+    pub fn wait_at(&self, step: &str) -> Option<&StepWait> {
+        self.at(step).and_then(|c| c.phase.wait())
+    }
+
+    /// Every wait of the run's cursors, with the step that waits.
+    pub fn waits(&self) -> impl Iterator<Item = (&str, &StepWait)> {
+        self.cursors()
+            .filter_map(|c| Some((c.phase.step()?, c.phase.wait()?)))
+    }
+
+    pub(super) fn at_mut(&mut self, step: &str) -> Option<&mut Cursor> {
+        if self.lead.phase != RunPhase::Forked {
+            return (self.lead.phase.step() == Some(step)).then_some(&mut self.lead);
+        }
+        self.branches
+            .iter_mut()
+            .find(|c| c.phase.step() == Some(step))
+    }
+
+    /// The step a cursor is ready to start, or whose sleep ended by `now`.
+    pub fn ready_step(&self, now: u64) -> Option<&str> {
+        self.cursors()
+            .find(|c| match c.phase {
+                RunPhase::Ready { .. } => true,
+                RunPhase::Sleeping { at_ms, .. } => at_ms <= now,
+                _ => false,
+            })
+            .and_then(|c| c.phase.step())
     }
 
     /// The values of its definition's search attributes (those found), from its input and
@@ -160,7 +155,7 @@ impl WfRun {
         self.steps.iter().find(|s| s.name == name)
     }
 
-    fn event(
+    pub(super) fn event(
         &mut self,
         event_type: HistoryEventType,
         step: Option<&str>,
@@ -339,17 +334,13 @@ impl Workflows {
             workflow,
             version,
             def,
-            phase: RunPhase::Ready {
-                step: START_STEP.to_string(),
-            },
+            lead: Cursor::ready(START_STEP.to_string(), at_ms, Vec::new()),
+            branches: Vec::new(),
             input: json_value(&input),
             input_bytes: input,
             idempotency_key,
             parent,
             depth,
-            step_executions: 0,
-            step_polls: 0,
-            step_first_at_ms: at_ms,
             steps: Vec::new(),
             error: None,
             signals: VecDeque::new(),
@@ -360,7 +351,6 @@ impl Workflows {
             updated_at_ms: at_ms,
             seq: self.next_seq,
             lsn,
-            plan: None,
             state: Value::Null,
             state_bytes: 0,
         };
@@ -402,26 +392,36 @@ impl Workflows {
         let Some(run) = self.run_mut(namespace, run_id) else {
             return missing(lsn, run_id);
         };
+        let Some(cursor) = run.at_mut(&step) else {
+            return impossible(
+                lsn,
+                format_args!("run {run_id:?} starts step {step:?} it is not at"),
+            );
+        };
         // Logs written before the action run's creation started its step carry a
         // WfStepStarted after the RunCreated: the step has started already.
         if let (
             StepWait::ActionRun { run_id: new, .. },
             Some(StepWait::ActionRun { run_id: cur, .. }),
-        ) = (&wait, run.phase.wait())
+        ) = (&wait, cursor.phase.wait())
             && new == cur
         {
             return;
         }
-        match &run.phase {
-            RunPhase::Ready { .. } if run.step_executions == 0 => run.step_first_at_ms = at_ms,
+        match &cursor.phase {
+            RunPhase::Ready { .. } if cursor.executions == 0 => cursor.first_at_ms = at_ms,
             RunPhase::Ready { .. } | RunPhase::Sleeping { .. } => {}
-            RunPhase::Waiting { .. } | RunPhase::Ended { .. } => {
+            phase => {
                 return impossible(
                     lsn,
-                    format_args!("run {run_id:?} starts a step while {:?}", run.phase),
+                    format_args!("run {run_id:?} starts a step while {phase:?}"),
                 );
             }
         }
+        cursor.phase = RunPhase::Waiting {
+            step: step.clone(),
+            wait: wait.clone(),
+        };
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
         run.event(
@@ -452,7 +452,6 @@ impl Workflows {
                 );
             }
         }
-        run.phase = RunPhase::Waiting { step, wait };
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -472,20 +471,22 @@ impl Workflows {
         let Some(run) = self.run_mut(namespace, run_id) else {
             return missing(lsn, run_id);
         };
-        let wait = match &run.phase {
-            RunPhase::Ready { .. } if run.step_executions == 0 => {
-                run.step_first_at_ms = at_ms;
+        let Some(cursor) = run.at_mut(&step) else {
+            return impossible(
+                lsn,
+                format_args!("run {run_id:?} finishes step {step:?} it is not at"),
+            );
+        };
+        let wait = match &cursor.phase {
+            RunPhase::Ready { .. } if cursor.executions == 0 => {
+                cursor.first_at_ms = at_ms;
                 None
             }
-            RunPhase::Ready { .. } | RunPhase::Sleeping { .. } => None,
             RunPhase::Waiting { wait, .. } => Some(wait.clone()),
-            RunPhase::Ended { .. } => {
-                return impossible(
-                    lsn,
-                    format_args!("run {run_id:?} finishes a step once ended"),
-                );
-            }
+            _ => None,
         };
+        cursor.executions += 1;
+        cursor.plan = None;
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
         let output_len = output.as_ref().map_or(0, Vec::len);
@@ -561,8 +562,6 @@ impl Workflows {
                 executions: 1,
             }),
         }
-        run.step_executions += 1;
-        run.plan = None;
         run.event(
             HistoryEventType::StepCompleted,
             Some(&step),
@@ -571,27 +570,42 @@ impl Workflows {
         );
         match next {
             StepNext::Step(next_step) => {
-                run.phase = RunPhase::Ready { step: next_step };
-                run.step_executions = 0;
-                run.step_polls = 0;
                 run.error = error;
+                run.move_on(&step, next_step, at_ms);
+            }
+            StepNext::Fork { steps, join } => {
+                run.error = error;
+                run.event(
+                    HistoryEventType::BranchesStarted,
+                    Some(&step),
+                    steps.join(","),
+                    at_ms,
+                );
+                run.fork(&step, steps, join, at_ms, lsn);
             }
             StepNext::Retry { at_ms: due } => {
-                run.phase = RunPhase::Sleeping {
+                let Some(cursor) = run.at_mut(&step) else {
+                    return;
+                };
+                cursor.phase = RunPhase::Sleeping {
                     step: step.clone(),
                     at_ms: due,
                 };
+                let attempt = cursor.executions + 1;
                 run.error = error;
                 run.event(
                     HistoryEventType::StepRetry,
                     Some(&step),
-                    format!("attempt {} at {due}", run.step_executions + 1),
+                    format!("attempt {attempt} at {due}"),
                     at_ms,
                 );
             }
             StepNext::Poll { at_ms: due } => {
-                run.phase = RunPhase::Sleeping { step, at_ms: due };
-                run.step_polls += 1;
+                let Some(cursor) = run.at_mut(&step) else {
+                    return;
+                };
+                cursor.phase = RunPhase::Sleeping { step, at_ms: due };
+                cursor.polls += 1;
             }
             StepNext::End {
                 terminal,
@@ -614,11 +628,7 @@ impl Workflows {
                     _ => terminal.clone(),
                 };
                 run.event(event, None, detail, at_ms);
-                run.phase = RunPhase::Ended {
-                    terminal,
-                    status,
-                    output,
-                };
+                run.end(terminal, status, output);
             }
         }
     }
@@ -651,13 +661,19 @@ impl Workflows {
             plan.and_then(|p| p.executors.get(i as usize))
                 .map_or_else(|| format!("#{i}"), |e| e.name.clone())
         };
-        let effect = plan_steps::apply(&mut run.plan, event, at_ms, name);
+        let Some(cursor) = run.at_mut(step) else {
+            return impossible(
+                lsn,
+                format_args!("run {run_id:?} plans step {step:?} it is not at"),
+            );
+        };
+        let effect = plan_steps::apply(&mut cursor.plan, event, at_ms, name);
         let step = step.to_string();
         match effect.phase {
             PhaseAfter::Unchanged => {}
-            PhaseAfter::Ready => run.phase = RunPhase::Ready { step: step.clone() },
+            PhaseAfter::Ready => cursor.phase = RunPhase::Ready { step: step.clone() },
             PhaseAfter::Sleeping(due) => {
-                run.phase = RunPhase::Sleeping {
+                cursor.phase = RunPhase::Sleeping {
                     step: step.clone(),
                     at_ms: due,
                 }
@@ -685,9 +701,16 @@ impl Workflows {
         };
         let seq = run.next_signal_seq;
         run.next_signal_seq += 1;
+        let waiting = run.waits().find_map(|(step, wait)| match wait {
+            StepWait::Signal { signal_type: t, .. } if *t == signal_type => Some(step),
+            _ => None,
+        });
+        let step = waiting
+            .or_else(|| run.lead.phase.step())
+            .map(str::to_string);
         run.event(
             HistoryEventType::SignalReceived,
-            run.phase.step().map(str::to_string).as_deref(),
+            step.as_deref(),
             signal_type.clone(),
             at_ms,
         );
@@ -708,11 +731,11 @@ impl Workflows {
         let Some(run) = self.run_mut(namespace, run_id) else {
             return missing(lsn, run_id);
         };
-        run.phase = RunPhase::Ended {
-            terminal: "flo.Cancelled".to_string(),
-            status: WorkflowRunStatus::Cancelled,
-            output: None,
-        };
+        run.end(
+            "flo.Cancelled".to_string(),
+            WorkflowRunStatus::Cancelled,
+            None,
+        );
         let detail = reason.clone().unwrap_or_else(|| "cancelled".to_string());
         run.error = reason;
         run.event(HistoryEventType::WorkflowCancelled, None, detail, at_ms);
@@ -756,14 +779,7 @@ pub fn run_info(
     status: WorkflowRunStatus,
 ) -> flo_protocol::WorkflowRunInfo {
     let bytes = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
-    let waiting_for = run.phase.wait().map(|w| match w {
-        StepWait::ActionRun { run_id, .. } => format!("action run {run_id}"),
-        StepWait::ChildRun { run_id } => format!("workflow run {run_id}"),
-        StepWait::Signal { signal_type, .. } => format!("signal {signal_type}"),
-    });
-    let waiting_for =
-        waiting_for.or_else(|| run.phase.timer_ms().map(|at| format!("timer at {at} ms")));
-    let (terminal, output) = match &run.phase {
+    let (terminal, output) = match &run.lead.phase {
         RunPhase::Ended {
             terminal, output, ..
         } => (Some(terminal.clone()), output.as_ref().map(bytes)),
@@ -775,8 +791,23 @@ pub fn run_info(
         workflow: run.workflow.clone(),
         version: run.version.clone(),
         status,
-        current_step: run.phase.step().map(str::to_string),
-        waiting_for,
+        current_step: run.lead.phase.step().map(str::to_string),
+        waiting_for: waiting_for(&run.lead.phase),
+        branches: match run.lead.phase {
+            RunPhase::Forked => run
+                .branches
+                .iter()
+                .map(|b| flo_protocol::WorkflowBranchInfo {
+                    step: match &b.phase {
+                        RunPhase::Joined { step } => step.clone(),
+                        phase => phase.step().unwrap_or_default().to_string(),
+                    },
+                    status: b.phase.status(),
+                    waiting_for: waiting_for(&b.phase),
+                })
+                .collect(),
+            _ => Vec::new(),
+        },
         input: run.input_bytes.clone(),
         output,
         steps: run
@@ -804,6 +835,20 @@ pub fn run_info(
                 crate::fold::search::attrs_json(attrs.iter().map(|(n, v)| (n.as_str(), v)))
             }),
         state: (!run.state.is_null()).then(|| bytes(&run.state)),
+    }
+}
+
+/// What a cursor waits for, in words (none while it runs or once ended).
+fn waiting_for(phase: &RunPhase) -> Option<String> {
+    match phase {
+        RunPhase::Waiting { wait, .. } => Some(match wait {
+            StepWait::ActionRun { run_id, .. } => format!("action run {run_id}"),
+            StepWait::ChildRun { run_id } => format!("workflow run {run_id}"),
+            StepWait::Signal { signal_type, .. } => format!("signal {signal_type}"),
+        }),
+        RunPhase::Sleeping { at_ms, .. } => Some(format!("timer at {at_ms} ms")),
+        RunPhase::Joined { step } => Some(format!("the other branches at {step}")),
+        _ => None,
     }
 }
 
@@ -886,10 +931,10 @@ mod tests {
             let run = w.run("ns", id).unwrap();
             let bytes = rmp_serde::to_vec(run).unwrap();
             let back: WfRun = rmp_serde::from_slice(&bytes).unwrap();
-            assert_eq!(back.phase, run.phase, "{id}");
+            assert_eq!(back.lead, run.lead, "{id}");
             assert_eq!(back.status(), run.status(), "{id}");
         }
-        let phase = |id| w.run("ns", id).unwrap().phase.clone();
+        let phase = |id| w.run("ns", id).unwrap().lead.phase.clone();
         assert!(matches!(phase("ready"), RunPhase::Ready { .. }));
         assert!(matches!(phase("waiting"), RunPhase::Waiting { .. }));
         assert_eq!(phase("sleeping").timer_ms(), Some(50));

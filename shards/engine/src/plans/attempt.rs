@@ -22,7 +22,7 @@ pub fn on_attempt_final(
     action_run: &str,
 ) -> Move {
     let now = core.now_ms();
-    let Some(run) = StepRun::read(core, namespace, run_id, plan_name) else {
+    let Some(run) = StepRun::read(core, namespace, run_id, step, plan_name) else {
         return Move::Wait;
     };
     let (key, plan, seq) = (&run.key, run.plan(), run.seq);

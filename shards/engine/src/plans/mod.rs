@@ -47,14 +47,20 @@ struct StepRun {
 }
 
 impl StepRun {
-    fn read(core: &Core, namespace: &str, run_id: &str, plan_name: &str) -> Option<StepRun> {
+    fn read(
+        core: &Core,
+        namespace: &str,
+        run_id: &str,
+        step: &str,
+        plan_name: &str,
+    ) -> Option<StepRun> {
         let run = core.state().workflows.run(namespace, run_id)?;
         let def = run.def.clone().ok()?;
         let cache_key = def.plans.get(plan_name)?.cache_key(&run.input);
         Some(StepRun {
             key: plan_key(namespace, &run.workflow, &run.version, plan_name),
             seq: run.seq,
-            progress: run.plan.clone(),
+            progress: run.at(step).and_then(|c| c.plan.clone()),
             cache_key,
             def,
             plan_name: plan_name.to_string(),

@@ -18,7 +18,7 @@ pub fn next(
     input: Vec<u8>,
 ) -> Move {
     let now = core.now_ms();
-    let Some(run) = StepRun::read(core, namespace, run_id, plan_name) else {
+    let Some(run) = StepRun::read(core, namespace, run_id, step, plan_name) else {
         return Move::Finish {
             events: Vec::new(),
             outcome: StepOutcome::TargetNotFound,

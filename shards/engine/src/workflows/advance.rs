@@ -1,5 +1,5 @@
-//! Advancing a run: from its current step, start what the step runs (an action run, a child
-//! run, a wait for a signal) until the run waits or ends. Advancing one run never calls
+//! Advancing a run: from its current step (or each branch's), start what the step runs (an
+//! action run, a child run, a wait for a signal) until every cursor waits or the run ends. Advancing one run never calls
 //! into another: what another run must do next goes on the agenda as a `Task`. A run step on
 //! `@actions/NAME` creates an action run on this same shard (one attempt: the step's
 //! `retry:` decides about retries); `@workflow/NAME[:V]` starts a child run, also here, so
@@ -54,13 +54,13 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
         let Some(run) = core.state().workflows.run(namespace, run_id) else {
             return;
         };
-        if run.status().is_final()
-            || run.phase.wait().is_some()
-            || run.phase.timer_ms().is_some_and(|at| at > now)
-        {
+        if run.status().is_final() {
             return;
         }
-        let current_step = run.phase.step().unwrap_or_default().to_string();
+        // A cursor to move: the run's, or one of its branches'.
+        let Some(current_step) = run.ready_step(now).map(str::to_string) else {
+            return;
+        };
         if core.budget_spent() {
             core.schedule(Task::WfAdvance((namespace.to_string(), run_id.to_string())));
             return;
@@ -132,16 +132,17 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
                             },
                             at_ms: now,
                         });
-                        return;
+                        // The run's other branches may have a step to start.
+                        continue;
                     }
                 }
             }
             StepAction::Run(target) => {
                 let input = step_input(core, namespace, run_id, step, now);
                 let target = target.clone();
-                if !run_target(core, namespace, run_id, &step_name, &target, input) {
-                    return;
-                }
+                // Whether it waits or moved on, the next cursor is looked for (a branch's
+                // or this one's again).
+                run_target(core, namespace, run_id, &step_name, &target, input);
             }
         }
     }
@@ -180,8 +181,8 @@ fn step_input(
     serde_json::to_vec(&flo_workflow::resolve_mapping(mapping, &ctx)).unwrap_or_default()
 }
 
-/// Starts a run step's target; returns whether the run moved on at once (an
-/// execution-level outcome) so advancing continues.
+/// Starts a run step's target (or finishes the step at once with an execution-level
+/// outcome).
 #[allow(clippy::too_many_arguments)]
 fn run_target(
     core: &mut Core,
@@ -190,7 +191,7 @@ fn run_target(
     step: &str,
     target: &Target,
     input: Vec<u8>,
-) -> bool {
+) {
     let now = core.now_ms();
     let fail = |outcome: StepOutcome, error: String| (outcome, error);
     let problem = match target {
@@ -255,7 +256,7 @@ fn run_target(
             Some(error),
             None,
         );
-        return true;
+        return;
     }
     let step_ref = StepRef {
         run_id: run_id.to_string(),
@@ -264,7 +265,7 @@ fn run_target(
     match target {
         Target::Action(name) => {
             let Some(def) = core.state().registry.get(namespace, name) else {
-                return false;
+                return;
             };
             let version = def.version;
             let state = core.state();
@@ -286,7 +287,6 @@ fn run_target(
             });
             // Applying RunCreated (its `step`) started the step as well; its observe
             // queued the run.
-            false
         }
         Target::Workflow { name, version } => {
             let Some(version) = core
@@ -296,7 +296,7 @@ fn run_target(
                 .and_then(|e| e.get(version.as_deref()))
                 .map(|v| v.version.clone())
             else {
-                return false;
+                return;
             };
             let state = core.state();
             let child = state.workflows.next_run_id(namespace, |id| {
@@ -326,11 +326,10 @@ fn run_target(
                 },
             ]);
             core.schedule(Task::WfAdvance((namespace.to_string(), child)));
-            false
         }
         Target::Plan(name) => {
             let mv = crate::plans::next(core, namespace, run_id, step, name, input);
-            super::plan_steps::apply_move(core, namespace, run_id, step, mv)
+            super::plan_steps::apply_move(core, namespace, run_id, step, mv);
         }
     }
 }

@@ -49,10 +49,12 @@ fn cancel_tree(core: &mut Core, namespace: &str, run_id: &str, reason: Option<St
     if run.status().is_final() {
         return;
     }
-    let action = match run.phase.wait() {
-        Some(StepWait::ActionRun { run_id, .. }) => Some(run_id.clone()),
-        _ => None,
-    };
+    // Every branch's action run (its child runs are among `children`).
+    let actions: Vec<StepWait> = run
+        .waits()
+        .filter(|(_, w)| matches!(w, StepWait::ActionRun { .. }))
+        .map(|(_, w)| w.clone())
+        .collect();
     let children = run.children.clone();
     core.commit(Record::WfRunCancelled {
         namespace: namespace.to_string(),
@@ -61,14 +63,29 @@ fn cancel_tree(core: &mut Core, namespace: &str, run_id: &str, reason: Option<St
         at_ms: now,
     });
     core.schedule(Task::WfFinal((namespace.to_string(), run_id.to_string())));
-    if let Some(action) = action
-        && let Ok(record) = core.state().runs.plan_cancel(namespace, &action, now)
-    {
-        core.commit(record);
-        core.schedule(Task::ActionFinal((namespace.to_string(), action)));
-    }
+    cancel_waits(core, namespace, &actions, "");
     for child in children {
         let why = Some(format!("parent run {run_id} cancelled"));
         cancel_tree(core, namespace, &child, why);
+    }
+}
+
+/// Cancels what a run's branches waited for once the run ended without them (`why`): their
+/// action runs and their child runs, with the children's own trees.
+pub(super) fn cancel_waits(core: &mut Core, namespace: &str, waits: &[StepWait], why: &str) {
+    let now = core.now_ms();
+    for wait in waits {
+        match wait {
+            StepWait::ActionRun { run_id: action, .. } => {
+                if let Ok(record) = core.state().runs.plan_cancel(namespace, action, now) {
+                    core.commit(record);
+                    core.schedule(Task::ActionFinal((namespace.to_string(), action.clone())));
+                }
+            }
+            StepWait::ChildRun { run_id: child } => {
+                cancel_tree(core, namespace, child, Some(why.to_string()));
+            }
+            StepWait::Signal { .. } => {}
+        }
     }
 }

@@ -2,9 +2,9 @@
 //! end).
 
 use crate::core::{Core, Task};
-use crate::fold::record::{Record, StepNext, StepOutcome};
+use crate::fold::record::{Record, StepNext, StepOutcome, StepWait};
 use flo_protocol::WorkflowRunStatus;
-use flo_workflow::{Next, WorkflowDef};
+use flo_workflow::{BRANCHES_MAX, Next, OnError, WorkflowDef};
 /// Largest step output kept (as JSON): it goes into the step's record. A larger one fails
 /// the step (an output that is not JSON is kept as a JSON string and may grow six-fold).
 pub const STEP_OUTPUT_BYTES_MAX: usize = 4 << 20;
@@ -16,7 +16,7 @@ fn jitter(seed: u64) -> f64 {
 /// Ends the run as failed with `reason` (no transition applies).
 pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, reason: &str) {
     let now = core.now_ms();
-    core.commit(Record::WfStepFinished {
+    let record = Record::WfStepFinished {
         namespace: namespace.to_string(),
         run_id: run_id.to_string(),
         step: step.to_string(),
@@ -24,13 +24,52 @@ pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, re
         output: None,
         error: None,
         consumed_signal: None,
-        next: StepNext::End {
-            terminal: "flo.Failed".to_string(),
-            status: WorkflowRunStatus::Failed,
-            reason: Some(reason.to_string()),
-        },
+        next: failed(reason.to_string()),
         at_ms: now,
-    });
+    };
+    commit_end(core, namespace, run_id, step, record);
+}
+
+/// The run fails for `reason`.
+fn failed(reason: String) -> StepNext {
+    StepNext::End {
+        terminal: "flo.Failed".to_string(),
+        status: WorkflowRunStatus::Failed,
+        reason: Some(reason),
+    }
+}
+
+/// Commits `record`, which ends the run at `step`: in a run with branches, the action runs
+/// and child runs the other branches wait for are cancelled in the same atomic group. Then
+/// the run's waiters and parent hear of it.
+pub(super) fn commit_end(
+    core: &mut Core,
+    namespace: &str,
+    run_id: &str,
+    step: &str,
+    record: Record,
+) {
+    let others: Vec<StepWait> = core
+        .state()
+        .workflows
+        .run(namespace, run_id)
+        .map(|r| {
+            r.waits()
+                .filter(|(s, _)| *s != step)
+                .map(|(_, w)| w.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let own_group = !others.is_empty() && !core.group_open();
+    if own_group {
+        core.begin_group();
+    }
+    core.commit(record);
+    let why = format!("workflow run {run_id} ended");
+    super::cancel::cancel_waits(core, namespace, &others, &why);
+    if own_group {
+        core.end_group();
+    }
     after_end(core, namespace, run_id);
 }
 
@@ -105,7 +144,10 @@ pub(super) fn finish_with(
         Some(why) => (StepOutcome::Failure, None, Some(why)),
         None => (outcome, output, error),
     };
-    let executions = run.step_executions + 1;
+    let Some(cursor) = run.at(step) else {
+        return;
+    };
+    let executions = cursor.executions + 1;
     let mut outcome = outcome;
     let mut next = None;
     if let Some(policy) = &step_def.retry
@@ -117,7 +159,7 @@ pub(super) fn finish_with(
             .saturating_add(policy.delay_ms(executions, jitter(run.seq ^ u64::from(executions))));
         let in_budget = policy
             .within_ms
-            .is_none_or(|w| at.saturating_sub(run.step_first_at_ms) <= w);
+            .is_none_or(|w| at.saturating_sub(cursor.first_at_ms) <= w);
         if in_budget {
             next = Some(StepNext::Retry { at_ms: at });
         }
@@ -126,11 +168,8 @@ pub(super) fn finish_with(
         && outcome == StepOutcome::Pending
         && let Some(poll) = &step_def.poll
     {
-        if run.step_polls < poll.max_attempts {
-            let delay = poll.delay_ms(
-                run.step_polls + 1,
-                jitter(run.seq ^ u64::from(run.step_polls)),
-            );
+        if cursor.polls < poll.max_attempts {
+            let delay = poll.delay_ms(cursor.polls + 1, jitter(run.seq ^ u64::from(cursor.polls)));
             next = Some(StepNext::Poll {
                 at_ms: now.saturating_add(delay),
             });
@@ -138,10 +177,24 @@ pub(super) fn finish_with(
             outcome = StepOutcome::Timeout;
         }
     }
-    let next = next.unwrap_or_else(|| transition(&def, step_def, step, &outcome));
+    let (outcome, next) = match next {
+        Some(next) => (outcome, next),
+        None => route(&def, step_def, step, outcome),
+    };
+    let next = match next {
+        StepNext::Fork { steps, .. } if run.branches.len() + steps.len() > BRANCHES_MAX => {
+            failed(format!(
+                "step {step:?} would start {} branches while the run has {}; a run runs at most \
+                 {BRANCHES_MAX} branches at once",
+                steps.len(),
+                run.branches.len()
+            ))
+        }
+        next => next,
+    };
     let ends = matches!(next, StepNext::End { .. });
     // A retry or poll timer is set by the record's observe.
-    core.commit(Record::WfStepFinished {
+    let record = Record::WfStepFinished {
         namespace: namespace.to_string(),
         run_id: run_id.to_string(),
         step: step.to_string(),
@@ -151,9 +204,12 @@ pub(super) fn finish_with(
         consumed_signal,
         next,
         at_ms: now,
-    });
-    if ends {
-        after_end(core, namespace, run_id);
+    };
+    match ends {
+        true => commit_end(core, namespace, run_id, step, record),
+        false => {
+            core.commit(record);
+        }
     }
 }
 
@@ -188,44 +244,65 @@ pub(super) fn after_end(core: &mut Core, namespace: &str, run_id: &str) {
     core.schedule(Task::WfFinal((namespace.to_string(), run_id.to_string())));
 }
 
-/// Where `outcome` of `step` leads: the first transition of its fallback chain, else the
-/// run fails naming step and outcome.
-pub(super) fn transition(
+/// Where `outcome` of `step` leads: the first transition of its fallback chain; else, for
+/// a failure, `success` when the step's `onError` says `continue` (the outcome kept) or
+/// `skip` (the outcome `skipped`); else the run fails naming step and outcome.
+fn route(
+    def: &WorkflowDef,
+    step_def: &flo_workflow::Step,
+    step: &str,
+    outcome: StepOutcome,
+) -> (StepOutcome, StepNext) {
+    if let Some(next) = transition(def, step_def, step, &outcome) {
+        return (outcome, next);
+    }
+    if outcome.is_failure()
+        && let Some(next) = transition(def, step_def, step, &StepOutcome::Success)
+    {
+        match step_def.on_error {
+            OnError::Fail => {}
+            OnError::Continue => return (outcome, next),
+            OnError::Skip => return (StepOutcome::Named(SKIPPED.to_string()), next),
+        }
+    }
+    let reason = format!(
+        "step {step:?} has no transition for outcome {:?}",
+        outcome.as_str()
+    );
+    (outcome, failed(reason))
+}
+
+/// The outcome of a step that failed with `onError: skip`.
+pub const SKIPPED: &str = "skipped";
+
+/// The first transition of `outcome`'s fallback chain, if any.
+fn transition(
     def: &WorkflowDef,
     step_def: &flo_workflow::Step,
     step: &str,
     outcome: &StepOutcome,
-) -> StepNext {
+) -> Option<StepNext> {
     for candidate in outcome.transition_names() {
+        if let Some(fork) = step_def.forks.get(candidate) {
+            return Some(StepNext::Fork {
+                steps: fork.steps.clone(),
+                join: fork.join.clone(),
+            });
+        }
         let Some(target) = step_def.transitions.get(candidate) else {
             continue;
         };
-        match def.resolve(target) {
-            Some(Next::Step(s)) => return StepNext::Step(s.to_string()),
-            Some(Next::Terminal { name, status }) => {
-                return StepNext::End {
-                    terminal: name.to_string(),
-                    status,
-                    reason: None,
-                };
-            }
-            None => {
-                return StepNext::End {
-                    terminal: "flo.Failed".to_string(),
-                    status: WorkflowRunStatus::Failed,
-                    reason: Some(format!(
-                        "step {step:?}: transition {candidate:?} leads to unknown {target:?}"
-                    )),
-                };
-            }
-        }
+        return Some(match def.resolve(target) {
+            Some(Next::Step(s)) => StepNext::Step(s.to_string()),
+            Some(Next::Terminal { name, status }) => StepNext::End {
+                terminal: name.to_string(),
+                status,
+                reason: None,
+            },
+            None => failed(format!(
+                "step {step:?}: transition {candidate:?} leads to unknown {target:?}"
+            )),
+        });
     }
-    StepNext::End {
-        terminal: "flo.Failed".to_string(),
-        status: WorkflowRunStatus::Failed,
-        reason: Some(format!(
-            "step {step:?} has no transition for outcome {:?}",
-            outcome.as_str()
-        )),
-    }
+    None
 }

@@ -21,7 +21,7 @@ pub fn shown_status(
     namespace: &str,
     run: &WfRun,
 ) -> WorkflowRunStatus {
-    if let Some(StepWait::ActionRun { run_id, .. }) = run.phase.wait()
+    if let Some(StepWait::ActionRun { run_id, .. }) = run.lead.phase.wait()
         && !run.status().is_final()
         && core
             .state()

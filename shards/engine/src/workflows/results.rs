@@ -33,7 +33,7 @@ pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
             )),
         ),
     };
-    let output = match &child.phase {
+    let output = match &child.lead.phase {
         RunPhase::Ended {
             output: Some(v), ..
         } => Some(serde_json::to_vec(v).unwrap_or_default()),
@@ -45,7 +45,7 @@ pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
         .run(namespace, &parent.run_id)
         .is_some_and(|p| {
             !p.status().is_final()
-                && matches!(p.phase.wait(), Some(StepWait::ChildRun { run_id: c }) if c == run_id)
+                && matches!(p.wait_at(&parent.step), Some(StepWait::ChildRun { run_id: c }) if c == run_id)
         });
     if !waiting {
         return;
@@ -102,7 +102,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         .run(namespace, &step_ref.run_id)
         .is_some_and(|w| {
             !w.status().is_final()
-                && matches!(w.phase.wait(), Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
+                && matches!(w.wait_at(&step_ref.step), Some(StepWait::ActionRun { run_id, .. }) if run_id == action_run)
         });
     if !waiting {
         return;

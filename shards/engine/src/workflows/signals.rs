@@ -82,33 +82,43 @@ pub fn signal(
     }
 }
 
-/// A run waiting for a signal whose type is queued consumes the earliest and moves on.
+/// A run waiting for a signal whose type is queued consumes the earliest and moves on (each
+/// branch that waits for one, in turn).
 pub(super) fn try_signal(core: &mut Core, namespace: &str, run_id: &str) {
-    let Some(run) = core.state().workflows.run(namespace, run_id) else {
-        return;
-    };
-    let Some(StepWait::Signal { signal_type, .. }) = run.phase.wait() else {
-        return;
-    };
-    let Some((seq, _, payload)) = run.signals.iter().find(|(_, t, _)| t == signal_type) else {
-        return;
-    };
-    let (seq, payload) = (*seq, serde_json::to_vec(payload).unwrap_or_default());
-    let step = run.phase.step().unwrap_or_default().to_string();
-    finish(
-        core,
-        namespace,
-        run_id,
-        &step,
-        StepOutcome::Success,
-        Some(payload),
-        None,
-        Some(seq),
-    );
-    advance(core, namespace, run_id);
+    loop {
+        let Some(run) = core.state().workflows.run(namespace, run_id) else {
+            return;
+        };
+        if run.status().is_final() {
+            return;
+        }
+        let found = run.waits().find_map(|(step, wait)| {
+            let StepWait::Signal { signal_type, .. } = wait else {
+                return None;
+            };
+            let (seq, _, payload) = run.signals.iter().find(|(_, t, _)| t == signal_type)?;
+            Some((step.to_string(), *seq, payload))
+        });
+        let Some((step, seq, payload)) = found else {
+            return;
+        };
+        let payload = serde_json::to_vec(payload).unwrap_or_default();
+        finish(
+            core,
+            namespace,
+            run_id,
+            &step,
+            StepOutcome::Success,
+            Some(payload),
+            None,
+            Some(seq),
+        );
+        advance(core, namespace, run_id);
+    }
 }
 
-pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str) {
+/// The signal wait of `step` reached its deadline.
+pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str, step: &str) {
     let now = core.now_ms();
     let Some(run) = core.state().workflows.run(namespace, run_id) else {
         return;
@@ -116,7 +126,7 @@ pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str) {
     let Ok(def) = run.def.clone() else {
         return;
     };
-    let step = run.phase.step().unwrap_or_default().to_string();
+    let step = step.to_string();
     // `onTimeout`, else a `timeout` transition, else the run times out.
     let on_timeout = def.step(&step).and_then(|s| match &s.action {
         StepAction::WaitForSignal(w) => w

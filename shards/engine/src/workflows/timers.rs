@@ -24,25 +24,39 @@ pub fn fire_timers(core: &mut Core) -> bool {
         if run.status().is_final() {
             continue;
         }
-        match run.phase.wait() {
-            Some(StepWait::Signal {
-                deadline_ms: Some(deadline),
-                ..
-            }) if *deadline <= now => signal_timeout(core, &namespace, &run_id),
-            None if run.phase.timer_ms().is_some_and(|at| at <= now) => {
-                advance(core, &namespace, &run_id)
+        // What came due, cursor by cursor (a run with branches may have several).
+        let mut signal_deadlines = Vec::new();
+        let mut plan_deadlines = Vec::new();
+        let mut sleep_over = false;
+        for cursor in run.cursors() {
+            match cursor.phase.wait() {
+                Some(StepWait::Signal {
+                    deadline_ms: Some(deadline),
+                    ..
+                }) if *deadline <= now => {
+                    signal_deadlines.extend(cursor.phase.step().map(str::to_string))
+                }
+                None if cursor.phase.timer_ms().is_some_and(|at| at <= now) => sleep_over = true,
+                Some(StepWait::ActionRun { run_id: action, .. })
+                    if cursor
+                        .plan
+                        .as_ref()
+                        .and_then(|p| p.deadline_ms)
+                        .is_some_and(|at| at <= now) =>
+                {
+                    plan_deadlines.push(action.clone())
+                }
+                _ => {}
             }
-            Some(StepWait::ActionRun { run_id: action, .. })
-                if run
-                    .plan
-                    .as_ref()
-                    .and_then(|p| p.deadline_ms)
-                    .is_some_and(|at| at <= now) =>
-            {
-                let action = action.clone();
-                crate::plans::attempt_timed_out(core, &namespace, &action);
-            }
-            _ => {}
+        }
+        for step in signal_deadlines {
+            signal_timeout(core, &namespace, &run_id, &step);
+        }
+        for action in plan_deadlines {
+            crate::plans::attempt_timed_out(core, &namespace, &action);
+        }
+        if sleep_over {
+            advance(core, &namespace, &run_id);
         }
     }
     more
@@ -67,29 +81,40 @@ pub fn resume(core: &mut Core, namespace: &str, run_id: &str) {
     if run.status().is_final() {
         return;
     }
-    match run.phase.wait().cloned() {
-        Some(StepWait::ActionRun { run_id: action, .. }) => {
-            let done = core
-                .state()
-                .runs
-                .get(namespace, &action)
-                .is_some_and(|r| r.status.is_final());
-            if done {
-                on_action_final(core, namespace, &action);
+    let waits: Vec<StepWait> = run.waits().map(|(_, w)| w.clone()).collect();
+    for wait in waits {
+        match wait {
+            StepWait::ActionRun { run_id: action, .. } => {
+                let done = core
+                    .state()
+                    .runs
+                    .get(namespace, &action)
+                    .is_some_and(|r| r.status.is_final());
+                if done {
+                    on_action_final(core, namespace, &action);
+                }
             }
-        }
-        Some(StepWait::ChildRun { run_id: child }) => {
-            let done = core
-                .state()
-                .workflows
-                .run(namespace, &child)
-                .is_some_and(|c| c.status().is_final());
-            if done {
-                notify_parent(core, namespace, &child);
+            StepWait::ChildRun { run_id: child } => {
+                let done = core
+                    .state()
+                    .workflows
+                    .run(namespace, &child)
+                    .is_some_and(|c| c.status().is_final());
+                if done {
+                    notify_parent(core, namespace, &child);
+                }
             }
+            StepWait::Signal { .. } => try_signal(core, namespace, run_id),
         }
-        Some(StepWait::Signal { .. }) => try_signal(core, namespace, run_id),
-        None if run.phase.timer_ms().is_none() => advance(core, namespace, run_id),
-        None => {}
+    }
+    // Cursors to start (their timers were set again by replay's observe).
+    let now = core.now_ms();
+    if core
+        .state()
+        .workflows
+        .run(namespace, run_id)
+        .is_some_and(|r| r.ready_step(now).is_some())
+    {
+        advance(core, namespace, run_id);
     }
 }

@@ -4,7 +4,7 @@
 use crate::cluster::storage::{CrashPlan, SnapPhase};
 use crate::cluster::{Cluster, Node, StorageConfig, assert_same_fold, new_engine_with, replayed};
 use flo_engine::testing::record::{Record, StepWait};
-use flo_engine::testing::{RunKind, streams};
+use flo_engine::testing::{RunKind, RunPhase, streams};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, ErrorCode, GroupConfig, GroupMode, GroupReadSpec, GroupStart,
@@ -64,7 +64,7 @@ const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
 const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
 const GPU_LABELS: &str = r#"{"gpu":true}"#;
 
-const WORKFLOWS: [&str; 12] = [
+const WORKFLOWS: [&str; 13] = [
     r#"
 kind: Workflow
 name: process-order
@@ -204,9 +204,44 @@ start:
     success: flo.Completed
     failure: flo.Failed
 "#,
+    // Parallel branches: a worker's step beside a nested fork (a flaky step going on
+    // after a failure, a signal with a deadline), joined twice; a branch that gives up
+    // fails the run and cancels the other's work.
+    r#"
+kind: Workflow
+name: forked
+version: "1"
+start:
+  run: "@actions/a-fixed"
+  transitions:
+    success: [left, right]
+steps:
+  left:
+    run: "@actions/u-gpu"
+    transitions: {success: merge, failure: merge}
+  right:
+    run: "@actions/a-flaky"
+    retry: {max_attempts: 2, initial_delay_ms: 200}
+    transitions:
+      success: [r1, r2]
+  r1:
+    run: "@actions/a-flaky"
+    onError: continue
+    transitions: {success: rj}
+  r2:
+    waitForSignal: {type: approval, timeoutMs: 3000}
+    transitions: {success: rj, timeout: rj}
+  rj:
+    run: "@actions/a-fixed"
+    transitions: {success: merge}
+  merge:
+    run: "@actions/a-fixed"
+    transitions: {success: flo.Completed}
+"#,
     "kind: Workflow\nname: ticking\nversion: \"1\"\nschedule:\n  interval: 2000\n  max_concurrent: 2\n  catchup: all\nstart:\n  run: \"@actions/a-fixed\"\n  transitions:\n    success: flo.Completed\n    failure: flo.Failed\n",
 ];
-const STARTABLE: [&str; 8] = [
+const STARTABLE: [&str; 9] = [
+    "forked",
     "planned",
     "process-order",
     "approval",
@@ -352,6 +387,8 @@ pub struct Counts {
     pub plan_skips: u64,
     pub plan_cache_hits: u64,
     pub plan_fallbacks: u64,
+    /// Forks made durable (a step's finish that started branches).
+    pub forks: u64,
     pub seeds: u64,
 }
 
@@ -379,6 +416,7 @@ impl Counts {
         self.plan_skips += o.plan_skips;
         self.plan_cache_hits += o.plan_cache_hits;
         self.plan_fallbacks += o.plan_fallbacks;
+        self.forks += o.forks;
         self.seeds += o.seeds;
     }
 }
@@ -772,6 +810,13 @@ impl Sim {
         let added = self.c.complete_write(s);
         check_once_facts(s, &added, &self.c.nodes[s as usize].facts);
         for r in &added {
+            if let Record::WfStepFinished {
+                next: flo_engine::testing::record::StepNext::Fork { .. },
+                ..
+            } = r
+            {
+                self.counts.forks += 1;
+            }
             if let Record::WfPlanEvent { event, .. } = r {
                 use flo_engine::testing::record::PlanEvent;
                 match event {
@@ -2000,16 +2045,19 @@ impl Sim {
                     "shard {s}: workflow run {ns}/{id} is {:?} at rest and not archived",
                     run.status()
                 );
+                for cursor in run.cursors() {
+                    assert!(
+                        cursor.phase.timer_ms().is_none_or(|t| t > now),
+                        "shard {s}: workflow run {ns}/{id} timer at {:?} never fired (now {now})",
+                        cursor.phase.timer_ms()
+                    );
+                }
                 assert!(
-                    run.phase.timer_ms().is_none_or(|t| t > now),
-                    "shard {s}: workflow run {ns}/{id} timer at {:?} never fired (now {now})",
-                    run.phase.timer_ms()
-                );
-                assert!(
-                    waits_for_a_signal_only(e, ns, id),
-                    "shard {s}: workflow run {ns}/{id} is {:?} at rest, phase {:?}",
+                    waits_for_a_signal_only(e, ns, id, 0),
+                    "shard {s}: workflow run {ns}/{id} is {:?} at rest, at {:?} branches {:?}",
                     run.status(),
-                    run.phase
+                    run.lead,
+                    run.branches
                 );
             }
             check_index(s, e, 0, "at rest");
@@ -2069,23 +2117,39 @@ fn wf_status(state: &flo_engine::testing::ShardState, run_id: &str) -> Option<Wo
     }
 }
 
-/// A non-final run may rest only on a signal with no deadline (itself or down its children).
-fn waits_for_a_signal_only(e: &Engine, ns: &str, id: &str) -> bool {
-    let state = e.state();
-    let mut id = id.to_string();
-    for _ in 0..16 {
-        let Some(run) = state.workflows.run(ns, &id) else {
-            return false;
+/// A non-final run may rest only on a signal with no deadline (itself or down its
+/// children), each of its branches on one or at a join that another such branch holds up.
+fn waits_for_a_signal_only(e: &Engine, ns: &str, id: &str, depth: u32) -> bool {
+    let Some(run) = e.state().workflows.run(ns, id) else {
+        return false;
+    };
+    if depth > 16 {
+        return false;
+    }
+    let mut held = false;
+    for cursor in run.cursors() {
+        let ok = match (&cursor.phase, cursor.phase.wait()) {
+            (RunPhase::Joined { .. }, _) => true,
+            (
+                _,
+                Some(StepWait::Signal {
+                    deadline_ms: None, ..
+                }),
+            ) => {
+                held = true;
+                true
+            }
+            (_, Some(StepWait::ChildRun { run_id })) => {
+                held = true;
+                waits_for_a_signal_only(e, ns, run_id, depth + 1)
+            }
+            _ => false,
         };
-        match run.phase.wait() {
-            Some(StepWait::Signal {
-                deadline_ms: None, ..
-            }) => return true,
-            Some(StepWait::ChildRun { run_id }) => id = run_id.clone(),
-            _ => return false,
+        if !ok {
+            return false;
         }
     }
-    false
+    held
 }
 
 /// 3 and 4: one completion per run, one end per workflow run, one application per remote
@@ -2150,21 +2214,23 @@ fn check_index(shard: u32, e: &Engine, executing: usize, when: &str) {
         if run.status().is_final() {
             continue;
         }
-        let deadline = matches!(
-            run.phase.wait(),
-            Some(StepWait::Signal {
-                deadline_ms: Some(_),
-                ..
-            })
-        );
-        if run.phase.timer_ms().is_some() || deadline {
-            assert!(
-                timed.contains(&(ns.to_string(), id.to_string())),
-                "{when}: shard {shard}: workflow run {ns}/{id} (timer {:?}, wait {:?}) has no \
-                 timer entry",
-                run.phase.timer_ms(),
-                run.phase.wait()
+        for cursor in run.cursors() {
+            let deadline = matches!(
+                cursor.phase.wait(),
+                Some(StepWait::Signal {
+                    deadline_ms: Some(_),
+                    ..
+                })
             );
+            if cursor.phase.timer_ms().is_some() || deadline {
+                assert!(
+                    timed.contains(&(ns.to_string(), id.to_string())),
+                    "{when}: shard {shard}: workflow run {ns}/{id} (timer {:?}, wait {:?}) has \
+                     no timer entry",
+                    cursor.phase.timer_ms(),
+                    cursor.phase.wait()
+                );
+            }
         }
     }
 }
