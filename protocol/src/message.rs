@@ -683,6 +683,8 @@ pub enum WorkflowRunStatus {
     Failed,
     Cancelled,
     TimedOut,
+    /// Paused (`flo workflow pause`): no step starts until `flo workflow resume`.
+    OnHold,
 }
 
 impl WorkflowRunStatus {
@@ -695,13 +697,17 @@ impl WorkflowRunStatus {
             WorkflowRunStatus::Failed => "failed",
             WorkflowRunStatus::Cancelled => "cancelled",
             WorkflowRunStatus::TimedOut => "timed_out",
+            WorkflowRunStatus::OnHold => "on_hold",
         }
     }
 
     pub fn is_final(self) -> bool {
         !matches!(
             self,
-            WorkflowRunStatus::Pending | WorkflowRunStatus::Running | WorkflowRunStatus::Waiting
+            WorkflowRunStatus::Pending
+                | WorkflowRunStatus::Running
+                | WorkflowRunStatus::Waiting
+                | WorkflowRunStatus::OnHold
         )
     }
 
@@ -710,6 +716,7 @@ impl WorkflowRunStatus {
             "pending" => WorkflowRunStatus::Pending,
             "running" => WorkflowRunStatus::Running,
             "waiting" => WorkflowRunStatus::Waiting,
+            "on_hold" => WorkflowRunStatus::OnHold,
             "completed" => WorkflowRunStatus::Completed,
             "failed" => WorkflowRunStatus::Failed,
             "cancelled" => WorkflowRunStatus::Cancelled,
@@ -753,6 +760,16 @@ pub struct WorkflowStepInfo {
     pub output: Option<Vec<u8>>,
     /// Executions of the step so far (retries and polls included).
     pub executions: u32,
+    /// Times the run entered the step; when it first did; when its last visit ended; the
+    /// time its visits took, first execution's start to last finish, summed (ms).
+    #[serde(default)]
+    pub visits: u32,
+    #[serde(default)]
+    pub first_started_ms: u64,
+    #[serde(default)]
+    pub last_finished_ms: u64,
+    #[serde(default)]
+    pub total_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -846,6 +863,13 @@ pub enum HistoryEventType {
     PlanCacheHit,
     /// The step's output is the plan's fallback value.
     PlanFallback,
+    /// A step waits its `deferMs` before it starts (detail: until when, ms).
+    StepDeferred,
+    /// `flo workflow pause` / `resume`.
+    WorkflowPaused,
+    WorkflowResumed,
+    /// `flo workflow continue`: the step starts again.
+    StepContinued,
     /// A transition started several branches at once (detail: their first steps).
     BranchesStarted,
     /// Every branch of a fork reached its join (step: the join).
@@ -881,6 +905,10 @@ impl HistoryEventType {
             HistoryEventType::PlanRateLimitSkip => "plan_rate_limit_skip",
             HistoryEventType::PlanCacheHit => "plan_cache_hit",
             HistoryEventType::PlanFallback => "plan_fallback",
+            HistoryEventType::StepDeferred => "step_deferred",
+            HistoryEventType::WorkflowPaused => "workflow_paused",
+            HistoryEventType::WorkflowResumed => "workflow_resumed",
+            HistoryEventType::StepContinued => "step_continued",
             HistoryEventType::BranchesStarted => "branches_started",
             HistoryEventType::BranchesJoined => "branches_joined",
             HistoryEventType::Other(name) => name,
@@ -912,6 +940,10 @@ impl HistoryEventType {
             "plan_rate_limit_skip" => HistoryEventType::PlanRateLimitSkip,
             "plan_cache_hit" => HistoryEventType::PlanCacheHit,
             "plan_fallback" => HistoryEventType::PlanFallback,
+            "step_deferred" => HistoryEventType::StepDeferred,
+            "workflow_paused" => HistoryEventType::WorkflowPaused,
+            "workflow_resumed" => HistoryEventType::WorkflowResumed,
+            "step_continued" => HistoryEventType::StepContinued,
             "branches_started" => HistoryEventType::BranchesStarted,
             "branches_joined" => HistoryEventType::BranchesJoined,
             "workflow_cancelled" => HistoryEventType::WorkflowCancelled,

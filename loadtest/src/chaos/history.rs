@@ -135,6 +135,10 @@ mod tests {
             outcome: Some("success".into()),
             output: None,
             executions,
+            visits: 1,
+            first_started_ms: 0,
+            last_finished_ms: 0,
+            total_ms: 0,
         }
     }
 

@@ -24,6 +24,8 @@ pub const RETRY_INITIAL_DELAY_MS_DEFAULT: u64 = 1000;
 pub const POLL_ATTEMPTS_DEFAULT: u32 = 10;
 pub const POLL_BASE_DELAY_MS_DEFAULT: u64 = 1000;
 
+/// The largest `maxVisits`.
+pub const STEP_VISITS_MAX: u32 = 1_000_000;
 /// Most steps one transition starts at once (`success: [a, b, ...]`).
 pub const FORK_WIDTH_MAX: usize = 16;
 /// Most branches of one run active at once (forks nest): a fork past it fails the run.

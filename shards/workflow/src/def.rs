@@ -138,6 +138,18 @@ pub struct Step {
     /// definitions stored before: `fail`).
     #[serde(default)]
     pub on_error: OnError,
+    /// `deferMs:` — the step waits this long each time it becomes ready (`deferred`).
+    #[serde(default)]
+    pub defer_ms: Option<u64>,
+    /// `timeoutMs:` (else `defaults.timeoutMs`) of a `run` step: an execution past it fails
+    /// with `execution timeout exceeded` and its `retry:` decides (None: the action's own
+    /// timeout).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// `maxVisits:` (else `defaults.maxVisits`): the run fails when the step would be
+    /// entered once more.
+    #[serde(default)]
+    pub max_visits: Option<u32>,
 }
 
 /// `transitions: {success: [a, b]}`: the branches an outcome starts at once and the step

@@ -43,6 +43,7 @@ pub enum IssueCode {
     E509,
     E510,
     E511,
+    E512,
     W101,
     W102,
     W103,

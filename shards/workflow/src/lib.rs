@@ -8,6 +8,7 @@ mod bounds;
 mod def;
 mod definition;
 mod graph;
+mod step_limits;
 mod issues;
 mod mapping;
 mod names;

@@ -131,6 +131,15 @@ pub(super) struct RawWorkflow {
     pub schedule: Option<RawSchedule>,
     pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<Vec<RawSearchAttribute>>,
+    pub defaults: Option<RawDefaults>,
+}
+
+/// `defaults:` of a definition: what its steps have unless they say otherwise.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawDefaults {
+    pub timeout_ms: Option<u64>,
+    pub max_visits: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +157,9 @@ pub(super) struct RawStep {
     pub skip_output_mapping: Option<bool>,
     #[serde(alias = "on_error")]
     pub on_error: Option<String>,
+    pub defer_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub max_visits: Option<u64>,
 }
 
 /// A transition's target as written: one step or terminal, or a list of steps run at once.

@@ -42,6 +42,7 @@
 //! | E509 | invalid plan executor (name, `action` not `@actions/NAME`, `breaker`, `rate_limit` or `tracking` values out of range) |
 //! | E510 | invalid `state` (not an object, over 1 MiB) or `outputMapping` (not an object, a path not into `$.output`, `$.state` or `$.input`, or beside `skipOutputMapping: true`) |
 //! | E511 | invalid `onError` (not `fail`, `continue` or `skip`) |
+//! | E512 | invalid `deferMs`, `timeoutMs` or `maxVisits` of a step or of `defaults:` (0 or too large; `timeoutMs` beside `waitForSignal`) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -61,6 +62,7 @@ use crate::parse::{
     RawWorkflow,
 };
 use crate::schedule::{check_cron, parse_interval, parse_timezone};
+use crate::step_limits::StepDefaults;
 use flo_protocol::{ValidationIssue, WorkflowRunStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -99,7 +101,9 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         .unwrap_or_default();
     let plans = c.plans(raw.plans);
     let state = c.state_defaults(raw.state);
+    let defaults = crate::step_limits::defaults(raw.defaults, &mut c.errors);
     let scope = Scope {
+        defaults,
         steps: steps_known,
         terminals,
         plans: raw_plan_names,
@@ -169,6 +173,8 @@ fn entries<V>(map: Option<Entries<V>>) -> Vec<(String, V)> {
 /// What a transition may name.
 struct Scope {
     steps: BTreeSet<String>,
+    /// `defaults:` of the definition's steps.
+    defaults: StepDefaults,
     terminals: BTreeMap<String, WorkflowRunStatus>,
     /// The plans defined (valid or not: a step naming an invalid plan is not told twice).
     plans: Vec<String>,
@@ -674,8 +680,18 @@ impl Checker {
             output_mapping,
             skip_output_mapping,
             on_error,
+            defer_ms,
+            timeout_ms,
+            max_visits,
         } = raw;
         let on_error = self.on_error(path, on_error.as_deref());
+        let (defer_ms, timeout_ms, max_visits) = crate::step_limits::step_limits(
+            path,
+            (defer_ms, timeout_ms, max_visits),
+            wait_for_signal.is_some(),
+            scope.defaults,
+            &mut self.errors,
+        );
         let (output_mapping, skip_output_mapping) =
             self.output_mapping(path, output_mapping, skip_output_mapping);
         let kind = match (&run, &wait_for_signal) {
@@ -760,6 +776,9 @@ impl Checker {
             skip_output_mapping,
             forks,
             on_error,
+            defer_ms,
+            timeout_ms,
+            max_visits,
         })
     }
 

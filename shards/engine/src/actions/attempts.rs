@@ -81,6 +81,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             continue;
         }
         let (attempt, action) = (run.attempt, run.action.clone());
+        let step_timeout = core.state().step_timeout_ms(&key.0, run.step.as_ref());
         let def = core.state().registry.get(&key.0, &action);
         let module = core.state().registry.module(&key.0, &action);
         let (def, wasm) = match (def, module) {
@@ -117,7 +118,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             wasm,
             entrypoint: def.3,
             input: run.input.clone(),
-            timeout_ms: def.1,
+            timeout_ms: step_timeout.unwrap_or(def.1),
             memory_limit_bytes: def.2,
         })));
         let version = def.0;

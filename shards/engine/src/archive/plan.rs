@@ -178,6 +178,10 @@ mod tests {
             outcome: Some("success".into()),
             output: Some(vec![b'x'; (3 << 20) + i]),
             executions: 1,
+            visits: 1,
+            first_started_ms: 0,
+            last_finished_ms: 0,
+            total_ms: 0,
         };
         let mut doc = WfArchived {
             info: WorkflowRunInfo {

@@ -176,9 +176,10 @@ fn action_status(status: RunStatus) -> Option<usize> {
 /// A final workflow status's index in `FINAL_STATUSES`; None while the run goes on.
 fn workflow_status(status: WorkflowRunStatus) -> Option<usize> {
     match status {
-        WorkflowRunStatus::Pending | WorkflowRunStatus::Running | WorkflowRunStatus::Waiting => {
-            None
-        }
+        WorkflowRunStatus::Pending
+        | WorkflowRunStatus::Running
+        | WorkflowRunStatus::Waiting
+        | WorkflowRunStatus::OnHold => None,
         WorkflowRunStatus::Completed => Some(0),
         WorkflowRunStatus::Failed => Some(1),
         WorkflowRunStatus::Cancelled => Some(2),

@@ -39,7 +39,8 @@ impl ShardState {
             | Record::WfStepFinished { .. }
             | Record::WfSignalReceived { .. }
             | Record::WfRunCancelled { .. }
-            | Record::WfPlanEvent { .. } => self.apply_workflow(lsn, record),
+            | Record::WfPlanEvent { .. }
+            | Record::WfRunControl { .. } => self.apply_workflow(lsn, record),
             Record::RunArchived { .. } | Record::RunsForgotten { .. } => {
                 self.apply_archive(lsn, record)
             }
@@ -657,6 +658,15 @@ impl ShardState {
             } => self
                 .workflows
                 .apply_plan_event(&namespace, &run_id, &step, event, at_ms, lsn),
+            Record::WfRunControl {
+                namespace,
+                run_id,
+                step,
+                control,
+                at_ms,
+            } => self
+                .workflows
+                .apply_run_control(&namespace, &run_id, step, control, at_ms, lsn),
             Record::WfStepFinished {
                 namespace,
                 run_id,

@@ -50,6 +50,7 @@ pub fn workflow_status_code(s: WorkflowRunStatus) -> u8 {
         WorkflowRunStatus::Failed => 4,
         WorkflowRunStatus::Cancelled => 5,
         WorkflowRunStatus::TimedOut => 6,
+        WorkflowRunStatus::OnHold => 7,
     }
 }
 
@@ -61,6 +62,7 @@ pub fn workflow_status(code: u8) -> WorkflowRunStatus {
         3 => WorkflowRunStatus::Completed,
         4 => WorkflowRunStatus::Failed,
         5 => WorkflowRunStatus::Cancelled,
+        7 => WorkflowRunStatus::OnHold,
         _ => WorkflowRunStatus::TimedOut,
     }
 }

@@ -164,6 +164,7 @@ impl WfRun {
     /// The cursor at `from` moves on to `next` (a branch may reach its join there).
     pub(super) fn move_on(&mut self, from: &str, next: String, at_ms: u64) {
         if self.lead.phase != RunPhase::Forked {
+            self.visit(&next, at_ms);
             self.lead.enter(next);
             return;
         }
@@ -174,15 +175,23 @@ impl WfRun {
         else {
             return;
         };
-        for join in arrive(&mut self.branches, i, next, at_ms) {
-            self.event(
-                HistoryEventType::BranchesJoined,
-                Some(&join),
-                join.clone(),
-                at_ms,
-            );
+        let at_join = self.branches[i]
+            .joins
+            .last()
+            .is_some_and(|(join, _)| *join == next);
+        if !at_join {
+            self.visit(&next, at_ms);
+        }
+        let joined = arrive(&mut self.branches, i, next, at_ms);
+        for join in &joined {
+            let detail = join.clone();
+            self.event(HistoryEventType::BranchesJoined, Some(join), detail, at_ms);
+        }
+        // The joined branches enter their join once, however many forks met there.
+        if let Some(join) = joined.last() {
+            self.visit(join, at_ms);
             if self.branches.is_empty() {
-                self.lead.enter(join);
+                self.lead.enter(join.clone());
             }
         }
     }
@@ -211,6 +220,9 @@ impl WfRun {
             _ => (Vec::new(), None),
         };
         joins.push((join, fork));
+        for step in &steps {
+            self.visit(step, at_ms);
+        }
         let new = steps
             .into_iter()
             .map(|s| Cursor::ready(s, at_ms, joins.clone()));

@@ -77,6 +77,9 @@ impl Touch {
             }
             | Record::WfPlanEvent {
                 namespace, run_id, ..
+            }
+            | Record::WfRunControl {
+                namespace, run_id, ..
             } => Touch::WfRun(key(namespace, run_id)),
             _ => Touch::Nothing,
         }

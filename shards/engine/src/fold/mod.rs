@@ -12,6 +12,7 @@ pub mod kv;
 pub mod plan_steps;
 pub mod record;
 pub mod registry;
+pub mod run_control;
 pub mod run_image;
 pub mod runs;
 pub mod scheduler;

@@ -540,6 +540,31 @@ pub enum Record {
         event: PlanEvent,
         at_ms: u64,
     },
+    /// A workflow run changed by something else than a step's work: a step deferred, the
+    /// run held or released, a step continued by hand (`step`: the step it is about).
+    WfRunControl {
+        namespace: String,
+        run_id: String,
+        step: Option<String>,
+        control: RunControl,
+        at_ms: u64,
+    },
+}
+
+/// What `Record::WfRunControl` does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunControl {
+    /// `deferMs`: the step, ready, waits until `until_ms` before it starts.
+    Defer { until_ms: u64 },
+    /// `flo workflow pause`: no step starts until released.
+    Hold,
+    /// `flo workflow resume`.
+    Release,
+    /// `flo workflow continue`: the step starts again from its first execution (what it
+    /// waited for was cancelled in the same group); `reset_visits` counts its visits
+    /// from 0 again.
+    Continue { reset_visits: bool },
 }
 
 /// What happened to a plan step (`Record::WfPlanEvent`). Executors are indexes into the
@@ -626,6 +651,7 @@ impl Record {
             Record::ScheduleSkipped { .. } => 70,
             Record::SchedulePaused { .. } => 71,
             Record::WfPlanEvent { .. } => 72,
+            Record::WfRunControl { .. } => 73,
         }
     }
 

@@ -40,6 +40,7 @@ struct RunImageRef<'a> {
     plan: &'a Option<PlanProgress>,
     state: &'a Value,
     branches: &'a Vec<Cursor>,
+    held: bool,
 }
 
 /// `RunImageRef` read back.
@@ -80,6 +81,9 @@ struct RunImage {
     /// Absent from images written before runs forked.
     #[serde(default)]
     branches: Vec<Cursor>,
+    /// Absent from images written before runs could be paused.
+    #[serde(default)]
+    held: bool,
 }
 
 impl serde::Serialize for WfRun {
@@ -120,6 +124,7 @@ impl serde::Serialize for WfRun {
             plan: &lead.plan,
             state: &self.state,
             branches: &self.branches,
+            held: self.held,
         }
         .serialize(s)
     }
@@ -157,6 +162,7 @@ impl<'de> serde::Deserialize<'de> for WfRun {
                 joins: Vec::new(),
             },
             branches: r.branches,
+            held: r.held,
             input: Value::Null,
             input_bytes: r.input_bytes,
             idempotency_key: r.idempotency_key,

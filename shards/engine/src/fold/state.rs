@@ -66,6 +66,17 @@ impl ShardState {
         }
     }
 
+    /// The `timeoutMs` of the workflow step an action run executes, if it has one.
+    pub fn step_timeout_ms(
+        &self,
+        namespace: &str,
+        step: Option<&crate::fold::record::StepRef>,
+    ) -> Option<u64> {
+        let step = step?;
+        let run = self.workflows.run(namespace, &step.run_id)?;
+        run.def.as_ref().ok()?.step(&step.step)?.timeout_ms
+    }
+
     pub fn owns(&self, namespace: &str, key: &str) -> bool {
         self.partitioning.shard_of(namespace, key) == self.shard
     }

@@ -21,9 +21,36 @@ pub const GENERATED_RUN_ID_PREFIX: &str = "wfrun-";
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct StepState {
     pub name: String,
+    /// The last execution's outcome and output (none before the step first finished).
     pub outcome: Option<StepOutcome>,
     pub output: Option<Value>,
     pub executions: u32,
+    /// Times a cursor entered the step (Codehooks' `stepCount.visits`), the first entry,
+    /// the last visit's end and the time its visits took in all (first execution's start
+    /// to last finish, summed). Absent from runs written before.
+    #[serde(default)]
+    pub visits: u32,
+    #[serde(default)]
+    pub first_started_ms: u64,
+    #[serde(default)]
+    pub last_finished_ms: u64,
+    #[serde(default)]
+    pub total_ms: u64,
+}
+
+impl StepState {
+    fn new(name: String) -> StepState {
+        StepState {
+            name,
+            outcome: None,
+            output: None,
+            executions: 0,
+            visits: 0,
+            first_started_ms: 0,
+            last_finished_ms: 0,
+            total_ms: 0,
+        }
+    }
 }
 
 /// A workflow run in memory. In a snapshot it is written as `RunImage` says (the fields it
@@ -37,6 +64,8 @@ pub struct WfRun {
     pub lead: Cursor,
     /// The run's branches while its lead is `Forked` (else empty).
     pub branches: Vec<Cursor>,
+    /// Paused (`flo workflow pause`): no step starts until released.
+    pub held: bool,
     /// `input_bytes` parsed (set again by `relink`).
     pub input: Value,
     pub input_bytes: Vec<u8>,
@@ -68,6 +97,9 @@ impl WfRun {
     /// Running while any cursor runs a step, waiting when every one waits (for an action,
     /// a signal, a timer or a join), final once ended.
     pub fn status(&self) -> WorkflowRunStatus {
+        if self.held && !matches!(self.lead.phase, RunPhase::Ended { .. }) {
+            return WorkflowRunStatus::OnHold;
+        }
         match self.lead.phase {
             RunPhase::Forked => {
                 match self
@@ -155,6 +187,26 @@ impl WfRun {
         self.steps.iter().find(|s| s.name == name)
     }
 
+    pub(super) fn step_state_mut(&mut self, name: &str) -> &mut StepState {
+        let i = match self.steps.iter().position(|s| s.name == name) {
+            Some(i) => i,
+            None => {
+                self.steps.push(StepState::new(name.to_string()));
+                self.steps.len() - 1
+            }
+        };
+        &mut self.steps[i]
+    }
+
+    /// A cursor entered `step` (a visit).
+    pub(super) fn visit(&mut self, step: &str, at_ms: u64) {
+        let s = self.step_state_mut(step);
+        s.visits += 1;
+        if s.first_started_ms == 0 {
+            s.first_started_ms = at_ms;
+        }
+    }
+
     pub(super) fn event(
         &mut self,
         event_type: HistoryEventType,
@@ -190,11 +242,11 @@ pub fn json_value(bytes: &[u8]) -> Value {
 
 /// A record about a run that is not in memory: a bug, not bad input (records are planned
 /// against this same state). Debug builds stop; release builds skip the record.
-fn missing(lsn: u64, run_id: &str) {
+pub(super) fn missing(lsn: u64, run_id: &str) {
     impossible(lsn, format_args!("workflow run {run_id:?} does not exist"));
 }
 
-fn impossible(lsn: u64, what: std::fmt::Arguments) {
+pub(super) fn impossible(lsn: u64, what: std::fmt::Arguments) {
     debug_assert!(false, "record {lsn}: {what}");
 }
 
@@ -281,7 +333,7 @@ impl Workflows {
         self.runs.get_mut(namespace)?.remove(run_id)
     }
 
-    fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
+    pub(super) fn run_mut(&mut self, namespace: &str, run_id: &str) -> Option<&mut WfRun> {
         self.runs
             .get_mut(namespace)?
             .get_mut(run_id)
@@ -336,6 +388,7 @@ impl Workflows {
             def,
             lead: Cursor::ready(START_STEP.to_string(), at_ms, Vec::new()),
             branches: Vec::new(),
+            held: false,
             input: json_value(&input),
             input_bytes: input,
             idempotency_key,
@@ -366,6 +419,7 @@ impl Workflows {
         }
         let detail = String::from_utf8_lossy(&run.input_bytes).into_owned();
         run.event(HistoryEventType::WorkflowStarted, None, detail, at_ms);
+        run.visit(START_STEP, at_ms);
         if run
             .def
             .as_ref()
@@ -409,7 +463,9 @@ impl Workflows {
             return;
         }
         match &cursor.phase {
-            RunPhase::Ready { .. } if cursor.executions == 0 => cursor.first_at_ms = at_ms,
+            RunPhase::Ready { .. } | RunPhase::Sleeping { .. } if cursor.executions == 0 => {
+                cursor.first_at_ms = at_ms
+            }
             RunPhase::Ready { .. } | RunPhase::Sleeping { .. } => {}
             phase => {
                 return impossible(
@@ -478,7 +534,7 @@ impl Workflows {
             );
         };
         let wait = match &cursor.phase {
-            RunPhase::Ready { .. } if cursor.executions == 0 => {
+            RunPhase::Ready { .. } | RunPhase::Sleeping { .. } if cursor.executions == 0 => {
                 cursor.first_at_ms = at_ms;
                 None
             }
@@ -487,6 +543,7 @@ impl Workflows {
         };
         cursor.executions += 1;
         cursor.plan = None;
+        let visit_from = cursor.first_at_ms;
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
         let output_len = output.as_ref().map_or(0, Vec::len);
@@ -549,18 +606,13 @@ impl Workflows {
             };
             run.event(HistoryEventType::SignalTimeout, Some(&step), target, at_ms);
         }
-        match run.steps.iter_mut().find(|s| s.name == step) {
-            Some(s) => {
-                s.outcome = Some(outcome.clone());
-                s.output = output.clone();
-                s.executions += 1;
-            }
-            None => run.steps.push(StepState {
-                name: step.clone(),
-                outcome: Some(outcome.clone()),
-                output: output.clone(),
-                executions: 1,
-            }),
+        let s = run.step_state_mut(&step);
+        s.outcome = Some(outcome.clone());
+        s.output = output.clone();
+        s.executions += 1;
+        if !matches!(next, StepNext::Retry { .. } | StepNext::Poll { .. }) {
+            s.last_finished_ms = at_ms;
+            s.total_ms += at_ms.saturating_sub(visit_from);
         }
         run.event(
             HistoryEventType::StepCompleted,
@@ -792,7 +844,7 @@ pub fn run_info(
         version: run.version.clone(),
         status,
         current_step: run.lead.phase.step().map(str::to_string),
-        waiting_for: waiting_for(&run.lead.phase),
+        waiting_for: waiting_for(&run.lead),
         branches: match run.lead.phase {
             RunPhase::Forked => run
                 .branches
@@ -803,21 +855,27 @@ pub fn run_info(
                         phase => phase.step().unwrap_or_default().to_string(),
                     },
                     status: b.phase.status(),
-                    waiting_for: waiting_for(&b.phase),
+                    waiting_for: waiting_for(b),
                 })
                 .collect(),
             _ => Vec::new(),
         },
         input: run.input_bytes.clone(),
         output,
+        // The steps that ran (a step entered and not yet finished once is not listed).
         steps: run
             .steps
             .iter()
+            .filter(|s| s.executions > 0)
             .map(|s| flo_protocol::WorkflowStepInfo {
                 name: s.name.clone(),
                 outcome: s.outcome.as_ref().map(|o| o.to_string()),
                 output: s.output.as_ref().map(bytes),
                 executions: s.executions,
+                visits: s.visits,
+                first_started_ms: s.first_started_ms,
+                last_finished_ms: s.last_finished_ms,
+                total_ms: s.total_ms,
             })
             .collect(),
         terminal,
@@ -839,13 +897,16 @@ pub fn run_info(
 }
 
 /// What a cursor waits for, in words (none while it runs or once ended).
-fn waiting_for(phase: &RunPhase) -> Option<String> {
-    match phase {
+fn waiting_for(cursor: &Cursor) -> Option<String> {
+    // Sleeping before its first execution: its `deferMs`.
+    let deferred = cursor.executions == 0;
+    match &cursor.phase {
         RunPhase::Waiting { wait, .. } => Some(match wait {
             StepWait::ActionRun { run_id, .. } => format!("action run {run_id}"),
             StepWait::ChildRun { run_id } => format!("workflow run {run_id}"),
             StepWait::Signal { signal_type, .. } => format!("signal {signal_type}"),
         }),
+        RunPhase::Sleeping { at_ms, .. } if deferred => Some(format!("deferred until {at_ms} ms")),
         RunPhase::Sleeping { at_ms, .. } => Some(format!("timer at {at_ms} ms")),
         RunPhase::Joined { step } => Some(format!("the other branches at {step}")),
         _ => None,

@@ -111,11 +111,15 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
                 .runs
                 .get(want.namespace, &run_id)
                 .expect("chosen");
+            // A workflow step's `timeoutMs` is its task's lease.
             let lease_ms = core
                 .state()
-                .registry
-                .get(want.namespace, &run.action)
-                .map_or(LEASE_MS_FALLBACK, |d| d.timeout_ms);
+                .step_timeout_ms(want.namespace, run.step.as_ref())
+                .or_else(|| {
+                    let def = core.state().registry.get(want.namespace, &run.action);
+                    def.map(|d| d.timeout_ms)
+                })
+                .unwrap_or(LEASE_MS_FALLBACK);
             LeasedTask {
                 attempt: run.attempt,
                 expires_at_ms: now_ms.saturating_add(lease_ms),

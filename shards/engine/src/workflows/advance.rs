@@ -10,7 +10,8 @@ use super::finish::{end, finish};
 use crate::clock::deadline_after;
 use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
-use crate::fold::record::{Record, StepOutcome, StepRef, StepWait};
+use crate::fold::record::{Record, RunControl, StepOutcome, StepRef, StepWait};
+use crate::fold::workflows::RunPhase;
 use crate::ids::RunKey;
 use flo_protocol::RUN_INPUT_BYTES_MAX;
 use flo_workflow::{StepAction, Target};
@@ -54,7 +55,8 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
         let Some(run) = core.state().workflows.run(namespace, run_id) else {
             return;
         };
-        if run.status().is_final() {
+        // A held run starts no step (what runs finishes).
+        if run.status().is_final() || run.held {
             return;
         }
         // A cursor to move: the run's, or one of its branches'.
@@ -100,6 +102,34 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
             end(core, namespace, run_id, &step_name, &reason);
             return;
         };
+        // A visit about to start: its limits first.
+        let fresh = run.at(&step_name).is_some_and(|c| {
+            matches!(c.phase, RunPhase::Ready { .. }) && c.executions == 0 && c.plan.is_none()
+        });
+        if fresh {
+            let visits = run.step_state(&step_name).map_or(0, |s| s.visits);
+            if let Some(max) = step.max_visits
+                && visits > max
+            {
+                let reason = format!(
+                    "step {step_name:?} was entered {visits} times; its maxVisits is {max}"
+                );
+                end(core, namespace, run_id, &step_name, &reason);
+                return;
+            }
+            if let Some(defer_ms) = step.defer_ms {
+                core.commit(Record::WfRunControl {
+                    namespace: namespace.to_string(),
+                    run_id: run_id.to_string(),
+                    step: Some(step_name),
+                    control: RunControl::Defer {
+                        until_ms: now.saturating_add(defer_ms),
+                    },
+                    at_ms: now,
+                });
+                continue;
+            }
+        }
         match &step.action {
             StepAction::WaitForSignal(wait) => {
                 let queued = run

@@ -152,7 +152,8 @@ pub(super) fn finish_with(
     let mut next = None;
     if let Some(policy) = &step_def.retry
         && retry == Retry::ByPolicy
-        && outcome.is_retryable()
+        && (outcome.is_retryable()
+            || (outcome == StepOutcome::Timeout && step_def.timeout_ms.is_some()))
         && executions < policy.max_attempts
     {
         let at = now

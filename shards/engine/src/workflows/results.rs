@@ -81,7 +81,17 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
                 .map(|o| serde_json::to_vec(&json_value(o)).unwrap_or_default()),
             None,
         ),
-        RunStatus::TimedOut => (StepOutcome::Timeout, None, run.error.clone()),
+        RunStatus::TimedOut => {
+            let step_timeout = core.state().step_timeout_ms(namespace, Some(&step_ref));
+            let error = match step_timeout {
+                Some(ms) => Some(format!(
+                    "execution timeout exceeded (the step's timeoutMs is {ms}){}",
+                    run.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                )),
+                None => run.error.clone(),
+            };
+            (StepOutcome::Timeout, None, error)
+        }
         RunStatus::Cancelled => (
             StepOutcome::Failure,
             None,
