@@ -2,9 +2,9 @@ use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorCode, ErrorValue, FRAME_BYTES_MAX, FrameError, IDLE_CLOSED_PREFIX,
     KvEntry, Op, PlanExecutorInfo, Reply, Request, Response, RunInfo, RunStatus, RunSummary,
-    ScheduleInfo, StatusInfo, TaskAssignment, ValidationIssue, WorkerInfo, WorkerSpec,
-    WorkerStatus, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, decode_payload, encode_frame,
-    split_frame,
+    ScheduleInfo, StatusInfo, TaskAssignment, TimedOutFilter, ValidationIssue, WorkerInfo,
+    WorkerSpec, WorkerStatus, WorkflowControl, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
+    decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -847,6 +847,48 @@ impl Client {
         send(self, requests::CancelWorkflow { run_id, reason })
     }
 
+    /// Pauses a run: no step starts until `resume_workflow` (what runs finishes; the run
+    /// shows `on_hold`). Pausing a paused run changes nothing.
+    pub fn pause_workflow(&mut self, run_id: &str) -> Result<WorkflowRunInfo, Error> {
+        let control = WorkflowControl::Pause;
+        send(self, requests::ControlWorkflow { run_id, control })
+    }
+
+    pub fn resume_workflow(&mut self, run_id: &str) -> Result<WorkflowRunInfo, Error> {
+        let control = WorkflowControl::Resume;
+        send(self, requests::ControlWorkflow { run_id, control })
+    }
+
+    /// Starts again the steps of a run that wait for an action run or a child run, or
+    /// sleep before a retry (what they waited for is cancelled); `reset_visits` counts
+    /// their visits from 1 again.
+    pub fn continue_workflow(
+        &mut self,
+        run_id: &str,
+        reset_visits: bool,
+    ) -> Result<WorkflowRunInfo, Error> {
+        let control = WorkflowControl::Continue { reset_visits };
+        send(self, requests::ControlWorkflow { run_id, control })
+    }
+
+    /// Runs of `workflow` (in flight) with a step waiting longer than its `timeoutMs`, or
+    /// than `older_than_ms` when given: at most `limit` (one page).
+    pub fn timed_out_runs(
+        &mut self,
+        workflow: &str,
+        older_than_ms: Option<u64>,
+        limit: Option<u32>,
+    ) -> Result<Vec<WorkflowRunInfo>, Error> {
+        let list = requests::ListWorkflowRunsPage {
+            name: workflow,
+            status: None,
+            limit,
+            cursor: None,
+            timed_out: Some(TimedOutFilter { older_than_ms }),
+        };
+        Ok(send(self, list)?.items)
+    }
+
     /// Runs of a workflow, newest first; the flag says more matched than `limit`.
     pub fn list_workflow_runs(
         &mut self,
@@ -873,6 +915,7 @@ impl Client {
             status,
             limit,
             cursor,
+            timed_out: None,
         };
         send(self, list)
     }

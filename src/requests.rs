@@ -28,7 +28,7 @@ pub(crate) use workers::{
     ListWorkers, RegisterWorker, TouchTask, task_await_op, tasks_of,
 };
 pub(crate) use workflows::{
-    CancelWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun, InvalidatePlanCache,
+    CancelWorkflow, ControlWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun, InvalidatePlanCache,
     ListSchedules, ListWorkflowRunsPage, ListWorkflows, PauseSchedule, PlanStatus,
     QueryWorkflowRuns, SetWorkflowEnabled, SignalWorkflow, StartWorkflow, StartWorkflowAndWait,
     TriggerSchedule, WaitWorkflow, WorkflowHistory, WorkflowHistoryPage,

@@ -20,10 +20,11 @@ pub use message::{
     PlanExecutorInfo, QueryPart, RUN_ID_BYTES_MAX, RUN_INPUT_BYTES_MAX, RUN_LIST_LIMIT_DEFAULT,
     RUN_LIST_LIMIT_MAX, RUN_WAIT_MS_MAX, Reply, Request, RequestId, Response, RunInfo, RunStatus,
     RunSummary, ScheduleInfo, ShardInfo, ShardMap, StatusInfo, TASK_AWAIT_MS_MAX,
-    TASK_AWAIT_TASKS_MAX, TaskAssignment, Token, ValidationIssue, WASM_ENTRYPOINT_BYTES_MAX,
-    WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
-    WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowBranchInfo, WorkflowInfo,
-    WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
+    TASK_AWAIT_TASKS_MAX, TaskAssignment, TimedOutFilter, Token, ValidationIssue,
+    WASM_ENTRYPOINT_BYTES_MAX, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX,
+    WORKER_PROCESSES_MAX, WorkerInfo, WorkerProcess, WorkerSpec, WorkerStatus, WorkerType,
+    WorkflowBranchInfo, WorkflowControl, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
+    WorkflowStartSpec, WorkflowStepInfo,
 };
 pub use rules::{
     DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, check_action_name, check_consumer_name,

@@ -304,6 +304,12 @@ pub enum Op {
         run_id: String,
         reason: Option<String>,
     },
+    /// `flo workflow pause` / `resume` / `continue`: answered with the run's status.
+    WorkflowControl {
+        namespace: String,
+        run_id: String,
+        control: WorkflowControl,
+    },
     /// Runs of a workflow, newest first.
     WorkflowListRuns {
         namespace: String,
@@ -313,6 +319,10 @@ pub enum Op {
         /// Where the previous page ended (its `next_cursor`); none: the first page.
         #[serde(default)]
         cursor: Option<String>,
+        /// Only runs with a step past its timeout (`flo workflow timed-out`): runs in
+        /// flight only, one page (continuing them moves them out of the list).
+        #[serde(default)]
+        timed_out: Option<TimedOutFilter>,
     },
     /// Create a stream (a repeat with the same settings answers `created: false`).
     StreamCreate {
@@ -669,6 +679,28 @@ pub struct WorkflowStartSpec {
     pub run_id: Option<String>,
 }
 
+/// `Op::WorkflowListRuns::timed_out`: a step that waits (for an action run, a child run, a
+/// retry) longer than its `timeoutMs`, or than `older_than_ms` when given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedOutFilter {
+    pub older_than_ms: Option<u64>,
+}
+
+/// What `Op::WorkflowControl` does to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowControl {
+    /// No step starts until `Resume` (what runs finishes; the run shows `on_hold`).
+    Pause,
+    Resume,
+    /// The steps that wait for an action run or a child run, or sleep before a retry, start
+    /// again (what they waited for is cancelled); `reset_visits` counts their visits from
+    /// 1 again (for `maxVisits`).
+    Continue {
+        reset_visits: bool,
+    },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkflowRunStatus {
@@ -807,6 +839,9 @@ pub struct WorkflowRunInfo {
     /// Each branch while the run runs several at once (then `current_step` is None).
     #[serde(default)]
     pub branches: Vec<WorkflowBranchInfo>,
+    /// When the current step's visit began (its first execution), while at a step.
+    #[serde(default)]
+    pub step_since_ms: Option<u64>,
 }
 
 /// One branch of a run that forked: its step, and what it waits for (`waiting` at its
@@ -816,6 +851,9 @@ pub struct WorkflowBranchInfo {
     pub step: String,
     pub status: WorkflowRunStatus,
     pub waiting_for: Option<String>,
+    /// When the branch's current step began (its first execution).
+    #[serde(default)]
+    pub since_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

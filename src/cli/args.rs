@@ -510,6 +510,40 @@ pub enum WorkflowCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Pause a run: no step starts until `resume` (what runs finishes; status on_hold).
+    Pause { run_id: String },
+    /// Resume a paused run.
+    Resume { run_id: String },
+    /// Start again the steps a run is stuck in (waiting for an action run or a child run,
+    /// or sleeping before a retry); what they waited for is cancelled.
+    Continue {
+        run_id: String,
+        /// Count the steps' visits from 1 again (for `maxVisits`).
+        #[arg(long)]
+        reset_visits: bool,
+    },
+    /// Runs with a step waiting longer than its `timeoutMs` (or --older-than): of NAME, or
+    /// of every workflow.
+    TimedOut {
+        name: Option<String>,
+        /// Waiting longer than this (e.g. 30s, 5m), for steps without a `timeoutMs` too.
+        #[arg(long, value_parser = parse_ttl)]
+        older_than: Option<u64>,
+        /// At most this many runs per workflow.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Continue every run `timed-out` lists, in batches; prints how many.
+    ContinueTimedOut {
+        name: Option<String>,
+        #[arg(long, value_parser = parse_ttl)]
+        older_than: Option<u64>,
+        #[arg(long)]
+        reset_visits: bool,
+        /// Continue at most this many runs in all.
+        #[arg(long, default_value_t = 10_000)]
+        max: u32,
+    },
     /// List the workflow definitions of the namespace.
     List,
     /// The executors of a workflow's inline plans on each shard: breaker, health score,

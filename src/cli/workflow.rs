@@ -203,6 +203,69 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
                 format!("run {} {}", run.run_id, run.status.as_str())
             });
         }
+        WorkflowCommand::Pause { run_id }
+        | WorkflowCommand::Resume { run_id }
+        | WorkflowCommand::Continue { run_id, .. } => {
+            let run = match cmd {
+                WorkflowCommand::Pause { .. } => client.pause_workflow(run_id)?,
+                WorkflowCommand::Resume { .. } => client.resume_workflow(run_id)?,
+                WorkflowCommand::Continue { reset_visits, .. } => {
+                    client.continue_workflow(run_id, *reset_visits)?
+                }
+                _ => unreachable!("matched above"),
+            };
+            out.print(run_json(&run), || {
+                format!("run {} {}", run.run_id, run.status.as_str())
+            });
+        }
+        WorkflowCommand::TimedOut {
+            name,
+            older_than,
+            limit,
+        } => {
+            let runs = timed_out(client, name.as_deref(), *older_than, *limit)?;
+            let doc = json!({ "runs": runs.iter().map(run_json).collect::<Vec<_>>() });
+            out.print(doc, || {
+                let mut text = format!("{:<24} {:<24} {:<20} SINCE", "RUN", "WORKFLOW", "STEP");
+                for r in &runs {
+                    for (step, since) in run_steps_since(r) {
+                        text.push_str(&format!(
+                            "\n{:<24} {:<24} {:<20} {}",
+                            r.run_id,
+                            r.workflow,
+                            step,
+                            time_text(since)
+                        ));
+                    }
+                }
+                text
+            });
+        }
+        WorkflowCommand::ContinueTimedOut {
+            name,
+            older_than,
+            reset_visits,
+            max,
+        } => {
+            // In batches: a continued run leaves the list (its step starts again).
+            let mut continued = Vec::new();
+            while continued.len() < *max as usize {
+                let room = (*max as usize - continued.len()).min(CONTINUE_BATCH) as u32;
+                let batch = timed_out(client, name.as_deref(), *older_than, room)?;
+                let before = continued.len();
+                for r in batch {
+                    // A run that moved on meanwhile has nothing to continue.
+                    if client.continue_workflow(&r.run_id, *reset_visits).is_ok() {
+                        continued.push(r.run_id);
+                    }
+                }
+                if continued.len() == before {
+                    break;
+                }
+            }
+            let doc = json!({ "continued": continued.len(), "runs": continued });
+            out.print(doc, || format!("continued {} runs", continued.len()));
+        }
         WorkflowCommand::List => {
             let list = client.list_workflows()?;
             let doc = json!({ "workflows": list.iter().map(definition_json).collect::<Vec<_>>() });
@@ -480,6 +543,10 @@ pub fn run_json(r: &WorkflowRunInfo) -> Value {
             "outcome": s.outcome,
             "output": opt_json(s.output.as_deref()),
             "executions": s.executions,
+            "visits": s.visits,
+            "first_started_ms": s.first_started_ms,
+            "last_finished_ms": s.last_finished_ms,
+            "total_ms": s.total_ms,
         })).collect::<Vec<_>>(),
         "terminal": r.terminal,
         "error": r.error,
@@ -491,6 +558,35 @@ pub fn run_json(r: &WorkflowRunInfo) -> Value {
         "updated_at_ms": r.updated_at_ms,
         "search_attributes": opt_json(r.search_attributes.as_deref()),
     })
+}
+
+/// Runs `continue-timed-out` lists and continues at a time.
+const CONTINUE_BATCH: usize = 100;
+
+/// The timed-out runs of `name`, or of every workflow of the namespace.
+fn timed_out(
+    client: &mut Client,
+    name: Option<&str>,
+    older_than: Option<u64>,
+    limit: u32,
+) -> Result<Vec<WorkflowRunInfo>, CliError> {
+    let names = match name {
+        Some(name) => vec![name.to_string()],
+        None => client.list_workflows()?.into_iter().map(|w| w.name).collect(),
+    };
+    let mut runs = Vec::new();
+    for name in names {
+        runs.extend(client.timed_out_runs(&name, older_than, Some(limit))?);
+    }
+    Ok(runs)
+}
+
+/// The steps a run is at, with when each began.
+fn run_steps_since(r: &WorkflowRunInfo) -> Vec<(String, u64)> {
+    match (&r.current_step, r.step_since_ms) {
+        (Some(step), Some(since)) => vec![(step.clone(), since)],
+        _ => r.branches.iter().map(|b| (b.step.clone(), b.since_ms)).collect(),
+    }
 }
 
 fn run_text(r: &WorkflowRunInfo) -> String {
@@ -544,15 +640,17 @@ fn run_text(r: &WorkflowRunInfo) -> String {
     line("updated", &time_text(r.updated_at_ms));
     if !r.steps.is_empty() {
         text.push_str(&format!(
-            "\n\n{:<20} {:<18} {:>5}  OUTPUT",
-            "STEP", "OUTCOME", "EXECS"
+            "\n\n{:<20} {:<18} {:>5} {:>6} {:>9}  OUTPUT",
+            "STEP", "OUTCOME", "EXECS", "VISITS", "TOTAL MS"
         ));
         for s in &r.steps {
             text.push_str(&format!(
-                "\n{:<20} {:<18} {:>5}  {}",
+                "\n{:<20} {:<18} {:>5} {:>6} {:>9}  {}",
                 s.name,
                 s.outcome.as_deref().unwrap_or("-"),
                 s.executions,
+                s.visits,
+                s.total_ms,
                 opt_json(s.output.as_deref())
             ));
         }

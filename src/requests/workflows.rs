@@ -4,7 +4,8 @@ use super::request::{TypedRequest, unexpected};
 use crate::client::{Error, HistoryPage, Page, StartOptions};
 use flo_protocol::{
     HISTORY_LIMIT_DEFAULT, HistoryEvent, Op, PlanExecutorInfo, Reply, RunSummary, ScheduleInfo,
-    ValidationIssue, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
+    TimedOutFilter, ValidationIssue, WorkflowControl, WorkflowInfo, WorkflowRunInfo,
+    WorkflowRunStatus, WorkflowStartSpec,
 };
 
 /// `Client::create_workflow`: (name, version, created, warnings).
@@ -312,11 +313,33 @@ impl TypedRequest for CancelWorkflow<'_> {
 }
 
 /// `Client::list_workflow_runs_page`.
+pub(crate) struct ControlWorkflow<'a> {
+    pub run_id: &'a str,
+    pub control: WorkflowControl,
+}
+
+impl TypedRequest for ControlWorkflow<'_> {
+    type Output = WorkflowRunInfo;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::WorkflowControl {
+            namespace: namespace.into(),
+            run_id: self.run_id.into(),
+            control: self.control,
+        }
+    }
+
+    fn output(reply: Reply) -> Result<WorkflowRunInfo, Error> {
+        workflow_run_of(reply)
+    }
+}
+
 pub(crate) struct ListWorkflowRunsPage<'a> {
     pub name: &'a str,
     pub status: Option<WorkflowRunStatus>,
     pub limit: Option<u32>,
     pub cursor: Option<&'a str>,
+    pub timed_out: Option<TimedOutFilter>,
 }
 
 impl TypedRequest for ListWorkflowRunsPage<'_> {
@@ -329,6 +352,7 @@ impl TypedRequest for ListWorkflowRunsPage<'_> {
             status: self.status,
             limit: self.limit,
             cursor: self.cursor.map(str::to_string),
+            timed_out: self.timed_out,
         }
     }
 

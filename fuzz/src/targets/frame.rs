@@ -483,6 +483,7 @@ fn sample_ops() -> Vec<Op> {
             status: Some(WorkflowRunStatus::Waiting),
             limit: Some(20),
             cursor: None,
+            timed_out: None,
         },
         Op::StreamCreate {
             namespace: ns(),
@@ -587,7 +588,9 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             step: "b".into(),
             status: WorkflowRunStatus::Waiting,
             waiting_for: Some("signal go".into()),
+            since_ms: 5,
         }],
+        step_since_ms: None,
     };
     let stream_info = StreamInfo {
         namespace: "default".into(),

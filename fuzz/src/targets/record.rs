@@ -409,6 +409,7 @@ fn sample_records() -> Vec<Record> {
         search_attributes: Some(br#"{"amount":12.5}"#.to_vec()),
         state: None,
         branches: Vec::new(),
+        step_since_ms: None,
     };
     let yaml = super::yaml::SAMPLE.to_string();
     let def = flo_workflow::parse_workflow(&yaml)

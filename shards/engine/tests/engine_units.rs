@@ -1679,6 +1679,7 @@ fn a_trigger_redelivered_after_a_crash_finds_its_run_instead_of_starting_a_secon
             status: None,
             limit: Some(10),
             cursor: None,
+            timed_out: None,
         },
     ) {
         Reply::WorkflowRuns { runs, .. } => assert_eq!(runs.len(), 1, "{runs:?}"),

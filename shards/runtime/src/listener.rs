@@ -295,6 +295,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::WorkflowSetEnabled { .. }
         | Op::WorkflowSignal { .. }
         | Op::WorkflowCancel { .. }
+        | Op::WorkflowControl { .. }
         | Op::StreamCreate { .. }
         | Op::StreamDelete { .. }
         | Op::StreamTrim { .. }

@@ -8,7 +8,6 @@ mod bounds;
 mod def;
 mod definition;
 mod graph;
-mod step_limits;
 mod issues;
 mod mapping;
 mod names;
@@ -20,6 +19,7 @@ pub mod query;
 pub mod schedule;
 pub mod search;
 pub mod state;
+mod step_limits;
 mod validate;
 pub mod yaml_depth;
 

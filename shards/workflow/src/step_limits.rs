@@ -16,7 +16,10 @@ pub(crate) struct StepDefaults {
 /// A step's limits once checked: (deferMs, timeoutMs, maxVisits), defaults applied.
 pub(crate) type Limits = (Option<u64>, Option<u64>, Option<u32>);
 
-pub(crate) fn defaults(raw: Option<RawDefaults>, issues: &mut Vec<ValidationIssue>) -> StepDefaults {
+pub(crate) fn defaults(
+    raw: Option<RawDefaults>,
+    issues: &mut Vec<ValidationIssue>,
+) -> StepDefaults {
     let Some(raw) = raw else {
         return StepDefaults::default();
     };

@@ -204,6 +204,7 @@ mod tests {
                 search_attributes: None,
                 state: None,
                 branches: Vec::new(),
+                step_since_ms: None,
             },
             history: (0..100_000)
                 .map(|i| HistoryEvent {

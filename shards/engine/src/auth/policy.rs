@@ -89,6 +89,7 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::WorkflowHistory { namespace, .. } => ("workflow_history", Ns(namespace), Client),
         Op::WorkflowSignal { namespace, .. } => ("workflow_signal", Ns(namespace), Client),
         Op::WorkflowCancel { namespace, .. } => ("workflow_cancel", Ns(namespace), Client),
+        Op::WorkflowControl { namespace, .. } => ("workflow_control", Ns(namespace), Client),
         Op::WorkflowListRuns { namespace, .. } => ("workflow_list_runs", Ns(namespace), Client),
         Op::StreamCreate { namespace, .. } => ("stream_create", Ns(namespace), Client),
         Op::StreamDelete { namespace, .. } => ("stream_delete", Ns(namespace), Client),
@@ -287,6 +288,7 @@ mod tests {
                 prefix: s(),
                 limit: None,
                 cursor: None,
+                timed_out: None,
             },
             Op::ActionRegister(ActionSpec {
                 namespace: n(),
@@ -457,6 +459,11 @@ mod tests {
                 namespace: n(),
                 run_id: s(),
                 reason: None,
+            },
+            Op::WorkflowControl {
+                namespace: n(),
+                run_id: s(),
+                control: flo_protocol::WorkflowControl::Pause,
             },
             Op::WorkflowListRuns {
                 namespace: n(),

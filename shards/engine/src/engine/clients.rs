@@ -218,14 +218,20 @@ impl Engine {
                 status,
                 limit,
                 cursor,
+                timed_out,
             } => {
                 let from = match self.list_position(cursor.as_deref()) {
                     Ok(from) => from,
                     Err(e) => return Some(Done::now(Err(e))),
                 };
                 let execs = &self.executions;
-                let live =
-                    workflows::list_runs(core, execs, &namespace, &name, status, limit, &from);
+                let live = workflows::list_runs(
+                    core, execs, &namespace, &name, status, limit, &from, timed_out,
+                );
+                // A run past its step's timeout is in flight: nothing archived can be.
+                if timed_out.is_some() {
+                    return Some(live);
+                }
                 let query = ListQuery {
                     namespace,
                     name,

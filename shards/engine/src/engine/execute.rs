@@ -46,7 +46,8 @@ impl Engine {
             | Op::WorkflowWait { .. }
             | Op::WorkflowHistory { .. }
             | Op::WorkflowSignal { .. }
-            | Op::WorkflowCancel { .. }) => self.execute_workflows(to, op),
+            | Op::WorkflowCancel { .. }
+            | Op::WorkflowControl { .. }) => self.execute_workflows(to, op),
             Op::ActionRegister(_)
             | Op::ActionDelete { .. }
             | Op::ActionSetEnabled { .. }
@@ -404,6 +405,17 @@ impl Engine {
                 &namespace,
                 &run_id,
                 reason,
+            ),
+            Op::WorkflowControl {
+                namespace,
+                run_id,
+                control,
+            } => workflows::control(
+                &mut self.core,
+                &self.executions,
+                &namespace,
+                &run_id,
+                control,
             ),
             op => misrouted(&op),
         };

@@ -56,6 +56,9 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         }
         | Op::WorkflowCancel {
             namespace, run_id, ..
+        }
+        | Op::WorkflowControl {
+            namespace, run_id, ..
         } => (namespace, run_id.clone()),
         // A run id the caller chose places the run (and finds it again on a repeat).
         Op::WorkflowStart(WorkflowStartSpec {
@@ -219,6 +222,7 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::WorkflowHistory { .. }
         | Op::WorkflowSignal { .. }
         | Op::WorkflowCancel { .. }
+        | Op::WorkflowControl { .. }
         | Op::SchedulePause { .. }
         | Op::ScheduleTrigger { .. } => Target::Shard(me),
     }
@@ -261,6 +265,7 @@ pub fn mutates(op: &Op) -> bool {
         | Op::WorkflowStart(_)
         | Op::WorkflowSignal { .. }
         | Op::WorkflowCancel { .. }
+        | Op::WorkflowControl { .. }
         | Op::StreamCreate { .. }
         | Op::StreamDelete { .. }
         | Op::StreamAppend { .. }

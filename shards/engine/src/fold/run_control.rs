@@ -27,7 +27,12 @@ impl Workflows {
             }
             RunControl::Release => {
                 run.held = false;
-                run.event(HistoryEventType::WorkflowResumed, None, String::new(), at_ms);
+                run.event(
+                    HistoryEventType::WorkflowResumed,
+                    None,
+                    String::new(),
+                    at_ms,
+                );
             }
             RunControl::Defer { until_ms } => {
                 let step = step.unwrap_or_default();

@@ -804,6 +804,7 @@ impl Workflows {
         name: &str,
         status: Option<WorkflowRunStatus>,
         shown: impl Fn(&WfRun) -> WorkflowRunStatus,
+        wanted: impl Fn(&WfRun) -> bool,
         limit: usize,
         from: &Pos,
     ) -> (Vec<(&str, &WfRun)>, bool) {
@@ -813,7 +814,7 @@ impl Workflows {
         let out: Vec<(&str, &WfRun)> = runs
             .iter()
             .filter(|(_, r)| r.workflow == name)
-            .filter(|(_, r)| status.is_none_or(|s| shown(r) == s))
+            .filter(|(_, r)| status.is_none_or(|s| shown(r) == s) && wanted(r))
             .filter(|(id, r)| from.live_after(r.created_at_ms, id))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();
@@ -844,6 +845,7 @@ pub fn run_info(
         version: run.version.clone(),
         status,
         current_step: run.lead.phase.step().map(str::to_string),
+        step_since_ms: run.lead.phase.step().map(|_| run.lead.first_at_ms),
         waiting_for: waiting_for(&run.lead),
         branches: match run.lead.phase {
             RunPhase::Forked => run
@@ -856,6 +858,7 @@ pub fn run_info(
                     },
                     status: b.phase.status(),
                     waiting_for: waiting_for(b),
+                    since_ms: b.first_at_ms,
                 })
                 .collect(),
             _ => Vec::new(),

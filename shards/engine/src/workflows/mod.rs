@@ -5,6 +5,7 @@
 
 mod advance;
 mod cancel;
+mod control;
 mod definitions;
 mod finish;
 mod plan_steps;
@@ -18,6 +19,7 @@ mod timers;
 pub use crate::ids::run_id_taken;
 pub use advance::advance;
 pub use cancel::cancel;
+pub use control::control;
 pub use definitions::{info, list, plan_create, plan_set_enabled};
 #[cfg(test)]
 pub use finish::STEP_OUTPUT_BYTES_MAX;

@@ -5,10 +5,11 @@ use crate::core::Core;
 use crate::core::io::Done;
 use crate::fold::archive::RunKind;
 use crate::fold::record::StepWait;
-use crate::fold::workflows::{WfRun, run_info};
+use crate::fold::workflows::{RunPhase, WfRun, run_info};
 use crate::pages::Pos;
 use flo_protocol::{
-    ErrorValue, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply, RunStatus, WorkflowRunStatus,
+    ErrorValue, RUN_LIST_LIMIT_DEFAULT, RUN_LIST_LIMIT_MAX, Reply, RunStatus, TimedOutFilter,
+    WorkflowRunStatus,
 };
 
 /// The status a live run shows: `pending` while its step's action run is queued, waiting
@@ -33,6 +34,25 @@ pub fn shown_status(
         return WorkflowRunStatus::Pending;
     }
     run.status()
+}
+
+/// Whether a step of `run` waits (for an action run, a child run, a retry) longer than
+/// `older_than_ms`, or than its step's `timeoutMs` when not given.
+fn has_timed_out(run: &WfRun, now: u64, older_than_ms: Option<u64>) -> bool {
+    let Ok(def) = &run.def else {
+        return false;
+    };
+    run.cursors().any(|c| {
+        let stuck = matches!(
+            c.phase,
+            RunPhase::Waiting {
+                wait: StepWait::ActionRun { .. } | StepWait::ChildRun { .. },
+                ..
+            }
+        ) || (matches!(c.phase, RunPhase::Sleeping { .. }) && c.executions > 0);
+        let limit = older_than_ms.or_else(|| c.phase.step().and_then(|s| def.step(s)?.timeout_ms));
+        stuck && limit.is_some_and(|l| now.saturating_sub(c.first_at_ms) > l)
+    })
 }
 
 pub(super) fn find_run<'a>(
@@ -102,6 +122,7 @@ pub fn list_runs(
     status: Option<WorkflowRunStatus>,
     limit: Option<u32>,
     from: &Pos,
+    timed_out: Option<TimedOutFilter>,
 ) -> Done {
     let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
     if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
@@ -110,10 +131,12 @@ pub fn list_runs(
         ))));
     }
     let shown = |r: &WfRun| shown_status(core, execs, namespace, r);
+    let now = core.now_ms();
+    let wanted = |r: &WfRun| timed_out.is_none_or(|t| has_timed_out(r, now, t.older_than_ms));
     let (runs, truncated) =
         core.state()
             .workflows
-            .list(namespace, name, status, shown, limit as usize, from);
+            .list(namespace, name, status, shown, wanted, limit as usize, from);
     Done {
         wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
         result: Ok(Reply::WorkflowRuns {

@@ -86,7 +86,10 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
             let error = match step_timeout {
                 Some(ms) => Some(format!(
                     "execution timeout exceeded (the step's timeoutMs is {ms}){}",
-                    run.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                    run.error
+                        .as_ref()
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
                 )),
                 None => run.error.clone(),
             };

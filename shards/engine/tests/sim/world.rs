@@ -1052,6 +1052,7 @@ impl Sim {
                 status: None,
                 limit: Some(5),
                 cursor: None,
+                timed_out: None,
             },
             94 if self.rng.one_in(3) => Op::PlanInvalidate {
                 namespace: NS.into(),
