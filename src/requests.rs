@@ -28,10 +28,10 @@ pub(crate) use workers::{
     ListWorkers, RegisterWorker, TouchTask, task_await_op, tasks_of,
 };
 pub(crate) use workflows::{
-    CancelWorkflow, ControlWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun, InvalidatePlanCache,
-    ListSchedules, ListWorkflowRunsPage, ListWorkflows, PauseSchedule, PlanStatus,
-    QueryWorkflowRuns, SetWorkflowEnabled, SignalWorkflow, StartWorkflow, StartWorkflowAndWait,
-    TriggerSchedule, WaitWorkflow, WorkflowHistory, WorkflowHistoryPage,
+    CancelWorkflow, ControlWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun,
+    InvalidatePlanCache, ListSchedules, ListWorkflowRunsPage, ListWorkflows, PauseSchedule,
+    PlanStatus, QueryWorkflowRuns, SetWorkflowEnabled, SignalWorkflow, StartWorkflow,
+    StartWorkflowAndWait, TriggerSchedule, WaitWorkflow, WorkflowHistory, WorkflowHistoryPage,
 };
 
 #[cfg(test)]

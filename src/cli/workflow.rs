@@ -572,7 +572,11 @@ fn timed_out(
 ) -> Result<Vec<WorkflowRunInfo>, CliError> {
     let names = match name {
         Some(name) => vec![name.to_string()],
-        None => client.list_workflows()?.into_iter().map(|w| w.name).collect(),
+        None => client
+            .list_workflows()?
+            .into_iter()
+            .map(|w| w.name)
+            .collect(),
     };
     let mut runs = Vec::new();
     for name in names {
@@ -585,7 +589,11 @@ fn timed_out(
 fn run_steps_since(r: &WorkflowRunInfo) -> Vec<(String, u64)> {
     match (&r.current_step, r.step_since_ms) {
         (Some(step), Some(since)) => vec![(step.clone(), since)],
-        _ => r.branches.iter().map(|b| (b.step.clone(), b.since_ms)).collect(),
+        _ => r
+            .branches
+            .iter()
+            .map(|b| (b.step.clone(), b.since_ms))
+            .collect(),
     }
 }
 

@@ -230,7 +230,7 @@ impl Engine {
                 );
                 // A run past its step's timeout is in flight: nothing archived can be.
                 if timed_out.is_some() {
-                    return Some(live);
+                    return Some(live_only(live, core.shard()));
                 }
                 let query = ListQuery {
                     namespace,
@@ -425,5 +425,40 @@ impl Engine {
                 wait_lsn: done.wait_lsn,
             },
         }
+    }
+}
+
+/// A list part of in-flight runs only (no archived run can match): each run's position, and
+/// the end where the live list stopped.
+fn live_only(live: Done, shard: u32) -> Done {
+    let Ok(Reply::WorkflowRuns {
+        runs, truncated, ..
+    }) = live.result
+    else {
+        return live;
+    };
+    let after_each: Vec<crate::pages::Pos> = runs
+        .iter()
+        .map(|r| crate::pages::Pos::Live {
+            created_ms: r.created_at_ms,
+            id: r.run_id.clone(),
+        })
+        .collect();
+    let end = match (truncated, after_each.last()) {
+        (true, Some(last)) => last.clone(),
+        _ => crate::pages::Pos::Done,
+    };
+    let part = crate::pages::Part {
+        shard,
+        after_each,
+        end,
+    };
+    Done {
+        wait_lsn: live.wait_lsn,
+        result: Ok(Reply::WorkflowRuns {
+            runs,
+            truncated,
+            next_cursor: Some(part.encode()),
+        }),
     }
 }

@@ -180,7 +180,7 @@ pub(super) fn finish_with(
     }
     let (outcome, next) = match next {
         Some(next) => (outcome, next),
-        None => route(&def, step_def, step, outcome),
+        None => route(&def, step_def, step, outcome, error.as_deref()),
     };
     let next = match next {
         StepNext::Fork { steps, .. } if run.branches.len() + steps.len() > BRANCHES_MAX => {
@@ -253,6 +253,7 @@ fn route(
     step_def: &flo_workflow::Step,
     step: &str,
     outcome: StepOutcome,
+    error: Option<&str>,
 ) -> (StepOutcome, StepNext) {
     if let Some(next) = transition(def, step_def, step, &outcome) {
         return (outcome, next);
@@ -266,8 +267,9 @@ fn route(
             OnError::Skip => return (StepOutcome::Named(SKIPPED.to_string()), next),
         }
     }
+    let why = error.map(|e| format!(": {e}")).unwrap_or_default();
     let reason = format!(
-        "step {step:?} has no transition for outcome {:?}",
+        "step {step:?} has no transition for outcome {:?}{why}",
         outcome.as_str()
     );
     (outcome, failed(reason))
