@@ -54,6 +54,8 @@ pub use crate::engine::{
 pub use crate::fold::record::DecodeError;
 pub use crate::fold::registry::MEMORY_LIMIT_MB_MAX;
 pub use crate::fold::snapshot::{SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_READ_MIN, SnapshotError};
+/// Whether a panic on this thread is one a step filter catches (see `fail_stop_on_panic`).
+pub use flo_workflow::filter::panic_contained;
 
 /// The engine's insides that its own tests, the simulation and the fuzz targets check
 /// against: records, the fold, bounds. Never for the runtime.

@@ -273,6 +273,10 @@ pub struct Ready {
 fn fail_stop_on_panic() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        // A step filter's expression library, caught and answered as an error.
+        if flo_engine::panic_contained() {
+            return;
+        }
         let thread = std::thread::current();
         let who = match thread
             .name()

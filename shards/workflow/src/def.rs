@@ -150,6 +150,9 @@ pub struct Step {
     /// entered once more.
     #[serde(default)]
     pub max_visits: Option<u32>,
+    /// `when:` / `whenAll:` / `whenAny:` — false: the step is `filtered` (not run).
+    #[serde(default)]
+    pub filter: Option<crate::filter::StepFilter>,
 }
 
 /// `transitions: {success: [a, b]}`: the branches an outcome starts at once and the step

@@ -44,6 +44,7 @@ pub enum IssueCode {
     E510,
     E511,
     E512,
+    E513,
     W101,
     W102,
     W103,

@@ -160,6 +160,9 @@ pub(super) struct RawStep {
     pub defer_ms: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub max_visits: Option<u64>,
+    pub when: Option<String>,
+    pub when_all: Option<Vec<String>>,
+    pub when_any: Option<Vec<String>>,
 }
 
 /// A transition's target as written: one step or terminal, or a list of steps run at once.

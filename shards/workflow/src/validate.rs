@@ -43,6 +43,7 @@
 //! | E510 | invalid `state` (not an object, over 1 MiB) or `outputMapping` (not an object, a path not into `$.output`, `$.state` or `$.input`, or beside `skipOutputMapping: true`) |
 //! | E511 | invalid `onError` (not `fail`, `continue` or `skip`) |
 //! | E512 | invalid `deferMs`, `timeoutMs` or `maxVisits` of a step or of `defaults:` (0 or too large; `timeoutMs` beside `waitForSignal`) |
+//! | E513 | invalid `when`, `whenAll` or `whenAny` (an expression that is not CEL, with its line and column; empty; over 1 KiB or nesting over 32; more than 16 in one step) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -55,6 +56,7 @@ use crate::def::{
     BUILTIN_TERMINALS, Catchup, Every, Fork, Idempotency, OnError, START_STEP, Schedule,
     SignalWait, Step, StepAction, Target, Trigger, Validated, WorkflowDef,
 };
+use crate::filter::{FILTERS_MAX, StepFilter};
 use crate::issues::{IssueCode, issue};
 use crate::mapping::{is_mapping_path, mapping_paths};
 use crate::parse::{
@@ -683,7 +685,11 @@ impl Checker {
             defer_ms,
             timeout_ms,
             max_visits,
+            when,
+            when_all,
+            when_any,
         } = raw;
+        let filter = self.filter(path, when, when_all, when_any);
         let on_error = self.on_error(path, on_error.as_deref());
         let (defer_ms, timeout_ms, max_visits) = crate::step_limits::step_limits(
             path,
@@ -779,7 +785,59 @@ impl Checker {
             defer_ms,
             timeout_ms,
             max_visits,
+            filter,
         })
+    }
+
+    /// `when:`, `whenAll:`, `whenAny:` (E513): each expression parsed now, its position
+    /// named when it is not CEL.
+    fn filter(
+        &mut self,
+        path: &str,
+        when: Option<String>,
+        all: Option<Vec<String>>,
+        any: Option<Vec<String>>,
+    ) -> Option<StepFilter> {
+        let filter = StepFilter {
+            when,
+            all: all.unwrap_or_default(),
+            any: any.unwrap_or_default(),
+        };
+        if filter == StepFilter::default() {
+            return None;
+        }
+        let count = filter.all.len() + filter.any.len() + usize::from(filter.when.is_some());
+        if count > FILTERS_MAX {
+            self.error(
+                IssueCode::E513,
+                format!("{path}.when"),
+                format!("{count} filter expressions; a step has at most {FILTERS_MAX}"),
+            );
+        }
+        let listed = |field: &str, list: &[String]| -> Vec<(String, String)> {
+            list.iter()
+                .enumerate()
+                .map(|(i, e)| (format!("{path}.{field}[{i}]"), e.clone()))
+                .collect()
+        };
+        let mut all = listed("whenAll", &filter.all);
+        all.extend(listed("whenAny", &filter.any));
+        all.extend(
+            filter
+                .when
+                .iter()
+                .map(|e| (format!("{path}.when"), e.clone())),
+        );
+        for (at, expr) in all {
+            if let Err(why) = crate::filter::check(&expr) {
+                self.error(
+                    IssueCode::E513,
+                    at,
+                    format!("`{expr}` is not a valid filter: {why}"),
+                );
+            }
+        }
+        Some(filter)
     }
 
     /// `onError:` (E511).

@@ -76,6 +76,9 @@ pub struct StepRef {
     pub step: String,
 }
 
+/// The outcome of a step its filter (`when:`) kept from running.
+pub const FILTERED: &str = "filtered";
+
 /// What a started workflow step waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -144,6 +147,9 @@ impl StepOutcome {
             StepOutcome::TargetNotFound => vec!["target_not_found", "execution_failure", "failure"],
             StepOutcome::TargetDisabled => vec!["target_disabled", "execution_failure", "failure"],
             StepOutcome::ExecutionFailure => vec!["execution_failure", "failure"],
+            // A step its filter kept from running goes on along `success` unless it says
+            // where a filtered step goes.
+            StepOutcome::Named(name) if name == FILTERED => vec![FILTERED, "success"],
             other => vec![other.as_str()],
         }
     }

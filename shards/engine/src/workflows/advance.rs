@@ -10,7 +10,7 @@ use super::finish::{end, finish};
 use crate::clock::deadline_after;
 use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
-use crate::fold::record::{Record, RunControl, StepOutcome, StepRef, StepWait};
+use crate::fold::record::{FILTERED, Record, RunControl, StepOutcome, StepRef, StepWait};
 use crate::fold::workflows::RunPhase;
 use crate::ids::RunKey;
 use flo_protocol::RUN_INPUT_BYTES_MAX;
@@ -117,6 +117,23 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
                 end(core, namespace, run_id, &step_name, &reason);
                 return;
             }
+            if let Some(filter) = &step.filter {
+                let ctx = run_context(run, now);
+                let ended = match filter.passes(&ctx) {
+                    Ok(true) => None,
+                    Ok(false) => Some((StepOutcome::Named(FILTERED.to_string()), None)),
+                    Err(why) => Some((
+                        StepOutcome::ExecutionFailure,
+                        Some(format!("the step's filter could not be evaluated: {why}")),
+                    )),
+                };
+                if let Some((outcome, error)) = ended {
+                    finish(
+                        core, namespace, run_id, &step_name, outcome, None, error, None,
+                    );
+                    continue;
+                }
+            }
             if let Some(defer_ms) = step.defer_ms {
                 core.commit(Record::WfRunControl {
                     namespace: namespace.to_string(),
@@ -178,6 +195,31 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
     }
 }
 
+/// What a step's filter reads: the run's input, each step's output and outcome, its state,
+/// and the time (ms since the epoch).
+fn run_context(run: &crate::fold::workflows::WfRun, now: u64) -> Value {
+    json!({
+        "input": run.input,
+        "steps": steps_json(run),
+        "state": run.state,
+        "now": now,
+    })
+}
+
+/// Each step that ran: `{"output": ..., "outcome": ...}` by name.
+fn steps_json(run: &crate::fold::workflows::WfRun) -> serde_json::Map<String, Value> {
+    run.steps
+        .iter()
+        .filter(|s| s.executions > 0)
+        .map(|s| {
+            (
+                s.name.clone(),
+                json!({"output": s.output.clone().unwrap_or(Value::Null), "outcome": s.outcome}),
+            )
+        })
+        .collect()
+}
+
 /// The step's input: its `inputMapping` resolved, else the run's input.
 fn step_input(
     core: &Core,
@@ -192,16 +234,7 @@ fn step_input(
     let Some(mapping) = &step.input_mapping else {
         return run.input_bytes.clone();
     };
-    let steps: serde_json::Map<String, Value> = run
-        .steps
-        .iter()
-        .map(|s| {
-            (
-                s.name.clone(),
-                json!({"output": s.output.clone().unwrap_or(Value::Null), "outcome": s.outcome}),
-            )
-        })
-        .collect();
+    let steps = steps_json(run);
     let ctx = json!({
         "input": run.input,
         "state": run.state,
