@@ -201,7 +201,7 @@ impl Step {
     pub fn single_targets(&self) -> impl Iterator<Item = &str> {
         let on_timeout = match &self.action {
             StepAction::WaitForSignal(wait) => wait.on_timeout.as_deref(),
-            StepAction::Run(_) => None,
+            StepAction::Run(_) | StepAction::Pass => None,
         };
         self.transitions
             .values()
@@ -214,6 +214,9 @@ impl Step {
 pub enum StepAction {
     Run(Target),
     WaitForSignal(SignalWait),
+    /// `pass: true`: does nothing and succeeds (a meeting point, e.g. a join `dependsOn`
+    /// made).
+    Pass,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -29,6 +29,7 @@ pub enum IssueCode {
     E306,
     E307,
     E308,
+    E309,
     E401,
     E402,
     E403,

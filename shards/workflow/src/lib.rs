@@ -7,6 +7,7 @@ mod backoff;
 mod bounds;
 mod def;
 mod definition;
+mod depends;
 pub mod filter;
 mod graph;
 mod issues;

@@ -51,7 +51,7 @@ fn shape_issue(path: String, err: serde_yaml::Error) -> ValidationIssue {
 }
 
 /// A YAML mapping in file order, duplicate keys kept (validation reports them, E401).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Entries<V>(pub(super) Vec<(String, V)>);
 
 impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
@@ -142,10 +142,14 @@ pub(super) struct RawDefaults {
     pub max_visits: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct RawStep {
     pub run: Option<String>,
+    /// `pass: true`: a step that does nothing and succeeds (a join's meeting point).
+    pub pass: Option<bool>,
+    /// flow8's graph form (`depends::compile` turns it into transitions).
+    pub depends_on: Option<Vec<String>>,
     pub wait_for_signal: Option<RawSignalWait>,
     /// A string holding JSON, or YAML.
     pub input_mapping: Option<serde_yaml::Value>,

@@ -28,6 +28,7 @@
 //! | E306 | a cycle through a fork (a branch leads back to the step that started it), or a step in two branches of one fork before their join |
 //! | E307 | a transition to a terminal inside a branch (it would end the run while other branches run; a failing branch fails the run unless `onError: continue`) |
 //! | E308 | a list of transition targets that is empty, longer than 16, names a step twice or names a terminal |
+//! | E309 | invalid `dependsOn` (a name that is not a step, an empty list, the step itself, a cycle, a `success` transition beside it) |
 //! | E401 | a duplicate key (steps, terminals, transitions, fields) |
 //! | E402 | a custom terminal named like a step or a built-in terminal |
 //! | E403 | a custom terminal `status` missing or not `completed`, `failed`, `cancelled`, `timed_out` |
@@ -80,6 +81,8 @@ use crate::names::{
 /// Checks the raw definition and builds the [`WorkflowDef`] if it has no error.
 pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssue>> {
     let mut c = Checker::default();
+    let mut raw = raw;
+    crate::depends::compile(&mut raw, &mut c.errors);
     c.kind(raw.kind.as_deref());
     let name = c.name(raw.name);
     let version = c.version(raw.version);
@@ -674,6 +677,8 @@ impl Checker {
     fn step(&mut self, path: &str, raw: RawStep, scope: &Scope) -> Option<Step> {
         let RawStep {
             run,
+            pass,
+            depends_on: _,
             wait_for_signal,
             input_mapping,
             retry,
@@ -700,9 +705,10 @@ impl Checker {
         );
         let (output_mapping, skip_output_mapping) =
             self.output_mapping(path, output_mapping, skip_output_mapping);
-        let kind = match (&run, &wait_for_signal) {
-            (Some(_), None) => StepKind::Run,
-            (None, Some(_)) => StepKind::Wait,
+        let pass = pass == Some(true);
+        let kind = match (&run, &wait_for_signal, pass) {
+            (Some(_), None, false) | (None, None, true) => StepKind::Run,
+            (None, Some(_), false) => StepKind::Wait,
             _ => StepKind::Unclear,
         };
         if kind == StepKind::Wait {
@@ -720,6 +726,15 @@ impl Checker {
             }
         }
         let action = match (run, wait_for_signal) {
+            (None, None) if pass => Some(StepAction::Pass),
+            (Some(_), _) | (_, Some(_)) if pass => {
+                self.error(
+                    IssueCode::E107,
+                    path,
+                    "a `pass: true` step does nothing: it has no `run` nor `waitForSignal`; keep one",
+                );
+                None
+            }
             (Some(run), None) => self
                 .target(&format!("{path}.run"), &run, scope)
                 .map(StepAction::Run),

@@ -288,7 +288,6 @@ mod tests {
                 prefix: s(),
                 limit: None,
                 cursor: None,
-                timed_out: None,
             },
             Op::ActionRegister(ActionSpec {
                 namespace: n(),
@@ -471,6 +470,7 @@ mod tests {
                 status: None,
                 limit: None,
                 cursor: None,
+                timed_out: None,
             },
             Op::TestAdvanceClock { ms: 1 },
         ]

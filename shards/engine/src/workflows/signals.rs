@@ -133,7 +133,7 @@ pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str, ste
             .on_timeout
             .clone()
             .or_else(|| s.transitions.get("timeout").cloned()),
-        StepAction::Run(_) => None,
+        StepAction::Run(_) | StepAction::Pass => None,
     });
     let next = match on_timeout.as_deref().and_then(|t| def.resolve(t)) {
         Some(Next::Step(s)) => StepNext::Step(s.to_string()),

@@ -278,6 +278,7 @@ fn target_run(op: &Op) -> Option<(RunKind, &str)> {
         }
         Op::WorkflowStatus { run_id, .. }
         | Op::WorkflowCancel { run_id, .. }
+        | Op::WorkflowControl { run_id, .. }
         | Op::WorkflowSignal { run_id, .. } => Some((RunKind::Workflow, run_id)),
         _ => None,
     }
@@ -1026,7 +1027,22 @@ impl Sim {
                 },
                 None => return,
             },
-            87..=91 => match self.known_wf_run() {
+            87 => match self.known_wf_run() {
+                // Paused runs are resumed as often: some rest paused at the end.
+                Some(run_id) => Op::WorkflowControl {
+                    namespace: NS.into(),
+                    run_id,
+                    control: match self.rng.below(5) {
+                        0 | 1 => flo_protocol::WorkflowControl::Pause,
+                        2 | 3 => flo_protocol::WorkflowControl::Resume,
+                        _ => flo_protocol::WorkflowControl::Continue {
+                            reset_visits: self.rng.one_in(2),
+                        },
+                    },
+                },
+                None => return,
+            },
+            88..=91 => match self.known_wf_run() {
                 Some(run_id) => Op::WorkflowStatus {
                     namespace: NS.into(),
                     run_id,
@@ -2046,7 +2062,8 @@ impl Sim {
                     "shard {s}: workflow run {ns}/{id} is {:?} at rest and not archived",
                     run.status()
                 );
-                for cursor in run.cursors() {
+                // A paused run's due timers wait for its resume (which advances it).
+                for cursor in run.cursors().filter(|_| !run.held) {
                     assert!(
                         cursor.phase.timer_ms().is_none_or(|t| t > now),
                         "shard {s}: workflow run {ns}/{id} timer at {:?} never fired (now {now})",
@@ -2126,6 +2143,10 @@ fn waits_for_a_signal_only(e: &Engine, ns: &str, id: &str, depth: u32) -> bool {
     };
     if depth > 16 {
         return false;
+    }
+    // A paused run rests until resumed.
+    if run.held {
+        return true;
     }
     let mut held = false;
     for cursor in run.cursors() {
@@ -2215,7 +2236,8 @@ fn check_index(shard: u32, e: &Engine, executing: usize, when: &str) {
         if run.status().is_final() {
             continue;
         }
-        for cursor in run.cursors() {
+        // A paused run's retry timer fired and found it paused: its resume advances it.
+        for cursor in run.cursors().filter(|_| !run.held) {
             let deadline = matches!(
                 cursor.phase.wait(),
                 Some(StepWait::Signal {
