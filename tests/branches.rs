@@ -383,6 +383,11 @@ fn shapes_a_run_could_not_follow_are_refused() {
             "  transitions: {success: [x, flo.Completed]}\nsteps:\n  x:\n    run: \"@actions/a\"\n    transitions: {success: flo.Completed}\n",
             "E308",
         ),
+        // dependsOn naming no step.
+        (
+            "  transitions: {success: flo.Completed}\nsteps:\n  x:\n    run: \"@actions/a\"\n    dependsOn: [nowhere]\n",
+            "E309",
+        ),
         // An unknown onError.
         (
             "  onError: ignore\n  transitions: {success: flo.Completed}\n",
@@ -396,4 +401,59 @@ fn shapes_a_run_could_not_follow_are_refused() {
     }
     // The server goes on serving.
     assert!(c.list_workflows().is_ok());
+}
+
+/// flow8's DAG: A → {B, C} → {D, E}, written with `dependsOn`.
+const DAG: &str = r#"kind: Workflow
+name: dag
+version: "1"
+start:
+  run: "@actions/go"
+steps:
+  b:
+    run: "@actions/go"
+    dependsOn: [start]
+  c:
+    run: "@actions/go"
+    dependsOn: [start]
+  d:
+    run: "@actions/go"
+    dependsOn: [b, c]
+  e:
+    run: "@actions/go"
+    dependsOn: [b, c]
+"#;
+
+#[test]
+fn depends_on_runs_a_dag_in_waves() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    fixed_wasm_action(&mut c, "go", r#"{"ok": true}"#);
+    c.create_workflow(DAG).unwrap();
+    let run_id = c
+        .start_workflow("dag", b"{}", StartOptions::default())
+        .unwrap();
+    let run = c.wait_workflow(&run_id, 10_000).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    for step in ["_start", "b", "c", "d", "e"] {
+        let s = run.steps.iter().find(|s| s.name == step).unwrap();
+        assert_eq!(s.executions, 1, "{step}: {run:?}");
+    }
+    // d and e start only once b and c finished.
+    let history = events(&mut c, &run_id);
+    let at = |t: &str, step: &str| {
+        history
+            .iter()
+            .position(|(e, s)| e == t && s.as_deref() == Some(step))
+            .unwrap_or_else(|| panic!("no {t} of {step}: {history:?}"))
+    };
+    for late in ["d", "e"] {
+        for early in ["b", "c"] {
+            assert!(
+                at("step_completed", early) < at("step_started", late),
+                "{history:?}"
+            );
+        }
+    }
 }

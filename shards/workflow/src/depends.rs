@@ -20,8 +20,15 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The start step, as `dependsOn` names it.
 const START: &str = "start";
 
-/// Rewrites `raw`'s steps that use `dependsOn` into transitions (and `pass` steps).
-pub(crate) fn compile(raw: &mut RawWorkflow, issues: &mut Vec<ValidationIssue>) {
+/// Rewrites `raw`'s steps that use `dependsOn` into transitions (and `pass` steps, whose
+/// names it returns: reserved names no definition may give).
+pub(crate) fn compile(raw: &mut RawWorkflow, issues: &mut Vec<ValidationIssue>) -> Vec<String> {
+    let mut made = Vec::new();
+    compile_into(raw, issues, &mut made);
+    made
+}
+
+fn compile_into(raw: &mut RawWorkflow, issues: &mut Vec<ValidationIssue>, made: &mut Vec<String>) {
     let Some(steps) = raw.steps.as_mut() else {
         return;
     };
@@ -147,6 +154,7 @@ pub(crate) fn compile(raw: &mut RawWorkflow, issues: &mut Vec<ValidationIssue>) 
             .0
             .push(("success".into(), many(targets.into_iter().collect())));
     }
+    made.extend(added.iter().map(|(n, _)| n.clone()));
     if let Some(steps) = raw.steps.as_mut() {
         steps.0.extend(added);
     }

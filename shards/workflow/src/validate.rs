@@ -82,13 +82,13 @@ use crate::names::{
 pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssue>> {
     let mut c = Checker::default();
     let mut raw = raw;
-    crate::depends::compile(&mut raw, &mut c.errors);
+    let made = crate::depends::compile(&mut raw, &mut c.errors);
     c.kind(raw.kind.as_deref());
     let name = c.name(raw.name);
     let version = c.version(raw.version);
     let idempotency = c.idempotency(raw.idempotency.as_deref());
     let raw_steps = c.unique("steps", entries(raw.steps));
-    for (step, _) in &raw_steps {
+    for (step, _) in raw_steps.iter().filter(|(s, _)| !made.contains(s)) {
         if let Err(why) = check_step_name(step) {
             c.error(
                 IssueCode::E109,
