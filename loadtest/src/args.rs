@@ -79,6 +79,10 @@ pub struct Args {
     /// measure what a plan step costs).
     #[arg(long)]
     pub plain_workflow: bool,
+    /// `workflow` workload: a 1 → 3 → 1 fork and join of the action (five steps, three at
+    /// once) instead of three steps in a row.
+    #[arg(long)]
+    pub fork: bool,
 
     /// The interval of the `schedule` workload's schedules, in milliseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]

@@ -405,14 +405,46 @@ steps:
       failure: flo.Failed
 "#;
 
-/// Registers the action and creates the workflow `workflow` needs.
-pub fn create_workflow(addr: &str, token: Option<&str>, namespace: &str) -> Result<(), String> {
+/// `workflow --fork`: the same name, five steps on the action: one, three at once, one.
+const FORK_YAML: &str = r#"kind: Workflow
+name: loadtest-flow
+version: "1"
+start:
+  run: "@actions/loadtest-ok"
+  transitions:
+    success: [a, b, c]
+steps:
+  a:
+    run: "@actions/loadtest-ok"
+    transitions: {success: join}
+  b:
+    run: "@actions/loadtest-ok"
+    transitions: {success: join}
+  c:
+    run: "@actions/loadtest-ok"
+    transitions: {success: join}
+  join:
+    run: "@actions/loadtest-ok"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#;
+
+/// Registers the action and creates the workflow `workflow` needs (`fork`: the 1 → 3 → 1
+/// fork and join instead of three steps in a row).
+pub fn create_workflow(
+    addr: &str,
+    token: Option<&str>,
+    namespace: &str,
+    fork: bool,
+) -> Result<(), String> {
     register_wasm_action(addr, token, namespace)?;
     let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);
+    let yaml = if fork { FORK_YAML } else { WORKFLOW_YAML };
     client
-        .create_workflow(WORKFLOW_YAML)
+        .create_workflow(yaml)
         .map_err(|e| format!("cannot create {WORKFLOW_NAME}: {e}"))?;
     Ok(())
 }
