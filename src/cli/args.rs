@@ -77,6 +77,14 @@ pub enum DurabilityArg {
     Async,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormatArg {
+    /// `TIME LEVEL TARGET: MESSAGE FIELD=VALUE...`
+    Text,
+    /// One JSON object a line: timestamp, level, target, message and the event's fields.
+    Json,
+}
+
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// Address every shard listens on.
@@ -148,6 +156,14 @@ pub struct ServerArgs {
     /// it may do anything.
     #[arg(long)]
     pub insecure: bool,
+    /// Which log events to write: a level (error, warn, info, debug, trace) or directives
+    /// by target, `info,flo::http=warn,flo::guest=error` (RUST_LOG's syntax).
+    #[arg(long = "log", value_name = "FILTER", env = "RUST_LOG",
+          default_value = flo_runtime::LOG_FILTER_DEFAULT)]
+    pub log_filter: String,
+    /// How log events are written on stderr: `text`, or `json` (one object a line).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormatArg,
     /// Let clients move the server's clock forward (for tests; never in production).
     #[arg(long, hide = true)]
     pub test_clock: bool,

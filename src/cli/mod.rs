@@ -55,6 +55,7 @@ pub fn run() -> i32 {
     };
     match result {
         Ok(()) => EXIT_OK,
+        Err(CliError::Logged(e)) => e.exit_code(),
         Err(e) => {
             output::error_line(&format!("error: {e}"));
             e.exit_code()
@@ -95,6 +96,10 @@ pub enum CliError {
     Failed(String),
     #[error(transparent)]
     Server(#[from] flo_runtime::ServerError),
+    /// An error already written to the log (`flo server --log-format json`): not printed
+    /// again, its exit code kept.
+    #[error("{0}")]
+    Logged(Box<CliError>),
 }
 
 impl CliError {
@@ -103,6 +108,7 @@ impl CliError {
             CliError::Connect { .. } | CliError::Client(Error::Io(_)) => EXIT_UNREACHABLE,
             CliError::Usage(_) | CliError::Invalid(_) => EXIT_USAGE,
             CliError::Client(_) | CliError::Failed(_) | CliError::Server(_) => EXIT_REFUSED,
+            CliError::Logged(e) => e.exit_code(),
         }
     }
 
