@@ -5,6 +5,7 @@
 //! cannot be reached.
 
 mod action;
+mod arg_value;
 mod args;
 mod duration;
 mod kv;
@@ -19,7 +20,7 @@ mod worker;
 mod workflow;
 
 pub use args::{Cli, Command};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use flo::protocol::ErrorCode;
 use flo::{Client, Error};
 use output::Output;
@@ -52,6 +53,10 @@ pub fn run() -> i32 {
         Command::Schedule(cmd) => connect(&cli).and_then(|mut c| schedule::run(&mut c, cmd, &out)),
         Command::Plan(cmd) => connect(&cli).and_then(|mut c| plan::run(&mut c, cmd, &out)),
         Command::Validate(cmd) => workflow::validate(cmd, &out),
+        Command::Completions { shell } => {
+            completions(*shell);
+            Ok(())
+        }
     };
     match result {
         Ok(()) => EXIT_OK,
@@ -61,6 +66,13 @@ pub fn run() -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// The completion script of `shell` for every command and flag, on stdout.
+fn completions(shell: clap_complete::Shell) {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "flo", &mut script);
+    output::bytes(&script);
 }
 
 fn connect(cli: &Cli) -> Result<Client, CliError> {
