@@ -103,23 +103,32 @@ fn report_bar(
         )),
         None => ProgressBar::no_length().with_style(style("{elapsed_precise} {pos} {msg}")),
     };
-    let bar = bars.add(bar.with_elapsed(start.elapsed()));
+    // Fixed widths, so the bar keeps its length as the numbers change.
+    let message = |rate: f64, p99: Option<f64>| {
+        let p99 = match (watched.window_us, p99) {
+            (None, _) => String::new(),
+            (Some(_), Some(ms)) => format!("  p99 {ms:>9.2} ms"),
+            (Some(_), None) => format!("  p99 {:>9} ms", "-"),
+        };
+        format!("{unit} {rate:>9.0} {rate_unit}/s{p99}")
+    };
+    let bar = bars.add(
+        bar.with_elapsed(start.elapsed())
+            .with_message(message(0.0, None)),
+    );
     // (when, count) a second apart at most: the rate over the last second.
     let mut since = (Instant::now(), watched.done.load(Relaxed));
-    let (mut rate, mut p99) = (0.0, None::<f64>);
+    let mut p99 = None::<f64>;
     loop {
         let done = watched.done.load(Relaxed);
-        bar.set_position(done);
         let now = Instant::now();
         if now - since.0 >= RATE_WINDOW {
-            rate = (done - since.1) as f64 / (now - since.0).as_secs_f64();
+            let rate = (done - since.1) as f64 / (now - since.0).as_secs_f64();
             since = (now, done);
             p99 = take_p99_ms(watched.window_us).or(p99);
+            bar.set_message(message(rate, p99));
         }
-        let p99 = p99
-            .map(|ms| format!("  p99 {ms:.2} ms"))
-            .unwrap_or_default();
-        bar.set_message(format!("{unit}  {rate:.0} {rate_unit}/s{p99}"));
+        bar.set_position(done);
         match stop.recv_timeout(BAR_REFRESH) {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             _ => break,
