@@ -176,7 +176,7 @@ fn assert_log_continues(dir: &Path, server: TestServer, present: usize) {
     let server = TestServer::start(dir, ONE_SHARD);
     let stderr = server.stderr();
     assert!(
-        !stderr.contains("torn") && !stderr.contains("warning"),
+        !stderr.contains("torn") && !stderr.contains("flo::recovery"),
         "second start should find a clean log:\n{stderr}"
     );
     assert_eq!(
@@ -465,7 +465,12 @@ fn a_batch_ending_just_short_of_a_block_boundary_is_recovered() {
             r.stderr
         ),
     };
-    assert!(!server.stderr().contains("warning"), "{}", server.stderr());
+    // Nothing for recovery to say (a start-up stall on a loaded machine is no concern here).
+    assert!(
+        !server.stderr().contains("flo::recovery"),
+        "{}",
+        server.stderr()
+    );
     let mut c = server.client();
     for (key, value) in &expected {
         let entry = c

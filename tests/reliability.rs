@@ -126,7 +126,7 @@ fn a_panic_on_one_shard_stops_the_whole_server_naming_the_shard_and_a_restart_wo
     };
     assert_eq!(status.code(), Some(101), "{stderr}");
     assert!(
-        stderr.contains("fatal: shard 1 panicked: injected fault"),
+        stderr.contains("ERROR flo::shard: shard 1 panicked: injected fault"),
         "{stderr}"
     );
     // Without the fault, the same data directory and port serve again.
@@ -225,7 +225,7 @@ fn a_shard_silent_although_woken_stops_the_server_and_a_restart_works() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("fatal: shard 1 showed no sign of life for"),
+        stderr.contains("ERROR flo::shard: shard 1 showed no sign of life for"),
         "{stderr}"
     );
     let server = TestServer::start(dir.path(), &["--shards", "2"]);

@@ -67,6 +67,10 @@ pub struct Args {
     /// Print exactly one JSON document on stdout (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Write the operations' latency histogram to FILE as HdrHistogram's percentile
+    /// distribution (`.hgrm`, milliseconds), for HdrHistogram's plotter.
+    #[arg(long, value_name = "FILE")]
+    pub histogram_out: Option<PathBuf>,
     /// Safety limit: stop issuing requests after this many seconds and report what was done.
     #[arg(long, default_value_t = 600.0)]
     pub max_secs: f64,
@@ -205,6 +209,15 @@ impl Args {
         if !driven && (self.rate.is_some() || self.max_outstanding.is_some()) {
             return Err(format!(
                 "--rate and --max-outstanding do not apply to the {} workload",
+                self.workload.name()
+            ));
+        }
+        if self.histogram_out.is_some()
+            && matches!(self.workload, Workload::Schedule | Workload::Query)
+        {
+            return Err(format!(
+                "--histogram-out does not apply to the {} workload (it reports no operation \
+                 latencies)",
                 self.workload.name()
             ));
         }

@@ -18,6 +18,7 @@
 use crate::limiter::Limiter;
 pub use crate::outcome::{KindOutcome, Outcome, Sending, new_histogram};
 use crate::pacing::{LATE_MS, Pace, latency_us};
+use crate::progress;
 use crate::workload::Generator;
 use flo::protocol::{Op, PROTOCOL_VERSION, Reply, Request, Response};
 use flo::{Connection, Error};
@@ -90,6 +91,7 @@ where
         total: cfg.ops,
         next: AtomicU64::new(0),
         completed: AtomicU64::new(0),
+        window_us: Mutex::new(new_histogram()),
         first_error: Mutex::new(None),
         start: OnceLock::new(),
     };
@@ -109,10 +111,15 @@ where
         barrier.wait();
         let start = *shared.start.get_or_init(Instant::now);
         let (stop_progress, stopped) = mpsc::channel::<()>();
-        let completed = &shared.completed;
+        let watched = progress::Watched {
+            unit: "ops",
+            total: Some(cfg.ops),
+            done: &shared.completed,
+            window_us: Some(&shared.window_us),
+        };
         let reporter = cfg
             .progress
-            .then(|| scope.spawn(move || report_progress(start, completed, stopped)));
+            .then(|| scope.spawn(move || progress::report(start, watched, stopped)));
 
         let mut outcome = Outcome::empty();
         for (index, handle) in handles.into_iter().enumerate() {
@@ -138,6 +145,9 @@ struct Shared {
     next: AtomicU64,
     /// Responses received, for the progress line.
     completed: AtomicU64,
+    /// Latencies (µs) the connections recorded since the progress reporter last looked
+    /// (each adds its own every `WINDOW_ADD_EVERY`): the live p99.
+    window_us: Mutex<Histogram<u64>>,
     first_error: Mutex<Option<String>>,
     /// When every connection was ready: the clock of the open-loop schedule. Set by the
     /// first thread past the barrier.
@@ -182,7 +192,7 @@ impl Shared {
     fn note_error(&self, message: String) {
         let mut first = self.first_error.lock().unwrap();
         if first.is_none() {
-            eprintln!("flo-loadtest: first error reply: {message}");
+            progress::note(&format!("flo-loadtest: first error reply: {message}"));
             *first = Some(message);
         }
     }
@@ -256,7 +266,7 @@ fn connection_thread<G: Generator>(
         Ok(hit_time_limit) => (hit_time_limit, None),
         Err(message) => {
             let message = format!("connection {index}: {message}");
-            eprintln!("flo-loadtest: {message}");
+            progress::note(&format!("flo-loadtest: {message}"));
             (false, Some(message))
         }
     };
@@ -341,6 +351,9 @@ struct Worker<'a, G> {
     retry: Vec<u64>,
     /// Permits of answered operations, given back once the buffered responses are drained.
     permits_done: u64,
+    /// With progress: the latencies recorded since they were last added to the shared
+    /// window, and when that was.
+    window: Option<(Histogram<u64>, Instant)>,
 }
 
 /// Whether a request is an operation's first, or one sent again after `overloaded`.
@@ -349,6 +362,9 @@ enum Attempt {
     First,
     Again,
 }
+
+/// How often a connection adds its latencies to the progress reporter's window.
+const WINDOW_ADD_EVERY: Duration = Duration::from_millis(100);
 
 /// Before an operation answered `overloaded` is sent again.
 const OVERLOADED_BACKOFF: Duration = Duration::from_millis(20);
@@ -390,6 +406,7 @@ impl<'a, G: Generator> Worker<'a, G> {
                 sending: Sending::empty(),
             },
             permits_done: 0,
+            window: cfg.progress.then(|| (new_histogram(), start)),
         }
     }
 
@@ -450,6 +467,13 @@ impl<'a, G: Generator> Worker<'a, G> {
             limiter.release(std::mem::take(&mut self.permits_done));
         }
         self.shared.completed.fetch_add(answered, Relaxed);
+        if let Some((window, added_at)) = &mut self.window
+            && now.duration_since(*added_at) >= WINDOW_ADD_EVERY
+        {
+            let _ = self.shared.window_us.lock().unwrap().add(&*window);
+            window.reset();
+            *added_at = now;
+        }
         Ok(())
     }
 
@@ -597,6 +621,9 @@ impl<'a, G: Generator> Worker<'a, G> {
             self.shared.note_error(message);
         }
         self.tally.record(self.generator.kind(n), latency, failed);
+        if let Some((window, _)) = &mut self.window {
+            window.saturating_record(latency);
+        }
         Ok(1)
     }
 }
@@ -638,21 +665,6 @@ fn readable(socket: &TcpStream, timeout: Duration) -> io::Result<bool> {
             e if e.kind() == io::ErrorKind::Interrupted => Ok(false),
             e => Err(e),
         },
-    }
-}
-
-/// Prints `[  3s] 812345 ops  271234 ops/s` on stderr every second until `stop` closes.
-fn report_progress(start: Instant, completed: &AtomicU64, stop: mpsc::Receiver<()>) {
-    let mut last = 0;
-    for second in 1u64.. {
-        let at = start + Duration::from_secs(second);
-        match stop.recv_timeout(at.saturating_duration_since(Instant::now())) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
-        let done = completed.load(Relaxed);
-        eprintln!("[{second:>3}s] {done} ops  {} ops/s", done - last);
-        last = done;
     }
 }
 
@@ -741,6 +753,7 @@ mod tests {
             total,
             next: AtomicU64::new(0),
             completed: AtomicU64::new(0),
+            window_us: Mutex::new(new_histogram()),
             first_error: Mutex::new(None),
             start: OnceLock::new(),
         }

@@ -5,11 +5,13 @@ mod args;
 mod driver;
 #[cfg(test)]
 mod fake_server;
+mod hgrm;
 mod limiter;
 mod mix;
 mod outcome;
 mod pacing;
 mod plans;
+mod progress;
 mod report;
 mod schedules;
 mod search;
@@ -169,6 +171,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         println!("{}", report.json());
     } else {
         print!("{}", report.human());
+    }
+    if let Some(path) = &args.histogram_out {
+        hgrm::write(path, &outcome.latency_us)?;
     }
     let mut ok = outcome.errors == 0
         && outcome.failures.is_empty()

@@ -57,6 +57,11 @@ impl Server {
         if let Some(shards) = opts.shards {
             args.extend(["--shards".into(), shards.to_string()]);
         }
+        // Its warnings and errors on our stderr, not its start and stop (unless RUST_LOG
+        // asks for them).
+        if std::env::var_os("RUST_LOG").is_none() {
+            args.extend(["--log".into(), "warn".into()]);
+        }
         let command = ServerCommand {
             bin: bin.clone(),
             data_dir: data_dir.path().to_path_buf(),

@@ -6,6 +6,7 @@
 //! one request; latency is append-to-ack.
 
 use crate::driver::{self, describe, new_histogram};
+use crate::progress;
 use crate::workers::TaskOutcome;
 use crate::workload::{Generator, decode_sent_ns, encode_sent_ns, sent_ns};
 use flo::protocol::{
@@ -268,7 +269,7 @@ impl Shared {
         self.errors.fetch_add(1, Relaxed);
         let mut first = self.first_error.lock().unwrap();
         if first.is_none() {
-            eprintln!("flo-loadtest: first consumer error: {message}");
+            progress::note(&format!("flo-loadtest: first consumer error: {message}"));
             *first = Some(message);
         }
     }

@@ -18,6 +18,7 @@
 
 use crate::driver::{self, describe, new_histogram};
 use crate::limiter::Limiter;
+use crate::progress;
 use crate::workload::decode_sent_ns;
 use flo::Connection;
 use flo::protocol::{Op, Reply, Request, Response, TaskAssignment, WorkerSpec, WorkerType};
@@ -107,10 +108,15 @@ pub fn run(
         barrier.wait();
         let start = Instant::now();
         let (stop_progress, stopped) = mpsc::channel::<()>();
-        let completed = &shared.completed;
+        let watched = progress::Watched {
+            unit: "tasks completed",
+            total: None,
+            done: &shared.completed,
+            window_us: None,
+        };
         let reporter = cfg
             .progress
-            .then(|| scope.spawn(move || report_progress(start, completed, stopped)));
+            .then(|| scope.spawn(move || progress::report(start, watched, stopped)));
 
         // Without a single worker no task would ever complete: invoke nothing.
         let invoked = if shared.registered.load(Relaxed) > 0 {
@@ -184,7 +190,7 @@ impl Shared {
     fn note_error(&self, message: String) {
         let mut first = self.first_error.lock().unwrap();
         if first.is_none() {
-            eprintln!("flo-loadtest: first worker error: {message}");
+            progress::note(&format!("flo-loadtest: first worker error: {message}"));
             *first = Some(message);
         }
     }
@@ -231,7 +237,7 @@ fn worker_thread(index: usize, cfg: &Config, shared: &Shared, barrier: &Barrier)
         Ok(hit_time_limit) => outcome.hit_time_limit = hit_time_limit,
         Err(message) => {
             let message = format!("worker {index}: {message}");
-            eprintln!("flo-loadtest: {message}");
+            progress::note(&format!("flo-loadtest: {message}"));
             outcome.failure = Some(message);
         }
     }
@@ -451,25 +457,6 @@ impl<'a> TaskWorker<'a> {
     fn error(&mut self, message: String) {
         self.errors += 1;
         self.shared.note_error(message);
-    }
-}
-
-/// Prints `[  3s] 81234 tasks completed  27123 tasks/s` on stderr every second until
-/// `stop` closes.
-fn report_progress(start: Instant, completed: &AtomicU64, stop: mpsc::Receiver<()>) {
-    let mut last = 0;
-    for second in 1u64.. {
-        let at = start + Duration::from_secs(second);
-        match stop.recv_timeout(at.saturating_duration_since(Instant::now())) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
-        let done = completed.load(Relaxed);
-        eprintln!(
-            "[{second:>3}s] {done} tasks completed  {} tasks/s",
-            done - last
-        );
-        last = done;
     }
 }
 

@@ -56,6 +56,56 @@ fn kv_put_against_a_spawned_server() {
     assert_eq!(report["spawned"]["durability"], "sync", "{report}");
 }
 
+/// `--histogram-out`: HdrHistogram's percentile distribution of the operations' latency,
+/// in milliseconds, up to their max and count.
+#[test]
+fn kv_put_writes_a_plottable_histogram() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv-put.hgrm");
+    let report = run_spawned(&[
+        "--workload",
+        "kv-put",
+        "--ops",
+        "2000",
+        "--connections",
+        "2",
+        "--pipeline",
+        "16",
+        "--histogram-out",
+        path.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"],
+        "{text}"
+    );
+    assert_eq!(lines.next(), Some(""), "{text}");
+    let rows: Vec<Vec<f64>> = lines
+        .by_ref()
+        .take_while(|l| !l.starts_with('#'))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|f| f.parse().unwrap_or_else(|e| panic!("{l:?}: {e}")))
+                .collect()
+        })
+        .collect();
+    assert!(rows.len() >= 10, "{text}");
+    let last = rows.last().unwrap();
+    assert_eq!(last[1], 1.0, "{text}");
+    assert_eq!(last[2], 2000.0, "every operation counted: {text}");
+    let max_ms = report["latency_ms"]["max"].as_f64().unwrap();
+    assert!(
+        (last[0] - max_ms).abs() <= max_ms * 0.01 + 0.001,
+        "the 100% value {} is the report's max {max_ms}",
+        last[0]
+    );
+    assert!(text.contains("#[Max     ="), "{text}");
+    assert!(text.contains("Total count    =         2000]"), "{text}");
+}
+
 #[test]
 fn worker_against_a_spawned_server() {
     let report = run_spawned(&[

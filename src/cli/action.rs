@@ -1,4 +1,5 @@
 use super::CliError;
+use super::arg_value::ArgText;
 use super::args::ActionCommand;
 use super::output::{Output, bytes_json, more_hint, time_text};
 use flo::protocol::{ActionInfo, ActionKind, ActionSpec, RunInfo, RunStatus};
@@ -70,9 +71,9 @@ pub fn run(client: &mut Client, cmd: &ActionCommand, out: &Output) -> Result<(),
                 priority: *priority,
                 delay_ms: *delay_ms,
                 idempotency_key: idempotency_key.clone(),
-                labels: labels.clone(),
+                labels: labels.clone().map(ArgText::into_string),
             };
-            let run_id = client.invoke(name, input.as_bytes(), opts)?;
+            let run_id = client.invoke(name, input, opts)?;
             if !*wait {
                 out.print(json!({ "run_id": run_id }), || run_id.clone());
                 return Ok(());

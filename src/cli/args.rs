@@ -1,3 +1,4 @@
+use super::arg_value::{ArgBytes, ArgText, parse_bytes, parse_text};
 use super::duration::parse_ttl;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flo::protocol::{
@@ -67,6 +68,12 @@ pub enum Command {
     /// Check a definition without a server.
     #[command(subcommand)]
     Validate(ValidateCommand),
+    /// Print a shell completion script on stdout: `source <(flo completions bash)`, or
+    /// see docs/cli.md for zsh and fish.
+    Completions {
+        /// bash, zsh, fish (also elvish, powershell).
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -75,6 +82,14 @@ pub enum DurabilityArg {
     Sync,
     /// Acknowledge before the sync (which follows within ~1 ms).
     Async,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormatArg {
+    /// `TIME LEVEL TARGET: MESSAGE FIELD=VALUE...`
+    Text,
+    /// One JSON object a line: timestamp, level, target, message and the event's fields.
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +163,14 @@ pub struct ServerArgs {
     /// it may do anything.
     #[arg(long)]
     pub insecure: bool,
+    /// Which log events to write: a level (error, warn, info, debug, trace) or directives
+    /// by target, `info,flo::http=warn,flo::guest=error` (RUST_LOG's syntax).
+    #[arg(long = "log", value_name = "FILTER", env = "RUST_LOG",
+          default_value = flo_runtime::LOG_FILTER_DEFAULT)]
+    pub log_filter: String,
+    /// How log events are written on stderr: `text`, or `json` (one object a line).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormatArg,
     /// Let clients move the server's clock forward (for tests; never in production).
     #[arg(long, hide = true)]
     pub test_clock: bool,
@@ -162,7 +185,10 @@ pub enum KvCommand {
     /// Store a value.
     Put {
         key: String,
-        value: String,
+        /// The value: text, `@FILE` for a file's bytes, `-` for standard input (`@@` for a
+        /// value starting with `@`).
+        #[arg(value_parser = parse_bytes, allow_hyphen_values = true)]
+        value: ArgBytes,
         /// Expire the key after this long: `500ms`, `1s`, `5m`, `2h`, or a bare number of
         /// milliseconds; 0 means no expiry. A put without --ttl clears an earlier one.
         #[arg(long = "ttl", value_name = "DURATION", value_parser = parse_ttl)]
@@ -242,9 +268,9 @@ pub enum ActionCommand {
     /// Run an action with a JSON input; prints the run id.
     Invoke {
         name: String,
-        /// Input, usually JSON.
-        #[arg(default_value = "{}")]
-        input: String,
+        /// Input, usually JSON: text, `@FILE`, or `-` for standard input.
+        #[arg(default_value = "{}", value_parser = parse_bytes, allow_hyphen_values = true)]
+        input: ArgBytes,
         /// 0-255, higher runs first.
         #[arg(long)]
         priority: Option<u8>,
@@ -254,9 +280,9 @@ pub enum ActionCommand {
         /// The same key returns the same run instead of creating another.
         #[arg(long)]
         idempotency_key: Option<String>,
-        /// Required worker labels, a flat JSON object.
-        #[arg(long)]
-        labels: Option<String>,
+        /// Required worker labels, a flat JSON object (or `@FILE`, `-`).
+        #[arg(long, value_parser = parse_text)]
+        labels: Option<ArgText>,
         /// Wait for the run to finish and print its output.
         #[arg(long)]
         wait: bool,
@@ -328,12 +354,13 @@ pub enum WorkerCommand {
         #[arg(long)]
         max_concurrency: Option<u32>,
         /// The worker's labels, a flat JSON object (tasks requiring labels go only to
-        /// workers having them with equal values).
-        #[arg(long, value_name = "JSON")]
-        labels: Option<String>,
-        /// Arbitrary JSON kept with the registration (version, environment...).
-        #[arg(long, value_name = "JSON")]
-        metadata: Option<String>,
+        /// workers having them with equal values); `@FILE` or `-` reads it.
+        #[arg(long, value_name = "JSON", value_parser = parse_text)]
+        labels: Option<ArgText>,
+        /// Arbitrary JSON kept with the registration (version, environment...); `@FILE` or
+        /// `-` reads it.
+        #[arg(long, value_name = "JSON", value_parser = parse_text)]
+        metadata: Option<ArgText>,
         /// Host identifier, for grouping workers on the same machine.
         #[arg(long)]
         machine_id: Option<String>,
@@ -366,9 +393,9 @@ pub enum WorkerCommand {
         /// The task's action.
         #[arg(long)]
         action: String,
-        /// Result, JSON text [default: empty].
-        #[arg(long, value_name = "JSON")]
-        result: Option<String>,
+        /// Result, JSON text, `@FILE` or `-` for standard input [default: empty].
+        #[arg(long, value_name = "JSON", value_parser = parse_text, allow_hyphen_values = true)]
+        result: Option<ArgText>,
         /// Named outcome, for workflow routing [default: success].
         #[arg(long)]
         outcome: Option<String>,
@@ -463,9 +490,9 @@ pub enum WorkflowCommand {
     /// Start a run with a JSON input; prints the run id.
     Start {
         name: String,
-        /// Input, JSON.
-        #[arg(default_value = "{}", allow_hyphen_values = true)]
-        input: String,
+        /// Input, JSON: text, `@FILE`, or `-` for standard input.
+        #[arg(default_value = "{}", allow_hyphen_values = true, value_parser = parse_text)]
+        input: ArgText,
         /// Definition version [default: the latest].
         #[arg(long)]
         version: Option<String>,
@@ -480,8 +507,20 @@ pub enum WorkflowCommand {
         #[arg(long)]
         wait: bool,
     },
-    /// Show a run: status, current step, input, each step's outcome and output.
-    Status { run_id: String },
+    /// Show a run: status, current step, input, each step's outcome and output. With
+    /// --watch, follow it until it ends.
+    Status {
+        run_id: String,
+        /// Follow the run until it ends, showing it again on each change (with --json, one
+        /// document per change); then exit 0 if it completed, 1 if it ended otherwise.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: the longest between two looks at the run (`200ms`, `1s`; 50ms to
+        /// 60s). Its end is seen at once.
+        #[arg(long, value_name = "DURATION", default_value = "200ms",
+              value_parser = parse_watch_interval, requires = "watch")]
+        interval: u64,
+    },
     /// A run's history events, oldest first (each with its sequence number). With --limit
     /// or --after: one page, and the --after of the next.
     History {
@@ -500,9 +539,10 @@ pub enum WorkflowCommand {
         /// Signal type, as in the step's `waitForSignal.type`.
         #[arg(long = "type", value_name = "TYPE")]
         signal_type: String,
-        /// Payload, JSON (becomes the waiting step's output).
-        #[arg(default_value = "{}", allow_hyphen_values = true)]
-        payload: String,
+        /// Payload, JSON (becomes the waiting step's output): text, `@FILE`, or `-` for
+        /// standard input.
+        #[arg(default_value = "{}", allow_hyphen_values = true, value_parser = parse_text)]
+        payload: ArgText,
     },
     /// Cancel a run that has not ended (and its child runs).
     Cancel {
@@ -638,6 +678,22 @@ fn parse_idle_timeout(text: &str) -> Result<u64, String> {
     }
     Ok(ms)
 }
+
+/// `--interval` of `workflow status --watch`: bounded both ways.
+fn parse_watch_interval(text: &str) -> Result<u64, String> {
+    let ms = parse_ttl(text)?;
+    if !(WATCH_INTERVAL_MS_MIN..=WATCH_INTERVAL_MS_MAX).contains(&ms) {
+        return Err(format!(
+            "{text:?} is outside {WATCH_INTERVAL_MS_MIN}ms to {}s",
+            WATCH_INTERVAL_MS_MAX / 1000
+        ));
+    }
+    Ok(ms)
+}
+
+/// The bounds of `--interval` (ms).
+const WATCH_INTERVAL_MS_MIN: u64 = 50;
+const WATCH_INTERVAL_MS_MAX: u64 = 60_000;
 
 fn parse_peer_timeout(text: &str) -> Result<u64, String> {
     let ms = parse_ttl(text)?;

@@ -20,7 +20,7 @@ pub fn run(client: &mut Client, cmd: &KvCommand, out: &Output) -> Result<(), Cli
                 if_version: if *nx { Some(0) } else { *if_version },
                 if_exists: *xx,
             };
-            let version = client.kv_put(key, value.as_bytes(), opts)?;
+            let version = client.kv_put(key, value, opts)?;
             out.print(json!({ "key": key, "version": version }), || {
                 format!("OK (version {version})")
             });

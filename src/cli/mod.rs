@@ -5,6 +5,7 @@
 //! cannot be reached.
 
 mod action;
+mod arg_value;
 mod args;
 mod duration;
 mod kv;
@@ -19,7 +20,7 @@ mod worker;
 mod workflow;
 
 pub use args::{Cli, Command};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use flo::protocol::ErrorCode;
 use flo::{Client, Error};
 use output::Output;
@@ -52,14 +53,26 @@ pub fn run() -> i32 {
         Command::Schedule(cmd) => connect(&cli).and_then(|mut c| schedule::run(&mut c, cmd, &out)),
         Command::Plan(cmd) => connect(&cli).and_then(|mut c| plan::run(&mut c, cmd, &out)),
         Command::Validate(cmd) => workflow::validate(cmd, &out),
+        Command::Completions { shell } => {
+            completions(*shell);
+            Ok(())
+        }
     };
     match result {
         Ok(()) => EXIT_OK,
+        Err(CliError::Logged(e)) => e.exit_code(),
         Err(e) => {
             output::error_line(&format!("error: {e}"));
             e.exit_code()
         }
     }
+}
+
+/// The completion script of `shell` for every command and flag, on stdout.
+fn completions(shell: clap_complete::Shell) {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "flo", &mut script);
+    output::bytes(&script);
 }
 
 fn connect(cli: &Cli) -> Result<Client, CliError> {
@@ -95,6 +108,10 @@ pub enum CliError {
     Failed(String),
     #[error(transparent)]
     Server(#[from] flo_runtime::ServerError),
+    /// An error already written to the log (`flo server --log-format json`): not printed
+    /// again, its exit code kept.
+    #[error("{0}")]
+    Logged(Box<CliError>),
 }
 
 impl CliError {
@@ -103,6 +120,7 @@ impl CliError {
             CliError::Connect { .. } | CliError::Client(Error::Io(_)) => EXIT_UNREACHABLE,
             CliError::Usage(_) | CliError::Invalid(_) => EXIT_USAGE,
             CliError::Client(_) | CliError::Failed(_) | CliError::Server(_) => EXIT_REFUSED,
+            CliError::Logged(e) => e.exit_code(),
         }
     }
 

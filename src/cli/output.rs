@@ -32,6 +32,17 @@ pub fn line(text: &str) {
     }
 }
 
+/// Writes `bytes` on stdout as they are (a reader gone away ends the process, as `line`).
+pub fn bytes(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let written = out.write_all(bytes).and_then(|()| out.flush());
+    if let Err(e) = written
+        && e.kind() == ErrorKind::BrokenPipe
+    {
+        std::process::exit(super::EXIT_OK);
+    }
+}
+
 /// Writes `text` and a newline on stderr; a closed stderr is not worth a panic.
 pub fn error_line(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");

@@ -1,12 +1,34 @@
 use super::CliError;
-use super::args::{DurabilityArg, ServerArgs};
+use super::args::{DurabilityArg, LogFormatArg, ServerArgs};
 use flo_engine::auth::{AuthTable, FileFormat};
-use flo_runtime::{Durability, Limits, ServerConfig, run_server};
+use flo_runtime::{Durability, Limits, LogFormat, ServerConfig, run_server};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+/// `flo server`: installs the log (`--log`, `--log-format`), then serves until a signal.
+/// With `--log-format json` an error that ends the server is logged as a JSON line too,
+/// instead of the CLI's plain `error: ...`.
 pub fn run(args: &ServerArgs) -> Result<(), CliError> {
+    let format = match args.log_format {
+        LogFormatArg::Text => LogFormat::Text,
+        LogFormatArg::Json => LogFormat::Json,
+    };
+    flo_runtime::install_logging(format, &args.log_filter)
+        .map_err(|e| CliError::Usage(format!("--log: {e}")))?;
+    let served = serve(args);
+    flo_runtime::flush_log();
+    match served {
+        Err(e) if format == LogFormat::Json => {
+            tracing::error!(target: "flo::boot", "{e}");
+            flo_runtime::flush_log();
+            Err(CliError::Logged(Box::new(e)))
+        }
+        served => served,
+    }
+}
+
+fn serve(args: &ServerArgs) -> Result<(), CliError> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone())
@@ -66,8 +88,18 @@ pub fn run(args: &ServerArgs) -> Result<(), CliError> {
             args.data_dir.display()
         );
         let _ = out.flush();
+        tracing::info!(
+            target: "flo::boot",
+            version = %env!("CARGO_PKG_VERSION"),
+            addr = %ready.addr,
+            shards = ready.shards,
+            durability = %durability.as_str(),
+            http = %http,
+            data = %args.data_dir.display(),
+            "listening"
+        );
     })?;
-    super::output::error_line("flo stopped");
+    tracing::info!(target: "flo::boot", "flo stopped");
     Ok(())
 }
 
@@ -87,10 +119,11 @@ fn check_http_exposure(args: &ServerArgs) -> Result<(), CliError> {
              reach it read the metrics"
         )));
     }
-    super::output::error_line(&format!(
-        "warning: serving HTTP on {addr} with no authentication (--insecure): anyone who can \
-         reach it may read the metrics"
-    ));
+    tracing::warn!(
+        target: "flo::boot",
+        "serving HTTP on {addr} with no authentication (--insecure): anyone who can reach it \
+         may read the metrics"
+    );
     Ok(())
 }
 
@@ -107,11 +140,12 @@ fn load_auth(args: &ServerArgs) -> Result<Option<Arc<AuthTable>>, CliError> {
                     args.listen
                 )));
             }
-            super::output::error_line(&format!(
-                "warning: listening on {} with no authentication (--insecure): anyone who can \
-                 reach it may do anything",
+            tracing::warn!(
+                target: "flo::boot",
+                "listening on {} with no authentication (--insecure): anyone who can reach it \
+                 may do anything",
                 args.listen
-            ));
+            );
         }
         return Ok(None);
     };

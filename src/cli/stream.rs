@@ -1,6 +1,7 @@
 //! `flo stream ...`: create, append, read, tail, describe, list, trim and delete streams.
 
 use super::CliError;
+use super::arg_value::{ArgBytes, parse_bytes};
 use super::duration::parse_ttl;
 use super::output::{Output, print_records, record_json, record_text, time_text};
 use super::stream_group::GroupCommand;
@@ -12,7 +13,6 @@ use flo::protocol::{
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
@@ -36,8 +36,10 @@ pub enum StreamCommand {
     /// Append one record; a missing stream is created with the default settings.
     Append {
         name: String,
-        /// The payload: text, `@FILE` for a file's bytes, `-` for standard input.
-        payload: String,
+        /// The payload: text, `@FILE` for a file's bytes, `-` for standard input (`@@` for
+        /// a payload starting with `@`).
+        #[arg(value_parser = parse_bytes, allow_hyphen_values = true)]
+        payload: ArgBytes,
         /// Records with one key go to one partition, in order.
         #[arg(long)]
         key: Option<String>,
@@ -149,7 +151,7 @@ pub fn run(client: &mut Client, cmd: &StreamCommand, out: &Output) -> Result<(),
             let record = StreamRecordIn {
                 key: key.clone(),
                 headers: headers.iter().cloned().collect::<BTreeMap<_, _>>(),
-                payload: read_payload(payload)?,
+                payload: payload.to_vec(),
             };
             let ids = client.append_to(name, vec![record], *partition)?;
             let id = ids.first().copied().unwrap_or_default();
@@ -332,21 +334,6 @@ fn tail(
         print_records(&page.records, out);
         after = page.records.last().map(|r| r.id).or(after);
     }
-}
-
-fn read_payload(arg: &str) -> Result<Vec<u8>, CliError> {
-    if arg == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| CliError::Usage(format!("cannot read the payload from stdin: {e}")))?;
-        return Ok(bytes);
-    }
-    if let Some(path) = arg.strip_prefix('@') {
-        return std::fs::read(path)
-            .map_err(|e| CliError::Usage(format!("cannot read payload file {path}: {e}")));
-    }
-    Ok(arg.as_bytes().to_vec())
 }
 
 fn info_json(s: &StreamInfo) -> Value {

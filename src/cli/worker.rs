@@ -1,5 +1,6 @@
 use super::CliError;
 use super::action::run_json;
+use super::arg_value::ArgText;
 use super::args::WorkerCommand;
 use super::output::{Output, bytes_json, time_text, value_text};
 use flo::protocol::{RunInfo, RunStatus, TaskAssignment, WorkerInfo, WorkerSpec, WorkerType};
@@ -60,9 +61,9 @@ pub fn run(client: &mut Client, cmd: &WorkerCommand, out: &Output) -> Result<(),
                 worker_type: WorkerType::Action,
                 max_concurrency: *max_concurrency,
                 processes: actions.clone(),
-                metadata: metadata.clone(),
+                metadata: metadata.clone().map(ArgText::into_string),
                 machine_id: machine_id.clone(),
-                labels: labels.clone(),
+                labels: labels.clone().map(ArgText::into_string),
             };
             let info = client.register_worker(spec)?;
             out.print(worker_json(&info), || {

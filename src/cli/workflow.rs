@@ -8,7 +8,7 @@ use flo::protocol::{
 };
 use flo::{Client, StartOptions};
 use serde_json::{Map, Value, json};
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 use std::path::Path;
 
 /// How long one wait request is held by the server; `start --wait` repeats it.
@@ -115,18 +115,21 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
                 run = client.wait_workflow(&run.run_id, WAIT_CHUNK_MS)?;
             }
             out.print(run_json(&run), || run_text(&run));
-            if run.status != WorkflowRunStatus::Completed {
-                return Err(CliError::Failed(format!(
-                    "run {} ended {}",
-                    run.run_id,
-                    run.status.as_str()
-                )));
-            }
+            ended(&run)?;
         }
-        WorkflowCommand::Status { run_id } => {
+        WorkflowCommand::Status {
+            run_id,
+            watch: false,
+            ..
+        } => {
             let run = client.workflow_run(run_id)?;
             out.print(run_json(&run), || run_text(&run));
         }
+        WorkflowCommand::Status {
+            run_id,
+            watch: true,
+            interval,
+        } => watch(client, run_id, *interval, out)?,
         WorkflowCommand::State { run_id } => {
             let run = client.workflow_run(run_id)?;
             let state: Value = run
@@ -420,6 +423,68 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
         }
     }
     Ok(())
+}
+
+/// A final run's exit: 0 completed, 1 (`Failed`) any other end.
+fn ended(run: &WorkflowRunInfo) -> Result<(), CliError> {
+    if run.status == WorkflowRunStatus::Completed {
+        return Ok(());
+    }
+    Err(CliError::Failed(format!(
+        "run {} ended {}",
+        run.run_id,
+        run.status.as_str()
+    )))
+}
+
+/// `flo workflow status RUN --watch`: the run shown again whenever it changes, until it is
+/// final. Each look is a wait of at most `interval_ms`, so the end is seen at once. With
+/// --json, one document per change; on a terminal the run is drawn again in place, else a
+/// line per change and the whole run at its end.
+fn watch(
+    client: &mut Client,
+    run_id: &str,
+    interval_ms: u64,
+    out: &Output,
+) -> Result<(), CliError> {
+    let redraw = !out.json && std::io::stdout().is_terminal();
+    let mut shown: Option<Value> = None;
+    loop {
+        let run = client.wait_workflow(run_id, interval_ms)?;
+        let doc = run_json(&run);
+        let changed = shown.as_ref() != Some(&doc);
+        let last = run.status.is_final();
+        if changed {
+            match (out.json, redraw, last) {
+                (true, _, _) => line(&doc.to_string()),
+                // Home, clear the screen, draw.
+                (false, true, _) => line(&format!("\x1b[H\x1b[2J{}", run_text(&run))),
+                (false, false, false) => line(&change_text(&run)),
+                (false, false, true) => line(&run_text(&run)),
+            }
+            shown = Some(doc);
+        }
+        if last {
+            return ended(&run);
+        }
+    }
+}
+
+/// One line on a change of a watched run: when, status, where it stands.
+fn change_text(r: &WorkflowRunInfo) -> String {
+    let mut text = format!(
+        "{} {} {}",
+        time_text(r.updated_at_ms),
+        r.run_id,
+        r.status.as_str()
+    );
+    if let Some(step) = &r.current_step {
+        text.push_str(&format!(" step {step}"));
+    }
+    if let Some(waiting) = &r.waiting_for {
+        text.push_str(&format!(" (waiting for {waiting})"));
+    }
+    text
 }
 
 /// `flo validate workflow -f FILE`: the server's own validator, run locally. Exit 0 when

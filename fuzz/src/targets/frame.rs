@@ -64,7 +64,7 @@ thread_local! {
     /// A shard's gate (one per thread, as a gate is one shard's).
     static GATE: Gate = {
         let table = AuthTable::parse(AUTH_FILE, FileFormat::Yaml).expect("the fuzz auth file");
-        Gate::new(0, std::sync::Arc::new(table))
+        Gate::new(std::sync::Arc::new(table))
     };
 }
 

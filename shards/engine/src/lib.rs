@@ -41,8 +41,8 @@ mod workflows;
 
 pub use crate::actions::WASM_SLOTS;
 pub use crate::core::io::{
-    ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, PeerMsg,
-    ReplyResult, StorageInfo,
+    ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, LogLevel,
+    LogLine, LogSource, PeerMsg, ReplyResult, StorageInfo,
 };
 pub use crate::core::{
     Durability, Limits, RUN_STEPS_MAX_DEFAULT, WASM_SLOTS_DEFAULT, WASM_SLOTS_MAX,

@@ -296,7 +296,11 @@ fn fail_stop_on_panic() {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        crate::stderr::say!("fatal: {who} panicked: {cause}{at}; stopping the server");
+        tracing::error!(
+            target: "flo::shard",
+            "{who} panicked: {cause}{at}; stopping the server"
+        );
+        crate::stderr::flush(crate::stderr::FATAL_FLUSH);
         default(info);
         std::process::exit(crate::stderr::FATAL_EXIT_CODE);
     }));
@@ -334,8 +338,9 @@ fn connections_within_fd_limit(requested: usize, shards: u32) -> usize {
     let open_files = crate::fd_limit::raise_open_files_limit();
     let max = crate::fd_limit::connections_within(requested, open_files, shards);
     if max < requested {
-        crate::stderr::say!(
-            "warning: --max-connections {requested} lowered to {max}: the open-file limit is \
+        tracing::warn!(
+            target: "flo::boot",
+            "--max-connections {requested} lowered to {max}: the open-file limit is \
              {open_files} and {} descriptors are kept for log segments, snapshots and the \
              shards; raise the limit (ulimit -n, or LimitNOFILE= under systemd) to take more",
             crate::fd_limit::fds_reserved(shards)
@@ -477,15 +482,17 @@ pub fn run_server(
                     // A shard asleep in io_uring_enter with work to do (`kick`).
                     kicked_at = std::time::Instant::now();
                     let threads = crate::kick::kick_shards();
-                    crate::stderr::say!(
-                        "note: start-up made no progress for {} ms ({}); woke {threads} shard threads",
+                    tracing::warn!(
+                        target: "flo::boot",
+                        "start-up made no progress for {} ms ({}); woke {threads} shard threads",
                         moved_at.elapsed().as_millis(),
                         progress_report(&phases, started.elapsed())
                     );
                 }
                 if reported_at.elapsed() >= Duration::from_secs(STARTUP_REPORT_SECS) {
                     reported_at = std::time::Instant::now();
-                    crate::stderr::say!("{}", progress_report(&phases, started.elapsed()));
+                    let report = progress_report(&phases, started.elapsed());
+                    tracing::info!(target: "flo::boot", "{report}");
                 }
                 continue;
             }
@@ -585,9 +592,10 @@ fn load_snapshot(
                 path.display()
             )
         })?;
-        crate::stderr::say!(
-            "warning: shard {shard}: snapshot {} (LSN {lsn}) is unusable ({e}), moved to {}; \
-             trying the one before",
+        tracing::warn!(
+            target: "flo::recovery",
+            shard,
+            "snapshot {} (LSN {lsn}) is unusable ({e}), moved to {}; trying the one before",
             path.display(),
             aside.display()
         );
@@ -625,10 +633,11 @@ fn set_aside_for_format(
             path.display()
         )
     })?;
-    crate::stderr::say!(
-        "warning: shard {shard}: snapshot {} (LSN {lsn}) is in snapshot format {format}, and \
-         {reads}; the log holds every record, so it is replayed instead (the snapshot is kept \
-         unchanged as {})",
+    tracing::warn!(
+        target: "flo::recovery",
+        shard,
+        "snapshot {} (LSN {lsn}) is in snapshot format {format}, and {reads}; the log holds \
+         every record, so it is replayed instead (the snapshot is kept unchanged as {})",
         path.display(),
         aside.display()
     );
@@ -776,8 +785,11 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     })
     .map_err(|source| ServerError::Recovery { shard: id, source })?;
     if let Some((file, offset, reason)) = &log.truncated {
-        crate::stderr::say!(
-            "warning: shard {id}: cut a torn log tail in {} at offset {offset} ({reason}); every record before it is intact",
+        tracing::warn!(
+            target: "flo::recovery",
+            shard = id,
+            "cut a torn log tail in {} at offset {offset} ({reason}); every record before it \
+             is intact",
             file.display()
         );
     }
@@ -894,7 +906,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
             .config
             .auth
             .clone()
-            .map(|table| Rc::new(Gate::new(id, table))),
+            .map(|table| Rc::new(Gate::new(table))),
         idle_ms: if idle_ms == 0 { u64::MAX } else { idle_ms },
         frame_deadline_ms: boot.config.frame_deadline_ms,
         release_memory: boot.config.release_memory,

@@ -140,14 +140,16 @@ pub(crate) fn watch(
                         continue;
                     }
                     if silent.elapsed() >= exit_after && !stop.load(Ordering::Relaxed) {
-                        crate::stderr::say!(
-                            "fatal: shard {shard} showed no sign of life for {} ms although \
-                             woken every {} ms; stopping the server (a restart recovers \
-                             everything acknowledged)",
+                        tracing::error!(
+                            target: "flo::shard",
+                            shard,
+                            "shard {shard} showed no sign of life for {} ms although woken \
+                             every {} ms; stopping the server (a restart recovers everything \
+                             acknowledged)",
                             silent.elapsed().as_millis(),
                             STALL_KICK_AFTER.as_millis()
                         );
-                        std::process::exit(crate::stderr::FATAL_EXIT_CODE);
+                        crate::stderr::exit_after_flush(crate::stderr::FATAL_EXIT_CODE);
                     }
                     if since.elapsed() < STALL_KICK_AFTER {
                         continue;
@@ -156,8 +158,10 @@ pub(crate) fn watch(
                     unsafe {
                         libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, KICK_SIGNAL);
                     }
-                    crate::stderr::say!(
-                        "note: shard {shard} showed no sign of life for {} ms; woke it",
+                    tracing::warn!(
+                        target: "flo::shard",
+                        shard,
+                        "shard {shard} showed no sign of life for {} ms; woke it",
                         since.elapsed().as_millis()
                     );
                     *since = Instant::now();

@@ -12,6 +12,7 @@ mod kick;
 mod listener;
 mod log_reader;
 mod log_writer;
+mod logging;
 mod mesh;
 mod metrics;
 mod module_cache;
@@ -29,6 +30,9 @@ pub use flo_engine::{
 };
 pub use flo_ual::SEGMENT_BYTES_MIN;
 pub use listener::FRAME_DEADLINE_MS_DEFAULT;
+pub use logging::{
+    LOG_FILTER_DEFAULT, LogError, LogFormat, flush as flush_log, install as install_logging,
+};
 pub use metrics::HTTP_CONNECTIONS_MAX;
 pub use module_cache::MODULE_CACHE_BYTES_DEFAULT;
 pub use snapshots::SNAPSHOT_BYTES_DEFAULT;

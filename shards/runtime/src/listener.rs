@@ -676,7 +676,7 @@ impl AcceptFailures {
     }
 
     /// Notes a failure at `now_ms`; the line to report, if one is due.
-    fn note(&mut self, shard: u32, error: &dyn std::fmt::Display, now_ms: u64) -> Option<String> {
+    fn note(&mut self, error: &dyn std::fmt::Display, now_ms: u64) -> Option<String> {
         self.unreported += 1;
         self.last_ms = Some(now_ms);
         if self
@@ -690,12 +690,12 @@ impl AcceptFailures {
         let every_s = ACCEPT_WARNING_EVERY_MS / 1000;
         Some(match count {
             1 => format!(
-                "warning: shard {shard}: accepting a connection failed: {error} (reported at \
-                 most once every {every_s} s)"
+                "accepting a connection failed: {error} (reported at most once every \
+                 {every_s} s)"
             ),
             n => format!(
-                "warning: shard {shard}: accepting a connection failed {n} times since the \
-                 last report, last: {error} (reported at most once every {every_s} s)"
+                "accepting a connection failed {n} times since the last report, last: {error} \
+                 (reported at most once every {every_s} s)"
             ),
         })
     }
@@ -747,8 +747,8 @@ pub(crate) async fn accept_loop(
         let stream = match listener.accept().await {
             Ok(stream) => stream,
             Err(e) => {
-                if let Some(line) = failures.note(shard, &e, SystemClock.now_ms()) {
-                    crate::stderr::queued(line);
+                if let Some(line) = failures.note(&e, SystemClock.now_ms()) {
+                    tracing::warn!(target: "flo::net", shard, "{line}");
                 }
                 if spare.is_none() {
                     // Taken back as soon as any descriptor is free.
@@ -1158,7 +1158,7 @@ fn admitted(gate: &Gate, conn: &Conn, op: &Op) -> Result<(), ErrorValue> {
     };
     conn.metrics.auth_denials.fetch_add(1, Ordering::Relaxed);
     if let Some(line) = refusal.log_line {
-        crate::stderr::queued(line);
+        tracing::warn!(target: "flo::auth", shard = conn.metrics.shard, "{line}");
     }
     Err(refusal.error)
 }
@@ -1299,16 +1299,16 @@ mod tests {
     fn accept_failures_are_reported_once_per_period_with_a_count() {
         let mut failures = AcceptFailures::default();
         let e = "too many open files";
-        let first = failures.note(0, &e, 1_000).expect("the first is reported");
+        let first = failures.note(&e, 1_000).expect("the first is reported");
         assert!(
             first.contains("accepting a connection failed: too many"),
             "{first}"
         );
         for ms in 1_001..1_300 {
-            assert_eq!(failures.note(0, &e, ms), None);
+            assert_eq!(failures.note(&e, ms), None);
         }
         let next = failures
-            .note(0, &e, 1_000 + ACCEPT_WARNING_EVERY_MS)
+            .note(&e, 1_000 + ACCEPT_WARNING_EVERY_MS)
             .expect("reported again after the period");
         assert!(next.contains("failed 300 times"), "{next}");
     }

@@ -404,9 +404,11 @@ pub(crate) async fn acked_mark_loop(slot: std::rc::Rc<LogSlot>, dir: PathBuf, sh
     let file = match open_mark(&dir, &path).await {
         Ok(file) => file,
         Err(e) => {
-            crate::stderr::say!(
-                "warning: shard {shard}: cannot keep the acknowledged mark {}: {e}; recovery \
-                 will not tell synced records from a torn tail",
+            tracing::warn!(
+                target: "flo::storage",
+                shard,
+                "cannot keep the acknowledged mark {}: {e}; recovery will not tell synced \
+                 records from a torn tail",
                 path.display()
             );
             return;
@@ -421,9 +423,10 @@ pub(crate) async fn acked_mark_loop(slot: std::rc::Rc<LogSlot>, dir: PathBuf, sh
             continue;
         }
         if let Err(e) = write_mark(&file, seq, lsn).await {
-            crate::stderr::say!(
-                "warning: shard {shard}: cannot update the acknowledged mark {}: {e}; it \
-                 stays at LSN {marked}",
+            tracing::warn!(
+                target: "flo::storage",
+                shard,
+                "cannot update the acknowledged mark {}: {e}; it stays at LSN {marked}",
                 path.display()
             );
             return;
@@ -473,13 +476,17 @@ fn tell_space(was: DiskSpace, outcome: &io::Result<()>, shard: u32, inbox: &Inbo
         return now;
     }
     match outcome {
-        Err(e) => crate::stderr::say!(
-            "warning: shard {shard}: disk full ({e}); the shard is read-only (mutations \
-             answer unavailable, reads go on) until space is freed"
+        Err(e) => tracing::warn!(
+            target: "flo::storage",
+            shard,
+            "disk full ({e}); the shard is read-only (mutations answer unavailable, reads go \
+             on) until space is freed"
         ),
-        Ok(()) => {
-            crate::stderr::say!("shard {shard}: disk space is back; the shard accepts writes again")
-        }
+        Ok(()) => tracing::info!(
+            target: "flo::storage",
+            shard,
+            "disk space is back; the shard accepts writes again"
+        ),
     }
     inbox.push(Input::DiskSpace(now));
     now
@@ -488,8 +495,12 @@ fn tell_space(was: DiskSpace, outcome: &io::Result<()>, shard: u32, inbox: &Inbo
 /// Nothing written after a failed write or sync can be trusted to be durable, and nothing
 /// unsynced may be acknowledged: stop; recovery restores a clean log.
 fn exit_fatal(shard: u32, e: io::Error) -> ! {
-    crate::stderr::say!("fatal: shard {shard} cannot write its log: {e}; exiting");
-    std::process::exit(70);
+    tracing::error!(
+        target: "flo::storage",
+        shard,
+        "cannot write the log: {e}; exiting"
+    );
+    crate::stderr::exit_after_flush(70)
 }
 
 #[cfg(test)]

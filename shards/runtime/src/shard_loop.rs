@@ -87,10 +87,11 @@ impl ShardLoop {
             if stopping && self.log.stuck() {
                 // What the writer holds was never acknowledged (but under --durability
                 // async): stop without it, and without a final snapshot (no room for it).
-                crate::stderr::say!(
-                    "warning: shard {} stops with log records {} to {} unwritten for lack of \
-                     disk space (never acknowledged, unless under --durability async)",
-                    self.engine.shard(),
+                tracing::warn!(
+                    target: "flo::storage",
+                    shard = self.engine.shard(),
+                    "stopping with log records {} to {} unwritten for lack of disk space \
+                     (never acknowledged, unless under --durability async)",
                     self.log.written_lsn() + 1,
                     self.engine.last_lsn()
                 );
@@ -179,7 +180,7 @@ impl ShardLoop {
                 }
                 Effect::WakeAt { wall_ms } => self.alarm.set(wall_ms),
                 Effect::Continue => self.inbox.push(Input::Continue),
-                Effect::Log(line) => crate::stderr::limited(self.engine.shard(), &line),
+                Effect::Log(line) => crate::stderr::engine_line(self.engine.shard(), line),
                 Effect::ReadLog { token, lsn } => {
                     crate::log_reader::read(self.log_map.clone(), self.inbox.clone(), token, lsn)
                 }

@@ -391,11 +391,11 @@ impl Snapshotter {
     fn reserved(&self, bytes: u64, result: io::Result<u64>) {
         match result {
             Ok(_) => self.reserve_warned.set(false),
-            Err(e) if !self.reserve_warned.replace(true) => crate::stderr::say!(
-                "warning: shard {}: no room for the snapshot reserve ({RESERVE_FILE} of \
-                 {bytes} bytes: {e}); on a full disk a snapshot may then find no room to let \
-                 segments go",
-                self.shard
+            Err(e) if !self.reserve_warned.replace(true) => tracing::warn!(
+                target: "flo::snapshot",
+                shard = self.shard,
+                "no room for the snapshot reserve ({RESERVE_FILE} of {bytes} bytes: {e}); on a \
+                 full disk a snapshot may then find no room to let segments go"
             ),
             Err(_) => {}
         }
@@ -496,19 +496,21 @@ impl Snapshotter {
             (me.release_memory)();
             me.last_image_bytes.set(image_bytes);
             if released {
-                crate::stderr::say!(
-                    "shard {}: the snapshot at LSN {lsn} found no room and used the reserve \
-                     ({RESERVE_FILE}), made again once there is room",
-                    me.shard
+                tracing::info!(
+                    target: "flo::snapshot",
+                    shard = me.shard,
+                    "the snapshot at LSN {lsn} found no room and used the reserve \
+                     ({RESERVE_FILE}), made again once there is room"
                 );
             }
             let kept = match written {
                 Ok(kept) => kept,
                 Err(e) => {
-                    crate::stderr::say!(
-                        "warning: shard {}: cannot write the snapshot at LSN {lsn}: {e}; the \
-                         log is kept whole and the next snapshot tries again",
-                        me.shard
+                    tracing::warn!(
+                        target: "flo::snapshot",
+                        shard = me.shard,
+                        "cannot write the snapshot at LSN {lsn}: {e}; the log is kept whole \
+                         and the next snapshot tries again"
                     );
                     // Not left behind half written (on a full disk, what it took is back).
                     let dir = me.dir.clone();
@@ -517,9 +519,10 @@ impl Snapshotter {
                     )
                     .await;
                     if let Err(e) = cleaned {
-                        crate::stderr::say!(
-                            "warning: shard {}: cannot remove a snapshot's temporary file: {e}",
-                            me.shard
+                        tracing::warn!(
+                            target: "flo::snapshot",
+                            shard = me.shard,
+                            "cannot remove a snapshot's temporary file: {e}"
                         );
                     }
                     me.busy.set(false);
@@ -563,9 +566,10 @@ impl Snapshotter {
                 ))
                 .await;
                 if let Err(e) = removed {
-                    crate::stderr::say!(
-                        "warning: shard {}: cannot delete old log segments: {e}",
-                        me.shard
+                    tracing::warn!(
+                        target: "flo::snapshot",
+                        shard = me.shard,
+                        "cannot delete old log segments: {e}"
                     );
                 }
             }

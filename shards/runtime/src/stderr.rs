@@ -1,19 +1,21 @@
-//! The server's lines on stderr. Never a panic on a closed or broken stderr (`eprintln!`
-//! panics when the write fails, and a panic stops the server). The lines input can cause —
-//! the engine's `Effect::Log` lines (guest logs, warnings) and the auth gate's denials — are
-//! limited per shard so a chatty guest cannot flood the terminal, and never written by a
-//! shard thread: they are queued (at most [`QUEUED_LINES_MAX`]) for one writer thread, so a
-//! stderr pipe nobody reads stalls no shard. Lines the queue has no room for are counted and
-//! the count reported. Start-up, shutdown and fatal lines are written directly.
+//! The server's lines on stderr, written by one thread of their own. Every log event
+//! (`logging.rs` formats them) is handed to a queue (at most [`QUEUED_LINES_MAX`]) that the
+//! `flo-stderr` thread writes out, so no shard thread ever writes to stderr: a stderr pipe
+//! nobody reads stalls no shard, and a closed or broken one panics nothing (`eprintln!`
+//! panics when the write fails, and a panic stops the server). Lines the queue has no room
+//! for are counted and the count reported. The engine's lines (`Effect::Log`: guest logs,
+//! warnings) are also limited per shard, so a chatty guest cannot flood the terminal.
 
 use flo_engine::clock::{Clock, SystemClock};
 use flo_engine::line_budget::LineBudget;
+use flo_engine::{LogLevel, LogLine, LogSource};
 use std::fmt;
 use std::io::Write;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::{Duration, Instant};
+use tracing::level_filters::LevelFilter;
 
 /// Lines waiting for the writer thread; beyond, lines are dropped and counted.
 pub const QUEUED_LINES_MAX: usize = 4096;
@@ -26,16 +28,12 @@ pub const FATAL_EXIT_CODE: i32 = 101;
 /// is reported before the next line written.
 pub const LOG_LINES_PER_SECOND: u32 = 1000;
 
-/// `eprintln!` that never panics: `say!("...", args)`.
-macro_rules! say {
-    ($($t:tt)*) => {
-        $crate::stderr::line(format_args!($($t)*))
-    };
-}
-pub(crate) use say;
+/// How long a fatal stop waits for the lines queued before it (its own among them).
+pub const FATAL_FLUSH: Duration = Duration::from_millis(500);
 
-/// Writes one line, whatever becomes of it.
-pub fn line(text: fmt::Arguments<'_>) {
+/// Writes one line directly, whatever becomes of it (only when the writer thread could
+/// not be started).
+fn line(text: fmt::Arguments<'_>) {
     let mut err = std::io::stderr().lock();
     let _ = err.write_fmt(text);
     let _ = err.write_all(b"\n");
@@ -62,19 +60,68 @@ pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     out.into()
 }
 
-/// Queues a line of the engine's, within this shard's `LOG_LINES_PER_SECOND`.
-pub fn limited(shard: u32, text: &str) {
+/// Logs a line of the engine's, within this shard's `LOG_LINES_PER_SECOND`: its level, a
+/// target by what it is about (`flo::guest` with the run's namespace, action and id,
+/// `flo::schedule`, `flo::trigger`, `flo::mesh`) and the shard.
+pub fn engine_line(shard: u32, line: LogLine) {
+    // A level filtered out costs no budget (nor the count of lines dropped).
+    if level_filter(line.level) > LevelFilter::current() {
+        return;
+    }
     BUDGET.with(|budget| match budget.admit(SystemClock.now_ms()) {
         None => {}
-        Some(0) => queued(text.to_owned()),
+        Some(0) => log_engine_line(shard, line),
         Some(dropped) => {
-            queued(format!(
-                "shard {shard}: {dropped} log lines dropped (over {LOG_LINES_PER_SECOND} per \
-                 second)"
-            ));
-            queued(text.to_owned());
+            tracing::warn!(
+                target: "flo::shard",
+                shard,
+                dropped,
+                "log lines dropped (over {LOG_LINES_PER_SECOND} per second)"
+            );
+            log_engine_line(shard, line);
         }
     });
+}
+
+fn level_filter(level: LogLevel) -> LevelFilter {
+    match level {
+        LogLevel::Info => LevelFilter::INFO,
+        LogLevel::Warn => LevelFilter::WARN,
+        LogLevel::Error => LevelFilter::ERROR,
+    }
+}
+
+/// `tracing`'s macros want a level known where they stand: one call per level.
+macro_rules! at_level {
+    ($level:expr, $($event:tt)+) => {
+        match $level {
+            LogLevel::Info => tracing::info!($($event)+),
+            LogLevel::Warn => tracing::warn!($($event)+),
+            LogLevel::Error => tracing::error!($($event)+),
+        }
+    };
+}
+
+fn log_engine_line(shard: u32, line: LogLine) {
+    let text = line.text;
+    match line.source {
+        LogSource::Guest {
+            namespace,
+            action,
+            run_id,
+        } => at_level!(
+            line.level,
+            target: "flo::guest",
+            shard,
+            namespace = %namespace,
+            action = %action,
+            run = %run_id,
+            "{text}"
+        ),
+        LogSource::Schedule => at_level!(line.level, target: "flo::schedule", shard, "{text}"),
+        LogSource::Trigger => at_level!(line.level, target: "flo::trigger", shard, "{text}"),
+        LogSource::Peer => at_level!(line.level, target: "flo::mesh", shard, "{text}"),
+    }
 }
 
 /// The writer thread's queue, started by the first queued line.
@@ -105,13 +152,16 @@ fn queue() -> Option<&'static Queue> {
         .as_ref()
 }
 
-/// Hands a line to the writer thread without waiting; written directly if that thread
-/// could not be started. Control characters are escaped (`one_line`).
-pub fn queued(text: String) {
-    let text = match one_line(&text) {
-        std::borrow::Cow::Borrowed(_) => text,
-        std::borrow::Cow::Owned(escaped) => escaped,
-    };
+/// Hands one line (a formatted log event; its trailing newline is dropped) to the writer
+/// thread without waiting; written directly if that thread could not be started. Control
+/// characters are escaped (`one_line`).
+pub fn queued(mut text: String) {
+    while text.ends_with('\n') {
+        text.pop();
+    }
+    if let std::borrow::Cow::Owned(escaped) = one_line(&text) {
+        text = escaped;
+    }
     let Some(q) = queue() else {
         return line(format_args!("{text}"));
     };
@@ -129,10 +179,12 @@ fn write_queued(rx: Receiver<String>) {
         if let Some(dropped) = q().map(|q| q.dropped.swap(0, Ordering::Relaxed))
             && dropped > 0
         {
-            line(format_args!(
-                "{dropped} log lines dropped (stderr did not keep up; at most \
-                 {QUEUED_LINES_MAX} wait)"
-            ));
+            // Queued behind the lines waiting now: it says how many went missing before.
+            tracing::warn!(
+                target: "flo::stderr",
+                dropped,
+                "log lines dropped: stderr did not keep up (at most {QUEUED_LINES_MAX} wait)"
+            );
         }
         line(format_args!("{text}"));
         if let Some(q) = q() {
@@ -141,7 +193,7 @@ fn write_queued(rx: Receiver<String>) {
     }
 }
 
-/// Waits up to `limit` for the queued lines to be written (a graceful stop).
+/// Waits up to `limit` for the queued lines to be written (a graceful stop, a fatal one).
 pub fn flush(limit: Duration) {
     let Some(Some(q)) = QUEUE.get() else {
         return;
@@ -150,6 +202,13 @@ pub fn flush(limit: Duration) {
     while q.pending.load(Ordering::Relaxed) > 0 && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Stops the process with `code` once the lines queued so far are written (at most
+/// [`FATAL_FLUSH`]): the last line of a fatal stop says why.
+pub fn exit_after_flush(code: i32) -> ! {
+    flush(FATAL_FLUSH);
+    std::process::exit(code)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! and the record each execution's result becomes — a completion (with the guest's KV
 //! writes) or a failed attempt (retried after backoff, or final and dead-lettered).
 
-use crate::core::io::{Effect, ExecFailure, ExecResult, Execution};
+use crate::core::io::{Effect, ExecFailure, ExecResult, Execution, LogLevel, LogLine, LogSource};
 use crate::core::{Core, Task};
 use crate::fold::record::{GuestKvWrite, Record};
 use crate::fold::runs::{TIMEOUT_CODE, retry_at};
@@ -144,7 +144,7 @@ pub fn stop_if_executing(core: &mut Core, execs: &Executions, key: &RunKey) {
 }
 
 /// An execution ended: its result becomes the attempt's record.
-pub fn on_executed(core: &mut Core, execs: &mut Executions, exec: u64, result: ExecResult) {
+pub fn on_executed(core: &mut Core, execs: &mut Executions, exec: u64, mut result: ExecResult) {
     let Some(Running {
         key,
         attempt,
@@ -160,15 +160,19 @@ pub fn on_executed(core: &mut Core, execs: &mut Executions, exec: u64, result: E
         .get(&key.0, &key.1)
         .map(|r| r.action.clone())
         .unwrap_or_default();
-    for (level, text) in &result.logs {
-        if *level >= 1 {
-            core.emit(Effect::Log(format!(
-                "[{}/{action} {}] {}: {text}",
-                key.0,
-                key.1,
-                level_name(*level)
-            )));
-        }
+    for (level, text) in std::mem::take(&mut result.logs) {
+        let Some(level) = guest_level(level) else {
+            continue;
+        };
+        core.emit(Effect::Log(LogLine {
+            level,
+            source: LogSource::Guest {
+                namespace: key.0.clone(),
+                action: action.clone(),
+                run_id: key.1.clone(),
+            },
+            text,
+        }));
     }
     let output = result
         .output
@@ -316,11 +320,13 @@ fn check_result_size(
     Ok(())
 }
 
-fn level_name(level: u8) -> &'static str {
+/// A guest's level (`flo.log`: 0 debug, 1 info, 2 warn, 3 error): debug lines are not
+/// logged.
+fn guest_level(level: u8) -> Option<LogLevel> {
     match level {
-        0 => "debug",
-        1 => "info",
-        2 => "warn",
-        _ => "error",
+        0 => None,
+        1 => Some(LogLevel::Info),
+        2 => Some(LogLevel::Warn),
+        _ => Some(LogLevel::Error),
     }
 }

@@ -32,15 +32,13 @@ pub const DENIAL_LINES_PER_SECOND_MAX: u32 = 10;
 /// One shard's gate: the auth table (shared by all shards) and the shard's log limit.
 #[derive(Debug)]
 pub struct Gate {
-    shard: u32,
     table: Arc<AuthTable>,
     denials: LineBudget,
 }
 
 impl Gate {
-    pub fn new(shard: u32, table: Arc<AuthTable>) -> Gate {
+    pub fn new(table: Arc<AuthTable>) -> Gate {
         Gate {
-            shard,
             table,
             denials: LineBudget::new(DENIAL_LINES_PER_SECOND_MAX),
         }
@@ -109,8 +107,7 @@ impl Gate {
                 n => format!(" ({n} earlier denials not logged)"),
             };
             format!(
-                "warning: shard {}: unauthorized {}{namespace} by {by}: {why}{more}",
-                self.shard,
+                "unauthorized {}{namespace} by {by}: {why}{more}",
                 op_name(op)
             )
         });
@@ -145,10 +142,7 @@ mod tests {
 
     fn gate() -> Gate {
         let yaml = "tokens:\n  - {token: cli, role: client, namespaces: [payments], name: app}\n";
-        Gate::new(
-            3,
-            Arc::new(AuthTable::parse(yaml, FileFormat::Yaml).unwrap()),
-        )
+        Gate::new(Arc::new(AuthTable::parse(yaml, FileFormat::Yaml).unwrap()))
     }
 
     fn hello(token: Option<&str>) -> Op {
@@ -173,10 +167,7 @@ mod tests {
     fn a_status_shows_its_counts_only_to_a_token_for_every_namespace() {
         let yaml = "tokens:\n  - {token: adm, role: admin, namespaces: [\"*\"]}\n  - {token: cli, \
                     role: client, namespaces: [payments]}\n";
-        let gate = Gate::new(
-            0,
-            Arc::new(AuthTable::parse(yaml, FileFormat::Yaml).unwrap()),
-        );
+        let gate = Gate::new(Arc::new(AuthTable::parse(yaml, FileFormat::Yaml).unwrap()));
         let status = || {
             let shard: flo_protocol::ShardInfo =
                 serde_json::from_value(serde_json::json!({"shard": 0, "lsn": 9,
@@ -217,7 +208,7 @@ mod tests {
         let line = r.log_line.unwrap();
         assert_eq!(
             line,
-            "warning: shard 3: unauthorized kv_get in namespace \"payments\" by an \
+            "unauthorized kv_get in namespace \"payments\" by an \
              unauthenticated connection: no valid token: the connection's handshake must \
              present one"
         );

@@ -184,7 +184,51 @@ pub enum Effect {
         lsn: u64,
     },
     /// A line for the server's log (stderr).
-    Log(String),
+    Log(LogLine),
+}
+
+/// A line of the engine's for the server's log: how grave, what it is about, and its text
+/// (the runtime gives it a level and a target, and writes it off the shard thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub source: LogSource,
+    pub text: String,
+}
+
+impl LogLine {
+    /// A warning about `source`.
+    pub fn warn(source: LogSource, text: String) -> Effect {
+        Effect::Log(LogLine {
+            level: LogLevel::Warn,
+            source,
+            text,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Info,
+    Warn,
+    Error,
+}
+
+/// What a line is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogSource {
+    /// A WebAssembly guest's own line (`flo.log`), from one of its runs.
+    Guest {
+        namespace: String,
+        action: String,
+        run_id: String,
+    },
+    /// A schedule that could not start a tick's run.
+    Schedule,
+    /// A stream trigger that could not start a record's run.
+    Trigger,
+    /// A request to another shard that failed with no one waiting for its answer.
+    Peer,
 }
 
 #[derive(Debug, Clone)]

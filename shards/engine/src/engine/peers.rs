@@ -4,7 +4,7 @@
 use super::Engine;
 use super::fanout;
 use crate::core::Waiting;
-use crate::core::io::{Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
+use crate::core::io::{Effect, LogLine, LogSource, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
 use crate::definitions;
 use crate::kv;
 use crate::streams;
@@ -146,10 +146,10 @@ impl Engine {
             Waiting::TriggerStart(start) => self.on_trigger_started(*start, result),
             Waiting::Nothing => {
                 if let Err(e) = result {
-                    core.emit(Effect::Log(format!(
-                        "warning: shard {}: a request to another shard failed: {e}",
-                        core.shard()
-                    )));
+                    core.emit(LogLine::warn(
+                        LogSource::Peer,
+                        format!("a request to another shard failed: {e}"),
+                    ));
                 }
             }
         }

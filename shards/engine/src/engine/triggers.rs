@@ -12,7 +12,7 @@
 
 use super::Engine;
 use crate::core::Waiting;
-use crate::core::io::{PeerRequest, ReplyResult, ReplyTo};
+use crate::core::io::{LogLine, LogSource, PeerRequest, ReplyResult, ReplyTo};
 use crate::definitions::{self, COORDINATOR};
 use crate::fold::record::Record;
 use crate::fold::stream_group_ops::GroupAt;
@@ -330,11 +330,8 @@ impl Engine {
             self.core.commit(record);
         }
         if let (false, Err(e)) = (started, &result) {
-            let line = format!(
-                "warning: shard {}: a trigger of stream {stream:?} could not start its run: {e}",
-                self.core.shard()
-            );
-            self.core.emit(crate::core::io::Effect::Log(line));
+            let line = format!("a trigger of stream {stream:?} could not start its run: {e}");
+            self.core.emit(LogLine::warn(LogSource::Trigger, line));
         }
     }
 }

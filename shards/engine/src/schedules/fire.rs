@@ -2,7 +2,7 @@
 //! step loop's check costs a comparison, and what a due tick does.
 
 use crate::core::Core;
-use crate::core::io::Effect;
+use crate::core::io::{LogLine, LogSource};
 use crate::fold::record::Record;
 use crate::fold::schedules::{SCHEDULED_RUN_ID_PREFIX, ScheduleState, ScheduledBy, SkipReason};
 use crate::fold::state::ShardState;
@@ -255,12 +255,11 @@ fn fire_due(core: &mut Core, namespace: &str, workflow: &str, ticker: &Ticker, n
         if let Some(why) = refused {
             skip(core, namespace, workflow, 1, tick, SkipReason::Refused);
             let line = format!(
-                "warning: shard {}: the schedule of workflow {workflow:?} (namespace \
-                 {namespace:?}) could not start the run of tick {}: {why}",
-                core.shard(),
+                "the schedule of workflow {workflow:?} (namespace {namespace:?}) could not \
+                 start the run of tick {}: {why}",
                 flo_workflow::schedule::format_tick(tick),
             );
-            core.emit(Effect::Log(line));
+            core.emit(LogLine::warn(LogSource::Schedule, line));
         }
     }
 }

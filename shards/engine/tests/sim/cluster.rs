@@ -648,7 +648,9 @@ impl Cluster {
                     node.wake = Some(node.wake.map_or(wall_ms, |w| w.min(wall_ms)));
                 }
                 Effect::Continue => self.nodes[shard as usize].continues += 1,
-                Effect::Log(line) => self.logs.push(format!("shard {shard}: {line}")),
+                Effect::Log(line) => self
+                    .logs
+                    .push(format!("shard {shard}: {:?} {}", line.level, line.text)),
                 Effect::ReadLog { token, lsn } => self.log_reads.push((shard, token, lsn)),
             }
         }

@@ -144,7 +144,7 @@ async fn serve(listener: std::net::TcpListener, app: Router, stop: Arc<AtomicBoo
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(e) => {
-            crate::stderr::say!("error: the HTTP port cannot serve: {e}");
+            tracing::error!(target: "flo::http", "the HTTP port cannot serve: {e}");
             return;
         }
     };
@@ -165,7 +165,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router) {
             Err(e) => {
                 if reported.is_none_or(|at| at.elapsed() >= ACCEPT_REPORT_EVERY) {
                     reported = Some(Instant::now());
-                    crate::stderr::say!("warning: the HTTP port cannot accept a connection: {e}");
+                    tracing::warn!(target: "flo::http", "the HTTP port cannot accept a connection: {e}");
                 }
                 tokio::time::sleep(ACCEPT_RETRY).await;
                 continue;
