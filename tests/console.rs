@@ -299,7 +299,13 @@ fn with_an_auth_file_the_api_wants_a_token_that_grants_the_operation() {
 /// or `google-chrome-stable` on the PATH.
 fn find_browser() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("CHROME").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
+        let path = PathBuf::from(path);
+        assert!(
+            is_executable(&path),
+            "CHROME={} is not an executable",
+            path.display()
+        );
+        return Some(path);
     }
     let names = [
         "chromium",
