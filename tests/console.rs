@@ -3,7 +3,8 @@
 //! history timeline and its workflow's graph, a signal sent from the page completes it, and
 //! the browser reports no console error. Without a browser (apt-get install chromium) that
 //! test says it is skipped; the API's own tests need none: its answers, its errors as JSON,
-//! and its auth (401 without a token, 403 for a role that may not, 200 with one that may).
+//! and its auth (401 without a token, 403 for a role that may not, 200 with one that may);
+//! in the browser, a server with an auth file makes the page ask for a token.
 
 mod common;
 
@@ -520,4 +521,47 @@ fn in_a_browser_a_run_opens_with_its_history_and_graph_and_a_signal_completes_it
             .any(|e| e.contains("collector probe"))
     });
     assert!(heard, "the error collector heard nothing");
+}
+
+#[test]
+fn in_a_browser_the_page_asks_for_a_token_and_keeps_it_for_the_tab() {
+    let Some(chrome) = find_browser() else {
+        eprintln!("skipped: no chromium (apt-get install chromium)");
+        return;
+    };
+    let dir = temp_dir();
+    let file = dir.path().join("auth.yaml");
+    std::fs::write(&file, AUTH_YAML).unwrap();
+    let server = TestServer::start(
+        &dir.path().join("data"),
+        &["--auth-file", file.to_str().unwrap()],
+    );
+    let browser = launch(chrome);
+    let tab = browser.new_tab().expect("a tab");
+    tab.navigate_to(&format!("http://{}/", http_addr(&server)))
+        .and_then(|t| t.wait_until_navigated())
+        .expect("load the console");
+    wait_for(
+        &tab,
+        "the token dialog",
+        "document.getElementById('token-dialog').open",
+    );
+    tab.wait_for_element("#token-input")
+        .and_then(|input| input.click().map(|_| ()))
+        .expect("the token box");
+    tab.type_str(ADMIN).expect("type the token");
+    tab.wait_for_element("#token-save")
+        .and_then(|b| b.click().map(|_| ()))
+        .expect("use the token");
+    wait_for(
+        &tab,
+        "the overview with the token",
+        "!document.getElementById('token-dialog').open && \
+         Number(document.getElementById('overview')?.dataset.polls) >= 2",
+    );
+    assert_eq!(
+        eval(&tab, "sessionStorage.getItem('flo.token')"),
+        ADMIN,
+        "kept in the tab's session storage"
+    );
 }
