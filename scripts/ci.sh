@@ -19,6 +19,13 @@ if [[ ${1:-} == fast ]]; then
     cargo test -p flo-engine --tests
     exit
 fi
+# The web console's test drives a real headless Chromium (tests/console.rs; skipped, saying
+# so, where none exists): install Debian's when it is missing and we may (root with apt).
+# Quiet, and never fatal: without it that one test is skipped.
+command -v chromium >/dev/null || {
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null &&
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+} || true
 cargo test --workspace
 # The runtime uses the engine's face alone: the records, the fold and the commit path are
 # reachable only through `flo_engine::testing` (behind `test-support`, which the workspace's

@@ -89,9 +89,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     match args.workload {
         Workload::KvPut => {}
         Workload::WasmInvoke => workload::register_wasm_action(&addr, token, &args.namespace)?,
-        Workload::Workflow => {
-            workload::create_workflow(&addr, token, &args.namespace, args.fork)?
-        }
+        Workload::Workflow => workload::create_workflow(&addr, token, &args.namespace, args.fork)?,
         Workload::WorkflowWorker => {
             workload::create_worker_workflow(&addr, token, &args.namespace, &args.action_name)?
         }

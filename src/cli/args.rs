@@ -97,8 +97,9 @@ pub struct ServerArgs {
     /// Address every shard listens on.
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
-    /// HTTP address of /metrics (Prometheus), /healthz and /readyz, or `off`. With
-    /// --auth-file, /metrics and /readyz want `Authorization: Bearer TOKEN`.
+    /// HTTP address of /metrics (Prometheus), /healthz, /readyz and the web console (`/`),
+    /// or `off`. With --auth-file, /metrics, /readyz and the console's API want
+    /// `Authorization: Bearer TOKEN`.
     #[arg(long, value_name = "ADDRESS|off", default_value = "127.0.0.1:9001", value_parser = parse_http)]
     pub http: HttpArg,
     /// Data directory (created if missing).

@@ -116,13 +116,13 @@ fn check_http_exposure(args: &ServerArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(format!(
             "refusing to serve HTTP on {addr} without authentication: give --auth-file FILE, \
              an --http loopback address, --http off, or --insecure to let anyone who can \
-             reach it read the metrics"
+             reach it read the metrics and use the web console (signal, cancel, drain...)"
         )));
     }
     tracing::warn!(
         target: "flo::boot",
         "serving HTTP on {addr} with no authentication (--insecure): anyone who can reach it \
-         may read the metrics"
+         may read the metrics and use the web console"
     );
     Ok(())
 }

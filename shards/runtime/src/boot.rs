@@ -2,6 +2,7 @@
 //! recovery, mesh, listeners; and the orderly stop.
 
 use crate::config::ServerConfig;
+use crate::console::{ConsoleCalls, serve_calls};
 use crate::fault_disk::FaultDisk;
 use crate::inbox::Inbox;
 use crate::listener::{Conns, accept_loop};
@@ -389,13 +390,19 @@ pub fn run_server(
     let metrics = Arc::new(ServerMetrics::new(meta.shards, connections.clone()));
     // Bound now, so that a port that cannot be had fails the start; served from now on, so
     // that /healthz answers and /readyz says why not while the shards recover.
+    // The console's calls reach each shard through its end of the bridge (served once the
+    // shard serves; none is sent before every shard is ready).
+    let (bridge, console_receivers) = crate::console::bridge(meta.shards);
+    let mut console_receivers: Vec<_> = console_receivers.into_iter().map(Some).collect();
     let http = match config.http {
         None => None,
         Some(addr) => {
             let http_err = |source| ServerError::Http { addr, source };
             let listener = crate::metrics::bind(addr).map_err(http_err)?;
             let auth = config.auth.clone();
-            let port = crate::metrics::start(listener, metrics.clone(), auth, stop.clone())
+            let console = crate::console::Console::new(bridge, auth.clone(), metrics.clone());
+            let routes = crate::console::router(console);
+            let port = crate::metrics::start(listener, metrics.clone(), auth, stop.clone(), routes)
                 .map_err(http_err)?;
             Some(port)
         }
@@ -443,6 +450,7 @@ pub fn run_server(
             clock: clock.clone(),
             pulses: pulses.clone(),
             metrics: metrics.shards[s as usize].clone(),
+            console: console_receivers[s as usize].take(),
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
@@ -708,6 +716,8 @@ struct ShardBoot {
     pulses: Arc<Vec<crate::kick::Pulse>>,
     /// The shard's counters, read by the HTTP thread.
     metrics: Arc<ShardMetrics>,
+    /// The web console's calls to this shard (None: no console, or already taken).
+    console: Option<futures_channel::mpsc::UnboundedReceiver<crate::console::Call>>,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -940,6 +950,10 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         })
         .detach();
     }
+    let console = Rc::new(ConsoleCalls::default());
+    if let Some(receiver) = boot.console {
+        glommio::spawn_local(serve_calls(console.clone(), receiver, inbox.clone())).detach();
+    }
     // In-flight work (workflow runs, pending executions) resumes.
     inbox.push(Input::Started);
     let shard_loop = ShardLoop {
@@ -953,6 +967,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         wasm,
         alarm,
         metrics: boot.metrics.clone(),
+        console,
     };
     let stop = boot.stop.clone();
     shard_loop.run(move || stop.load(Ordering::Relaxed)).await;

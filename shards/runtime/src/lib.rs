@@ -5,6 +5,7 @@
 
 mod boot;
 mod config;
+mod console;
 mod fault_disk;
 mod fd_limit;
 mod inbox;

@@ -2,6 +2,7 @@
 //! effects it returns — replies to connections, messages to peers, executions, alarms — and
 //! hands the log writer whatever the engine appended while the last batch was written.
 
+use crate::console::CONSOLE_CONN;
 use crate::inbox::Inbox;
 use crate::listener::Conns;
 use crate::log_writer::LogSlot;
@@ -32,6 +33,8 @@ pub(crate) struct ShardLoop {
     pub wasm: Rc<WasmPool>,
     pub alarm: Rc<Alarm>,
     pub metrics: Arc<crate::metrics::ShardMetrics>,
+    /// The web console's calls waiting for their replies.
+    pub console: Rc<crate::console::ConsoleCalls>,
 }
 
 impl ShardLoop {
@@ -157,6 +160,9 @@ impl ShardLoop {
     fn perform(&mut self, effects: &mut Vec<Effect>) {
         for effect in effects.drain(..) {
             match effect {
+                Effect::Reply { to, result } if to.conn == CONSOLE_CONN => {
+                    self.console.answer(to.request, *result, &self.metrics);
+                }
                 Effect::Reply { to, result } => {
                     let conn = self.conns.borrow().get(&to.conn).cloned();
                     if let Some(conn) = conn {

@@ -7,7 +7,8 @@
 //! `REQUEST_BODY_BYTES_MAX`, its answer within `REQUEST_TIMEOUT`, a connection's life within
 //! `CONNECTION_LIFETIME` (a scraper connects again). With an auth file, `/metrics` and
 //! `/readyz` want `Authorization: Bearer TOKEN`, a token of that file (any role);
-//! `/healthz` stays open.
+//! `/healthz` stays open. Other routes (the web console's) are served beside these, with
+//! their own body bound and checks.
 
 use super::export::{ServerMetrics, encode_text};
 use axum::Router;
@@ -31,7 +32,7 @@ use tower_http::timeout::TimeoutLayer;
 pub const HTTP_CONNECTIONS_MAX: usize = 64;
 /// A request's line and headers (hyper's read buffer; its least is 8 KiB).
 const REQUEST_HEAD_BYTES_MAX: usize = 16 << 10;
-/// A request's body (no endpoint reads one).
+/// A request's body to these routes (none reads one).
 const REQUEST_BODY_BYTES_MAX: usize = 4 << 10;
 /// A request's head must arrive within this long.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,12 +94,14 @@ struct App {
     stopping: Arc<AtomicBool>,
 }
 
-/// Starts the HTTP thread on `listener`.
+/// Starts the HTTP thread on `listener`, serving these routes and `beside` (routes of
+/// their own: the web console).
 pub fn start(
     listener: std::net::TcpListener,
     metrics: Arc<ServerMetrics>,
     auth: Option<Arc<AuthTable>>,
     stopping: Arc<AtomicBool>,
+    beside: Router,
 ) -> io::Result<HttpPort> {
     let addr = listener.local_addr()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -115,7 +118,7 @@ pub fn start(
     let stopped = stop.clone();
     let thread = std::thread::Builder::new()
         .name("flo-http".into())
-        .spawn(move || runtime.block_on(serve(listener, router(app), stopped)))?;
+        .spawn(move || runtime.block_on(serve(listener, router(app, beside), stopped)))?;
     Ok(HttpPort {
         addr,
         thread: Some(thread),
@@ -123,20 +126,20 @@ pub fn start(
     })
 }
 
-fn router(app: App) -> Router {
+fn router(app: App, beside: Router) -> Router {
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .route_layer(middleware::from_fn_with_state(app.clone(), require_token));
-    Router::new()
+    let own = Router::new()
         .route("/healthz", get(healthz))
         .merge(guarded)
         .layer(RequestBodyLimitLayer::new(REQUEST_BODY_BYTES_MAX))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            REQUEST_TIMEOUT,
-        ))
-        .with_state(app)
+        .with_state(app);
+    own.merge(beside).layer(TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        REQUEST_TIMEOUT,
+    ))
 }
 
 /// Accepts and serves connections until `stop` is set.
@@ -217,7 +220,7 @@ async fn require_token(State(app): State<App>, request: Request, next: Next) -> 
 }
 
 /// The token of an `Authorization` header's value `Bearer TOKEN` (the scheme in any case).
-fn bearer_token(value: &str) -> Option<&str> {
+pub(crate) fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")

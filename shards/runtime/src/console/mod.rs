@@ -1,0 +1,19 @@
+//! The web console: a page served at `/` on the HTTP port (`assets.rs`, files embedded in
+//! the binary) and the JSON API it calls (`api.rs`; `runs.rs`, `catalog.rs` and
+//! `overview.rs` by page, `views.rs` the replies as JSON, `graph.rs` a definition as a
+//! graph, `params.rs` and `errors.rs` a request's input and the API's errors). The API
+//! reaches the shards in process through `bridge.rs`.
+
+mod api;
+mod assets;
+mod bridge;
+mod catalog;
+mod errors;
+mod graph;
+mod overview;
+mod params;
+mod runs;
+mod views;
+
+pub(crate) use api::{Console, router};
+pub(crate) use bridge::{CONSOLE_CONN, Call, ConsoleCalls, bridge, serve_calls};
