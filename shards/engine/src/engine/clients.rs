@@ -225,9 +225,9 @@ impl Engine {
                     Err(e) => return Some(Done::now(Err(e))),
                 };
                 let execs = &self.executions;
-                let live = workflows::list_runs(
-                    core, execs, &namespace, &name, status, limit, &from, timed_out,
-                );
+                let filter = workflows::RunFilter { status, timed_out };
+                let live =
+                    workflows::list_runs(core, execs, &namespace, &name, filter, limit, &from);
                 // A run past its step's timeout is in flight: nothing archived can be.
                 if timed_out.is_some() {
                     return Some(live_only(live, core.shard()));

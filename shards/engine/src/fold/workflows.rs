@@ -795,15 +795,12 @@ impl Workflows {
         run.lsn = lsn;
     }
 
-    /// Runs of a workflow after `from` (see `pages`), newest first: at most `limit`, and
-    /// whether more remain. `status`: only runs that `shown` (the status a run shows) gives
-    /// it.
+    /// Runs of a workflow after `from` (see `pages`) that `wanted` keeps, newest first: at
+    /// most `limit`, and whether more remain.
     pub fn list(
         &self,
         namespace: &str,
         name: &str,
-        status: Option<WorkflowRunStatus>,
-        shown: impl Fn(&WfRun) -> WorkflowRunStatus,
         wanted: impl Fn(&WfRun) -> bool,
         limit: usize,
         from: &Pos,
@@ -814,7 +811,7 @@ impl Workflows {
         let out: Vec<(&str, &WfRun)> = runs
             .iter()
             .filter(|(_, r)| r.workflow == name)
-            .filter(|(_, r)| status.is_none_or(|s| shown(r) == s) && wanted(r))
+            .filter(|(_, r)| wanted(r))
             .filter(|(id, r)| from.live_after(r.created_at_ms, id))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();

@@ -23,7 +23,7 @@ pub use control::control;
 pub use definitions::{info, list, plan_create, plan_set_enabled};
 #[cfg(test)]
 pub use finish::STEP_OUTPUT_BYTES_MAX;
-pub use queries::{history, list_runs, status};
+pub use queries::{RunFilter, history, list_runs, status};
 pub use results::{notify_parent, on_action_final};
 pub use search::{QueryAsk, merge_parts, query_part};
 #[cfg(feature = "test-support")]

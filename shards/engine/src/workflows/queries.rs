@@ -114,16 +114,23 @@ pub fn history(
     }
 }
 
+/// Which runs a list keeps: those showing `status`, those with a step past its timeout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunFilter {
+    pub status: Option<WorkflowRunStatus>,
+    pub timed_out: Option<TimedOutFilter>,
+}
+
 pub fn list_runs(
     core: &Core,
     execs: &Executions,
     namespace: &str,
     name: &str,
-    status: Option<WorkflowRunStatus>,
+    filter: RunFilter,
     limit: Option<u32>,
     from: &Pos,
-    timed_out: Option<TimedOutFilter>,
 ) -> Done {
+    let RunFilter { status, timed_out } = filter;
     let limit = limit.unwrap_or(RUN_LIST_LIMIT_DEFAULT);
     if limit == 0 || limit > RUN_LIST_LIMIT_MAX {
         return Done::now(Err(ErrorValue::bad_request(format!(
@@ -132,11 +139,14 @@ pub fn list_runs(
     }
     let shown = |r: &WfRun| shown_status(core, execs, namespace, r);
     let now = core.now_ms();
-    let wanted = |r: &WfRun| timed_out.is_none_or(|t| has_timed_out(r, now, t.older_than_ms));
+    let wanted = |r: &WfRun| {
+        status.is_none_or(|s| shown(r) == s)
+            && timed_out.is_none_or(|t| has_timed_out(r, now, t.older_than_ms))
+    };
     let (runs, truncated) =
         core.state()
             .workflows
-            .list(namespace, name, status, shown, wanted, limit as usize, from);
+            .list(namespace, name, wanted, limit as usize, from);
     Done {
         wait_lsn: runs.iter().map(|(_, r)| r.lsn).max().unwrap_or(0),
         result: Ok(Reply::WorkflowRuns {
