@@ -540,6 +540,7 @@ mod tests {
             "workflow_history",
             "workflow_signal",
             "workflow_cancel",
+            "workflow_control",
             "workflow_list_runs",
         ];
         assert_eq!(allowed(&client, "payments"), expected);

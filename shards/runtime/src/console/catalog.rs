@@ -2,7 +2,7 @@
 //! and versions), actions, workers (and draining one), streams and their groups, schedules
 //! (pause, resume). Each sends the operation the CLI sends.
 
-use super::api::Console;
+use super::caller::Console;
 use super::errors::ApiError;
 use super::params::Params;
 use super::runs::path_param;

@@ -1,5 +1,5 @@
 //! The web console: a page served at `/` on the HTTP port (`assets.rs`, files embedded in
-//! the binary) and the JSON API it calls (`api.rs`; `runs.rs`, `catalog.rs` and
+//! the binary) and the JSON API it calls (`api.rs` the routes, `caller.rs` who calls and how; `runs.rs`, `catalog.rs` and
 //! `overview.rs` by page, `views.rs` the replies as JSON, `graph.rs` a definition as a
 //! graph, `params.rs` and `errors.rs` a request's input and the API's errors). The API
 //! reaches the shards in process through `bridge.rs`.
@@ -7,6 +7,7 @@
 mod api;
 mod assets;
 mod bridge;
+mod caller;
 mod catalog;
 mod errors;
 mod graph;
@@ -15,5 +16,6 @@ mod params;
 mod runs;
 mod views;
 
-pub(crate) use api::{Console, router};
+pub(crate) use api::router;
 pub(crate) use bridge::{CONSOLE_CONN, Call, ConsoleCalls, bridge, serve_calls};
+pub(crate) use caller::Console;

@@ -2,7 +2,7 @@
 //! paged by cursor), a run whole, a workflow run's history, and what a user does to a run —
 //! signal, cancel, retry a dead letter. Each sends the operation the CLI sends.
 
-use super::api::{Caller, Console};
+use super::caller::{Caller, Console};
 use super::errors::ApiError;
 use super::params::{Params, json_body, text_field};
 use super::views;
