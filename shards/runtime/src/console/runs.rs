@@ -254,12 +254,8 @@ pub(crate) async fn action_run(
     path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let (caller, p) = begin(&console, &headers, query)?;
-    let op = Op::RunStatus {
-        namespace: p.namespace(),
-        run_id: path_param(path)?,
-    };
-    run_reply(console.call(caller, op).await?, "run_status")
+    let op = |namespace, run_id| Op::RunStatus { namespace, run_id };
+    on_action_run(&console, &headers, path, query, "run_status", op).await
 }
 
 /// `POST /api/action-runs/{id}/cancel`: `flo action cancel ID`.
@@ -269,12 +265,8 @@ pub(crate) async fn cancel_action_run(
     path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let (caller, p) = begin(&console, &headers, query)?;
-    let op = Op::RunCancel {
-        namespace: p.namespace(),
-        run_id: path_param(path)?,
-    };
-    run_reply(console.call(caller, op).await?, "run_cancel")
+    let op = |namespace, run_id| Op::RunCancel { namespace, run_id };
+    on_action_run(&console, &headers, path, query, "run_cancel", op).await
 }
 
 /// `POST /api/action-runs/{id}/retry`: a dead-lettered run queued again as a new attempt
@@ -285,13 +277,27 @@ pub(crate) async fn retry_action_run(
     path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let (caller, p) = begin(&console, &headers, query)?;
-    let op = Op::RunRedrive {
-        namespace: p.namespace(),
-        run_id: path_param(path)?,
+    let op = |namespace, run_id| Op::RunRedrive {
+        namespace,
+        run_id,
         action: None,
     };
-    run_reply(console.call(caller, op).await?, "run_redrive")
+    on_action_run(&console, &headers, path, query, "run_redrive", op).await
+}
+
+/// An action run's endpoint: `op` of the namespace and the run id in the path, answered
+/// with the run (`name`: the operation, for an unexpected reply).
+async fn on_action_run(
+    console: &Console,
+    headers: &HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    query: Option<String>,
+    name: &'static str,
+    op: impl FnOnce(String, String) -> Op,
+) -> Answer {
+    let (caller, p) = begin(console, headers, query)?;
+    let op = op(p.namespace(), path_param(path)?);
+    run_reply(console.call(caller, op).await?, name)
 }
 
 fn run_reply(reply: Reply, op: &str) -> Answer {
