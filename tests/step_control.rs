@@ -6,8 +6,11 @@
 
 mod common;
 
-use common::{TestServer, cli_json, cli_ok, fixed_wasm_action, temp_dir, user_action, wait_until};
-use flo::protocol::{ActionKind, ActionSpec, RunStatus, WorkflowRunStatus};
+use common::{
+    TestServer, cli_json, cli_ok, fixed_wasm_action, guest_action, temp_dir, user_action,
+    wait_until,
+};
+use flo::protocol::{RunStatus, WorkflowRunStatus};
 use flo::{ActionResult, ActionWorker, StartOptions};
 use serde_json::json;
 use std::sync::Arc;
@@ -66,19 +69,8 @@ fn step_timeouts_interrupt_a_guest_and_revoke_a_workers_lease() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
-    c.register_action(ActionSpec {
-        namespace: String::new(),
-        name: "spin".into(),
-        kind: ActionKind::Wasm,
-        wasm: Some(flo_testkit::guests::spin_guest().into_bytes()),
-        timeout_ms: Some(60_000),
-        max_retries: Some(0),
-        retry_delay_ms: None,
-        description: None,
-        memory_limit_mb: None,
-        wasm_entrypoint: None,
-    })
-    .unwrap();
+    let spin = flo_testkit::guests::spin_guest();
+    guest_action(&mut c, "spin", spin, Some(60_000));
     user_action(&mut c, "slow", 60_000, 0, 100);
     // The guest spins for ever: each attempt is cut at 300 ms (not the action's 60 s).
     c.create_workflow(
@@ -141,19 +133,7 @@ fn max_visits_fails_a_loop_and_statistics_count_visits() {
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &[]);
     let mut c = server.client();
-    c.register_action(ActionSpec {
-        namespace: String::new(),
-        name: "no".into(),
-        kind: ActionKind::Wasm,
-        wasm: Some(flo_testkit::guests::failing_guest().into_bytes()),
-        timeout_ms: None,
-        max_retries: Some(0),
-        retry_delay_ms: None,
-        description: None,
-        memory_limit_mb: None,
-        wasm_entrypoint: None,
-    })
-    .unwrap();
+    guest_action(&mut c, "no", flo_testkit::guests::failing_guest(), None);
     c.create_workflow(
         "kind: Workflow\nname: loops\nversion: \"1\"\nstart:\n  run: \"@actions/no\"\n  transitions: {failure: again}\nsteps:\n  again:\n    run: \"@actions/no\"\n    maxVisits: 3\n    transitions: {failure: again}\n",
     )

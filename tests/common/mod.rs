@@ -422,6 +422,26 @@ pub fn user_action(
         .unwrap_or_else(|e| panic!("register action {name}: {e}"));
 }
 
+/// Registers the WebAssembly action `name` running `guest` (WAT text), without retries;
+/// `timeout_ms`: its own execution limit (None: the default).
+#[allow(dead_code)]
+pub fn guest_action(client: &mut Client, name: &str, guest: String, timeout_ms: Option<u64>) {
+    client
+        .register_action(ActionSpec {
+            namespace: String::new(),
+            name: name.into(),
+            kind: ActionKind::Wasm,
+            wasm: Some(guest.into_bytes()),
+            timeout_ms,
+            max_retries: Some(0),
+            retry_delay_ms: None,
+            description: None,
+            memory_limit_mb: None,
+            wasm_entrypoint: None,
+        })
+        .unwrap_or_else(|e| panic!("register action {name}: {e}"));
+}
+
 /// Registers a WebAssembly action that returns `output` (JSON) whatever its input, without
 /// retries.
 #[allow(dead_code)]
