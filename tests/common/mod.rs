@@ -82,6 +82,15 @@ impl TestServer {
                 );
                 Self::try_start_exact(dir, &args)
             }
+            // Port 0: the server takes a free port, then each shard listens on it; another
+            // process may take it between the two (seen under a loaded test run). The
+            // next start asks for another.
+            Err(r)
+                if !has_flag(extra, "--listen") && r.stderr.contains("Address already in use") =>
+            {
+                eprintln!("warning: the free port was taken meanwhile, retrying once");
+                Self::try_start_exact(dir, &args)
+            }
             other => other,
         }
     }
