@@ -100,7 +100,7 @@ fn compile_into(raw: &mut RawWorkflow, issues: &mut Vec<ValidationIssue>, made: 
             [only] => only.clone(),
             _ => {
                 let join = format!("flo.join-{}", n + 1);
-                added.push((join.clone(), pass_step(dependents)));
+                added.push((join.clone(), pass_to(&dependents)));
                 join
             }
         };
@@ -167,11 +167,7 @@ fn many(targets: Vec<String>) -> RawTransition {
     }
 }
 
-/// A `pass` step leading to `dependents`.
-fn pass_step(dependents: Vec<String>) -> RawStep {
-    pass_to(&dependents)
-}
-
+/// A `pass` step leading to `targets`.
 fn pass_to(targets: &[String]) -> RawStep {
     RawStep {
         pass: Some(true),
