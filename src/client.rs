@@ -871,6 +871,42 @@ impl Client {
         send(self, requests::ControlWorkflow { run_id, control })
     }
 
+    /// Merges the fields of `state` (a JSON object) into a run's state (Codehooks'
+    /// `updateState`); with `continue_run` the run must wait in a `waitForState` step,
+    /// which then goes on (in the same atomic change). Answers the run's status.
+    pub fn update_workflow_state(
+        &mut self,
+        run_id: &str,
+        state: &[u8],
+        continue_run: bool,
+    ) -> Result<WorkflowRunInfo, Error> {
+        let replace = false;
+        let update = requests::UpdateWorkflowState {
+            run_id,
+            state,
+            replace,
+            continue_run,
+        };
+        send(self, update)
+    }
+
+    /// Replaces a run's state with `state` (a JSON object; Codehooks' `setState`).
+    pub fn set_workflow_state(
+        &mut self,
+        run_id: &str,
+        state: &[u8],
+        continue_run: bool,
+    ) -> Result<WorkflowRunInfo, Error> {
+        let replace = true;
+        let update = requests::UpdateWorkflowState {
+            run_id,
+            state,
+            replace,
+            continue_run,
+        };
+        send(self, update)
+    }
+
     /// Runs of `workflow` (in flight) with a step waiting longer than its `timeoutMs`, or
     /// than `older_than_ms` when given: at most `limit` (one page).
     pub fn timed_out_runs(

@@ -31,7 +31,8 @@ pub(crate) use workflows::{
     CancelWorkflow, ControlWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun,
     InvalidatePlanCache, ListSchedules, ListWorkflowRunsPage, ListWorkflows, PauseSchedule,
     PlanStatus, QueryWorkflowRuns, SetWorkflowEnabled, SignalWorkflow, StartWorkflow,
-    StartWorkflowAndWait, TriggerSchedule, WaitWorkflow, WorkflowHistory, WorkflowHistoryPage,
+    StartWorkflowAndWait, TriggerSchedule, UpdateWorkflowState, WaitWorkflow, WorkflowHistory,
+    WorkflowHistoryPage,
 };
 
 #[cfg(test)]

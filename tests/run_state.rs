@@ -125,3 +125,202 @@ fn a_step_that_would_overflow_the_state_fails_the_run_with_the_reason() {
     assert_eq!(state_of(&mut c, &run_id), json!({}));
     worker.stop();
 }
+
+const APPROVAL: &str = r#"kind: Workflow
+name: approval
+version: "1"
+start:
+  run: "@actions/prepare"
+  transitions:
+    success: approve
+steps:
+  approve:
+    waitForState:
+      timeoutMs: 3600000
+      onTimeout: reminded
+    transitions:
+      success: ship
+  ship:
+    run: "@actions/ship"
+    inputMapping: '{"approved": "$.state.approved", "by": "$.state.by"}'
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+  reminded:
+    pass: true
+    transitions:
+      success: flo.Completed
+"#;
+
+fn waiting_for_state(c: &mut flo::Client, run_id: &str) -> bool {
+    common::wait_until(std::time::Duration::from_secs(20), || {
+        let run = c.workflow_run(run_id).unwrap();
+        run.status == WorkflowRunStatus::Waiting
+            && run
+                .waiting_for
+                .as_deref()
+                .is_some_and(|w| w.contains("state update"))
+    })
+}
+
+#[test]
+fn update_state_merges_set_state_replaces_and_continue_moves_a_waiting_run_on() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    fixed_wasm_action(&mut c, "prepare", r#"{"prepared": true}"#);
+    common::user_action(&mut c, "ship", 60_000, 0, 100);
+    c.create_workflow(APPROVAL).unwrap();
+    let run_id = c
+        .start_workflow("approval", br#"{"order": "o-7"}"#, StartOptions::default())
+        .unwrap();
+    assert!(waiting_for_state(&mut c, &run_id));
+
+    // Without --continue: the state changes, the run keeps waiting.
+    let doc = cli_json(
+        &addr,
+        &["workflow", "update-state", &run_id, r#"{"count": 5}"#],
+    );
+    assert_eq!(doc["status"], "waiting", "{doc}");
+    assert_eq!(doc["next_step"], "approve", "{doc}");
+    assert_eq!(doc["previous_step"], "_start", "{doc}"); // `start:` is `_start` in runs
+    let want = json!({"order": "o-7", "prepared": true, "count": 5});
+    assert_eq!(doc["state"], want, "{doc}");
+
+    // The update is durable: the run still waits, with it, after kill -9.
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &[]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    assert!(waiting_for_state(&mut c, &run_id));
+    assert_eq!(state_of(&mut c, &run_id), want);
+
+    // Bad input: not JSON, not an object, a user's signal of the reserved type.
+    let (status, _, stderr) = common::run_cli(&addr, &["workflow", "update-state", &run_id, "[1]"]);
+    assert!(
+        !status.success() && stderr.contains("JSON object"),
+        "{stderr}"
+    );
+    let err = c
+        .update_workflow_state(&run_id, b"nope", false)
+        .unwrap_err();
+    assert!(err.to_string().contains("must be JSON"), "{err}");
+    let err = c.signal_workflow(&run_id, "flo.state", b"{}").unwrap_err();
+    assert!(err.to_string().contains("server's own"), "{err}");
+    assert_eq!(state_of(&mut c, &run_id), want);
+
+    let worker = ActionWorker::builder(server.addr)
+        .worker_id("ship")
+        .block_ms(100)
+        .action("ship", |ctx| {
+            let input: Value = ctx.json()?;
+            ActionResult::json(&json!({"shipped": input}))
+        })
+        .spawn()
+        .unwrap();
+    let doc = cli_json(
+        &addr,
+        &[
+            "workflow",
+            "update-state",
+            &run_id,
+            r#"{"approved": true, "by": "ann"}"#,
+            "--continue",
+        ],
+    );
+    assert_ne!(doc["status"], "waiting", "{doc}");
+    let run = c.wait_workflow(&run_id, 20_000).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    let state = state_of(&mut c, &run_id);
+    assert_eq!(
+        state["shipped"],
+        json!({"approved": true, "by": "ann"}),
+        "{state}"
+    );
+    assert_eq!(state["count"], 5, "{state}");
+    let history = c.workflow_history(&run_id).unwrap();
+    let updates = history
+        .iter()
+        .filter(|e| e.event_type.as_str() == "state_updated")
+        .count();
+    assert_eq!(updates, 2, "{history:?}");
+
+    // A final run's state no longer changes.
+    let (status, _, stderr) = common::run_cli(
+        &addr,
+        &["workflow", "update-state", &run_id, r#"{"late": 1}"#],
+    );
+    assert!(
+        !status.success() && stderr.contains("already completed"),
+        "{stderr}"
+    );
+
+    // set-state replaces; --continue on a run not waiting in waitForState changes nothing.
+    let second = c
+        .start_workflow("approval", br#"{"order": "o-8"}"#, StartOptions::default())
+        .unwrap();
+    assert!(waiting_for_state(&mut c, &second));
+    let run = c
+        .set_workflow_state(&second, br#"{"only": 1}"#, false)
+        .unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Waiting);
+    assert_eq!(state_of(&mut c, &second), json!({"only": 1}));
+    c.cancel_workflow(&second, None).unwrap();
+    let err = c
+        .update_workflow_state(&second, br#"{"x": 1}"#, true)
+        .unwrap_err();
+    assert!(err.to_string().contains("already cancelled"), "{err}");
+    worker.stop();
+}
+
+#[test]
+fn a_wait_for_state_that_times_out_takes_on_timeout() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let mut c = server.client();
+    fixed_wasm_action(&mut c, "prepare", r#"{"prepared": true}"#);
+    common::user_action(&mut c, "ship", 60_000, 0, 100);
+    c.create_workflow(APPROVAL).unwrap();
+    let run_id = c
+        .start_workflow("approval", b"{}", StartOptions::default())
+        .unwrap();
+    assert!(waiting_for_state(&mut c, &run_id));
+    c.advance_clock(3_600_001).unwrap();
+    let run = c.wait_workflow(&run_id, 20_000).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    let reminded = run.steps.iter().any(|s| s.name == "reminded");
+    assert!(reminded, "{run:?}");
+}
+
+#[test]
+fn continue_is_refused_with_nothing_changed_when_the_run_does_not_wait_for_state() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    common::user_action(&mut c, "ship", 60_000, 0, 100);
+    c.create_workflow(
+        "kind: Workflow\nname: busy\nversion: \"1\"\nstart:\n  run: \"@actions/ship\"\n  transitions:\n    success: flo.Completed\n",
+    )
+    .unwrap();
+    let run_id = c
+        .start_workflow("busy", br#"{"a": 1}"#, StartOptions::default())
+        .unwrap();
+    let err = c
+        .update_workflow_state(&run_id, br#"{"b": 2}"#, true)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not waiting in a `waitForState` step"),
+        "{err}"
+    );
+    assert_eq!(state_of(&mut c, &run_id), json!({"a": 1}));
+    // Validation: a step waits for one thing; `flo.` signal types are the server's.
+    let both = "kind: Workflow\nname: both\nversion: \"1\"\nstart:\n  waitForState: true\n  waitForSignal: {type: go}\n  transitions:\n    success: flo.Completed\n";
+    let err = c.create_workflow(both).unwrap_err().to_string();
+    assert!(err.contains("E107"), "{err}");
+    let reserved = "kind: Workflow\nname: reserved\nversion: \"1\"\nstart:\n  waitForSignal: {type: flo.go}\n  transitions:\n    success: flo.Completed\n";
+    let err = c.create_workflow(reserved).unwrap_err().to_string();
+    assert!(err.contains("E503"), "{err}");
+}

@@ -310,6 +310,19 @@ pub enum Op {
         run_id: String,
         control: WorkflowControl,
     },
+    /// `flo workflow update-state` (merge the object's fields into the run's state) or
+    /// `set-state` (`replace`: the object becomes the state); with `continue_run`, the run
+    /// must wait in a `waitForState` step, which then goes on. Answered with the run's
+    /// status.
+    WorkflowUpdateState {
+        namespace: String,
+        run_id: String,
+        /// A JSON object.
+        #[serde(with = "serde_bytes")]
+        state: Vec<u8>,
+        replace: bool,
+        continue_run: bool,
+    },
     /// Runs of a workflow, newest first.
     WorkflowListRuns {
         namespace: String,
@@ -912,6 +925,9 @@ pub enum HistoryEventType {
     BranchesStarted,
     /// Every branch of a fork reached its join (step: the join).
     BranchesJoined,
+    /// `flo workflow update-state` / `set-state` changed the run's state (detail: `merged`
+    /// or `replaced`, and `continued` when a `waitForState` step went on).
+    StateUpdated,
     /// A type this version does not know.
     Other(String),
 }
@@ -949,6 +965,7 @@ impl HistoryEventType {
             HistoryEventType::StepContinued => "step_continued",
             HistoryEventType::BranchesStarted => "branches_started",
             HistoryEventType::BranchesJoined => "branches_joined",
+            HistoryEventType::StateUpdated => "state_updated",
             HistoryEventType::Other(name) => name,
         }
     }
@@ -984,6 +1001,7 @@ impl HistoryEventType {
             "step_continued" => HistoryEventType::StepContinued,
             "branches_started" => HistoryEventType::BranchesStarted,
             "branches_joined" => HistoryEventType::BranchesJoined,
+            "state_updated" => HistoryEventType::StateUpdated,
             "workflow_cancelled" => HistoryEventType::WorkflowCancelled,
             "workflow_timed_out" => HistoryEventType::WorkflowTimedOut,
             other => HistoryEventType::Other(other.to_string()),

@@ -619,6 +619,27 @@ pub enum WorkflowCommand {
     /// A run's state document (its input and defaults with its steps' outputs merged in,
     /// as `outputMapping` says), with its current step and each step's executions.
     State { run_id: String },
+    /// Merge a JSON object's fields into a run's state (the history shows `state_updated`).
+    UpdateState {
+        run_id: String,
+        /// A JSON object: text, `@FILE`, or `-` for standard input.
+        #[arg(allow_hyphen_values = true, value_parser = parse_text)]
+        state: ArgText,
+        /// The run waits in a `waitForState` step: it goes on (refused, nothing changed,
+        /// when it does not wait there).
+        #[arg(long = "continue")]
+        continue_run: bool,
+    },
+    /// Replace a run's state with a JSON object.
+    SetState {
+        run_id: String,
+        /// A JSON object: text, `@FILE`, or `-` for standard input.
+        #[arg(allow_hyphen_values = true, value_parser = parse_text)]
+        state: ArgText,
+        /// As for update-state.
+        #[arg(long = "continue")]
+        continue_run: bool,
+    },
     /// Print a definition as created.
     Definition {
         name: String,

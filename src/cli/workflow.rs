@@ -22,12 +22,70 @@ pub fn check(cmd: &WorkflowCommand) -> Result<(), CliError> {
         WorkflowCommand::Signal { payload, .. } => {
             parse_json("the signal payload", payload).map(drop)
         }
+        WorkflowCommand::UpdateState { state, .. } | WorkflowCommand::SetState { state, .. } => {
+            match parse_json("the state", state)? {
+                Value::Object(_) => Ok(()),
+                _ => Err(CliError::Usage(
+                    "the state must be a JSON object of names and values, e.g. '{\"approved\": true}'"
+                        .to_string(),
+                )),
+            }
+        }
         WorkflowCommand::ListRuns {
             status: Some(status),
             ..
         } => parse_status(status).map(drop),
         _ => Ok(()),
     }
+}
+
+/// `flo workflow state` (and what `update-state`/`set-state` answer): the state document,
+/// the step the run is at (`next_step`), the step that finished last (`previous_step`) and
+/// each step's statistics.
+fn print_state(run: &WorkflowRunInfo, out: &Output) {
+    let state: Value = run
+        .state
+        .as_deref()
+        .and_then(|s| serde_json::from_slice(s).ok())
+        .unwrap_or(Value::Null);
+    let previous = run
+        .steps
+        .iter()
+        .filter(|s| s.outcome.is_some())
+        .max_by_key(|s| s.last_finished_ms)
+        .map(|s| s.name.clone());
+    let doc = json!({
+        "run_id": run.run_id,
+        "status": run.status.as_str(),
+        "current_step": run.current_step,
+        "next_step": run.current_step,
+        "previous_step": previous,
+        "waiting_for": run.waiting_for,
+        "steps": run.steps.iter().map(|s| json!({
+            "name": s.name,
+            "outcome": s.outcome,
+            "executions": s.executions,
+            "visits": s.visits,
+            "first_started_ms": s.first_started_ms,
+            "last_finished_ms": s.last_finished_ms,
+            "total_ms": s.total_ms,
+        })).collect::<Vec<_>>(),
+        "state": state,
+    });
+    out.print(doc, || {
+        let pretty = serde_json::to_string_pretty(&state).unwrap_or_default();
+        let step = run.current_step.as_deref().unwrap_or("-");
+        let previous = previous.as_deref().unwrap_or("-");
+        let waiting = match &run.waiting_for {
+            Some(w) => format!(", waiting for {w}"),
+            None => String::new(),
+        };
+        format!(
+            "{} {} (next step {step}, previous step {previous}{waiting})\n{pretty}",
+            run.run_id,
+            run.status.as_str()
+        )
+    });
 }
 
 fn parse_json(what: &str, text: &str) -> Result<Value, CliError> {
@@ -130,31 +188,25 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             watch: true,
             interval,
         } => watch(client, run_id, *interval, out)?,
+        WorkflowCommand::UpdateState {
+            run_id,
+            state,
+            continue_run,
+        } => {
+            let run = client.update_workflow_state(run_id, state.as_bytes(), *continue_run)?;
+            print_state(&run, out);
+        }
+        WorkflowCommand::SetState {
+            run_id,
+            state,
+            continue_run,
+        } => {
+            let run = client.set_workflow_state(run_id, state.as_bytes(), *continue_run)?;
+            print_state(&run, out);
+        }
         WorkflowCommand::State { run_id } => {
             let run = client.workflow_run(run_id)?;
-            let state: Value = run
-                .state
-                .as_deref()
-                .and_then(|s| serde_json::from_slice(s).ok())
-                .unwrap_or(Value::Null);
-            let doc = json!({
-                "run_id": run.run_id,
-                "status": run.status.as_str(),
-                "current_step": run.current_step,
-                "steps": run.steps.iter().map(|s| json!({
-                    "name": s.name, "outcome": s.outcome, "executions": s.executions
-                })).collect::<Vec<_>>(),
-                "state": state,
-            });
-            out.print(doc, || {
-                let pretty = serde_json::to_string_pretty(&state).unwrap_or_default();
-                let step = run.current_step.as_deref().unwrap_or("-");
-                format!(
-                    "{} {} (step {step})\n{pretty}",
-                    run.run_id,
-                    run.status.as_str()
-                )
-            });
+            print_state(&run, out);
         }
         WorkflowCommand::History {
             run_id,

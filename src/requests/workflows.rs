@@ -334,6 +334,33 @@ impl TypedRequest for ControlWorkflow<'_> {
     }
 }
 
+/// `Client::update_workflow_state`, `Client::set_workflow_state`.
+pub(crate) struct UpdateWorkflowState<'a> {
+    pub run_id: &'a str,
+    /// A JSON object.
+    pub state: &'a [u8],
+    pub replace: bool,
+    pub continue_run: bool,
+}
+
+impl TypedRequest for UpdateWorkflowState<'_> {
+    type Output = WorkflowRunInfo;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::WorkflowUpdateState {
+            namespace: namespace.into(),
+            run_id: self.run_id.into(),
+            state: self.state.to_vec(),
+            replace: self.replace,
+            continue_run: self.continue_run,
+        }
+    }
+
+    fn output(reply: Reply) -> Result<WorkflowRunInfo, Error> {
+        workflow_run_of(reply)
+    }
+}
+
 pub(crate) struct ListWorkflowRunsPage<'a> {
     pub name: &'a str,
     pub status: Option<WorkflowRunStatus>,

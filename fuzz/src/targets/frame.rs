@@ -477,6 +477,18 @@ fn sample_ops() -> Vec<Op> {
             run_id: "wfrun-1".into(),
             reason: Some("customer asked".into()),
         },
+        Op::WorkflowControl {
+            namespace: ns(),
+            run_id: "wfrun-1".into(),
+            control: flo_protocol::WorkflowControl::Continue { reset_visits: true },
+        },
+        Op::WorkflowUpdateState {
+            namespace: ns(),
+            run_id: "wfrun-1".into(),
+            state: b"{\"approved\":true}".to_vec(),
+            replace: false,
+            continue_run: true,
+        },
         Op::WorkflowListRuns {
             namespace: ns(),
             name: "w".into(),
@@ -740,7 +752,7 @@ mod tests {
         // `Op` has no list of its variants: count the distinct ones sampled.
         let codes: std::collections::HashSet<u64> = sample_ops().iter().map(op_code).collect();
         assert_eq!(codes.len(), sample_ops().len());
-        assert_eq!(codes.len(), 46, "a new Op? add it to sample_ops");
+        assert_eq!(codes.len(), 48, "a new Op? add it to sample_ops");
     }
 
     #[test]

@@ -601,6 +601,16 @@ fn sample_records() -> Vec<Record> {
             paused: true,
             at_ms: 15,
         },
+        Record::WfRunControl {
+            namespace: ns(),
+            run_id: "wfrun-1".into(),
+            step: None,
+            control: flo_engine::testing::record::RunControl::State {
+                state: b"{\"count\":2}".to_vec(),
+                replace: false,
+            },
+            at_ms: 15,
+        },
         Record::WfStepStarted {
             namespace: ns(),
             run_id: "wfrun-1".into(),

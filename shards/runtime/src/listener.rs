@@ -296,6 +296,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::WorkflowSignal { .. }
         | Op::WorkflowCancel { .. }
         | Op::WorkflowControl { .. }
+        | Op::WorkflowUpdateState { .. }
         | Op::StreamCreate { .. }
         | Op::StreamDelete { .. }
         | Op::StreamTrim { .. }

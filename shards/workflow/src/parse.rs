@@ -151,6 +151,8 @@ pub(super) struct RawStep {
     /// flow8's graph form (`depends::compile` turns it into transitions).
     pub depends_on: Option<Vec<String>>,
     pub wait_for_signal: Option<RawSignalWait>,
+    /// Codehooks' wait for `update-state --continue` (a signal wait of `STATE_SIGNAL`).
+    pub wait_for_state: Option<RawStateWait>,
     /// A string holding JSON, or YAML.
     pub input_mapping: Option<serde_yaml::Value>,
     pub retry: Option<RawRetry>,
@@ -182,6 +184,21 @@ pub(super) enum RawTransition {
 pub(super) struct RawSignalWait {
     #[serde(rename = "type")]
     pub signal_type: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub on_timeout: Option<String>,
+}
+
+/// `waitForState: true` or `waitForState: {timeoutMs, onTimeout}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawStateWait {
+    Flag(bool),
+    Block(RawStateWaitBlock),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawStateWaitBlock {
     pub timeout_ms: Option<u64>,
     pub on_timeout: Option<String>,
 }

@@ -14,6 +14,15 @@ use serde_json::{Map, Value, json};
 /// Largest state document (as JSON): a step whose output would take it past this fails.
 pub const STATE_BYTES_MAX: usize = 1 << 20;
 
+/// The signal type a `waitForState:` step waits for: only `update-state --continue` sends
+/// it (users' signal types may not start with `flo.`).
+pub const STATE_SIGNAL: &str = "flo.state";
+
+/// Whether a signal type is the engine's own (`flo.`...), refused from users.
+pub fn reserved_signal_type(signal_type: &str) -> bool {
+    signal_type.starts_with("flo.")
+}
+
 /// What a run's state starts as: the defaults, with the input's fields (when the input
 /// is an object) laid over them.
 pub fn initial_state(def: &WorkflowDef, input: &Value) -> Value {

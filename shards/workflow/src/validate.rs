@@ -61,8 +61,8 @@ use crate::filter::{FILTERS_MAX, StepFilter};
 use crate::issues::{IssueCode, issue};
 use crate::mapping::{is_mapping_path, mapping_paths};
 use crate::parse::{
-    Entries, RawSchedule, RawSearchAttribute, RawSignalWait, RawStep, RawTransition, RawTrigger,
-    RawWorkflow,
+    Entries, RawSchedule, RawSearchAttribute, RawSignalWait, RawStateWait, RawStateWaitBlock,
+    RawStep, RawTransition, RawTrigger, RawWorkflow,
 };
 use crate::schedule::{check_cron, parse_interval, parse_timezone};
 use crate::step_limits::StepDefaults;
@@ -680,6 +680,7 @@ impl Checker {
             pass,
             depends_on: _,
             wait_for_signal,
+            wait_for_state,
             input_mapping,
             retry,
             poll,
@@ -694,6 +695,7 @@ impl Checker {
             when_all,
             when_any,
         } = raw;
+        let (wait_for_signal, wait_field) = self.state_wait(path, wait_for_signal, wait_for_state);
         let filter = self.filter(path, when, when_all, when_any);
         let on_error = self.on_error(path, on_error.as_deref());
         let (defer_ms, timeout_ms, max_visits) = crate::step_limits::step_limits(
@@ -739,7 +741,7 @@ impl Checker {
                 .target(&format!("{path}.run"), &run, scope)
                 .map(StepAction::Run),
             (None, Some(wait)) => Some(StepAction::WaitForSignal(self.signal_wait(
-                &format!("{path}.waitForSignal"),
+                &format!("{path}.{wait_field}"),
                 wait,
                 scope,
             ))),
@@ -885,13 +887,52 @@ impl Checker {
         }
     }
 
+    /// `waitForState:` is a wait for the signal only `update-state --continue` sends
+    /// (`STATE_SIGNAL`): the step's wait as a signal wait, and the field it was written as.
+    fn state_wait(
+        &mut self,
+        path: &str,
+        signal: Option<RawSignalWait>,
+        state: Option<RawStateWait>,
+    ) -> (Option<RawSignalWait>, &'static str) {
+        let block = match state {
+            None | Some(RawStateWait::Flag(false)) => return (signal, "waitForSignal"),
+            Some(RawStateWait::Flag(true)) => RawStateWaitBlock {
+                timeout_ms: None,
+                on_timeout: None,
+            },
+            Some(RawStateWait::Block(block)) => block,
+        };
+        if signal.is_some() {
+            self.error(
+                IssueCode::E107,
+                path,
+                "the step has both `waitForSignal` and `waitForState`; a step waits for one of them: keep one",
+            );
+            return (signal, "waitForSignal");
+        }
+        let wait = RawSignalWait {
+            signal_type: Some(crate::state::STATE_SIGNAL.to_string()),
+            timeout_ms: block.timeout_ms,
+            on_timeout: block.on_timeout,
+        };
+        (Some(wait), "waitForState")
+    }
+
     fn signal_wait(&mut self, path: &str, raw: RawSignalWait, scope: &Scope) -> SignalWait {
         let signal_type = raw.signal_type.unwrap_or_default();
+        let state = path.ends_with(".waitForState");
         if signal_type.trim().is_empty() {
             self.error(
                 IssueCode::E503,
                 format!("{path}.type"),
                 "`waitForSignal` needs a `type`: the signal type to wait for, e.g. `type: approval`",
+            );
+        } else if !state && crate::state::reserved_signal_type(&signal_type) {
+            self.error(
+                IssueCode::E503,
+                format!("{path}.type"),
+                format!("signal types starting with `flo.` are the server's own (`{signal_type}`): choose another name (a step that waits for `update-state --continue` is `waitForState:`)"),
             );
         } else if signal_type.len() > SIGNAL_TYPE_BYTES_MAX {
             self.error(
@@ -922,10 +963,14 @@ impl Checker {
                     ""
                 };
                 // A `timeout` transition that can never fire has its own warning (W104).
+                let what = match state {
+                    true => "`update-state --continue`".to_string(),
+                    false => format!("a `{signal_type}` signal"),
+                };
                 self.warn(
                     IssueCode::W102,
                     path,
-                    format!("no `timeoutMs`: the step waits for a `{signal_type}` signal forever{on_timeout}; add one unless that is intended"),
+                    format!("no `timeoutMs`: the step waits for {what} forever{on_timeout}; add one unless that is intended"),
                 );
             }
         }

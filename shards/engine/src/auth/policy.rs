@@ -90,6 +90,9 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::WorkflowSignal { namespace, .. } => ("workflow_signal", Ns(namespace), Client),
         Op::WorkflowCancel { namespace, .. } => ("workflow_cancel", Ns(namespace), Client),
         Op::WorkflowControl { namespace, .. } => ("workflow_control", Ns(namespace), Client),
+        Op::WorkflowUpdateState { namespace, .. } => {
+            ("workflow_update_state", Ns(namespace), Client)
+        }
         Op::WorkflowListRuns { namespace, .. } => ("workflow_list_runs", Ns(namespace), Client),
         Op::StreamCreate { namespace, .. } => ("stream_create", Ns(namespace), Client),
         Op::StreamDelete { namespace, .. } => ("stream_delete", Ns(namespace), Client),
@@ -464,6 +467,13 @@ mod tests {
                 run_id: s(),
                 control: flo_protocol::WorkflowControl::Pause,
             },
+            Op::WorkflowUpdateState {
+                namespace: n(),
+                run_id: s(),
+                state: b"{}".to_vec(),
+                replace: false,
+                continue_run: false,
+            },
             Op::WorkflowListRuns {
                 namespace: n(),
                 name: s(),
@@ -541,6 +551,7 @@ mod tests {
             "workflow_signal",
             "workflow_cancel",
             "workflow_control",
+            "workflow_update_state",
             "workflow_list_runs",
         ];
         assert_eq!(allowed(&client, "payments"), expected);

@@ -47,7 +47,8 @@ impl Engine {
             | Op::WorkflowHistory { .. }
             | Op::WorkflowSignal { .. }
             | Op::WorkflowCancel { .. }
-            | Op::WorkflowControl { .. }) => self.execute_workflows(to, op),
+            | Op::WorkflowControl { .. }
+            | Op::WorkflowUpdateState { .. }) => self.execute_workflows(to, op),
             Op::ActionRegister(_)
             | Op::ActionDelete { .. }
             | Op::ActionSetEnabled { .. }
@@ -416,6 +417,20 @@ impl Engine {
                 &namespace,
                 &run_id,
                 control,
+            ),
+            Op::WorkflowUpdateState {
+                namespace,
+                run_id,
+                state,
+                replace,
+                continue_run,
+            } => workflows::update_state(
+                &mut self.core,
+                &self.executions,
+                &namespace,
+                &run_id,
+                state,
+                (replace, continue_run),
             ),
             op => misrouted(&op),
         };

@@ -59,6 +59,9 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         }
         | Op::WorkflowControl {
             namespace, run_id, ..
+        }
+        | Op::WorkflowUpdateState {
+            namespace, run_id, ..
         } => (namespace, run_id.clone()),
         // A run id the caller chose places the run (and finds it again on a repeat).
         Op::WorkflowStart(WorkflowStartSpec {
@@ -223,6 +226,7 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::WorkflowSignal { .. }
         | Op::WorkflowCancel { .. }
         | Op::WorkflowControl { .. }
+        | Op::WorkflowUpdateState { .. }
         | Op::SchedulePause { .. }
         | Op::ScheduleTrigger { .. } => Target::Shard(me),
     }
@@ -266,6 +270,7 @@ pub fn mutates(op: &Op) -> bool {
         | Op::WorkflowSignal { .. }
         | Op::WorkflowCancel { .. }
         | Op::WorkflowControl { .. }
+        | Op::WorkflowUpdateState { .. }
         | Op::StreamCreate { .. }
         | Op::StreamDelete { .. }
         | Op::StreamAppend { .. }

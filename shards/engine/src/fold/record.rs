@@ -571,6 +571,14 @@ pub enum RunControl {
     /// waited for was cancelled in the same group); `reset_visits` counts its visits
     /// from 0 again.
     Continue { reset_visits: bool },
+    /// `flo workflow update-state` (merge the object's fields) or `set-state` (`replace`).
+    /// A `waitForState` step it continues finishes in the same atomic group.
+    State {
+        /// A JSON object.
+        #[serde(with = "serde_bytes")]
+        state: Vec<u8>,
+        replace: bool,
+    },
 }
 
 /// What happened to a plan step (`Record::WfPlanEvent`). Executors are indexes into the

@@ -46,6 +46,29 @@ impl Workflows {
                 let detail = until_ms.to_string();
                 run.event(HistoryEventType::StepDeferred, Some(&step), detail, at_ms);
             }
+            RunControl::State { state, replace } => {
+                let fields = match serde_json::from_slice(&state) {
+                    Ok(serde_json::Value::Object(fields)) => fields,
+                    _ => {
+                        return impossible(lsn, format_args!("run {run_id:?} state not an object"));
+                    }
+                };
+                if replace {
+                    run.state = serde_json::Value::Object(serde_json::Map::new());
+                }
+                flo_workflow::state::merge(&mut run.state, fields);
+                run.state_bytes = run.state.to_string().len();
+                let detail = match replace {
+                    true => "replaced",
+                    false => "merged",
+                };
+                run.event(
+                    HistoryEventType::StateUpdated,
+                    None,
+                    detail.to_string(),
+                    at_ms,
+                );
+            }
             RunControl::Continue { reset_visits } => {
                 let step = step.unwrap_or_default();
                 let Some(cursor) = run.at_mut(&step) else {

@@ -9,6 +9,7 @@ use crate::fold::workflow_defs::{WfEntry, WorkflowDefs};
 use crate::pages::{self, Pos};
 use crate::tables::HashMap;
 use flo_protocol::{HistoryEvent, HistoryEventType, WorkflowRunStatus};
+use flo_workflow::state::STATE_SIGNAL;
 use flo_workflow::{START_STEP, StepAction, Target, WorkflowDef};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -904,6 +905,9 @@ fn waiting_for(cursor: &Cursor) -> Option<String> {
         RunPhase::Waiting { wait, .. } => Some(match wait {
             StepWait::ActionRun { run_id, .. } => format!("action run {run_id}"),
             StepWait::ChildRun { run_id } => format!("workflow run {run_id}"),
+            StepWait::Signal { signal_type, .. } if signal_type == STATE_SIGNAL => {
+                "a state update (update-state --continue)".to_string()
+            }
             StepWait::Signal { signal_type, .. } => format!("signal {signal_type}"),
         }),
         RunPhase::Sleeping { at_ms, .. } if deferred => Some(format!("deferred until {at_ms} ms")),

@@ -11,6 +11,7 @@ mod finish;
 mod plan_steps;
 mod queries;
 mod results;
+mod run_state;
 mod search;
 mod signals;
 mod start;
@@ -25,6 +26,7 @@ pub use definitions::{info, list, plan_create, plan_set_enabled};
 pub use finish::STEP_OUTPUT_BYTES_MAX;
 pub use queries::{RunFilter, history, list_runs, status};
 pub use results::{notify_parent, on_action_final};
+pub use run_state::update_state;
 pub use search::{QueryAsk, merge_parts, query_part};
 #[cfg(feature = "test-support")]
 pub use signals::SIGNALS_QUEUED_MAX;

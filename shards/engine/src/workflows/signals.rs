@@ -52,6 +52,13 @@ pub fn signal(
                 "signal type must be 1 to {SIGNAL_TYPE_BYTES_MAX} bytes"
             )));
         }
+        if flo_workflow::state::reserved_signal_type(&signal_type) {
+            return Err(ErrorValue::bad_request(format!(
+                "signal types starting with `flo.` are the server's own ({signal_type:?}); a \
+                 step waiting in `waitForState` goes on with `flo workflow update-state RUN \
+                 JSON --continue`"
+            )));
+        }
         if payload.len() > RUN_INPUT_BYTES_MAX {
             return Err(ErrorValue::bad_request(format!(
                 "signal payload must be at most {RUN_INPUT_BYTES_MAX} bytes"
