@@ -591,11 +591,25 @@ impl Client {
         result: &[u8],
         outcome: Option<&str>,
     ) -> Result<(), Error> {
+        self.complete_task_with_state(worker_id, task, result, outcome, None)
+    }
+
+    /// `complete_task`, and for a workflow step's task the fields (a JSON object) to set
+    /// in the run's state with the step's completion.
+    pub fn complete_task_with_state(
+        &mut self,
+        worker_id: &str,
+        task: &TaskRef<'_>,
+        result: &[u8],
+        outcome: Option<&str>,
+        state: Option<&[u8]>,
+    ) -> Result<(), Error> {
         let complete = requests::CompleteTask {
             worker_id,
             task,
             result,
             outcome,
+            state,
         };
         send(self, complete)
     }

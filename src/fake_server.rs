@@ -96,6 +96,7 @@ impl FakeServer {
                 priority: 10,
                 created_at_ms: 1_000,
                 lease_expires_at_ms: 31_000,
+                state: None,
             });
             task_id
         })

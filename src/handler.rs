@@ -32,6 +32,8 @@ pub(crate) type Handler = Arc<dyn Fn(&ActionContext) -> HandlerResult + Send + S
 pub struct ActionResult {
     output: Vec<u8>,
     outcome: Option<String>,
+    /// Fields (a JSON object) to set in a workflow step's run state.
+    state: Option<Vec<u8>>,
 }
 
 impl ActionResult {
@@ -45,6 +47,7 @@ impl ActionResult {
         ActionResult {
             output: output.into(),
             outcome: None,
+            state: None,
         }
     }
 
@@ -59,8 +62,21 @@ impl ActionResult {
         self
     }
 
+    /// For a workflow step's task: `fields` (a JSON object) are set in the run's state
+    /// with the step's completion, after its output mapping (the server refuses anything
+    /// but an object; a task that is no step's has no state to set).
+    pub fn with_state(mut self, fields: &serde_json::Value) -> Self {
+        self.state = Some(fields.to_string().into_bytes());
+        self
+    }
+
     pub fn output(&self) -> &[u8] {
         &self.output
+    }
+
+    /// The state fields set with `with_state`, as JSON.
+    pub fn state(&self) -> Option<&[u8]> {
+        self.state.as_deref()
     }
 
     /// The named outcome (`None`: `success`).
@@ -261,6 +277,13 @@ impl ActionContext {
         serde_json::from_slice(&self.task.payload)
     }
 
+    /// A workflow step's task: its run's state when the task was leased (a JSON object;
+    /// None for a task that is no step's). Set fields with `ActionResult::with_state`.
+    pub fn state(&self) -> Option<serde_json::Value> {
+        let state = self.task.state.as_deref()?;
+        serde_json::from_slice(state).ok()
+    }
+
     /// Extends the task's lease to `extend_ms` from now (call it periodically during long
     /// work, so the task is not handed to another worker); returns when the lease now
     /// expires.
@@ -392,6 +415,7 @@ mod tests {
             priority: 10,
             created_at_ms: 1_000,
             lease_expires_at_ms: 31_000,
+            state: None,
         }
     }
 

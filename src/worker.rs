@@ -945,8 +945,9 @@ fn send_report(shared: &Shared, ctx: &ActionContext, report: &Report) {
     let task = ctx.task_ref();
     let (result, counter) = match report {
         Report::Complete(result) => {
+            let (output, outcome, state) = (result.output(), result.outcome(), result.state());
             let done =
-                client.complete_task(&shared.worker_id, &task, result.output(), result.outcome());
+                client.complete_task_with_state(&shared.worker_id, &task, output, outcome, state);
             match done {
                 // Not sent (e.g. the output exceeds the frame limit): fail the attempt
                 // rather than leave it to the lease's expiry.

@@ -324,3 +324,124 @@ fn continue_is_refused_with_nothing_changed_when_the_run_does_not_wait_for_state
     let err = c.create_workflow(reserved).unwrap_err().to_string();
     assert!(err.contains("E503"), "{err}");
 }
+
+const HANDOFF: &str = r#"kind: Workflow
+name: handoff
+version: "1"
+start:
+  run: "@actions/stamp"
+  skipOutputMapping: true
+  transitions:
+    success: tally
+steps:
+  tally:
+    run: "@actions/tally"
+    transitions:
+      success: flo.Completed
+      failure: flo.Failed
+"#;
+
+#[test]
+fn guests_and_workers_read_the_run_state_and_set_fields_with_their_completion() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let guest = flo_testkit::guests::state_guest(r#"{"stamped": true, "count": 10}"#);
+    common::guest_action(&mut c, "stamp", guest, None);
+    common::user_action(&mut c, "tally", 60_000, 0, 100);
+    c.create_workflow(HANDOFF).unwrap();
+    let input = json!({"order": "o-1", "count": 1});
+    let run_id = c
+        .start_workflow(
+            "handoff",
+            input.to_string().as_bytes(),
+            StartOptions::default(),
+        )
+        .unwrap();
+    // The guest's step is done (it read the state, set two fields); the worker's waits.
+    common::wait_until(std::time::Duration::from_secs(20), || {
+        c.workflow_run(&run_id).unwrap().current_step.as_deref() == Some("tally")
+    });
+    let run = c.workflow_run(&run_id).unwrap();
+    let read: Value = serde_json::from_slice(run.steps[0].output.as_deref().unwrap()).unwrap();
+    assert_eq!(read, input, "the guest read the state the run started with");
+    let stamped = json!({"order": "o-1", "count": 10, "stamped": true});
+    assert_eq!(state_of(&mut c, &run_id), stamped);
+
+    // The guest's fields came with its step's completion: both or neither after kill -9.
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    assert_eq!(state_of(&mut c, &run_id), stamped);
+
+    // A worker sees the state with its task and sets fields beside its output; bad
+    // state is refused with the task still leased.
+    c.register_worker(flo::protocol::WorkerSpec {
+        namespace: String::new(),
+        worker_id: "raw".into(),
+        worker_type: flo::protocol::WorkerType::Action,
+        max_concurrency: None,
+        processes: vec!["tally".into()],
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+    let tasks = c.await_tasks("raw", &["tally"], 1, 5_000).unwrap();
+    let task = &tasks[0];
+    let seen: Value = serde_json::from_slice(task.state.as_deref().unwrap()).unwrap();
+    assert_eq!(seen, stamped);
+    let task_ref = flo::TaskRef::from(task);
+    let err = c
+        .complete_task_with_state("raw", &task_ref, b"{}", None, Some(b"[1]"))
+        .unwrap_err();
+    assert!(err.to_string().contains("JSON object"), "{err}");
+    let patch = br#"{"count": 11, "by": "raw"}"#;
+    c.complete_task_with_state("raw", &task_ref, br#"{"tallied": 1}"#, None, Some(patch))
+        .unwrap();
+    let run = c.wait_workflow(&run_id, 20_000).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    let done = json!({"order": "o-1", "count": 11, "stamped": true, "tallied": 1, "by": "raw"});
+    assert_eq!(state_of(&mut c, &run_id), done);
+
+    // A task that is no workflow step's has no state to set.
+    let plain = c.invoke("tally", b"{}", Default::default()).unwrap();
+    let tasks = c.await_tasks("raw", &["tally"], 1, 5_000).unwrap();
+    assert_eq!(tasks[0].task_id, plain);
+    assert_eq!(tasks[0].state, None);
+    let err = c
+        .complete_task_with_state(
+            "raw",
+            &flo::TaskRef::from(&tasks[0]),
+            b"{}",
+            None,
+            Some(b"{}"),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("not a workflow step"), "{err}");
+
+    // The SDK worker: `ctx.state()` and `ActionResult::with_state`.
+    let worker =
+        ActionWorker::builder(server.addr)
+            .worker_id("sdk")
+            .block_ms(100)
+            .action("tally", |ctx| {
+                let state = ctx.state().unwrap_or_default();
+                let count = state["count"].as_i64().unwrap_or(0);
+                Ok(ActionResult::json(&json!({"tallied": 2}))?
+                    .with_state(&json!({"count": count + 1})))
+            })
+            .spawn()
+            .unwrap();
+    let second = c
+        .start_workflow("handoff", br#"{"count": 0}"#, StartOptions::default())
+        .unwrap();
+    let run = c.wait_workflow(&second, 20_000).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    assert_eq!(
+        state_of(&mut c, &second),
+        json!({"count": 11, "stamped": true, "tallied": 2})
+    );
+    worker.stop();
+}

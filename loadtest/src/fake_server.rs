@@ -83,6 +83,7 @@ impl FakeServer {
                     priority: 10,
                     created_at_ms: 0,
                     lease_expires_at_ms: 0,
+                    state: None,
                 });
                 self.queued.notify_all();
                 Reply::Invoked {

@@ -434,6 +434,7 @@ impl<'a> TaskWorker<'a> {
             attempt: Some(task.attempt),
             result: task.payload,
             outcome: None,
+            state: None,
         };
         let id = self.queue(conn, op)?;
         self.completing.insert(id, sent_ns);

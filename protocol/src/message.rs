@@ -220,6 +220,10 @@ pub enum Op {
         result: Vec<u8>,
         /// Named outcome (None: `success`).
         outcome: Option<String>,
+        /// A workflow step's task: a JSON object whose fields are merged into the run's
+        /// state with the step's completion (after its output mapping).
+        #[serde(default, with = "serde_bytes")]
+        state: Option<Vec<u8>>,
     },
     /// Report a leased task failed. `retry`: another attempt after backoff while retries
     /// remain, else failed and dead-lettered. `non_retryable`: failed at once, not
@@ -669,6 +673,9 @@ pub struct TaskAssignment {
     pub priority: u8,
     pub created_at_ms: u64,
     pub lease_expires_at_ms: u64,
+    /// A workflow step's task: the run's state (JSON) when the task was leased.
+    #[serde(default, with = "serde_bytes")]
+    pub state: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -403,6 +403,9 @@ pub enum WorkerCommand {
         /// Refuse if the task is no longer at this attempt.
         #[arg(long)]
         attempt: Option<u32>,
+        /// A workflow step's task: fields (a JSON object) to set in the run's state.
+        #[arg(long, value_name = "JSON", value_parser = parse_text, allow_hyphen_values = true)]
+        state: Option<ArgText>,
     },
     /// Report a leased task failed; prints the run as it is afterwards (pending again for
     /// a retry, or failed).

@@ -103,6 +103,7 @@ pub fn run(client: &mut Client, cmd: &WorkerCommand, out: &Output) -> Result<(),
             result,
             outcome,
             attempt,
+            state,
         } => {
             let task = TaskRef {
                 task_id,
@@ -110,7 +111,8 @@ pub fn run(client: &mut Client, cmd: &WorkerCommand, out: &Output) -> Result<(),
                 attempt: *attempt,
             };
             let result = result.as_deref().unwrap_or_default().as_bytes();
-            client.complete_task(worker_id, &task, result, outcome.as_deref())?;
+            let state = state.as_deref().map(str::as_bytes);
+            client.complete_task_with_state(worker_id, &task, result, outcome.as_deref(), state)?;
             let doc = json!({
                 "task_id": task_id,
                 "action": action,

@@ -202,6 +202,8 @@ pub(crate) struct CompleteTask<'a> {
     pub task: &'a TaskRef<'a>,
     pub result: &'a [u8],
     pub outcome: Option<&'a str>,
+    /// A workflow step's task: fields (a JSON object) for the run's state.
+    pub state: Option<&'a [u8]>,
 }
 
 impl TypedRequest for CompleteTask<'_> {
@@ -216,6 +218,7 @@ impl TypedRequest for CompleteTask<'_> {
             attempt: self.task.attempt,
             result: self.result.to_vec(),
             outcome: self.outcome.map(str::to_string),
+            state: self.state.map(<[u8]>::to_vec),
         }
     }
 

@@ -408,6 +408,7 @@ fn sample_ops() -> Vec<Op> {
             attempt: Some(1),
             result: b"{\"ok\":true}".to_vec(),
             outcome: Some("success".into()),
+            state: Some(b"{\"approved\":true}".to_vec()),
         },
         Op::TaskFail {
             namespace: ns(),
@@ -704,6 +705,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             priority: 0,
             created_at_ms: 1,
             lease_expires_at_ms: 2,
+            state: None,
         }])),
         Ok(Reply::WorkflowRun(wf_run)),
         Ok(Reply::WorkflowHistoryPage {

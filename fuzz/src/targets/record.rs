@@ -523,6 +523,7 @@ fn sample_records() -> Vec<Record> {
                 },
             ],
             at_ms: 10,
+            state_patch: None,
         },
         Record::RunCancelled {
             namespace: ns(),
@@ -641,6 +642,7 @@ fn sample_records() -> Vec<Record> {
             consumed_signal: Some(2),
             next: StepNext::Retry { at_ms: 100 },
             at_ms: 16,
+            state_patch: Some(b"{\"approved\":true}".to_vec()),
         },
         Record::WfStepFinished {
             namespace: ns(),
@@ -656,6 +658,7 @@ fn sample_records() -> Vec<Record> {
                 reason: None,
             },
             at_ms: 17,
+            state_patch: None,
         },
         Record::WfSignalReceived {
             namespace: ns(),

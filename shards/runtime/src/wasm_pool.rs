@@ -150,7 +150,7 @@ impl WasmPool {
     }
 
     /// Runs one execution in its own task.
-    pub fn execute(self: &Rc<Self>, x: Execution) {
+    pub fn execute(self: &Rc<Self>, mut x: Execution) {
         let pool = self.clone();
         let stop = StopSignal::default();
         self.running.borrow_mut().insert(x.exec, stop.clone());
@@ -168,7 +168,14 @@ impl WasmPool {
                         memory_limit_bytes: x.memory_limit_bytes,
                     };
                     let r = module
-                        .execute_entrypoint(&x.entrypoint, &x.input, kv, limits, &stop)
+                        .execute_entrypoint(
+                            &x.entrypoint,
+                            &x.input,
+                            x.run_state.take(),
+                            kv,
+                            limits,
+                            &stop,
+                        )
                         .await;
                     let elapsed_ns = started.elapsed().as_nanos() as u64;
                     pool.metrics
@@ -178,17 +185,13 @@ impl WasmPool {
                         outcome: r.outcome,
                         kv_writes: r.kv_writes,
                         logs: r.logs,
+                        state_patch: r.state_patch,
                     }
                 }
                 Err(message) => {
                     let elapsed_ns = started.elapsed().as_nanos() as u64;
                     pool.metrics.execution(EXEC_FAILED, elapsed_ns);
-                    ExecResult {
-                        output: Err(failure(GuestError::Instantiate(message))),
-                        outcome: None,
-                        kv_writes: Vec::new(),
-                        logs: Vec::new(),
-                    }
+                    ExecResult::failed(failure(GuestError::Instantiate(message)))
                 }
             };
             pool.running.borrow_mut().remove(&exec);

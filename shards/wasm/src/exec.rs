@@ -24,6 +24,8 @@ pub(crate) enum Call<'a> {
     Handle {
         entrypoint: &'a str,
         input: &'a [u8],
+        /// A workflow step's run state (JSON), for `flo.state_get` / `state_set`.
+        run_state: Option<Vec<u8>>,
     },
     /// `init` (if exported), then `describe()`.
     Describe,
@@ -102,7 +104,7 @@ pub(crate) fn trial(module: &ModuleInner) -> Result<Option<String>, WasmError> {
 /// Runs one execution to completion (or to its deadline, or until `stop` is set).
 pub(crate) async fn run(
     module: &ModuleInner,
-    call: Call<'_>,
+    mut call: Call<'_>,
     kv: Rc<dyn GuestKv>,
     limits: ExecLimits,
     stop: &StopSignal,
@@ -114,8 +116,13 @@ pub(crate) async fn run(
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
     let memory_limit = limits.memory_limit_bytes.min(engine.memory_limit_max);
     let logs = Arc::new(Mutex::new(LogSink::default()));
+    let run_state = match &mut call {
+        Call::Handle { run_state, .. } => run_state.take(),
+        Call::Describe | Call::Instantiate => None,
+    };
     let state = HostState::new(
         kv,
+        run_state,
         logs.clone(),
         usize::try_from(memory_limit).unwrap_or(usize::MAX),
         deadline,
@@ -136,19 +143,20 @@ pub(crate) async fn run(
     .await;
     let logs = lock(&logs).finish();
     match finished {
-        Ok((Ok(output), outcome, kv_writes)) => ExecResult {
+        Ok((Ok(output), outcome, kv_writes, state_patch)) => ExecResult {
             output: Ok(output),
             outcome,
             kv_writes,
             logs,
+            state_patch: state_patch.map(|p| serde_json::Value::Object(p).to_string().into_bytes()),
         },
         // A failure the guest reported (-3) keeps the name it gave (`flo.outcome`): the
         // failure's error code (an inline plan's `errors:` classify it).
-        Ok((Err(GuestError::ExecutionError), outcome, _)) => ExecResult {
+        Ok((Err(GuestError::ExecutionError), outcome, ..)) => ExecResult {
             outcome,
             ..failed(GuestError::ExecutionError, logs)
         },
-        Ok((Err(e), _, _)) => failed(e, logs),
+        Ok((Err(e), ..)) => failed(e, logs),
         // Cut off while waiting on the host (a kv read, a sleep) or between two ticks of
         // wasm code: the store was dropped, with the guest's buffered writes.
         Err(Cut::Deadline) => failed(
@@ -167,6 +175,7 @@ fn failed(e: GuestError, logs: Vec<(u8, String)>) -> ExecResult {
         outcome: None,
         kv_writes: Vec::new(),
         logs,
+        state_patch: None,
     }
 }
 
@@ -174,6 +183,7 @@ type StoreOutput = (
     Result<Vec<u8>, GuestError>,
     Option<String>,
     Vec<(String, Option<Vec<u8>>)>,
+    Option<serde_json::Map<String, serde_json::Value>>,
 );
 
 async fn run_in_store(
@@ -210,7 +220,9 @@ async fn run_in_store(
         }),
         Err(e) => Err(e),
     };
-    (result, state.outcome, state.writes)
+    // A failed execution has no effects: its state fields are dropped with its writes.
+    let patch = state.state_patch.filter(|_| result.is_ok());
+    (result, state.outcome, state.writes, patch)
 }
 
 async fn guest_calls(
@@ -244,7 +256,9 @@ async fn guest_calls(
     }
 
     match call {
-        Call::Handle { entrypoint, input } => {
+        Call::Handle {
+            entrypoint, input, ..
+        } => {
             let (ptr, len) = if input.is_empty() {
                 (0, 0)
             } else {

@@ -33,7 +33,11 @@ pub const MAX_KV_WRITE_BYTES: usize = 64 << 20;
 /// Table elements a guest may have (matches the pooling allocator's per-table slot).
 pub const MAX_TABLE_ELEMENTS: usize = 20_000;
 
-/// `kv_*` return codes.
+/// Bytes of state fields a guest may set per execution (`flo.state_set`), as JSON: a
+/// run's whole state is at most this large.
+pub const MAX_STATE_PATCH_BYTES: usize = 1 << 20;
+
+/// `kv_*` (and `state_*`) return codes; -1 from `state_*`: not a workflow step.
 const KV_NOT_FOUND: i32 = -1;
 const KV_BAD_ARGS: i32 = -2;
 
@@ -196,6 +200,11 @@ pub(crate) struct HostState {
     /// Key → index in `writes` of its latest write (read-your-writes).
     latest: HashMap<String, usize>,
     pub outcome: Option<String>,
+    /// A workflow step's execution: its run's state (JSON), read by `flo.state_get`.
+    run_state: Option<Vec<u8>>,
+    /// The fields `flo.state_set` calls gave (later calls win), and their bytes.
+    pub state_patch: Option<serde_json::Map<String, serde_json::Value>>,
+    state_patch_bytes: usize,
     pub logs: Arc<Mutex<LogSink>>,
     /// Built on the first WASI call, so guests that never call WASI never pay for it.
     wasi: Option<WasiP1Ctx>,
@@ -210,6 +219,7 @@ pub(crate) struct HostState {
 impl HostState {
     pub fn new(
         kv: Rc<dyn GuestKv>,
+        run_state: Option<Vec<u8>>,
         logs: Arc<Mutex<LogSink>>,
         memory_limit: usize,
         deadline: Instant,
@@ -227,6 +237,9 @@ impl HostState {
             write_bytes: 0,
             latest: HashMap::new(),
             outcome: None,
+            run_state,
+            state_patch: None,
+            state_patch_bytes: 0,
             logs,
             wasi: None,
             deadline,
@@ -249,6 +262,22 @@ impl HostState {
         self.latest.insert(key.clone(), self.writes.len());
         self.writes.push((key, value));
         Ok(0)
+    }
+
+    /// `flo.state_set`: a JSON object's fields laid over those set before.
+    fn set_state(&mut self, bytes: &[u8]) -> i32 {
+        if self.run_state.is_none() {
+            return KV_NOT_FOUND;
+        }
+        if self.state_patch_bytes + bytes.len() > MAX_STATE_PATCH_BYTES {
+            return KV_BAD_ARGS;
+        }
+        let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(bytes) else {
+            return KV_BAD_ARGS;
+        };
+        self.state_patch_bytes += bytes.len();
+        self.state_patch.get_or_insert_default().extend(fields);
+        0
     }
 
     fn wasi(&mut self) -> &mut WasiP1Ctx {
@@ -417,6 +446,41 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
             };
             let name = (!name.is_empty()).then(|| name.to_owned());
             caller.data_mut().outcome = name;
+        },
+    )?;
+
+    linker.func_wrap(
+        "flo",
+        "state_get",
+        |mut caller: Caller<'_, HostState>, buf_ptr: i32, buf_len: i32| -> i32 {
+            let Some(memory) = memory_of(&mut caller) else {
+                return KV_BAD_ARGS;
+            };
+            let (data, state) = memory.data_and_store_mut(&mut caller);
+            let Some(value) = &state.run_state else {
+                return KV_NOT_FOUND;
+            };
+            let Some(buf) = guest_range(buf_ptr, buf_len, data.len()) else {
+                return KV_BAD_ARGS;
+            };
+            let n = value.len().min(buf.len());
+            data[buf.start..buf.start + n].copy_from_slice(&value[..n]);
+            i32::try_from(value.len()).unwrap_or(i32::MAX)
+        },
+    )?;
+
+    linker.func_wrap(
+        "flo",
+        "state_set",
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| -> i32 {
+            let Some(memory) = memory_of(&mut caller) else {
+                return KV_BAD_ARGS;
+            };
+            let (data, state) = memory.data_and_store_mut(&mut caller);
+            match guest_range(ptr, len, data.len()) {
+                Some(range) => state.set_state(&data[range]),
+                None => KV_BAD_ARGS,
+            }
         },
     )?;
 

@@ -28,7 +28,12 @@
 //! buf_len) -> i32` (value length, copying `min(len, buf_len)` bytes; -1 not found; -2 bad
 //! arguments), `kv_set(key_ptr, key_len, val_ptr, val_len) -> i32` (0 ok, -2 bad arguments),
 //! `kv_delete(key_ptr, key_len) -> i32`, `outcome(ptr, len)` (≤ 64 bytes UTF-8, last call
-//! wins, empty clears). Keys are 1..=1024 bytes of UTF-8, values ≤ 1 MiB. Writes are buffered
+//! wins, empty clears), `state_get(buf_ptr, buf_len) -> i32` (a workflow step's run state
+//! as JSON: its length, copying what fits; -1 outside a workflow step), `state_set(ptr, len)
+//! -> i32` (a JSON object whose fields the step sets in its run's state, later calls win;
+//! 0 ok, -1 outside a workflow step, -2 not an object or past 1 MiB in all; merged with the
+//! step's completion, dropped if the execution fails). Keys are 1..=1024 bytes of UTF-8,
+//! values ≤ 1 MiB. Writes are buffered
 //! (at most 10 000 writes / 64 MiB per execution, beyond that the guest traps) and reads see
 //! them first; other reads go to the caller's [`GuestKv`]. WASI preview1
 //! (`wasi_snapshot_preview1`) is available with no preopened directories, no network, no
@@ -149,6 +154,9 @@ pub struct ExecResult {
     pub kv_writes: Vec<(String, Option<Vec<u8>>)>,
     /// Log entries `(level 0..=3, text)`, including captured WASI stdout/stderr; kept on error.
     pub logs: Vec<(u8, String)>,
+    /// A workflow step's execution: the fields the guest set in its run's state through
+    /// `flo.state_set` (a JSON object), None if it set none or failed.
+    pub state_patch: Option<Vec<u8>>,
 }
 
 /// Why an execution produced no output. Messages are meant for people.
@@ -428,21 +436,28 @@ impl WasmModule {
         limits: ExecLimits,
         stop: &StopSignal,
     ) -> ExecResult {
-        self.execute_entrypoint(ENTRYPOINT_DEFAULT, input, kv, limits, stop)
+        self.execute_entrypoint(ENTRYPOINT_DEFAULT, input, None, kv, limits, stop)
             .await
     }
 
     /// [`execute_with_stop`](Self::execute_with_stop), calling the export `entrypoint`
-    /// instead of `handle` (same signature, same ABI).
+    /// instead of `handle` (same signature, same ABI); `run_state`: a workflow step's run
+    /// state (JSON), which `flo.state_get` reads and `flo.state_set` adds fields to
+    /// ([`ExecResult::state_patch`]).
     pub async fn execute_entrypoint(
         &self,
         entrypoint: &str,
         input: &[u8],
+        run_state: Option<Vec<u8>>,
         kv: Rc<dyn GuestKv>,
         limits: ExecLimits,
         stop: &StopSignal,
     ) -> ExecResult {
-        let call = exec::Call::Handle { entrypoint, input };
+        let call = exec::Call::Handle {
+            entrypoint,
+            input,
+            run_state,
+        };
         exec::run(&self.inner, call, kv, limits, stop).await
     }
 }

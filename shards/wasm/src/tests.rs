@@ -102,6 +102,8 @@ fn module_wat(body: &str) -> String {
   (import "flo" "kv_set" (func $kv_set (param i32 i32 i32 i32) (result i32)))
   (import "flo" "kv_delete" (func $kv_delete (param i32 i32) (result i32)))
   (import "flo" "outcome" (func $outcome (param i32 i32)))
+  (import "flo" "state_get" (func $state_get (param i32 i32) (result i32)))
+  (import "flo" "state_set" (func $state_set (param i32 i32) (result i32)))
   (memory (export "memory") 1)
   {ALLOC}
   {body})"#
@@ -186,7 +188,7 @@ fn a_named_entrypoint_is_checked_and_called_instead_of_handle() {
         .expect_err("another signature");
     assert!(e.to_string().contains("export `alloc` has type"), "{e}");
     let stop = StopSignal::default();
-    let r = block_on(module.execute_entrypoint("run", b"hi", kv(), limits(), &stop));
+    let r = block_on(module.execute_entrypoint("run", b"hi", None, kv(), limits(), &stop));
     assert_eq!(r.output, Ok(b"hi".to_vec()));
     // Executing an export the module lacks fails the execution, never panics.
     let r = block_on(module.execute(b"hi", kv(), limits()));
@@ -197,6 +199,48 @@ fn a_named_entrypoint_is_checked_and_called_instead_of_handle() {
     );
     // Unchecked: a module of no entrypoint compiles, for a cache of several actions.
     assert!(ENGINE.compile_for(wat.as_bytes(), None).is_ok());
+}
+
+#[test]
+fn a_step_reads_its_run_state_and_sets_fields() {
+    let _guard = shared();
+    // rc[i] at 512 + 4 i; the state read into 600..700; output: rc then the state read.
+    let module = compile(
+        r#"
+  (data (i32.const 100) "{\"seen\": true, \"n\": 1}")
+  (data (i32.const 130) "{\"n\": 2}")
+  (data (i32.const 140) "[1]")
+  (func $rc (param $i i32) (param $v i32)
+    (i32.store (i32.add (i32.const 512) (i32.mul (local.get $i) (i32.const 4))) (local.get $v)))
+  (func (export "handle") (param $p i32) (param $n i32) (result i64)
+    (call $rc (i32.const 0) (call $state_get (i32.const 600) (i32.const 100)))
+    (call $rc (i32.const 1) (call $state_set (i32.const 100) (i32.const 22)))
+    ;; a later call wins for its fields
+    (call $rc (i32.const 2) (call $state_set (i32.const 130) (i32.const 8)))
+    ;; not an object; out of bounds
+    (call $rc (i32.const 3) (call $state_set (i32.const 140) (i32.const 3)))
+    (call $rc (i32.const 4) (call $state_get (i32.const 65530) (i32.const 100)))
+    (call $pack (i32.const 512) (i32.const 188)))"#,
+    );
+    let stop = StopSignal::default();
+    let state = br#"{"order":"o-1"}"#.to_vec();
+    let run = |state: Option<Vec<u8>>| {
+        block_on(module.execute_entrypoint("handle", b"", state, kv(), limits(), &stop))
+    };
+    let r = run(Some(state.clone()));
+    let out = r.output.clone().unwrap();
+    let rc = |i: usize| i32::from_le_bytes(out[i * 4..i * 4 + 4].try_into().unwrap());
+    assert_eq!(rc(0), state.len() as i32);
+    assert_eq!(&out[88..88 + state.len()], &state[..]);
+    assert_eq!((rc(1), rc(2), rc(3), rc(4)), (0, 0, -2, -2));
+    let patch: serde_json::Value = serde_json::from_slice(&r.state_patch.unwrap()).unwrap();
+    assert_eq!(patch, serde_json::json!({"seen": true, "n": 2}));
+    // Outside a workflow step there is no state: -1, and nothing is set.
+    let r = run(None);
+    let out = r.output.clone().unwrap();
+    let rc = |i: usize| i32::from_le_bytes(out[i * 4..i * 4 + 4].try_into().unwrap());
+    assert_eq!((rc(0), rc(1), rc(2)), (-1, -1, -1));
+    assert_eq!(r.state_patch, None);
 }
 
 #[test]

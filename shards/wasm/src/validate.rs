@@ -93,6 +93,8 @@ const FLO_IMPORTS: &[(&str, Sig)] = &[
     ("kv_set", Sig(&[I32, I32, I32, I32], &[I32])),
     ("kv_delete", Sig(&[I32, I32], &[I32])),
     ("outcome", Sig(&[I32, I32], &[])),
+    ("state_get", Sig(&[I32, I32], &[I32])),
+    ("state_set", Sig(&[I32, I32], &[I32])),
 ];
 
 const HANDLE: Sig = Sig(&[I32, I32], &[I64]);

@@ -83,6 +83,25 @@ pub fn fixed_guest(json: &str) -> String {
     )
 }
 
+/// The host imports a workflow step's guest uses for its run's state.
+pub const STATE_IMPORTS: &str = r#"(import "flo" "state_get" (func $state_get (param i32 i32) (result i32)))
+  (import "flo" "state_set" (func $state_set (param i32 i32) (result i32)))"#;
+
+/// A workflow step's guest: returns its run's state as it read it (`flo.state_get`, up to
+/// 32 KiB; empty outside a step) and sets `fields` (a JSON object) in it (`flo.state_set`).
+pub fn state_guest(fields: &str) -> String {
+    let body = format!(
+        "(local.set $buf (call $alloc (i32.const 32768)))
+    (local.set $n (call $state_get (local.get $buf) (i32.const 32768)))
+    (drop (call $state_set (i32.const 0) (i32.const {})))
+    (if (i32.lt_s (local.get $n) (i32.const 0))
+      (then (return (call $pack (i32.const 0) (i32.const 0)))))
+    (call $pack (local.get $buf) (local.get $n))",
+        fields.len()
+    );
+    guest_with_imports(STATE_IMPORTS, &[(0, fields)], &body)
+}
+
 /// Returns its input unchanged.
 pub fn echo_guest() -> String {
     guest(&[], "(call $pack (local.get $ptr) (local.get $len))")

@@ -82,6 +82,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
         }
         let (attempt, action) = (run.attempt, run.action.clone());
         let step_timeout = core.state().step_timeout_ms(&key.0, run.step.as_ref());
+        let run_state = core.state().step_run_state(&key.0, run.step.as_ref());
         let def = core.state().registry.get(&key.0, &action);
         let module = core.state().registry.module(&key.0, &action);
         let (def, wasm) = match (def, module) {
@@ -104,7 +105,8 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
                     error: format!("could not instantiate the module: {error}"),
                     timed_out: false,
                 };
-                record_attempt(core, &key, attempt, version, Err(failure), None, Vec::new());
+                let result = ExecResult::failed(failure);
+                record_attempt(core, &key, attempt, version, result);
                 continue;
             }
         };
@@ -120,6 +122,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             input: run.input.clone(),
             timeout_ms: step_timeout.unwrap_or(def.1),
             memory_limit_bytes: def.2,
+            run_state,
         })));
         let version = def.0;
         execs.executing.insert(key.clone(), exec);
@@ -174,18 +177,10 @@ pub fn on_executed(core: &mut Core, execs: &mut Executions, exec: u64, mut resul
             text,
         }));
     }
-    let output = result
+    result.output = result
         .output
         .and_then(|output| check_result_size(&output, &result.kv_writes).map(|()| output));
-    record_attempt(
-        core,
-        &key,
-        attempt,
-        version,
-        output,
-        result.outcome,
-        result.kv_writes,
-    );
+    record_attempt(core, &key, attempt, version, result);
 }
 
 /// Logs the attempt's result, unless the run moved on meanwhile (cancelled).
@@ -194,10 +189,15 @@ fn record_attempt(
     key: &RunKey,
     attempt: u32,
     action_version: u32,
-    output: Result<Vec<u8>, ExecFailure>,
-    outcome: Option<String>,
-    kv_writes: Vec<(String, Option<Vec<u8>>)>,
+    result: ExecResult,
 ) {
+    let ExecResult {
+        output,
+        outcome,
+        kv_writes,
+        state_patch,
+        ..
+    } = result;
     let now = core.now_ms();
     let (namespace, run_id) = key;
     let Some(run) = core.state().runs.get(namespace, run_id) else {
@@ -220,6 +220,8 @@ fn record_attempt(
                 .map(|(key, value)| GuestKvWrite { key, value })
                 .collect(),
             at_ms: now,
+            // Only a step's run has a workflow run's state to set.
+            state_patch: state_patch.filter(|_| run.step.is_some()),
         },
         Err(failure) => Record::AttemptFailed {
             namespace: namespace.clone(),

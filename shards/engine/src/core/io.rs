@@ -130,6 +130,21 @@ pub struct ExecResult {
     pub kv_writes: Vec<(String, Option<Vec<u8>>)>,
     /// Guest log lines: (level, text).
     pub logs: Vec<(u8, String)>,
+    /// A workflow step's guest: the fields it set in the run's state (a JSON object).
+    pub state_patch: Option<Vec<u8>>,
+}
+
+impl ExecResult {
+    /// An attempt that failed before or without running the guest.
+    pub fn failed(failure: ExecFailure) -> ExecResult {
+        ExecResult {
+            output: Err(failure),
+            outcome: None,
+            kv_writes: Vec::new(),
+            logs: Vec::new(),
+            state_patch: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,6 +258,8 @@ pub struct Execution {
     pub input: Vec<u8>,
     pub timeout_ms: u64,
     pub memory_limit_bytes: u64,
+    /// A workflow step's run: the workflow run's state (JSON), for `flo.state_get`.
+    pub run_state: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone)]

@@ -344,10 +344,12 @@ impl ShardState {
                 outcome,
                 kv_writes,
                 at_ms,
+                state_patch,
             } => {
                 let Some(run) = self.runs.get_mut(&namespace, &run_id) else {
                     return impossible(lsn, format_args!("run {run_id:?} does not exist"));
                 };
+                run.state_patch = state_patch.map(Vec::into_boxed_slice);
                 run.status = RunStatus::Completed;
                 run.lease = None;
                 run.action_version = action_version;
@@ -431,6 +433,7 @@ impl ShardState {
                 lsn,
                 lease: None,
                 step: None,
+                state_patch: None,
             };
             self.runs.apply_created(namespace, run_id, run);
             return;
@@ -510,6 +513,7 @@ impl ShardState {
             lease: None,
             step,
             error_code: None,
+            state_patch: None,
         };
         if let Some((sr, wait)) = step_started {
             self.workflows.apply_step_started(
@@ -677,15 +681,14 @@ impl ShardState {
                 consumed_signal,
                 next,
                 at_ms,
+                state_patch,
             } => {
                 let indexed = self.search.doc(&namespace, &run_id).is_some();
                 self.workflows.apply_step_finished(
                     &namespace,
                     &run_id,
                     step,
-                    outcome,
-                    output,
-                    error,
+                    (outcome, output, error, state_patch),
                     consumed_signal,
                     next,
                     at_ms,

@@ -329,6 +329,10 @@ pub enum Record {
         /// completion, the others are forwarded to their shards (`KvForwarded`).
         kv_writes: Vec<GuestKvWrite>,
         at_ms: u64,
+        /// A workflow step's run: the fields (a JSON object) the worker or guest gave for
+        /// the workflow run's state, merged by the step's `WfStepFinished`.
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "serde_bytes")]
+        state_patch: Option<Vec<u8>>,
     },
     RunCancelled {
         namespace: String,
@@ -400,6 +404,10 @@ pub enum Record {
         consumed_signal: Option<u64>,
         next: StepNext,
         at_ms: u64,
+        /// Fields (a JSON object) the step's worker or guest set in the run's state,
+        /// merged after its output mapping.
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "serde_bytes")]
+        state_patch: Option<Vec<u8>>,
     },
     WfSignalReceived {
         namespace: String,

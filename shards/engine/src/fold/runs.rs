@@ -48,6 +48,10 @@ pub struct Run {
     /// The code of its last failure, if one was given.
     #[serde(default)]
     pub error_code: Option<String>,
+    /// A step's run that completed: the fields its worker or guest set in the workflow
+    /// run's state (JSON object), for the step's finish.
+    #[serde(default, with = "serde_bytes")]
+    pub state_patch: Option<Box<[u8]>>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -77,6 +77,17 @@ impl ShardState {
         run.def.as_ref().ok()?.step(&step.step)?.timeout_ms
     }
 
+    /// The state (JSON) of the workflow run whose step an action run executes: what its
+    /// worker's task and its guest's `flo.state_get` see.
+    pub fn step_run_state(
+        &self,
+        namespace: &str,
+        step: Option<&crate::fold::record::StepRef>,
+    ) -> Option<Vec<u8>> {
+        let run = self.workflows.run(namespace, &step?.run_id)?;
+        serde_json::to_vec(&run.state).ok()
+    }
+
     pub fn owns(&self, namespace: &str, key: &str) -> bool {
         self.partitioning.shard_of(namespace, key) == self.shard
     }

@@ -236,6 +236,15 @@ fn state_bytes_bound(bound: usize, state: &Value) -> usize {
 }
 
 /// JSON bytes as a value (text that is not JSON becomes a string).
+/// How a step ended, as its `WfStepFinished` says: outcome, output (JSON), error, and the
+/// fields its worker or guest set in the run's state (a JSON object).
+pub type StepEnd = (
+    StepOutcome,
+    Option<Vec<u8>>,
+    Option<String>,
+    Option<Vec<u8>>,
+);
+
 pub fn json_value(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
@@ -517,9 +526,7 @@ impl Workflows {
         namespace: &str,
         run_id: &str,
         step: String,
-        outcome: StepOutcome,
-        output: Option<Vec<u8>>,
-        error: Option<String>,
+        (outcome, output, error, state_patch): StepEnd,
         consumed_signal: Option<u64>,
         next: StepNext,
         at_ms: u64,
@@ -561,6 +568,13 @@ impl Workflows {
                 None => run.state_bytes.saturating_add(output_len),
                 Some(_) => usize::MAX,
             };
+            run.state_bytes = state_bytes_bound(bound, &run.state);
+        }
+        if let Some(patch) = state_patch {
+            if let Value::Object(fields) = json_value(&patch) {
+                flo_workflow::state::merge(&mut run.state, fields);
+            }
+            let bound = run.state_bytes.saturating_add(patch.len());
             run.state_bytes = state_bytes_bound(bound, &run.state);
         }
         match outcome {

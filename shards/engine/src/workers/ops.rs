@@ -19,6 +19,7 @@ pub fn report(core: &mut Core, registry: &mut WorkerRegistry, execs: &Executions
             attempt,
             result,
             outcome,
+            state,
         } => {
             let r = TaskReport {
                 namespace: &namespace,
@@ -27,7 +28,7 @@ pub fn report(core: &mut Core, registry: &mut WorkerRegistry, execs: &Executions
                 action: &action,
                 attempt,
             };
-            complete(core, registry, &r, result, outcome)
+            complete(core, registry, &r, (result, outcome, state))
         }
         Op::TaskFail {
             namespace,
@@ -80,11 +81,10 @@ fn complete(
     core: &mut Core,
     registry: &mut WorkerRegistry,
     r: &TaskReport,
-    result: Vec<u8>,
-    outcome: Option<String>,
+    completion: (Vec<u8>, Option<String>, Option<Vec<u8>>),
 ) -> Done {
     let now = core.now_ms();
-    match complete_task(core, r, result, outcome, now) {
+    match complete_task(core, r, completion, now) {
         Ok(lsn) => {
             core.schedule(Task::ActionFinal((
                 r.namespace.to_string(),

@@ -152,6 +152,9 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
             priority: run.priority,
             created_at_ms: run.created_at_ms,
             lease_expires_at_ms: expires_at_ms,
+            state: core
+                .state()
+                .step_run_state(want.namespace, run.step.as_ref()),
         });
     }
     (assignments, lsn)
@@ -219,8 +222,7 @@ fn leased_run<'a>(core: &'a Core, r: &TaskReport, now_ms: u64) -> Result<&'a Run
 pub fn complete_task(
     core: &mut Core,
     r: &TaskReport,
-    result: Vec<u8>,
-    outcome: Option<String>,
+    (result, outcome, state): (Vec<u8>, Option<String>, Option<Vec<u8>>),
     now_ms: u64,
 ) -> Result<u64, ErrorValue> {
     if let Some(o) = &outcome
@@ -231,6 +233,17 @@ pub fn complete_task(
         )));
     }
     let run = leased_run(core, r, now_ms)?;
+    let state_patch = match (state, &run.step) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ErrorValue::bad_request(format!(
+                "task {:?} is not a workflow step's: it has no run state to update (complete \
+                 it without a state)",
+                r.task_id
+            )));
+        }
+        (Some(patch), Some(_)) => Some(check_state_patch(patch)?),
+    };
     let record = Record::RunCompleted {
         namespace: r.namespace.to_string(),
         run_id: r.task_id.to_string(),
@@ -240,8 +253,27 @@ pub fn complete_task(
         outcome,
         kv_writes: Vec::new(),
         at_ms: now_ms,
+        state_patch,
     };
     Ok(core.commit(record))
+}
+
+/// A worker's state patch: a JSON object within a run's state limit.
+fn check_state_patch(patch: Vec<u8>) -> Result<Vec<u8>, ErrorValue> {
+    use flo_workflow::state::STATE_BYTES_MAX;
+    if patch.len() > STATE_BYTES_MAX {
+        return Err(ErrorValue::bad_request(format!(
+            "the state given is {} bytes; a run's state is at most {STATE_BYTES_MAX}",
+            patch.len()
+        )));
+    }
+    match serde_json::from_slice::<serde_json::Value>(&patch) {
+        Ok(serde_json::Value::Object(_)) => Ok(patch),
+        _ => Err(ErrorValue::bad_request(
+            "the state given with a completion must be a JSON object of names and values \
+             (merged into the run's state)",
+        )),
+    }
 }
 
 /// How a worker says its task failed.

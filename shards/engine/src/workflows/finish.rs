@@ -3,6 +3,7 @@
 
 use crate::core::{Core, Task};
 use crate::fold::record::{Record, StepNext, StepOutcome, StepWait};
+use crate::fold::workflows::StepEnd;
 use flo_protocol::WorkflowRunStatus;
 use flo_workflow::{BRANCHES_MAX, Next, OnError, WorkflowDef};
 /// Largest step output kept (as JSON): it goes into the step's record. A larger one fails
@@ -26,6 +27,7 @@ pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, re
         consumed_signal: None,
         next: failed(reason.to_string()),
         at_ms: now,
+        state_patch: None,
     };
     commit_end(core, namespace, run_id, step, record);
 }
@@ -96,7 +98,7 @@ pub(super) fn finish(
     error: Option<String>,
     consumed_signal: Option<u64>,
 ) {
-    let ended = (outcome, output, error);
+    let ended = (outcome, output, error, None);
     finish_with(
         core,
         namespace,
@@ -114,7 +116,7 @@ pub(super) fn finish_with(
     namespace: &str,
     run_id: &str,
     step: &str,
-    (outcome, output, error): (StepOutcome, Option<Vec<u8>>, Option<String>),
+    (outcome, output, error, state_patch): StepEnd,
     consumed_signal: Option<u64>,
     retry: Retry,
 ) {
@@ -140,10 +142,12 @@ pub(super) fn finish_with(
     let Some(step_def) = def.step(step) else {
         return;
     };
-    let (outcome, output, error) = match state_overflow(run, step_def, output.as_deref()) {
-        Some(why) => (StepOutcome::Failure, None, Some(why)),
-        None => (outcome, output, error),
-    };
+    let patch = state_patch.as_deref();
+    let (outcome, output, error, state_patch) =
+        match state_overflow(run, step_def, output.as_deref(), patch) {
+            Some(why) => (StepOutcome::Failure, None, Some(why), None),
+            None => (outcome, output, error, state_patch),
+        };
     let Some(cursor) = run.at(step) else {
         return;
     };
@@ -205,6 +209,7 @@ pub(super) fn finish_with(
         consumed_signal,
         next,
         at_ms: now,
+        state_patch,
     };
     match ends {
         true => commit_end(core, namespace, run_id, step, record),
@@ -214,23 +219,33 @@ pub(super) fn finish_with(
     }
 }
 
-/// Why the step's output cannot go into the run's state (it would take it past
-/// `STATE_BYTES_MAX`), if so. Exact only near the limit: the state and the output together
-/// bound what merging them gives.
+/// Why the step's output and state patch cannot go into the run's state (it would take it
+/// past `STATE_BYTES_MAX`), if so. Exact only near the limit: the state, the output and
+/// the patch together bound what merging them gives.
 fn state_overflow(
     run: &crate::fold::workflows::WfRun,
     step: &flo_workflow::Step,
     output: Option<&[u8]>,
+    patch: Option<&[u8]>,
 ) -> Option<String> {
+    use crate::fold::workflows::json_value;
     use flo_workflow::state::{STATE_BYTES_MAX, mapped_output, merge};
-    let output = output?;
-    if step.output_mapping.is_none() && run.state_bytes + output.len() <= STATE_BYTES_MAX {
+    if output.is_none() && patch.is_none() {
         return None;
     }
-    let out = crate::fold::workflows::json_value(output);
-    let fields = mapped_output(step, &out, &run.state, &run.input)?;
+    let (out_len, patch_len) = (output.map_or(0, <[u8]>::len), patch.map_or(0, <[u8]>::len));
+    if step.output_mapping.is_none() && run.state_bytes + out_len + patch_len <= STATE_BYTES_MAX {
+        return None;
+    }
     let mut state = run.state.clone();
-    merge(&mut state, fields);
+    if let Some(output) = output
+        && let Some(fields) = mapped_output(step, &json_value(output), &run.state, &run.input)
+    {
+        merge(&mut state, fields);
+    }
+    if let Some(serde_json::Value::Object(fields)) = patch.map(json_value) {
+        merge(&mut state, fields);
+    }
     let bytes = state.to_string().len();
     (bytes > STATE_BYTES_MAX).then(|| {
         format!(

@@ -42,7 +42,7 @@ pub(super) fn apply_move(
                 crate::plans::log(core, namespace, run_id, step, event);
             }
             // A plan step retries through its executors, never by a step `retry:`.
-            let ended = (outcome, output, error);
+            let ended = (outcome, output, error, None);
             finish_with(core, namespace, run_id, step, ended, None, Retry::Never);
             if own_group {
                 core.end_group();

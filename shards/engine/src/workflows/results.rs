@@ -71,6 +71,11 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
     let Some(step_ref) = run.step.clone() else {
         return;
     };
+    // The fields its worker or guest set in the run's state go with a completion only.
+    let state_patch = match run.status {
+        RunStatus::Completed => run.state_patch.as_deref().map(<[u8]>::to_vec),
+        _ => None,
+    };
     let (outcome, output, error) = match run.status {
         RunStatus::Completed => (
             run.outcome
@@ -132,7 +137,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         namespace,
         wf_run,
         step,
-        (outcome, output, error),
+        (outcome, output, error, state_patch),
         None,
         retry,
     );

@@ -166,6 +166,7 @@ pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str, ste
         consumed_signal: None,
         next,
         at_ms: now,
+        state_patch: None,
     });
     if ends {
         after_end(core, namespace, run_id);
