@@ -223,6 +223,7 @@ fn guest_writes_to_another_shards_key_leave_only_once_the_completion_is_durable(
         outcome: None,
         kv_writes: vec![(remote_key.clone(), Some(b"v".to_vec()))],
         logs: Vec::new(),
+        state_patch: None,
     };
     let out = c.step(0, Input::Executed { exec, result });
     assert!(

@@ -106,6 +106,7 @@ impl T {
                     outcome: None,
                     kv_writes: Vec::new(),
                     logs: Vec::new(),
+                    state_patch: None,
                 },
             },
         );

@@ -85,6 +85,7 @@ fn a_step_output_too_large_for_its_record_fails_the_step_and_the_shard_goes_on()
         outcome: None,
         kv_writes: Vec::new(),
         logs: Vec::new(),
+        state_patch: None,
     };
     c.step(
         s,

@@ -238,6 +238,7 @@ mod tests {
             attempt: None,
             result: Vec::new(),
             outcome: None,
+            state: None,
         };
         assert!(authorize(&worker, &report("gpu-7")).is_ok());
         assert!(authorize(&worker, &report("cpu-1")).is_ok());
@@ -393,6 +394,7 @@ mod tests {
                 attempt: None,
                 result: vec![],
                 outcome: None,
+                state: None,
             },
             Op::TaskFail {
                 namespace: n(),

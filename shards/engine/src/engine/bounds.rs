@@ -41,6 +41,7 @@ fn the_largest_records_input_can_make_fit_in_one_log_record() {
         outcome: Some(text(64)),
         kv_writes: writes,
         at_ms: u64::MAX,
+        state_patch: Some(vec![b'x'; flo_workflow::state::STATE_BYTES_MAX]),
     };
     let step = Record::WfStepFinished {
         namespace: text(NAMESPACE_BYTES_MAX),
@@ -56,6 +57,7 @@ fn the_largest_records_input_can_make_fit_in_one_log_record() {
             reason: Some(text(TASK_ERROR_BYTES_MAX)),
         },
         at_ms: u64::MAX,
+        state_patch: Some(vec![b'x'; flo_workflow::state::STATE_BYTES_MAX]),
     };
     let created = Record::RunCreated {
         namespace: text(NAMESPACE_BYTES_MAX),

@@ -874,6 +874,7 @@ impl Sim {
             outcome: None,
             kv_writes,
             logs: Vec::new(),
+            state_patch: None,
         };
         self.input(
             s,
@@ -1173,6 +1174,7 @@ impl Sim {
                         .rng
                         .one_in(3)
                         .then(|| (*self.rng.pick(&["approved", "rejected"])).into()),
+                    state: None,
                 },
                 60..=74 => Op::TaskFail {
                     namespace: NS.into(),
