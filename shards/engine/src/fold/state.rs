@@ -155,12 +155,13 @@ impl ShardState {
         }
         for (ns, id, r) in self.workflows.all_runs() {
             lines.push(format!(
-                "wfrun {ns}/{id} {:?} branches {:?} error {:?} signals {} history {}",
+                "wfrun {ns}/{id} {:?} branches {:?} error {:?} signals {} history {} state {}",
                 r.lead,
                 r.branches,
                 r.error,
                 r.signals.len(),
                 r.history.len(),
+                r.state,
             ));
         }
         for (key, e) in self.archive.iter() {

@@ -64,7 +64,7 @@ const WASM_ACTIONS: [&str; 3] = ["a-fixed", "a-echo", "a-flaky"];
 const USER_ACTIONS: [&str; 2] = ["u-review", "u-gpu"];
 const GPU_LABELS: &str = r#"{"gpu":true}"#;
 
-const WORKFLOWS: [&str; 13] = [
+const WORKFLOWS: [&str; 14] = [
     r#"
 kind: Workflow
 name: process-order
@@ -238,9 +238,29 @@ steps:
     run: "@actions/a-fixed"
     transitions: {success: flo.Completed}
 "#,
+    // Run state: outputs merged, a worker's fields, update-state from outside, a wait that
+    // update-state --continue ends (or its timeout).
+    r#"
+kind: Workflow
+name: stateful
+version: "1"
+state: {stage: 0}
+start:
+  run: "@actions/a-fixed"
+  transitions:
+    success: hold
+steps:
+  hold:
+    waitForState: {timeoutMs: 4000, onTimeout: work}
+    transitions: {success: work}
+  work:
+    run: "@actions/u-gpu"
+    transitions: {success: flo.Completed, failure: flo.Failed}
+"#,
     "kind: Workflow\nname: ticking\nversion: \"1\"\nschedule:\n  interval: 2000\n  max_concurrent: 2\n  catchup: all\nstart:\n  run: \"@actions/a-fixed\"\n  transitions:\n    success: flo.Completed\n    failure: flo.Failed\n",
 ];
-const STARTABLE: [&str; 9] = [
+const STARTABLE: [&str; 10] = [
+    "stateful",
     "forked",
     "planned",
     "process-order",
@@ -279,6 +299,7 @@ fn target_run(op: &Op) -> Option<(RunKind, &str)> {
         Op::WorkflowStatus { run_id, .. }
         | Op::WorkflowCancel { run_id, .. }
         | Op::WorkflowControl { run_id, .. }
+        | Op::WorkflowUpdateState { run_id, .. }
         | Op::WorkflowSignal { run_id, .. } => Some((RunKind::Workflow, run_id)),
         _ => None,
     }
@@ -390,6 +411,8 @@ pub struct Counts {
     pub plan_fallbacks: u64,
     /// Forks made durable (a step's finish that started branches).
     pub forks: u64,
+    /// Run state updates answered (`update-state` / `set-state`).
+    pub state_updates: u64,
     pub seeds: u64,
 }
 
@@ -418,6 +441,7 @@ impl Counts {
         self.plan_cache_hits += o.plan_cache_hits;
         self.plan_fallbacks += o.plan_fallbacks;
         self.forks += o.forks;
+        self.state_updates += o.state_updates;
         self.seeds += o.seeds;
     }
 }
@@ -1028,7 +1052,19 @@ impl Sim {
                 },
                 None => return,
             },
-            87 => match self.known_wf_run() {
+            87..=89 if !self.rng.one_in(3) => match self.known_wf_run() {
+                // Merged or replaced, continuing a `waitForState` step or not; the answer
+                // shows the fields.
+                Some(run_id) => Op::WorkflowUpdateState {
+                    namespace: NS.into(),
+                    run_id,
+                    state: format!(r#"{{"sim":{}}}"#, self.rng.below(100)).into_bytes(),
+                    replace: self.rng.one_in(4),
+                    continue_run: self.rng.one_in(2),
+                },
+                None => return,
+            },
+            87..=89 => match self.known_wf_run() {
                 // Paused runs are resumed as often: some rest paused at the end.
                 Some(run_id) => Op::WorkflowControl {
                     namespace: NS.into(),
@@ -1043,7 +1079,7 @@ impl Sim {
                 },
                 None => return,
             },
-            88..=91 => match self.known_wf_run() {
+            90..=91 => match self.known_wf_run() {
                 Some(run_id) => Op::WorkflowStatus {
                     namespace: NS.into(),
                     run_id,
@@ -1174,7 +1210,9 @@ impl Sim {
                         .rng
                         .one_in(3)
                         .then(|| (*self.rng.pick(&["approved", "rejected"])).into()),
-                    state: None,
+                    // A step's task may set fields in its run's state.
+                    state: (task.state.is_some() && self.rng.one_in(2))
+                        .then(|| format!(r#"{{"worker":{}}}"#, self.rng.below(100)).into_bytes()),
                 },
                 60..=74 => Op::TaskFail {
                     namespace: NS.into(),
@@ -1399,6 +1437,23 @@ impl Sim {
                 self.require_durable(run_id, format!("wfrun {NS}/{run_id}"), &op);
                 self.model.wf_runs.insert(run_id.clone());
                 self.known_wf_runs.push(run_id.clone());
+            }
+            (Op::WorkflowUpdateState { state, .. }, Some(Reply::WorkflowRun(info))) => {
+                // The answer is the run after the update: the fields are in its state
+                // (a step that finished in the same turn may have laid its own over them).
+                let sent: serde_json::Value = serde_json::from_slice(state).unwrap();
+                let now: serde_json::Value = info
+                    .state
+                    .as_deref()
+                    .map(|s| serde_json::from_slice(s).unwrap())
+                    .unwrap_or_default();
+                assert_eq!(
+                    now.get("sim"),
+                    sent.get("sim"),
+                    "update-state answered {} with a state without its fields: {now}",
+                    info.run_id
+                );
+                self.counts.state_updates += 1;
             }
             (Op::WorkflowStart(_), Some(Reply::WorkflowRun(info))) => {
                 let run_id = &info.run_id;
