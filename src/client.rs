@@ -151,6 +151,18 @@ pub struct HistoryPage {
     pub next_after: Option<u64>,
 }
 
+/// A page of the run event feed (see `Client::workflow_events`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsPage {
+    /// Oldest first.
+    pub events: Vec<flo_protocol::WorkflowEvent>,
+    /// Where the next page starts (a feed has no end: ask again later for more).
+    pub cursor: String,
+    /// Events between the asked position and these were dropped unread (each shard keeps
+    /// the newest 65,536).
+    pub gap: bool,
+}
+
 /// A blocking client: one request at a time over one connection, in one namespace.
 pub struct Client {
     conn: Connection,
@@ -818,6 +830,24 @@ impl Client {
         run_id: &str,
     ) -> Result<Vec<flo_protocol::HistoryEvent>, Error> {
         send(self, requests::WorkflowHistory { run_id })
+    }
+
+    /// A page of the namespace's run event feed (of `workflow` only, when given) after
+    /// `cursor` (None: from the oldest event kept): runs started, steps started, waiting
+    /// and finished, state updated, runs continued and ended. Follow the feed by asking
+    /// again with the page's cursor.
+    pub fn workflow_events(
+        &mut self,
+        workflow: Option<&str>,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<EventsPage, Error> {
+        let ask = requests::WorkflowEvents {
+            workflow,
+            cursor,
+            limit,
+        };
+        send(self, ask)
     }
 
     /// One page of a run's history, oldest first: at most `limit` events (None: the

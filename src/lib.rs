@@ -17,7 +17,7 @@ mod streams;
 mod worker;
 
 pub use client::{
-    Client, Connection, Error, FailMode, HistoryPage, InvokeOptions, Page, PutOptions,
+    Client, Connection, Error, EventsPage, FailMode, HistoryPage, InvokeOptions, Page, PutOptions,
     StartOptions, TaskRef, generate_worker_id,
 };
 pub use flo_protocol as protocol;

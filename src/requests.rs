@@ -31,8 +31,8 @@ pub(crate) use workflows::{
     CancelWorkflow, ControlWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun,
     InvalidatePlanCache, ListSchedules, ListWorkflowRunsPage, ListWorkflows, PauseSchedule,
     PlanStatus, QueryWorkflowRuns, SetWorkflowEnabled, SignalWorkflow, StartWorkflow,
-    StartWorkflowAndWait, TriggerSchedule, UpdateWorkflowState, WaitWorkflow, WorkflowHistory,
-    WorkflowHistoryPage,
+    StartWorkflowAndWait, TriggerSchedule, UpdateWorkflowState, WaitWorkflow, WorkflowEvents,
+    WorkflowHistory, WorkflowHistoryPage,
 };
 
 #[cfg(test)]

@@ -466,6 +466,34 @@ pub enum Op {
         limit: Option<u32>,
         cursor: Option<String>,
     },
+    /// The namespace's run event feed (`flo workflow events`): events after `cursor` (the
+    /// previous page's; none: the oldest kept), of `workflow` only when given, oldest first,
+    /// at most `limit` (default `EVENTS_LIMIT_DEFAULT`).
+    WorkflowEvents {
+        namespace: String,
+        workflow: Option<String>,
+        cursor: Option<String>,
+        limit: Option<u32>,
+    },
+}
+
+/// Events a `WorkflowEvents` page holds unless it asks for fewer; at most `EVENTS_LIMIT_MAX`.
+pub const EVENTS_LIMIT_DEFAULT: u32 = 100;
+pub const EVENTS_LIMIT_MAX: u32 = 1000;
+
+/// One event of the run event feed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowEvent {
+    /// `workflow_started`, `step_started`, `step_waiting`, `step_finished`, `state_updated`,
+    /// `workflow_continued`, `completed`, `failed`, `cancelled`, `timed_out`.
+    pub event: String,
+    pub run_id: String,
+    pub workflow: String,
+    pub step: Option<String>,
+    pub at_ms: u64,
+    /// The shard the run lives on and the event's position there (increasing).
+    pub shard: u32,
+    pub position: u64,
 }
 
 /// A secret presented in the handshake. Its debug form hides it, so that a printed
@@ -1146,6 +1174,14 @@ pub enum Reply {
         next_cursor: Option<String>,
     },
     WorkflowHistory(Vec<HistoryEvent>),
+    /// A page of the run event feed, oldest first; ask again with `cursor` for what follows
+    /// (it is always set: a feed has no end). `gap`: events after the asked position were
+    /// dropped before they were read (each shard keeps the newest 65,536).
+    WorkflowEvents {
+        events: Vec<WorkflowEvent>,
+        cursor: String,
+        gap: bool,
+    },
     /// One page of a run's history, oldest first.
     WorkflowHistoryPage {
         events: Vec<HistoryEvent>,

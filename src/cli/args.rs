@@ -2,8 +2,8 @@ use super::arg_value::{ArgBytes, ArgText, parse_bytes, parse_text};
 use super::duration::parse_ttl;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flo::protocol::{
-    HISTORY_LIMIT_MAX, KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, RUN_ID_BYTES_MAX, TASK_AWAIT_MS_MAX,
-    TASK_AWAIT_TASKS_MAX,
+    EVENTS_LIMIT_MAX, HISTORY_LIMIT_MAX, KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, RUN_ID_BYTES_MAX,
+    TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -536,6 +536,24 @@ pub enum WorkflowCommand {
         /// Only events after this sequence number (the previous page's last).
         #[arg(long, value_name = "SEQ")]
         after: Option<u64>,
+    },
+    /// The namespace's run event feed, oldest first: runs started, steps started, waiting
+    /// and finished, state updated, runs continued, completed, failed, cancelled, timed out.
+    Events {
+        /// Only this workflow's runs.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Start after this position (the cursor a previous page printed) [default: the
+        /// oldest event kept].
+        #[arg(long, value_name = "CURSOR")]
+        from: Option<String>,
+        /// Keep reading as events happen (until interrupted).
+        #[arg(long)]
+        follow: bool,
+        /// Events per page [default: 100].
+        #[arg(long, value_name = "N",
+              value_parser = clap::value_parser!(u32).range(1..=EVENTS_LIMIT_MAX as i64))]
+        limit: Option<u32>,
     },
     /// Send a typed signal to a run (kept until a step waits for that type).
     Signal {

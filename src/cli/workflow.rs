@@ -4,7 +4,7 @@ use super::CliError;
 use super::args::{ValidateCommand, WorkflowCommand};
 use super::output::{Output, bytes_json, line, more_hint, time_text};
 use flo::protocol::{
-    HistoryEvent, ValidationIssue, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
+    HistoryEvent, ValidationIssue, WorkflowEvent, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
 };
 use flo::{Client, StartOptions};
 use serde_json::{Map, Value, json};
@@ -208,6 +208,19 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             let run = client.workflow_run(run_id)?;
             print_state(&run, out);
         }
+        WorkflowCommand::Events {
+            workflow,
+            from,
+            follow,
+            limit,
+        } => events(
+            client,
+            workflow.as_deref(),
+            from.clone(),
+            *follow,
+            *limit,
+            out,
+        )?,
         WorkflowCommand::History {
             run_id,
             limit: None,
@@ -792,6 +805,70 @@ fn event_json(e: &HistoryEvent) -> Value {
         "at": time_text(e.at_ms),
         "at_ms": e.at_ms,
     })
+}
+
+/// `flo workflow events`: one page, or with `follow` every page as it comes (one JSON
+/// document per event with --json), asking again every 200 ms when nothing is new.
+fn events(
+    client: &mut Client,
+    workflow: Option<&str>,
+    mut cursor: Option<String>,
+    follow: bool,
+    limit: Option<u32>,
+    out: &Output,
+) -> Result<(), CliError> {
+    let event_json = |e: &WorkflowEvent| {
+        json!({
+            "event": e.event, "run_id": e.run_id, "workflow": e.workflow, "step": e.step,
+            "at_ms": e.at_ms, "shard": e.shard, "position": e.position,
+        })
+    };
+    let event_text = |e: &WorkflowEvent| {
+        format!(
+            "{:<24} {:<19} {:<20} {:<24} {}",
+            time_text(e.at_ms),
+            e.event,
+            e.workflow,
+            e.run_id,
+            e.step.as_deref().unwrap_or("-")
+        )
+    };
+    if !follow {
+        let page = client.workflow_events(workflow, cursor.as_deref(), limit)?;
+        let doc = json!({
+            "events": page.events.iter().map(event_json).collect::<Vec<_>>(),
+            "cursor": page.cursor,
+            "gap": page.gap,
+        });
+        out.print(doc, || {
+            let mut text = format!("{:<24} {:<19} {:<20} {:<24} STEP", "TIME", "EVENT", "WORKFLOW", "RUN");
+            for e in &page.events {
+                text.push('\n');
+                text.push_str(&event_text(e));
+            }
+            if page.gap {
+                text.push_str("\n(events before these were dropped unread: each shard keeps the newest 65,536)");
+            }
+            text.push_str(&format!("\nnext: --from {}", page.cursor));
+            text
+        });
+        return Ok(());
+    }
+    loop {
+        let page = client.workflow_events(workflow, cursor.as_deref(), limit)?;
+        if page.gap {
+            super::output::error_line(
+                "some events were dropped unread (each shard keeps the newest 65,536)",
+            );
+        }
+        for e in &page.events {
+            out.print(event_json(e), || event_text(e));
+        }
+        if page.events.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        cursor = Some(page.cursor);
+    }
 }
 
 fn history_text(events: &[HistoryEvent]) -> String {

@@ -263,6 +263,41 @@ impl TypedRequest for WorkflowHistoryPage<'_> {
     }
 }
 
+/// `Client::workflow_events`.
+pub(crate) struct WorkflowEvents<'a> {
+    pub workflow: Option<&'a str>,
+    pub cursor: Option<&'a str>,
+    pub limit: Option<u32>,
+}
+
+impl TypedRequest for WorkflowEvents<'_> {
+    type Output = crate::client::EventsPage;
+
+    fn op(self, namespace: &str) -> Op {
+        Op::WorkflowEvents {
+            namespace: namespace.into(),
+            workflow: self.workflow.map(str::to_string),
+            cursor: self.cursor.map(str::to_string),
+            limit: self.limit,
+        }
+    }
+
+    fn output(reply: Reply) -> Result<crate::client::EventsPage, Error> {
+        match reply {
+            Reply::WorkflowEvents {
+                events,
+                cursor,
+                gap,
+            } => Ok(crate::client::EventsPage {
+                events,
+                cursor,
+                gap,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
 /// `Client::signal_workflow`.
 pub(crate) struct SignalWorkflow<'a> {
     pub run_id: &'a str,

@@ -483,6 +483,12 @@ fn sample_ops() -> Vec<Op> {
             run_id: "wfrun-1".into(),
             control: flo_protocol::WorkflowControl::Continue { reset_visits: true },
         },
+        Op::WorkflowEvents {
+            namespace: ns(),
+            workflow: Some("order".into()),
+            cursor: Some("ev.8.0".into()),
+            limit: Some(10),
+        },
         Op::WorkflowUpdateState {
             namespace: ns(),
             run_id: "wfrun-1".into(),
@@ -754,7 +760,7 @@ mod tests {
         // `Op` has no list of its variants: count the distinct ones sampled.
         let codes: std::collections::HashSet<u64> = sample_ops().iter().map(op_code).collect();
         assert_eq!(codes.len(), sample_ops().len());
-        assert_eq!(codes.len(), 48, "a new Op? add it to sample_ops");
+        assert_eq!(codes.len(), 49, "a new Op? add it to sample_ops");
     }
 
     #[test]

@@ -342,6 +342,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
+        | Op::WorkflowEvents { .. }
         | Op::PlanStatus { .. } => FRAME_BYTES_MAX,
     }
 }

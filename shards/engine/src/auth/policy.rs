@@ -90,6 +90,7 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::WorkflowSignal { namespace, .. } => ("workflow_signal", Ns(namespace), Client),
         Op::WorkflowCancel { namespace, .. } => ("workflow_cancel", Ns(namespace), Client),
         Op::WorkflowControl { namespace, .. } => ("workflow_control", Ns(namespace), Client),
+        Op::WorkflowEvents { namespace, .. } => ("workflow_events", Ns(namespace), Client),
         Op::WorkflowUpdateState { namespace, .. } => {
             ("workflow_update_state", Ns(namespace), Client)
         }
@@ -469,6 +470,12 @@ mod tests {
                 run_id: s(),
                 control: flo_protocol::WorkflowControl::Pause,
             },
+            Op::WorkflowEvents {
+                namespace: n(),
+                workflow: None,
+                cursor: None,
+                limit: None,
+            },
             Op::WorkflowUpdateState {
                 namespace: n(),
                 run_id: s(),
@@ -553,6 +560,7 @@ mod tests {
             "workflow_signal",
             "workflow_cancel",
             "workflow_control",
+            "workflow_events",
             "workflow_update_state",
             "workflow_list_runs",
         ];

@@ -293,6 +293,18 @@ impl Engine {
                     cursor: cursor.as_deref(),
                 },
             ),
+            Op::WorkflowEvents {
+                namespace,
+                workflow,
+                cursor,
+                limit,
+            } => workflows::events_part(
+                core,
+                &namespace,
+                workflow.as_deref(),
+                cursor.as_deref(),
+                limit,
+            ),
             _ => Done::now(Err(ErrorValue::internal("operation cannot fan out"))),
         })
     }

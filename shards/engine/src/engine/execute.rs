@@ -73,6 +73,7 @@ impl Engine {
             | Op::StreamGroupInfo { .. }
             | Op::ScheduleList { .. }
             | Op::WorkflowQuery { .. }
+            | Op::WorkflowEvents { .. }
             | Op::PlanStatus { .. }
             | Op::PlanInvalidate { .. }) => self.part(op, Dest::Reply(to)),
             Op::SchedulePause {

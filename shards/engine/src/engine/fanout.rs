@@ -289,6 +289,12 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
         Op::WorkflowQuery {
             ascending, limit, ..
         } => crate::workflows::merge_parts(parts, *ascending, *limit, core.partitioning().shards),
+        Op::WorkflowEvents { cursor, limit, .. } => crate::workflows::merge_events(
+            parts,
+            cursor.as_deref(),
+            *limit,
+            core.partitioning().shards,
+        ),
         Op::StreamGet { name, .. } => streams::merge_infos(parts)
             .into_iter()
             .next()

@@ -144,6 +144,7 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
+        | Op::WorkflowEvents { .. }
         | Op::PlanStatus { .. }
         | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => return None,
@@ -199,6 +200,7 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
+        | Op::WorkflowEvents { .. }
         | Op::PlanStatus { .. }
         | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
@@ -313,6 +315,7 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamGroupInfo { .. }
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
+        | Op::WorkflowEvents { .. }
         | Op::PlanStatus { .. }
         | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => false,

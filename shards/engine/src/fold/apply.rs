@@ -16,6 +16,7 @@ impl ShardState {
             self.applied_lsn
         );
         self.applied_lsn = lsn;
+        self.events.note(lsn, &record, &self.workflows);
         match record {
             Record::KvPut { .. }
             | Record::KvDelete { .. }

@@ -8,6 +8,7 @@ pub mod archive;
 pub mod archived;
 mod branches;
 pub mod cursor;
+pub mod events;
 pub mod index;
 pub mod kv;
 pub mod plan_steps;

@@ -14,6 +14,7 @@
 //! start after an upgrade.
 
 use crate::fold::archive::{RunIndex, RunIndexError};
+use crate::fold::events::RunEvents;
 use crate::fold::kv::KvStore;
 use crate::fold::registry::Registry;
 use crate::fold::runs::Runs;
@@ -52,6 +53,7 @@ struct HeadRef<'a> {
     streams: &'a Streams,
     schedules: &'a Schedules,
     search: &'a SearchIndex,
+    events: &'a RunEvents,
 }
 
 #[derive(Deserialize)]
@@ -69,6 +71,9 @@ struct Head {
     schedules: Schedules,
     #[serde(default)]
     search: SearchIndex,
+    /// Absent from images written before the event feed.
+    #[serde(default)]
+    events: RunEvents,
 }
 
 /// Format 3: one value with every store.
@@ -119,6 +124,7 @@ pub fn encode(state: &ShardState) -> Image {
         streams: &state.streams,
         schedules: &state.schedules,
         search: &state.search,
+        events: &state.events,
     };
     encode_value(&stores, &mut head);
     let mut image = Image::from(head);
@@ -231,6 +237,7 @@ pub fn decode(
         state.streams = head.streams;
         state.schedules = head.schedules;
         state.search = head.search;
+        state.events = head.events;
         (head.shard, head.lsn)
     };
     if found != shard {

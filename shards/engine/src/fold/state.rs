@@ -37,6 +37,8 @@ pub struct ShardState {
     pub schedules: crate::fold::schedules::Schedules,
     /// The run query index (runs of definitions with search attributes).
     pub search: crate::fold::search::SearchIndex,
+    /// The run event feed (derived from the workflow records).
+    pub events: crate::fold::events::RunEvents,
     /// LSN of the last record applied.
     pub applied_lsn: u64,
 }
@@ -62,6 +64,7 @@ impl ShardState {
             streams: Default::default(),
             schedules: Default::default(),
             search: Default::default(),
+            events: Default::default(),
             applied_lsn: 0,
         }
     }
@@ -164,6 +167,11 @@ impl ShardState {
                 r.state,
             ));
         }
+        lines.push(format!(
+            "events {} last {}",
+            self.events.len(),
+            self.events.last_pos()
+        ));
         for (key, e) in self.archive.iter() {
             lines.push(format!(
                 "archived {key:016x} lsn {} status {} dlq {} tag {}",

@@ -7,6 +7,7 @@ mod advance;
 mod cancel;
 mod control;
 mod definitions;
+mod events;
 mod finish;
 mod plan_steps;
 mod queries;
@@ -22,6 +23,7 @@ pub use advance::advance;
 pub use cancel::cancel;
 pub use control::control;
 pub use definitions::{info, list, plan_create, plan_set_enabled};
+pub use events::{events_part, merge_events};
 #[cfg(test)]
 pub use finish::STEP_OUTPUT_BYTES_MAX;
 pub use queries::{RunFilter, history, list_runs, status};
