@@ -683,6 +683,9 @@ pub struct StartOptions {
     pub idempotency_key: Option<String>,
     /// The run's id, chosen by the caller (None: the server picks one).
     pub run_id: Option<String>,
+    /// The run's group: runs of a group share the state fields their steps set as
+    /// `flow_group:NAME` (read them with `shared_state`).
+    pub group: Option<String>,
 }
 
 /// Workflow operations: definitions, runs, signals, history.
@@ -830,6 +833,34 @@ impl Client {
         run_id: &str,
     ) -> Result<Vec<flo_protocol::HistoryEvent>, Error> {
         send(self, requests::WorkflowHistory { run_id })
+    }
+
+    /// The state fields runs share (flow8's KV scopes): a group's (`flow_group:NAME`,
+    /// `SharedScope::Group` with the group's name) or a definition's (`flow:NAME`,
+    /// `SharedScope::Flow` with the workflow's name), as one object. They are KV entries
+    /// (`flo.group/G/NAME`, `flo.flow/WORKFLOW/NAME`), read here page by page.
+    pub fn shared_state(
+        &mut self,
+        scope: flo_protocol::SharedScope,
+        owner: &str,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
+        let prefix = flo_protocol::shared_state_prefix(scope, owner);
+        let mut fields = serde_json::Map::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.kv_list_page(&prefix, Some(1000), cursor.as_deref())?;
+            for e in page.items {
+                let name = e.key.strip_prefix(&prefix).unwrap_or(&e.key).to_string();
+                let value = serde_json::from_slice(&e.value).unwrap_or_else(|_| {
+                    serde_json::Value::String(String::from_utf8_lossy(&e.value).into())
+                });
+                fields.insert(name, value);
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(fields),
+            }
+        }
     }
 
     /// A page of the namespace's run event feed (of `workflow` only, when given) after

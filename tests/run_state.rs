@@ -445,3 +445,69 @@ fn guests_and_workers_read_the_run_state_and_set_fields_with_their_completion() 
     );
     worker.stop();
 }
+
+const COUNTED: &str = r#"kind: Workflow
+name: counted
+version: "1"
+start:
+  run: "@actions/count"
+  skipOutputMapping: true
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+"#;
+
+#[test]
+fn runs_of_a_group_share_fields_and_counters_across_shards() {
+    use flo::protocol::SharedScope;
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    let fields =
+        r#"{"flow_group:total": {"$increment": 1}, "flow:last": "x", "global:seen": true}"#;
+    let guest = flo_testkit::guests::state_guest(fields);
+    common::guest_action(&mut c, "count", guest, None);
+    c.create_workflow(COUNTED).unwrap();
+    // Ids of the caller's: the runs spread over both shards.
+    let opts = |i: usize| StartOptions {
+        group: Some("batch-1".into()),
+        run_id: Some(format!("g-{i}")),
+        ..StartOptions::default()
+    };
+    let runs: Vec<String> = (0..24)
+        .map(|i| c.start_workflow("counted", b"{}", opts(i)).unwrap())
+        .collect();
+    for run_id in &runs {
+        let run = c.wait_workflow(run_id, 20_000).unwrap();
+        assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+        // The run's own field, its prefix gone; the shared ones are not in its state.
+        assert_eq!(state_of(&mut c, run_id), json!({"seen": true}));
+    }
+    let events = c
+        .workflow_events(Some("counted"), None, Some(1000))
+        .unwrap();
+    let owners: std::collections::BTreeSet<u32> = events.events.iter().map(|e| e.shard).collect();
+    assert_eq!(owners.len(), 2, "runs on both shards increment one counter");
+    let group = c.shared_state(SharedScope::Group, "batch-1").unwrap();
+    assert_eq!(serde_json::Value::Object(group), json!({"total": 24}));
+    let flow = c.shared_state(SharedScope::Flow, "counted").unwrap();
+    assert_eq!(serde_json::Value::Object(flow), json!({"last": "x"}));
+
+    // A run outside any group cannot set a group's field: its step fails with the reason.
+    let lone = c
+        .start_workflow("counted", b"{}", StartOptions::default())
+        .unwrap();
+    let run = c.wait_workflow(&lone, 20_000).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Failed, "{run:?}");
+    assert!(run.error.unwrap_or_default().contains("--group"));
+
+    // Shared fields are KV entries: durable across kill -9, shown by the CLI.
+    drop(c);
+    server.kill9();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let doc = cli_json(
+        &server.addr_string(),
+        &["workflow", "shared-state", "--group", "batch-1"],
+    );
+    assert_eq!(doc, json!({"total": 24}));
+}

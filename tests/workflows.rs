@@ -880,6 +880,7 @@ fn a_burst_of_pipelined_runs_all_complete() {
                 idempotency_key: None,
                 wait_ms: Some(60_000),
                 run_id: None,
+                group: None,
             }))
             .unwrap()
         })

@@ -82,6 +82,7 @@ impl Generator for SearchStart {
             idempotency_key: None,
             wait_ms: None,
             run_id: None,
+            group: None,
         });
     }
 

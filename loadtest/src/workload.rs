@@ -527,6 +527,7 @@ impl Generator for WorkflowStart {
                 idempotency_key: None,
                 wait_ms: Some(INVOKE_WAIT_MS),
                 run_id: None,
+                group: None,
             });
         }
     }

@@ -28,9 +28,9 @@ pub use message::{
     WorkflowStepInfo,
 };
 pub use rules::{
-    DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, check_action_name, check_consumer_name,
-    check_group_name, check_idempotency_key, check_labels, check_namespace, check_stream_name,
-    check_stream_record, check_stream_ref, check_worker_id,
+    DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, SharedScope, check_action_name,
+    check_consumer_name, check_group_name, check_idempotency_key, check_labels, check_namespace,
+    check_stream_name, check_stream_record, check_stream_ref, check_worker_id, shared_state_prefix,
 };
 pub use streams::{
     DEAD_LETTER_SUFFIX, GROUP_ACK_IDS_MAX, GROUP_BLOCK_MS_MAX, GROUP_CONSUMERS_MAX,

@@ -725,6 +725,10 @@ pub struct WorkflowStartSpec {
     /// None: the server picks one (`wfrun-N`, or one derived from the idempotency key).
     #[serde(default)]
     pub run_id: Option<String>,
+    /// The run's group (`flo workflow start --group G`): runs of a group share the state
+    /// fields their steps set as `flow_group:NAME`.
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// `Op::WorkflowListRuns::timed_out`: a step that waits (for an action run, a child run, a

@@ -225,3 +225,20 @@ mod tests {
         assert_eq!(e.code, crate::ErrorCode::BadRequest);
     }
 }
+
+/// A shared scope of workflow run state (flow8's KV scoping): `flow:NAME` fields are shared
+/// by every run of a definition, `flow_group:NAME` fields by every run of a `--group`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedScope {
+    Flow,
+    Group,
+}
+
+/// Where a shared scope's fields live in the KV store (in the runs' namespace): the prefix
+/// of `owner`'s (the workflow's, or the group's) fields; a field is the prefix and its name.
+pub fn shared_state_prefix(scope: SharedScope, owner: &str) -> String {
+    match scope {
+        SharedScope::Flow => format!("flo.flow/{owner}/"),
+        SharedScope::Group => format!("flo.group/{owner}/"),
+    }
+}

@@ -507,9 +507,26 @@ pub enum WorkflowCommand {
         /// picks; a run with this id existing already is a conflict.
         #[arg(long, value_name = "ID", value_parser = parse_run_id)]
         run_id: Option<String>,
+        /// The run's group: runs of a group share the state fields their steps set as
+        /// `flow_group:NAME` (see `flo workflow shared-state --group`).
+        #[arg(long, value_name = "G")]
+        group: Option<String>,
         /// Wait for the run to end and print its status.
         #[arg(long)]
         wait: bool,
+    },
+    /// The state fields runs share: a group's (`flow_group:NAME`, --group) or a
+    /// definition's (`flow:NAME`, --flow).
+    SharedState {
+        #[arg(
+            long,
+            value_name = "G",
+            required_unless_present = "flow",
+            conflicts_with = "flow"
+        )]
+        group: Option<String>,
+        #[arg(long, value_name = "WORKFLOW")]
+        flow: Option<String>,
     },
     /// Show a run: status, current step, input, each step's outcome and output. With
     /// --watch, follow it until it ends.

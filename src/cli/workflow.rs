@@ -4,7 +4,8 @@ use super::CliError;
 use super::args::{ValidateCommand, WorkflowCommand};
 use super::output::{Output, bytes_json, line, more_hint, time_text};
 use flo::protocol::{
-    HistoryEvent, ValidationIssue, WorkflowEvent, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
+    HistoryEvent, SharedScope, ValidationIssue, WorkflowEvent, WorkflowInfo, WorkflowRunInfo,
+    WorkflowRunStatus,
 };
 use flo::{Client, StartOptions};
 use serde_json::{Map, Value, json};
@@ -155,12 +156,14 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             version,
             idempotency_key,
             run_id,
+            group,
             wait,
         } => {
             let opts = StartOptions {
                 version: version.clone(),
                 idempotency_key: idempotency_key.clone(),
                 run_id: run_id.clone(),
+                group: group.clone(),
             };
             if !*wait {
                 let run_id = client.start_workflow(name, input.as_bytes(), opts)?;
@@ -203,6 +206,17 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
         } => {
             let run = client.set_workflow_state(run_id, state.as_bytes(), *continue_run)?;
             print_state(&run, out);
+        }
+        WorkflowCommand::SharedState { group, flow } => {
+            let fields = match (group, flow) {
+                (Some(group), _) => client.shared_state(SharedScope::Group, group)?,
+                (None, Some(flow)) => client.shared_state(SharedScope::Flow, flow)?,
+                (None, None) => unreachable!("clap requires one"),
+            };
+            let doc = Value::Object(fields);
+            out.print(doc.clone(), || {
+                serde_json::to_string_pretty(&doc).unwrap_or_default()
+            });
         }
         WorkflowCommand::State { run_id } => {
             let run = client.workflow_run(run_id)?;

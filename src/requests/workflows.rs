@@ -163,6 +163,7 @@ fn start_op(
         idempotency_key: opts.idempotency_key,
         wait_ms,
         run_id: opts.run_id,
+        group: opts.group,
     })
 }
 

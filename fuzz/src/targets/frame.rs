@@ -451,6 +451,7 @@ fn sample_ops() -> Vec<Op> {
             idempotency_key: Some("o-1".into()),
             wait_ms: Some(1000),
             run_id: Some("order-1".into()),
+            group: Some("batch-7".into()),
         }),
         Op::WorkflowStatus {
             namespace: ns(),

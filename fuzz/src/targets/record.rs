@@ -516,10 +516,12 @@ fn sample_records() -> Vec<Record> {
                 GuestKvWrite {
                     key: "a".into(),
                     value: Some(b"1".to_vec()),
+                    add: None,
                 },
                 GuestKvWrite {
                     key: "b".into(),
                     value: None,
+                    add: Some(1),
                 },
             ],
             at_ms: 10,
@@ -573,6 +575,7 @@ fn sample_records() -> Vec<Record> {
             }),
             at_ms: 14,
             schedule: None,
+            group: None,
         },
         Record::WfRunStarted {
             namespace: ns(),
@@ -587,6 +590,7 @@ fn sample_records() -> Vec<Record> {
                 tick_ms: 1_764_000_000_000,
                 manual: false,
             }),
+            group: Some("batch-7".into()),
         },
         Record::ScheduleSkipped {
             namespace: ns(),
@@ -701,6 +705,7 @@ fn sample_records() -> Vec<Record> {
             writes: vec![GuestKvWrite {
                 key: "c".into(),
                 value: Some(b"3".to_vec()),
+                add: None,
             }],
             at_ms: 22,
         },

@@ -318,6 +318,7 @@ impl Load<'_> {
             version: None,
             idempotency_key: Some(key.clone()),
             run_id: Some(key),
+            group: None,
         };
         let result = client
             .start_workflow(WORKFLOW, &run.input, opts)

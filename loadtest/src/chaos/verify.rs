@@ -190,6 +190,7 @@ impl<'a> Verify<'a> {
                 idempotency_key: Some(run.key.clone()),
                 wait_ms: None,
                 run_id: Some(run.run_id.clone()),
+                group: None,
             }),
         };
         let kind = run.kind.name();

@@ -266,6 +266,7 @@ fn start_op(name: &str, input: Value) -> Op {
         idempotency_key: None,
         wait_ms: None,
         run_id: None,
+        group: None,
     })
 }
 

@@ -75,6 +75,7 @@ fn a_step_output_too_large_for_its_record_fails_the_step_and_the_shard_goes_on()
             idempotency_key: None,
             wait_ms: None,
             run_id: None,
+            group: None,
         }),
     );
     c.settle();

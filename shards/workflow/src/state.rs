@@ -23,6 +23,73 @@ pub fn reserved_signal_type(signal_type: &str) -> bool {
     signal_type.starts_with("flo.")
 }
 
+/// A state key's scope (flow8's KV scoping), from its prefix: `global:` (or none) is the
+/// run's own state; `flow:` is shared by every run of the definition; `flow_group:` by every
+/// run started with the same `--group`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Run,
+    Flow,
+    Group,
+}
+
+/// A write to a shared scope: the value, or `{"$increment": n}` — an atomic add to the
+/// number there (absent counts as 0).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScopedWrite {
+    Set(Value),
+    Add(i64),
+}
+
+/// Where the fields a step sets in its state go: the run's own (prefix `global:` removed)
+/// and the shared scopes' (name, write).
+#[derive(Debug, Default, PartialEq)]
+pub struct Scoped {
+    pub run: Map<String, Value>,
+    pub flow: Vec<(String, ScopedWrite)>,
+    pub group: Vec<(String, ScopedWrite)>,
+}
+
+/// Splits fields by their keys' scopes.
+pub fn split_scopes(fields: Map<String, Value>) -> Scoped {
+    let mut out = Scoped::default();
+    for (key, value) in fields {
+        let (scope, name) = match key.split_once(':') {
+            Some(("global", name)) => (Scope::Run, name.to_string()),
+            Some(("flow", name)) => (Scope::Flow, name.to_string()),
+            Some(("flow_group", name)) => (Scope::Group, name.to_string()),
+            _ => (Scope::Run, key),
+        };
+        let write = match value.as_object().and_then(|o| o.get("$increment")) {
+            Some(n) if value.as_object().is_some_and(|o| o.len() == 1) => {
+                ScopedWrite::Add(n.as_i64().unwrap_or(0))
+            }
+            _ => ScopedWrite::Set(value),
+        };
+        match (scope, write) {
+            (Scope::Run, ScopedWrite::Set(v)) => {
+                out.run.insert(name, v);
+            }
+            (Scope::Run, ScopedWrite::Add(n)) => {
+                out.run.insert(name, json!({"$increment": n}));
+            }
+            (Scope::Flow, w) => out.flow.push((name, w)),
+            (Scope::Group, w) => out.group.push((name, w)),
+        }
+    }
+    out
+}
+
+/// The KV key a shared scope's field lives at (in the run's namespace).
+pub fn scoped_key(scope: Scope, owner: &str, name: &str) -> String {
+    use flo_protocol::{SharedScope, shared_state_prefix};
+    match scope {
+        Scope::Flow => shared_state_prefix(SharedScope::Flow, owner) + name,
+        Scope::Group => shared_state_prefix(SharedScope::Group, owner) + name,
+        Scope::Run => name.to_string(),
+    }
+}
+
 /// What a run's state starts as: the defaults, with the input's fields (when the input
 /// is an object) laid over them.
 pub fn initial_state(def: &WorkflowDef, input: &Value) -> Value {
@@ -167,6 +234,29 @@ mod tests {
         parse_workflow(&format!("kind: Workflow\nname: w\nversion: \"1\"\n{body}"))
             .unwrap_or_else(|e| panic!("{e:#?}"))
             .def
+    }
+
+    #[test]
+    fn fields_split_by_scope_and_increments_are_told_apart() {
+        let fields = json!({
+            "a": 1, "global:b": 2, "flow:c": 3, "flow_group:total": {"$increment": 5},
+            "flow_group:name": {"$increment": 1, "other": 2},
+        });
+        let Value::Object(fields) = fields else {
+            unreachable!()
+        };
+        let s = split_scopes(fields);
+        assert_eq!(Value::Object(s.run), json!({"a": 1, "b": 2}));
+        assert_eq!(s.flow, vec![("c".to_string(), ScopedWrite::Set(json!(3)))]);
+        assert_eq!(s.group.len(), 2);
+        assert!(
+            s.group
+                .contains(&("total".to_string(), ScopedWrite::Add(5)))
+        );
+        assert_eq!(
+            scoped_key(Scope::Group, "batch-7", "total"),
+            "flo.group/batch-7/total"
+        );
     }
 
     #[test]

@@ -192,13 +192,30 @@ fn record_attempt(
     result: ExecResult,
 ) {
     let ExecResult {
-        output,
+        mut output,
         outcome,
-        kv_writes,
-        state_patch,
+        mut kv_writes,
+        mut state_patch,
         ..
     } = result;
     let now = core.now_ms();
+    // A step's guest's state fields: the run's own, and the shared scopes' as KV writes.
+    let mut scoped = Vec::new();
+    if let (Ok(_), Some(patch)) = (&output, state_patch.take())
+        && let Some(run) = core.state().runs.get(&key.0, &key.1)
+        && let Some(step) = &run.step
+    {
+        match core.state().scoped_patch(&key.0, step, &patch) {
+            Ok((own, writes)) => (state_patch, scoped) = (own, writes),
+            Err(error) => {
+                output = Err(ExecFailure {
+                    error: format!("the guest's state fields cannot be set: {error}"),
+                    timed_out: false,
+                });
+                kv_writes.clear();
+            }
+        }
+    }
     let (namespace, run_id) = key;
     let Some(run) = core.state().runs.get(namespace, run_id) else {
         return;
@@ -217,11 +234,15 @@ fn record_attempt(
             outcome,
             kv_writes: kv_writes
                 .into_iter()
-                .map(|(key, value)| GuestKvWrite { key, value })
+                .map(|(key, value)| GuestKvWrite {
+                    key,
+                    value,
+                    add: None,
+                })
+                .chain(scoped)
                 .collect(),
             at_ms: now,
-            // Only a step's run has a workflow run's state to set.
-            state_patch: state_patch.filter(|_| run.step.is_some()),
+            state_patch,
         },
         Err(failure) => Record::AttemptFailed {
             namespace: namespace.clone(),

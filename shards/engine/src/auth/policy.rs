@@ -438,6 +438,7 @@ mod tests {
                 idempotency_key: None,
                 wait_ms: None,
                 run_id: None,
+                group: None,
             }),
             Op::WorkflowStatus {
                 namespace: n(),

@@ -30,6 +30,7 @@ fn the_largest_records_input_can_make_fit_in_one_log_record() {
         .map(|i| GuestKvWrite {
             key: format!("{i:04}"),
             value: Some(vec![1]),
+            add: None,
         })
         .collect();
     let completed = Record::RunCompleted {

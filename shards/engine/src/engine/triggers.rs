@@ -270,6 +270,7 @@ impl Engine {
             idempotency_key: Some(run_id.clone()),
             wait_ms: None,
             run_id: Some(run_id.clone()),
+            group: None,
         };
         let start = TriggerStart {
             namespace: key.0.clone(),

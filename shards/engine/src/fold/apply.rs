@@ -261,8 +261,7 @@ impl ShardState {
                 }
                 *seen = origin_lsn;
                 for w in writes {
-                    self.kv
-                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                    self.kv.apply_guest_write(&namespace, w, at_ms, lsn);
                 }
             }
             other => wrong_domain(lsn, &other, "kv"),
@@ -365,8 +364,7 @@ impl ShardState {
                     .into_iter()
                     .partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
                 for w in local {
-                    self.kv
-                        .apply_guest_write(&namespace, w.key, w.value, at_ms, lsn);
+                    self.kv.apply_guest_write(&namespace, w, at_ms, lsn);
                 }
                 if !remote.is_empty() {
                     self.forwards.push_back(PendingForward {
@@ -623,7 +621,9 @@ impl ShardState {
                 parent,
                 at_ms,
                 schedule,
+                group,
             } => {
+                let key = group.is_some().then(|| (namespace.clone(), run_id.clone()));
                 if let Some(by) = schedule {
                     self.schedules.apply_fired(
                         namespace.clone(),
@@ -643,7 +643,12 @@ impl ShardState {
                     at_ms,
                     lsn,
                     &mut self.search,
-                )
+                );
+                if let Some((ns, id)) = key
+                    && let Some(run) = self.workflows.run_mut(&ns, &id)
+                {
+                    run.group = group;
+                }
             }
             Record::WfStepStarted {
                 namespace,

@@ -402,11 +402,23 @@ impl KvStore {
     pub fn apply_guest_write(
         &mut self,
         namespace: &str,
-        key: String,
-        value: Option<Vec<u8>>,
+        write: crate::fold::record::GuestKvWrite,
         at_ms: u64,
         lsn: u64,
     ) {
+        let crate::fold::record::GuestKvWrite { key, value, add } = write;
+        let value = match add {
+            // An add applies where the key lives, in log order: atomic.
+            Some(n) => {
+                let now = self
+                    .get(namespace, &key, at_ms)
+                    .and_then(|e| serde_json::from_slice::<serde_json::Value>(&e.value).ok())
+                    .and_then(|v| v.as_i64())
+                    .unwrap_or(0);
+                Some(now.saturating_add(n).to_string().into_bytes())
+            }
+            None => value,
+        };
         match value {
             Some(value) => {
                 let version = self

@@ -44,6 +44,10 @@ pub struct GuestKvWrite {
     /// None: delete.
     #[serde(with = "serde_bytes")]
     pub value: Option<Vec<u8>>,
+    /// Instead of `value`: add this to the JSON number stored (absent or not a number:
+    /// 0) — a run state's shared counter (`{"flow_group:n": {"$increment": 1}}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add: Option<i64>,
 }
 
 /// A record of a stream, as logged and as held by its partition.
@@ -379,10 +383,13 @@ pub enum Record {
         /// Set for a child run: the parent's step waiting for it.
         parent: Option<StepRef>,
         at_ms: u64,
-        /// Set for a run a schedule started: the tick it fires (absent from older records
-        /// and from every other start).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Set for a run a schedule started: the tick it fires (absent from older records;
+        /// nil in others: a field follows it).
+        #[serde(default)]
         schedule: Option<crate::fold::schedules::ScheduledBy>,
+        /// `--group` (a child run: its parent's): the runs sharing `flow_group:` fields.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
     },
     WfStepStarted {
         namespace: String,

@@ -41,6 +41,7 @@ struct RunImageRef<'a> {
     state: &'a Value,
     branches: &'a Vec<Cursor>,
     held: bool,
+    group: &'a Option<String>,
 }
 
 /// `RunImageRef` read back.
@@ -84,6 +85,9 @@ struct RunImage {
     /// Absent from images written before runs could be paused.
     #[serde(default)]
     held: bool,
+    /// Absent from images written before runs had groups.
+    #[serde(default)]
+    group: Option<String>,
 }
 
 impl serde::Serialize for WfRun {
@@ -125,6 +129,7 @@ impl serde::Serialize for WfRun {
             state: &self.state,
             branches: &self.branches,
             held: self.held,
+            group: &self.group,
         }
         .serialize(s)
     }
@@ -180,6 +185,7 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             lsn: r.lsn,
             state: r.state,
             state_bytes: 0,
+            group: r.group,
         })
     }
 }

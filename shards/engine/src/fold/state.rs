@@ -91,6 +91,64 @@ impl ShardState {
         serde_json::to_vec(&run.state).ok()
     }
 
+    /// The fields (a JSON object) a step's worker or guest sets, split by scope (flow8's
+    /// KV scoping, `flo_workflow::state::split_scopes`): the run's own, for the step's
+    /// finish, and the shared scopes' (`flow:`, `flow_group:`) as KV writes on their keys
+    /// (applied where each key lives, forwarded with the completion). Err: why they cannot
+    /// be set.
+    pub fn scoped_patch(
+        &self,
+        namespace: &str,
+        step: &crate::fold::record::StepRef,
+        patch: &[u8],
+    ) -> Result<(Option<Vec<u8>>, Vec<crate::fold::record::GuestKvWrite>), String> {
+        use flo_workflow::state::{Scope, ScopedWrite, scoped_key, split_scopes};
+        let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(patch) else {
+            return Err("the state fields must be a JSON object of names and values".into());
+        };
+        let Some(run) = self.workflows.run(namespace, &step.run_id) else {
+            return Err(format!("workflow run {:?} is gone", step.run_id));
+        };
+        let scoped = split_scopes(fields);
+        let group = match (&run.group, scoped.group.first()) {
+            (Some(group), _) => group.as_str(),
+            (None, Some((name, _))) => {
+                return Err(format!(
+                    "`flow_group:{name}` is shared by the runs of a group, and run {:?} has                      none: start it with --group G",
+                    step.run_id
+                ));
+            }
+            (None, None) => "",
+        };
+        let writes = (scoped
+            .flow
+            .into_iter()
+            .map(|w| (Scope::Flow, run.workflow.as_str(), w)))
+        .chain(scoped.group.into_iter().map(|w| (Scope::Group, group, w)))
+        .map(|(scope, owner, (name, write))| {
+            let key = scoped_key(scope, owner, &name);
+            match write {
+                ScopedWrite::Set(v) => crate::fold::record::GuestKvWrite {
+                    key,
+                    value: Some(v.to_string().into_bytes()),
+                    add: None,
+                },
+                ScopedWrite::Add(n) => crate::fold::record::GuestKvWrite {
+                    key,
+                    value: None,
+                    add: Some(n),
+                },
+            }
+        })
+        .collect();
+        let own = (!scoped.run.is_empty()).then(|| {
+            serde_json::Value::Object(scoped.run)
+                .to_string()
+                .into_bytes()
+        });
+        Ok((own, writes))
+    }
+
     pub fn owns(&self, namespace: &str, key: &str) -> bool {
         self.partitioning.shard_of(namespace, key) == self.shard
     }
@@ -224,6 +282,7 @@ mod tests {
                 parent: None,
                 at_ms: 2,
                 schedule: None,
+                group: None,
             },
             Record::RunCreated {
                 namespace: "ns".into(),

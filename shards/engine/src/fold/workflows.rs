@@ -92,6 +92,9 @@ pub struct WfRun {
     /// At least its size as JSON (exact near the limit: `state_bytes_bound`); the step
     /// that would take it past the limit fails (`workflows::finish`).
     pub state_bytes: usize,
+    /// `--group` at its start (a child run's is its parent's): whose `flow_group:` state
+    /// fields it shares.
+    pub group: Option<String>,
 }
 
 impl WfRun {
@@ -416,6 +419,7 @@ impl Workflows {
             lsn,
             state: Value::Null,
             state_bytes: 0,
+            group: None,
         };
         if let Ok(def) = &run.def {
             run.state = flo_workflow::state::initial_state(def, &run.input);

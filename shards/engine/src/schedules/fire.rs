@@ -298,6 +298,7 @@ pub(super) fn start_spec(
         idempotency_key: Some(run_id.clone()),
         wait_ms: None,
         run_id: Some(run_id),
+        group: None,
     }
 }
 

@@ -233,8 +233,8 @@ pub fn complete_task(
         )));
     }
     let run = leased_run(core, r, now_ms)?;
-    let state_patch = match (state, &run.step) {
-        (None, _) => None,
+    let (state_patch, kv_writes) = match (state, &run.step) {
+        (None, _) => (None, Vec::new()),
         (Some(_), None) => {
             return Err(ErrorValue::bad_request(format!(
                 "task {:?} is not a workflow step's: it has no run state to update (complete \
@@ -242,7 +242,12 @@ pub fn complete_task(
                 r.task_id
             )));
         }
-        (Some(patch), Some(_)) => Some(check_state_patch(patch)?),
+        (Some(patch), Some(step)) => {
+            let patch = check_state_patch(patch)?;
+            core.state()
+                .scoped_patch(r.namespace, step, &patch)
+                .map_err(ErrorValue::bad_request)?
+        }
     };
     let record = Record::RunCompleted {
         namespace: r.namespace.to_string(),
@@ -251,7 +256,7 @@ pub fn complete_task(
         action_version: run.action_version,
         output: result,
         outcome,
-        kv_writes: Vec::new(),
+        kv_writes,
         at_ms: now_ms,
         state_patch,
     };

@@ -384,6 +384,11 @@ fn run_target(
                     idempotency_key: None,
                     parent: Some(step_ref),
                     at_ms: now,
+                    group: core
+                        .state()
+                        .workflows
+                        .run(namespace, run_id)
+                        .and_then(|r| r.group.clone()),
                 },
                 Record::WfStepStarted {
                     namespace: namespace.to_string(),

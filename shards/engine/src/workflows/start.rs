@@ -64,6 +64,9 @@ pub fn check_run_id(id: &str) -> Result<(), ErrorValue> {
     Ok(())
 }
 
+/// Longest `--group` name.
+pub const GROUP_BYTES_MAX: usize = 128;
+
 /// What a start did, or what it needs first.
 // Nearly every start is `Done`, returned by value: boxing it would allocate on the hot path.
 #[allow(clippy::large_enum_variant)]
@@ -92,6 +95,13 @@ pub fn start_scheduled(core: &mut Core, spec: WorkflowStartSpec, by: ScheduledBy
 
 fn start_as(core: &mut Core, spec: WorkflowStartSpec, schedule: Option<ScheduledBy>) -> Started {
     let now = core.now_ms();
+    if let Some(group) = &spec.group
+        && (group.is_empty() || group.len() > GROUP_BYTES_MAX || group.contains('/'))
+    {
+        return Started::Done(Done::now(Err(ErrorValue::bad_request(format!(
+            "group {group:?} is invalid: a group is 1 to {GROUP_BYTES_MAX} bytes without '/'"
+        )))));
+    }
     let planned = plan_start(core, &spec, schedule.is_some());
     let PlannedStart {
         run_id,
@@ -141,6 +151,7 @@ fn start_as(core: &mut Core, spec: WorkflowStartSpec, schedule: Option<Scheduled
         parent: None,
         at_ms: now,
         schedule,
+        group: spec.group,
     });
     advance(core, &spec.namespace, &run_id);
     Started::Done(Done {

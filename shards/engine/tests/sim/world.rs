@@ -1033,6 +1033,7 @@ impl Sim {
                         .then(|| format!("k{}", self.rng.below(4))),
                     wait_ms: self.rng.one_in(10).then_some(3_000),
                     run_id: None,
+                    group: None,
                 })
             }
             74..=83 => match self.known_wf_run() {
