@@ -188,3 +188,12 @@ fn nesting(path: &str) -> usize {
     }
     deepest
 }
+
+/// The signal type a `waitForState:` step waits for: only `update-state --continue` sends
+/// it (users' signal types may not start with `flo.`).
+pub const STATE_SIGNAL: &str = "flo.state";
+
+/// Whether a signal type is the engine's own (`flo.`...), refused from users.
+pub fn reserved_signal_type(signal_type: &str) -> bool {
+    signal_type.starts_with("flo.")
+}

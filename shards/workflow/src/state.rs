@@ -14,14 +14,7 @@ use serde_json::{Map, Value, json};
 /// Largest state document (as JSON): a step whose output would take it past this fails.
 pub const STATE_BYTES_MAX: usize = 1 << 20;
 
-/// The signal type a `waitForState:` step waits for: only `update-state --continue` sends
-/// it (users' signal types may not start with `flo.`).
-pub const STATE_SIGNAL: &str = "flo.state";
-
-/// Whether a signal type is the engine's own (`flo.`...), refused from users.
-pub fn reserved_signal_type(signal_type: &str) -> bool {
-    signal_type.starts_with("flo.")
-}
+pub use crate::names::{STATE_SIGNAL, reserved_signal_type};
 
 /// A state key's scope (flow8's KV scoping), from its prefix: `global:` (or none) is the
 /// run's own state; `flow:` is shared by every run of the definition; `flow_group:` by every

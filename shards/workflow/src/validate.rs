@@ -912,7 +912,7 @@ impl Checker {
             return (signal, "waitForSignal");
         }
         let wait = RawSignalWait {
-            signal_type: Some(crate::state::STATE_SIGNAL.to_string()),
+            signal_type: Some(crate::names::STATE_SIGNAL.to_string()),
             timeout_ms: block.timeout_ms,
             on_timeout: block.on_timeout,
         };
@@ -928,7 +928,7 @@ impl Checker {
                 format!("{path}.type"),
                 "`waitForSignal` needs a `type`: the signal type to wait for, e.g. `type: approval`",
             );
-        } else if !state && crate::state::reserved_signal_type(&signal_type) {
+        } else if !state && crate::names::reserved_signal_type(&signal_type) {
             self.error(
                 IssueCode::E503,
                 format!("{path}.type"),
