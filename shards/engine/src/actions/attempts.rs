@@ -82,7 +82,10 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
         }
         let (attempt, action) = (run.attempt, run.action.clone());
         let step_timeout = core.state().step_timeout_ms(&key.0, run.step.as_ref());
-        let run_state = core.state().step_run_state(&key.0, run.step.as_ref());
+        let run_state = match core.state().registry.reads_state(&key.0, &action) {
+            true => core.state().step_run_state(&key.0, run.step.as_ref()),
+            false => None,
+        };
         let def = core.state().registry.get(&key.0, &action);
         let module = core.state().registry.module(&key.0, &action);
         let (def, wasm) = match (def, module) {

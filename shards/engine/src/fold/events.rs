@@ -10,6 +10,7 @@ use crate::fold::workflows::Workflows;
 use flo_protocol::WorkflowRunStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Events each shard keeps; older ones are dropped (a reader behind them is told so).
 pub const EVENTS_KEPT: usize = 65_536;
@@ -84,9 +85,11 @@ pub struct RunEvent {
     pub pos: u64,
     pub kind: EventKind,
     pub at_ms: u64,
-    pub namespace: Box<str>,
+    /// Shared with the events before it (most events name the namespace and workflow
+    /// the previous one did).
+    pub namespace: Arc<str>,
     pub run_id: Box<str>,
-    pub workflow: Box<str>,
+    pub workflow: Arc<str>,
     pub step: Option<Box<str>>,
 }
 
@@ -104,6 +107,17 @@ pub struct RunEvents {
     ring: VecDeque<RunEvent>,
     /// The position of the newest event dropped (0: none yet).
     dropped_to: u64,
+    /// The namespace and workflow names the last event took (shared, not copied again).
+    #[serde(skip)]
+    names: (Option<Arc<str>>, Option<Arc<str>>),
+}
+
+/// `name` as an `Arc`, the one in `last` if it is the same.
+fn shared(last: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
+    match last {
+        Some(a) if &**a == name => a.clone(),
+        _ => last.insert(Arc::from(name)).clone(),
+    }
 }
 
 impl RunEvents {
@@ -121,15 +135,16 @@ impl RunEvents {
                 let Some(workflow) = workflow else {
                     return;
                 };
-                self.push(RunEvent {
+                let event = RunEvent {
                     pos: (lsn << INDEX_BITS) | index,
                     kind,
                     at_ms,
-                    namespace: namespace.into(),
+                    namespace: shared(&mut self.names.0, namespace),
                     run_id: run_id.into(),
-                    workflow: workflow.into(),
+                    workflow: shared(&mut self.names.1, workflow),
                     step: step.map(Into::into),
-                });
+                };
+                self.push(event);
                 index = (index + 1).min((1 << INDEX_BITS) - 1);
             };
         match record {

@@ -68,6 +68,17 @@ pub struct ActionDef {
     /// by `relink` after a snapshot is loaded).
     #[serde(skip)]
     pub module: Option<Arc<[u8]>>,
+    /// Whether the module may call `flo.state_get` or `flo.state_set` (its bytes name
+    /// them): only then does a workflow step's execution get its run's state.
+    #[serde(skip)]
+    pub reads_state: bool,
+}
+
+/// Whether `module` (binary or WAT text) may import `flo.state_get` or `flo.state_set`:
+/// an import's name is in its bytes either way. A false positive costs one serialization
+/// of the run's state per execution.
+fn reads_state(module: Option<&[u8]>) -> bool {
+    module.is_some_and(|m| m.windows(9).any(|w| w == b"state_get" || w == b"state_set"))
 }
 
 #[derive(Default, serde::Serialize, serde::Deserialize)]
@@ -120,6 +131,15 @@ impl Registry {
             .filter(|a| !a.removed)?
             .module
             .as_ref()
+    }
+
+    /// Whether a live WASM action's module may use its run's state (`flo.state_get`,
+    /// `flo.state_set`).
+    pub fn reads_state(&self, namespace: &str, name: &str) -> bool {
+        self.spaces
+            .get(namespace)
+            .and_then(|s| s.get(name))
+            .is_some_and(|a| !a.removed && a.reads_state)
     }
 
     /// Every definition, deleted ones included (for shards catching up).
@@ -320,6 +340,7 @@ impl Registry {
     pub fn relink(&mut self) {
         for def in self.spaces.values_mut().flat_map(|s| s.values_mut()) {
             def.module = def.def.wasm.as_deref().map(Arc::from);
+            def.reads_state = reads_state(def.def.wasm.as_deref());
         }
     }
 
@@ -328,6 +349,7 @@ impl Registry {
             name,
             ActionDef {
                 module: def.wasm.as_deref().map(Arc::from),
+                reads_state: reads_state(def.wasm.as_deref()),
                 def,
                 removed: false,
             },
