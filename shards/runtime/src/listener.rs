@@ -149,13 +149,13 @@ struct HeldWait {
 }
 
 /// What the requests of one id reserved; the first one's operation and when it was
-/// admitted (for the metrics).
+/// admitted (for the metrics; None when the shard does not count).
 struct Reserved {
     bytes: usize,
     requests: u32,
     waits: u32,
     op: &'static str,
-    since: Instant,
+    since: Option<Instant>,
 }
 
 /// The reply room a request takes: its bytes, and whether it waits (parked until what
@@ -396,13 +396,17 @@ impl Conn {
     /// nothing, a goodbye as request 0, is not one the client sent).
     fn count(&self, request: u64, result: &ReplyResult) {
         let reservations = self.reservations.borrow();
-        let Some(reserved) = reservations.get(&request) else {
+        let Some(Reserved {
+            op,
+            since: Some(since),
+            ..
+        }) = reservations.get(&request)
+        else {
             return;
         };
         let code = result.as_ref().err().map(|e| e.code);
-        let elapsed_ns = reserved.since.elapsed().as_nanos() as u64;
-        self.metrics
-            .request(reserved.op, result_index(code), elapsed_ns);
+        let elapsed_ns = since.elapsed().as_nanos() as u64;
+        self.metrics.request(op, result_index(code), elapsed_ns);
     }
 
     /// Reserves room for the reply to `request`, an `op`.
@@ -413,7 +417,7 @@ impl Conn {
             requests: 0,
             waits: 0,
             op,
-            since: Instant::now(),
+            since: self.metrics.counting().then(Instant::now),
         });
         entry.bytes += reserve.bytes;
         entry.requests += 1;
@@ -1170,7 +1174,7 @@ mod tests {
     use flo_engine::PeerMsg;
 
     fn test_metrics() -> Arc<ShardMetrics> {
-        Arc::new(ShardMetrics::new(0))
+        Arc::new(ShardMetrics::new(0, true))
     }
 
     fn kv_get() -> Op {

@@ -118,10 +118,15 @@ impl ShardLoop {
     }
 
     /// Publishes the engine's numbers for the metrics (a copy of a few counters; the
-    /// workers are counted).
+    /// workers, the consumer groups and the runs by status are counted), when an HTTP port
+    /// reads them.
     fn publish(&self) {
+        if !self.metrics.counting() {
+            return;
+        }
+        let engine = &self.engine;
         self.metrics
-            .publish(self.engine.gauges(), self.engine.runs_ended());
+            .publish(engine.gauges(), engine.runs_ended(), engine.counts());
     }
 
     /// Hands the engine's appended records to the writer if it is idle.
