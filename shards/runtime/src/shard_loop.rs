@@ -163,6 +163,8 @@ impl ShardLoop {
     }
 
     fn perform(&mut self, effects: &mut Vec<Effect>) {
+        // One clock read for the replies sent here (their time, in the metrics), if any.
+        let mut now = None;
         for effect in effects.drain(..) {
             match effect {
                 Effect::Reply { to, result } if to.conn == CONSOLE_CONN => {
@@ -171,7 +173,10 @@ impl ShardLoop {
                 Effect::Reply { to, result } => {
                     let conn = self.conns.borrow().get(&to.conn).cloned();
                     if let Some(conn) = conn {
-                        conn.send(to.request, *result);
+                        if now.is_none() && self.metrics.counting() {
+                            now = Some(Instant::now());
+                        }
+                        conn.send_at(to.request, *result, now);
                     }
                 }
                 Effect::Send { shard, msg } => {

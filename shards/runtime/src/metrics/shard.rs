@@ -244,6 +244,34 @@ mod tests {
         assert_eq!(ops["kv_get"][2], 1);
     }
 
+    /// What counting one request costs the shard: the two clock reads (admitted,
+    /// answered) and `request` (`cargo test --release -p flo-runtime --lib request_cost --
+    /// --ignored --nocapture`).
+    #[test]
+    #[ignore = "a measurement: run it by name, with --release"]
+    fn request_cost() {
+        let m = ShardMetrics::new(0, true);
+        let ops = ["kv_put", "kv_get", "invoke", "workflow_start"];
+        let rounds = 4_000_000u64;
+        let started = std::time::Instant::now();
+        for i in 0..rounds {
+            let since = std::time::Instant::now();
+            let op = ops[(i % 4) as usize];
+            let elapsed_ns = std::hint::black_box(since.elapsed().as_nanos() as u64);
+            m.request(op, 0, elapsed_ns);
+        }
+        let per = started.elapsed().as_nanos() as f64 / rounds as f64;
+        let counted: u64 = m.ops().map(|(_, s)| s.results()[0]).sum();
+        assert_eq!(counted, rounds);
+        let started = std::time::Instant::now();
+        for _ in 0..rounds {
+            let since = std::time::Instant::now();
+            std::hint::black_box(since.elapsed().as_nanos() as u64);
+        }
+        let clock = started.elapsed().as_nanos() as f64 / rounds as f64;
+        eprintln!("counting a request: {per:.1} ns, of which the two clock reads {clock:.1} ns");
+    }
+
     #[test]
     fn a_publication_waits_for_no_reader() {
         let m = ShardMetrics::new(0, true);
