@@ -726,11 +726,20 @@ fn open(tab: &Tab, http: SocketAddr, page: &str) {
     eval(tab, &format!("location.hash = {hash}; true"));
 }
 
-/// Clicks the element `selector` once it is there.
+/// Clicks the element `selector` once it is there. A page polled rebuilds its buttons: one
+/// found may be replaced before the click lands, so a click that fails is tried again.
 fn click(tab: &Tab, selector: &str) {
-    tab.wait_for_element_with_custom_timeout(selector, PAGE_TIMEOUT)
-        .and_then(|b| b.click().map(|_| ()))
-        .unwrap_or_else(|e| panic!("click {selector}: {e}"));
+    let deadline = Instant::now() + PAGE_TIMEOUT;
+    loop {
+        let clicked = tab
+            .wait_for_element_with_custom_timeout(selector, PAGE_TIMEOUT)
+            .and_then(|b| b.click().map(|_| ()));
+        match clicked {
+            Ok(()) => return,
+            Err(e) if Instant::now() >= deadline => panic!("click {selector}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
 }
 
 /// Registers worker `id` for `actions`.
