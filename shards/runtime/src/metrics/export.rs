@@ -411,7 +411,7 @@ fn encode_runs(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
     }
     let mut m = e.encode_descriptor(
         "flo_runs_by_status",
-        "Runs held in memory by kind and status (absent for a kind with more than 50,000 \
+        "Runs held in memory by kind and status (absent for a kind with more than 10,000 \
          runs in memory on the shard: not counted).",
         None,
         MetricType::Gauge,
