@@ -1,12 +1,19 @@
 //! The HTTP port (`flo server --http`): `/metrics` in the Prometheus text format, read by a
-//! Prometheus parser, moving as operations happen; `/healthz` and `/readyz`; the auth file's
-//! bearer tokens; `--http off`; a port that cannot be had; bad requests answered without
-//! harm.
+//! Prometheus parser, moving as operations happen (requests, the log, runs, WASM executions
+//! and failures, worker leases, queues and timers, consumer groups, runs by status);
+//! `/healthz` and `/readyz`; the auth file's bearer tokens; `--http off`; a port that
+//! cannot be had; bad requests answered without harm.
 
 mod common;
 
-use common::{TestServer, expect_refusal, fixed_wasm_action, temp_dir, wait_until};
-use flo::{InvokeOptions, PutOptions};
+use common::{
+    TestServer, expect_refusal, fixed_wasm_action, guest_action, temp_dir, user_action, wait_until,
+};
+use flo::protocol::{
+    GroupConfig, GroupMode, GroupReadSpec, GroupStart, RunStatus, StreamConfig, StreamRecordIn,
+    WorkerSpec, WorkerType, WorkflowRunStatus,
+};
+use flo::{InvokeOptions, PutOptions, StartOptions};
 use flo_testkit::http::{HttpResponse, http_get, http_raw};
 use prometheus_parse::{Sample, Scrape, Value};
 use std::net::SocketAddr;
@@ -123,6 +130,160 @@ fn metrics_count_kv_puts_and_an_action_run_as_they_happen() {
     );
     assert!(total(&published, "flo_kv_keys", &[]) >= 5.0);
     assert_eq!(total(&published, "flo_shard_serving", &[]), 2.0);
+}
+
+/// Waits (the engine's numbers are published once a second) until `metric` with `labels`,
+/// summed over the shards, is `want`; panics saying what it was.
+fn wait_for_total(http: SocketAddr, metric: &str, labels: &[(&str, &str)], want: f64) {
+    let mut seen = f64::NAN;
+    let reached = wait_until(Duration::from_secs(10), || {
+        seen = total(&scrape(http, None), metric, labels);
+        seen == want
+    });
+    assert!(reached, "{metric} {labels:?} is {seen}, not {want}");
+}
+
+/// Waits for a signal (at most 10 minutes), then ends.
+const SIGNAL_WORKFLOW: &str = r#"
+kind: Workflow
+name: metered-wait
+version: "1"
+start:
+  waitForSignal:
+    type: go
+    timeoutMs: 600000
+  transitions:
+    success: flo.Completed
+"#;
+
+#[test]
+fn metrics_count_leases_queues_timers_wasm_failures_groups_and_runs_by_status() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--test-clock"]);
+    let http = http_addr(&server);
+    let mut c = server.client();
+
+    // Worker tasks: three queued, one leased, its lease run out.
+    user_action(&mut c, "metered-task", 1000, 0, 100);
+    for _ in 0..3 {
+        c.invoke("metered-task", b"{}", InvokeOptions::default())
+            .unwrap();
+    }
+    wait_for_total(http, "flo_tasks_queued", &[("queue", "worker")], 3.0);
+    let pending = [("kind", "action"), ("status", "pending")];
+    wait_for_total(http, "flo_runs_by_status", &pending, 3.0);
+    c.register_worker(WorkerSpec {
+        namespace: String::new(),
+        worker_id: "metered-worker".into(),
+        worker_type: WorkerType::Action,
+        max_concurrency: None,
+        processes: vec!["metered-task".into()],
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+    let leased = c
+        .await_tasks("metered-worker", &["metered-task"], 1, 5000)
+        .unwrap();
+    assert_eq!(leased.len(), 1);
+    wait_for_total(http, "flo_worker_tasks_leased_total", &[], 1.0);
+    wait_for_total(http, "flo_timers", &[("kind", "lease")], 1.0);
+    wait_for_total(http, "flo_tasks_queued", &[("queue", "worker")], 2.0);
+    let running = [("kind", "action"), ("status", "running")];
+    wait_for_total(http, "flo_runs_by_status", &running, 1.0);
+    c.advance_clock(1000).unwrap();
+    let expired = wait_until(Duration::from_secs(5), || {
+        c.run(&leased[0].task_id).unwrap().status == RunStatus::TimedOut
+    });
+    assert!(expired, "the lease ran out");
+    wait_for_total(http, "flo_worker_leases_expired_total", &[], 1.0);
+
+    // A run delayed: a timer until it is due.
+    let delayed = InvokeOptions {
+        delay_ms: Some(60_000),
+        ..InvokeOptions::default()
+    };
+    c.invoke("metered-task", b"{}", delayed).unwrap();
+    wait_for_total(http, "flo_timers", &[("kind", "run_delay")], 1.0);
+
+    // A guest that traps: a WASM failure by its reason, and its wait for a slot observed.
+    guest_action(
+        &mut c,
+        "metered-trap",
+        flo_testkit::guests::trap_guest(),
+        None,
+    );
+    let run = c
+        .invoke_and_wait("metered-trap", b"{}", InvokeOptions::default(), 10_000)
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let scrape_now = scrape(http, None);
+    assert_eq!(
+        total(
+            &scrape_now,
+            "flo_wasm_failures_total",
+            &[("reason", "trap")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        total(
+            &scrape_now,
+            "flo_wasm_failures_total",
+            &[("reason", "timeout")]
+        ),
+        0.0
+    );
+    wait_for_total(http, "flo_wasm_slot_wait_seconds", &[], 1.0);
+
+    // A consumer group: 5 records, 2 delivered and not acked, 3 not delivered.
+    c.create_stream("metered-orders", StreamConfig::default())
+        .unwrap();
+    let records: Vec<StreamRecordIn> = (0..5)
+        .map(|i| StreamRecordIn {
+            payload: format!("{{\"n\":{i}}}").into_bytes(),
+            ..Default::default()
+        })
+        .collect();
+    c.append("metered-orders", records).unwrap();
+    let config = GroupConfig {
+        mode: GroupMode::Shared,
+        start: GroupStart::Start,
+        max_deliveries: None,
+        message_timeout_ms: None,
+    };
+    c.create_group("metered-orders", "billing", config).unwrap();
+    let group = [("stream", "metered-orders"), ("group", "billing")];
+    wait_for_total(http, "flo_stream_group_lag", &group, 5.0);
+    let read = c
+        .group_read(GroupReadSpec {
+            stream: "metered-orders".into(),
+            group: "billing".into(),
+            consumer: "c1".into(),
+            count: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(read.len(), 2);
+    wait_for_total(http, "flo_stream_group_pending", &group, 2.0);
+    wait_for_total(http, "flo_stream_group_lag", &group, 3.0);
+
+    // A workflow run waiting for its signal, with the signal's deadline as a timer.
+    c.create_workflow(SIGNAL_WORKFLOW).unwrap();
+    let run_id = c
+        .start_workflow("metered-wait", b"{}", StartOptions::default())
+        .unwrap();
+    let waiting = wait_until(Duration::from_secs(5), || {
+        c.workflow_run(&run_id).unwrap().status == WorkflowRunStatus::Waiting
+    });
+    assert!(waiting);
+    let wf_waiting = [("kind", "workflow"), ("status", "waiting")];
+    wait_for_total(http, "flo_runs_by_status", &wf_waiting, 1.0);
+    wait_for_total(http, "flo_timers", &[("kind", "workflow")], 1.0);
+    c.pause_workflow(&run_id).unwrap();
+    let on_hold = [("kind", "workflow"), ("status", "on_hold")];
+    wait_for_total(http, "flo_runs_by_status", &on_hold, 1.0);
 }
 
 #[test]

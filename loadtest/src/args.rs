@@ -149,6 +149,15 @@ pub struct Args {
         help_heading = "Spawn options (with --spawn)"
     )]
     pub flo_bin: Option<PathBuf>,
+    /// The spawned server's HTTP port (metrics and console): an address, or `off` for none
+    /// (then its shards count no metrics) [default: 127.0.0.1:0, any free port].
+    #[arg(
+        long,
+        value_name = "ADDR|off",
+        requires = "spawn",
+        help_heading = "Spawn options (with --spawn)"
+    )]
+    pub http: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

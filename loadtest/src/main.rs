@@ -49,6 +49,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             },
             shards: args.shards,
             durability: args.durability.unwrap_or(DurabilityArg::Sync).as_str(),
+            http: args
+                .http
+                .clone()
+                .unwrap_or_else(|| spawn::HTTP_DEFAULT.to_string()),
         };
         Some(spawn::Server::start(&opts)?)
     } else {

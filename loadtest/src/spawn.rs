@@ -14,7 +14,13 @@ pub struct SpawnOptions {
     pub flo_bin: PathBuf,
     pub shards: Option<u32>,
     pub durability: &'static str,
+    /// The server's `--http`: an address or `off`.
+    pub http: String,
 }
+
+/// The spawned server's HTTP port unless `--http` says otherwise: on, at any free port (so
+/// that a server already on the default port does not stop the start).
+pub const HTTP_DEFAULT: &str = "127.0.0.1:0";
 
 /// The `flo` executable next to the current one.
 pub fn default_flo_bin() -> Result<PathBuf, String> {
@@ -53,6 +59,8 @@ impl Server {
             "127.0.0.1:0".into(),
             "--durability".into(),
             opts.durability.into(),
+            "--http".into(),
+            opts.http.clone(),
         ];
         if let Some(shards) = opts.shards {
             args.extend(["--shards".into(), shards.to_string()]);

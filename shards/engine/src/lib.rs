@@ -45,11 +45,13 @@ pub use crate::core::io::{
     LogLine, LogSource, PeerMsg, ReplyResult, StorageInfo,
 };
 pub use crate::core::{
-    Durability, Limits, RUN_STEPS_MAX_DEFAULT, WASM_SLOTS_DEFAULT, WASM_SLOTS_MAX,
+    Counts, Durability, Limits, RUN_STEPS_MAX_DEFAULT, SLOT_WAIT_BOUNDS_MS, WASM_SLOTS_DEFAULT,
+    WASM_SLOTS_MAX,
 };
 pub use crate::engine::{
-    Engine, EngineConfig, FINAL_STATUSES, Gauges, InFlight, PEER_TIMEOUT_MS_DEFAULT, RUN_KINDS,
-    RUN_LATENCY_BOUNDS_MS, RUN_NAMES_MAX, RunsEnded,
+    Engine, EngineConfig, FINAL_STATUSES, Gauges, GroupDepth, InFlight, LIVE_STATUSES,
+    PEER_TIMEOUT_MS_DEFAULT, RUN_KINDS, RUN_LATENCY_BOUNDS_MS, RUN_NAMES_MAX, RUNS_CENSUS_MAX,
+    RunsEnded, STREAM_GROUPS_MAX,
 };
 pub use crate::fold::record::DecodeError;
 pub use crate::fold::registry::MEMORY_LIMIT_MB_MAX;

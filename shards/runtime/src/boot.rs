@@ -387,7 +387,13 @@ pub fn run_server(
     })?;
 
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let metrics = Arc::new(ServerMetrics::new(meta.shards, connections.clone()));
+    // Without an HTTP port nobody reads the metrics: the shards count nothing.
+    let counting = config.http.is_some();
+    let metrics = Arc::new(ServerMetrics::new(
+        meta.shards,
+        connections.clone(),
+        counting,
+    ));
     // Bound now, so that a port that cannot be had fails the start; served from now on, so
     // that /healthz answers and /readyz says why not while the shards recover.
     // The console's calls reach each shard through its end of the bridge (served once the

@@ -149,13 +149,13 @@ struct HeldWait {
 }
 
 /// What the requests of one id reserved; the first one's operation and when it was
-/// admitted (for the metrics).
+/// admitted (for the metrics; None when the shard does not count).
 struct Reserved {
     bytes: usize,
     requests: u32,
     waits: u32,
     op: &'static str,
-    since: Instant,
+    since: Option<Instant>,
 }
 
 /// The reply room a request takes: its bytes, and whether it waits (parked until what
@@ -373,8 +373,14 @@ impl Conn {
     }
 
     /// Queues a reply for sending; what its request reserved is released.
-    pub fn send(&self, request: u64, mut result: ReplyResult) {
-        self.count(request, &result);
+    pub fn send(&self, request: u64, result: ReplyResult) {
+        self.send_at(request, result, None);
+    }
+
+    /// `send`, with the time now if the caller read it already (one clock read for the
+    /// replies it sends at once; counted only when the shard counts).
+    pub fn send_at(&self, request: u64, mut result: ReplyResult, now: Option<Instant>) {
+        self.count(request, &result, now);
         self.release(request);
         self.admit_held_waits();
         if !self.sees_all.get()
@@ -396,26 +402,41 @@ impl Conn {
 
     /// Counts the answer to `request` in the shard's metrics (a request that reserved
     /// nothing, a goodbye as request 0, is not one the client sent).
-    fn count(&self, request: u64, result: &ReplyResult) {
+    fn count(&self, request: u64, result: &ReplyResult, now: Option<Instant>) {
         let reservations = self.reservations.borrow();
-        let Some(reserved) = reservations.get(&request) else {
+        let Some(Reserved {
+            op,
+            since: Some(since),
+            ..
+        }) = reservations.get(&request)
+        else {
             return;
         };
         let code = result.as_ref().err().map(|e| e.code);
-        let elapsed_ns = reserved.since.elapsed().as_nanos() as u64;
-        self.metrics
-            .request(reserved.op, result_index(code), elapsed_ns);
+        let now = now.unwrap_or_else(Instant::now);
+        let elapsed_ns = now.saturating_duration_since(*since).as_nanos() as u64;
+        self.metrics.request(op, result_index(code), elapsed_ns);
     }
 
-    /// Reserves room for the reply to `request`, an `op`.
-    fn reserve(&self, request: u64, reserve: Reserve, op: &'static str) {
+    /// When a request admitted now was admitted, for the metrics: `read_at` when the caller
+    /// read the clock already (the frames of one socket read share it), else now; None
+    /// when the shard does not count.
+    fn admitted_at(&self, read_at: Option<Instant>) -> Option<Instant> {
+        self.metrics
+            .counting()
+            .then(|| read_at.unwrap_or_else(Instant::now))
+    }
+
+    /// Reserves room for the reply to `request`, an `op`; `since`: when it was admitted
+    /// (`admitted_at`).
+    fn reserve(&self, request: u64, reserve: Reserve, op: &'static str, since: Option<Instant>) {
         let mut reservations = self.reservations.borrow_mut();
         let entry = reservations.entry(request).or_insert_with(|| Reserved {
             bytes: 0,
             requests: 0,
             waits: 0,
             op,
-            since: Instant::now(),
+            since,
         });
         entry.bytes += reserve.bytes;
         entry.requests += 1;
@@ -468,7 +489,13 @@ impl Conn {
 
     /// Admits `request`: its reply's room reserved, into the inbox; a wait that does not
     /// fit (or comes behind one held) is held.
-    fn admit(&self, request: Request, reserve: Reserve, frame_bytes: usize) {
+    fn admit(
+        &self,
+        request: Request,
+        reserve: Reserve,
+        frame_bytes: usize,
+        read_at: Option<Instant>,
+    ) {
         let from = ClientRef {
             conn: self.id,
             request: request.id,
@@ -486,7 +513,8 @@ impl Conn {
             return;
         }
         drop(held);
-        self.reserve(request.id, reserve, op_name(&request.op));
+        let since = self.admitted_at(read_at);
+        self.reserve(request.id, reserve, op_name(&request.op), since);
         self.inbox.push(Input::Client {
             from,
             op: request.op,
@@ -509,7 +537,8 @@ impl Conn {
             drop(held);
             self.held_waits_bytes
                 .set(self.held_waits_bytes.get() - next.frame_bytes);
-            self.reserve(next.from.request, next.reserve, op_name(&next.op));
+            let since = self.admitted_at(None);
+            self.reserve(next.from.request, next.reserve, op_name(&next.op), since);
             self.inbox.push(Input::Client {
                 from: next.from,
                 op: next.op,
@@ -1010,6 +1039,7 @@ async fn read_loop(
         };
         end += n;
         let mut took = false;
+        let mut read_at = None;
         loop {
             // One read may bring many requests: each waits for room as the first did.
             let frame_max = conn.frame_bytes_max(gate);
@@ -1028,8 +1058,11 @@ async fn read_loop(
                 .map_or(RESERVE_SMALL, |r| reply_reserve(&r.op));
             start += used;
             took = true;
-            admission.room(conn, reserve).await;
-            take_request(conn, decoded, reserve, used, gate);
+            // The frames of one read share one clock read (a wait for room reads it anew).
+            if admission.room(conn, reserve).await || read_at.is_none() {
+                read_at = conn.admitted_at(None);
+            }
+            take_request(conn, decoded, reserve, used, gate, read_at);
         }
         let now = SystemClock.now_ms();
         if took {
@@ -1128,12 +1161,13 @@ fn take_request(
     reserve: Reserve,
     frame_bytes: usize,
     gate: Option<&Gate>,
+    read_at: Option<Instant>,
 ) {
     conn.inflight.set(conn.inflight.get() + 1);
     let request = match decoded {
         Ok(request) => request,
         Err((request, e)) => {
-            conn.reserve(request, RESERVE_SMALL, UNDECODABLE_OP);
+            conn.reserve(request, RESERVE_SMALL, UNDECODABLE_OP, read_at);
             conn.send(request, Err(e));
             return;
         }
@@ -1141,11 +1175,11 @@ fn take_request(
     if let Some(gate) = gate
         && let Err(e) = admitted(gate, conn, &request.op)
     {
-        conn.reserve(request.id, RESERVE_SMALL, op_name(&request.op));
+        conn.reserve(request.id, RESERVE_SMALL, op_name(&request.op), read_at);
         conn.send(request.id, Err(e));
         return;
     }
-    conn.admit(request, reserve, frame_bytes);
+    conn.admit(request, reserve, frame_bytes, read_at);
 }
 
 /// Asks the gate whether the request may enter the shard; if not, the error to answer
@@ -1172,7 +1206,7 @@ mod tests {
     use flo_engine::PeerMsg;
 
     fn test_metrics() -> Arc<ShardMetrics> {
-        Arc::new(ShardMetrics::new(0))
+        Arc::new(ShardMetrics::new(0, true))
     }
 
     fn kv_get() -> Op {
@@ -1208,6 +1242,7 @@ mod tests {
                 },
                 get,
                 40,
+                None,
             );
             taken += 1;
         }
@@ -1234,8 +1269,8 @@ mod tests {
     #[test]
     fn requests_sharing_an_id_release_what_they_reserved_in_full() {
         let conn = Conn::new(1, Rc::new(Inbox::default()), test_metrics());
-        conn.reserve(5, reply_reserve(&kv_get()), "kv_get");
-        conn.reserve(5, RESERVE_SMALL, "kv_get");
+        conn.reserve(5, reply_reserve(&kv_get()), "kv_get", None);
+        conn.reserve(5, RESERVE_SMALL, "kv_get", None);
         conn.release(5);
         // Counted high, never low, until the last is answered.
         assert_eq!(conn.reserved_bytes.get(), REPLY_RESERVE_VALUE_BYTES);
@@ -1253,7 +1288,7 @@ mod tests {
         for id in 0..fit + 3 {
             assert!(conn.has_room_for(wait), "wait {id}");
             conn.inflight.set(conn.inflight.get() + 1);
-            conn.admit(Request { id, op: run_wait() }, wait, 50);
+            conn.admit(Request { id, op: run_wait() }, wait, 50, None);
         }
         assert_eq!(inbox.len() as u64, fit);
         assert_eq!(conn.held_waits.borrow().len(), 3);

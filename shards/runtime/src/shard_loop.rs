@@ -118,10 +118,15 @@ impl ShardLoop {
     }
 
     /// Publishes the engine's numbers for the metrics (a copy of a few counters; the
-    /// workers are counted).
+    /// workers, the consumer groups and the runs by status are counted), when an HTTP port
+    /// reads them.
     fn publish(&self) {
+        if !self.metrics.counting() {
+            return;
+        }
+        let engine = &self.engine;
         self.metrics
-            .publish(self.engine.gauges(), self.engine.runs_ended());
+            .publish(engine.gauges(), engine.runs_ended(), engine.counts());
     }
 
     /// Hands the engine's appended records to the writer if it is idle.
@@ -158,6 +163,8 @@ impl ShardLoop {
     }
 
     fn perform(&mut self, effects: &mut Vec<Effect>) {
+        // One clock read for the replies sent here (their time, in the metrics), if any.
+        let mut now = None;
         for effect in effects.drain(..) {
             match effect {
                 Effect::Reply { to, result } if to.conn == CONSOLE_CONN => {
@@ -166,7 +173,10 @@ impl ShardLoop {
                 Effect::Reply { to, result } => {
                     let conn = self.conns.borrow().get(&to.conn).cloned();
                     if let Some(conn) = conn {
-                        conn.send(to.request, *result);
+                        if now.is_none() && self.metrics.counting() {
+                            now = Some(Instant::now());
+                        }
+                        conn.send_at(to.request, *result, now);
                     }
                 }
                 Effect::Send { shard, msg } => {

@@ -4,7 +4,7 @@
 //! as inputs; results come back as `Input::Executed`.
 
 use crate::inbox::Inbox;
-use crate::metrics::{EXEC_RESULTS, ShardMetrics};
+use crate::metrics::{EXEC_RESULTS, FAILURE_REASONS, ShardMetrics};
 use crate::module_cache::LruBytes;
 use ahash::AHashMap as HashMap;
 use flo_engine::{ExecFailure, ExecResult, Execution, Input};
@@ -178,8 +178,10 @@ impl WasmPool {
                         )
                         .await;
                     let elapsed_ns = started.elapsed().as_nanos() as u64;
+                    let error = r.output.as_ref().err();
+                    let reason = error.and_then(failure_reason);
                     pool.metrics
-                        .execution(exec_result(r.output.as_ref().err()), elapsed_ns);
+                        .execution(exec_result(error), reason, elapsed_ns);
                     ExecResult {
                         output: r.output.map_err(failure),
                         outcome: r.outcome,
@@ -190,7 +192,8 @@ impl WasmPool {
                 }
                 Err(message) => {
                     let elapsed_ns = started.elapsed().as_nanos() as u64;
-                    pool.metrics.execution(EXEC_FAILED, elapsed_ns);
+                    let reason = failure_reason(&GuestError::Instantiate(String::new()));
+                    pool.metrics.execution(EXEC_FAILED, reason, elapsed_ns);
                     ExecResult::failed(failure(GuestError::Instantiate(message)))
                 }
             };
@@ -231,6 +234,23 @@ fn exec_result(error: Option<&GuestError>) -> usize {
     }
 }
 
+/// Why an execution failed, as an index in `FAILURE_REASONS` (None: it was stopped).
+fn failure_reason(error: &GuestError) -> Option<usize> {
+    let reason = match error {
+        GuestError::InvalidInput => "invalid_input",
+        GuestError::AllocationFailed => "allocation",
+        GuestError::ExecutionError | GuestError::Code(_) => "guest_error",
+        GuestError::Trap(_) => "trap",
+        GuestError::Timeout { .. } => "timeout",
+        GuestError::Cancelled => return None,
+        GuestError::MemoryLimit { .. } => "memory_limit",
+        GuestError::BadOutput(_) => "bad_output",
+        GuestError::InitFailed(_) => "init",
+        GuestError::Instantiate(_) => "instantiate",
+    };
+    FAILURE_REASONS.iter().position(|r| *r == reason)
+}
+
 fn failure(e: GuestError) -> ExecFailure {
     ExecFailure {
         timed_out: matches!(e, GuestError::Timeout { .. }),
@@ -259,5 +279,31 @@ impl GuestKv for PoolKv {
             rx.await
                 .unwrap_or_else(|_| Err("the read was dropped unanswered".to_string()))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_failure_has_a_reason_and_a_stop_has_none() {
+        let failures = [
+            GuestError::InvalidInput,
+            GuestError::AllocationFailed,
+            GuestError::ExecutionError,
+            GuestError::Code(7),
+            GuestError::Trap("unreachable".into()),
+            GuestError::Timeout { timeout_ms: 5 },
+            GuestError::MemoryLimit { limit_bytes: 1 },
+            GuestError::BadOutput("not JSON".into()),
+            GuestError::InitFailed(1),
+            GuestError::Instantiate("gone".into()),
+        ];
+        for error in &failures {
+            assert!(failure_reason(error).is_some(), "{error:?}");
+        }
+        assert_eq!(failure_reason(&GuestError::Trap(String::new())), Some(3));
+        assert_eq!(failure_reason(&GuestError::Cancelled), None);
     }
 }

@@ -81,6 +81,10 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             continue;
         }
         let (attempt, action) = (run.attempt, run.action.clone());
+        // Due since it became pending (created, or its last attempt failed) or its delay
+        // ended, whichever came last.
+        let due_ms = run.updated_at_ms.max(run.available_at_ms);
+        let slot_wait_ms = core.now_ms().saturating_sub(due_ms);
         let step_timeout = core.state().step_timeout_ms(&key.0, run.step.as_ref());
         let run_state = match core.state().registry.reads_state(&key.0, &action) {
             true => core.state().step_run_state(&key.0, run.step.as_ref()),
@@ -128,6 +132,7 @@ pub fn start_executions(core: &mut Core, execs: &mut Executions) {
             run_state,
         })));
         let version = def.0;
+        core.counts_mut().slot_waited(slot_wait_ms);
         execs.executing.insert(key.clone(), exec);
         execs.running.insert(
             exec,

@@ -5,6 +5,7 @@
 
 use super::agenda::{Agenda, Task};
 use super::calls::{Calls, Waiting};
+use super::counts::Counts;
 use super::gate::{Durability, Gate, Marks};
 use super::io::{DiskSpace, Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
 use super::limits::Limits;
@@ -56,6 +57,8 @@ pub struct Core {
     /// Inline plans' breakers, health, rate windows and cache: in memory only
     /// (`plan_book.rs`).
     plans: PlanBook,
+    /// What the handlers count for the metrics (live only: `counts.rs`).
+    counts: Counts,
 }
 
 impl Core {
@@ -86,7 +89,17 @@ impl Core {
             quotas: Arc::default(),
             limits: Limits::default(),
             plans: PlanBook::default(),
+            counts: Counts::default(),
         }
+    }
+
+    /// What the handlers counted for the metrics.
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    pub fn counts_mut(&mut self) -> &mut Counts {
+        &mut self.counts
     }
 
     /// Inline plans' in-memory state on this shard.

@@ -2,11 +2,13 @@
 //! exchanges with the runtime (`io`), the commit path every domain changes state through
 //! and reaches the rest by (`commit`: `Core`), the durability gate (`gate`), the agenda of
 //! work and its budgets (`agenda`), calls to other shards (`calls`), the namespaces'
-//! quotas (`quotas`) and the operator's bounds (`limits`).
+//! quotas (`quotas`), the operator's bounds (`limits`) and what the handlers count for the
+//! metrics (`counts`).
 
 mod agenda;
 mod calls;
 mod commit;
+mod counts;
 mod gate;
 pub mod io;
 mod limits;
@@ -15,5 +17,6 @@ mod quotas;
 pub use agenda::Task;
 pub use calls::{TriggerStart, Waiting};
 pub use commit::Core;
+pub use counts::{Counts, SLOT_WAIT_BOUNDS_MS};
 pub use gate::Durability;
 pub use limits::{Limits, RUN_STEPS_MAX_DEFAULT, WASM_SLOTS_DEFAULT, WASM_SLOTS_MAX};

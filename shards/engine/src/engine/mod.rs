@@ -18,7 +18,8 @@ mod watches;
 
 pub use fanout::SERVER_VERSION;
 pub use metrics::{
-    FINAL_STATUSES, Gauges, RUN_KINDS, RUN_LATENCY_BOUNDS_MS, RUN_NAMES_MAX, RunsEnded,
+    FINAL_STATUSES, Gauges, GroupDepth, LIVE_STATUSES, RUN_KINDS, RUN_LATENCY_BOUNDS_MS,
+    RUN_NAMES_MAX, RUNS_CENSUS_MAX, RunsEnded, STREAM_GROUPS_MAX,
 };
 
 use crate::actions::Executions;

@@ -235,6 +235,12 @@ impl Index {
         });
     }
 
+    /// Workflow timers set (retries, polls, signal deadlines; stale ones included), for
+    /// the metrics.
+    pub fn workflow_timers(&self) -> u64 {
+        self.wf_timers.len() as u64
+    }
+
     /// Workflow runs with a timer, for checks.
     pub fn timed_workflows(&self) -> crate::tables::HashSet<RunKey> {
         self.wf_timers.values().cloned().collect()

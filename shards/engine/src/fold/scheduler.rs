@@ -35,6 +35,15 @@ impl Queue {
     }
 }
 
+/// `Scheduler::depths`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepths {
+    pub wasm_ready: u64,
+    pub user_ready: u64,
+    pub delayed: u64,
+    pub leases: u64,
+}
+
 #[derive(Default)]
 pub struct Scheduler {
     /// Runnable WASM runs: highest priority first, then oldest.
@@ -137,6 +146,18 @@ impl Scheduler {
     /// Tasks queued for an action (stale entries included).
     pub fn user_queued(&self, action: &ActionKey) -> usize {
         self.user_ready.get(action).map_or(0, BinaryHeap::len)
+    }
+
+    /// Entries of the queues and timers, for the metrics (stale entries included: a run
+    /// cancelled while queued keeps its entry until it is popped): WASM runs ready, user
+    /// tasks ready, pending runs not yet due, leases watched.
+    pub fn depths(&self) -> QueueDepths {
+        QueueDepths {
+            wasm_ready: self.ready.len() as u64,
+            user_ready: self.user_ready.values().map(|q| q.len() as u64).sum(),
+            delayed: self.timers.len() as u64,
+            leases: self.lease_timers.len() as u64,
+        }
     }
 
     /// Actions that gained ready tasks since the last call.

@@ -132,6 +132,7 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
         .iter()
         .map(|t| (t.run_id.clone(), t.expires_at_ms))
         .collect();
+    core.counts_mut().tasks_leased += tasks.len() as u64;
     let lsn = core.commit(Record::TasksLeased {
         namespace: want.namespace.to_string(),
         worker_id: want.worker_id.to_string(),
@@ -388,6 +389,7 @@ pub fn expire_leases(core: &mut Core) {
             lease.worker_id
         );
         let retry_at_ms = retry_at(&core.state().registry, &namespace, run, now_ms);
+        core.counts_mut().leases_expired += 1;
         core.commit(Record::AttemptFailed {
             namespace: namespace.clone(),
             run_id: run_id.clone(),

@@ -26,6 +26,18 @@ pub(crate) fn router(console: Console) -> Router {
             "/api/workflow-runs/{id}/cancel",
             post(runs::cancel_workflow_run),
         )
+        .route(
+            "/api/workflow-runs/{id}/pause",
+            post(runs::pause_workflow_run),
+        )
+        .route(
+            "/api/workflow-runs/{id}/resume",
+            post(runs::resume_workflow_run),
+        )
+        .route(
+            "/api/workflow-runs/{id}/continue",
+            post(runs::continue_workflow_run),
+        )
         .route("/api/action-runs/{id}", get(runs::action_run))
         .route(
             "/api/action-runs/{id}/cancel",

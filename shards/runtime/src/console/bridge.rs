@@ -203,7 +203,7 @@ mod tests {
             panic!("a client input");
         };
         assert_eq!((from.conn, op), (CONSOLE_CONN, Op::Status));
-        let metrics = ShardMetrics::new(0);
+        let metrics = ShardMetrics::new(0, true);
         calls.answer(from.request, Ok(Reply::Done), &metrics);
         assert_eq!(answer.try_recv().unwrap(), Some(Ok(Reply::Done)));
         assert!(calls.pending.borrow().is_empty());

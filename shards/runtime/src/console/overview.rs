@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn requests_add_up_over_shards_and_waits_stay_out_of_the_latency() {
-        let m = ServerMetrics::new(2, Arc::new(Default::default()));
+        let m = ServerMetrics::new(2, Arc::new(Default::default()), true);
         m.shards[0].request("kv_put", 0, 1_000_000);
         m.shards[1].request("kv_put", 1, 1_000_000);
         m.shards[1].request("task_await", 0, 30_000_000_000);

@@ -117,6 +117,17 @@ pub(crate) fn text_field<'a>(body: &'a Value, name: &str) -> Result<Option<&'a s
     }
 }
 
+/// A yes/no field of a JSON body (absent: no).
+pub(crate) fn bool_field(body: &Value, name: &str) -> Result<bool, ApiError> {
+    match body.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "{name} must be true or false"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +154,9 @@ mod tests {
         let body = json_body(br#"{"type": 3}"#).unwrap();
         assert!(text_field(&body, "type").is_err());
         assert_eq!(text_field(&body, "reason").unwrap(), None);
+        let body = json_body(br#"{"reset_visits": true, "n": 1}"#).unwrap();
+        assert!(bool_field(&body, "reset_visits").unwrap());
+        assert!(!bool_field(&body, "absent").unwrap());
+        assert!(bool_field(&body, "n").is_err());
     }
 }

@@ -1,17 +1,19 @@
 //! The console's runs: lists (by workflow or action, status and the run query languages,
-//! paged by cursor), a run whole, a workflow run's history, and what a user does to a run —
-//! signal, cancel, retry a dead letter. Each sends the operation the CLI sends.
+//! paged by cursor; every kind and name at once in `all_runs.rs`), a run whole, a workflow
+//! run's history, and what a user does to a run — signal, cancel, pause, resume, continue,
+//! retry a dead letter. Each sends the operation the CLI sends.
 
+use super::all_runs;
 use super::caller::{Caller, Console};
 use super::errors::ApiError;
-use super::params::{Params, json_body, text_field};
+use super::params::{Params, bool_field, json_body, text_field};
 use super::views;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
-use flo_protocol::{HISTORY_LIMIT_MAX, Op, Reply};
+use flo_protocol::{HISTORY_LIMIT_MAX, Op, Reply, WorkflowControl};
 use serde_json::{Value, json};
 
 /// Runs per page unless the page asks for another number, and at most.
@@ -44,7 +46,7 @@ fn begin(
     Ok((caller, Params::parse(query.as_deref())?))
 }
 
-/// `GET /api/runs?kind=workflow|action&name=&status=&query=&dead_letter=&limit=&cursor=`
+/// `GET /api/runs?kind=workflow|action|all&name=&status=&query=&dead_letter=&limit=&cursor=`
 pub(crate) async fn list(
     State(console): State<Console>,
     headers: HeaderMap,
@@ -60,9 +62,10 @@ pub(crate) async fn list(
     let op = match p.get("kind").unwrap_or("workflow") {
         "action" => action_runs_op(&p, limit)?,
         "workflow" => workflow_runs_op(&p, limit)?,
+        "all" => return Ok(Json(all_runs::list(&console, caller, &p, limit).await?)),
         other => {
             return Err(ApiError::bad_request(format!(
-                "kind {other:?}: runs are of kind workflow or action"
+                "kind {other:?}: runs are of kind workflow or action, or all"
             )));
         }
     };
@@ -244,6 +247,70 @@ pub(crate) async fn cancel_workflow_run(
     match console.call(caller, op).await? {
         Reply::WorkflowRun(run) => Ok(Json(views::workflow_run(&run))),
         _ => Err(ApiError::unexpected("workflow_cancel")),
+    }
+}
+
+/// `POST /api/workflow-runs/{id}/pause`: `flo workflow pause ID`.
+pub(crate) async fn pause_workflow_run(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    let control = |_: &Value| Ok(WorkflowControl::Pause);
+    control_workflow_run(&console, &headers, path, query, None, control).await
+}
+
+/// `POST /api/workflow-runs/{id}/resume`: `flo workflow resume ID`.
+pub(crate) async fn resume_workflow_run(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    let control = |_: &Value| Ok(WorkflowControl::Resume);
+    control_workflow_run(&console, &headers, path, query, None, control).await
+}
+
+/// `POST /api/workflow-runs/{id}/continue` with `{"reset_visits": B}`: `flo workflow
+/// continue ID [--reset-visits]`.
+pub(crate) async fn continue_workflow_run(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let control = |body: &Value| {
+        let reset_visits = bool_field(body, "reset_visits")?;
+        Ok(WorkflowControl::Continue { reset_visits })
+    };
+    control_workflow_run(&console, &headers, path, query, Some(body), control).await
+}
+
+/// Pauses, resumes or continues a workflow run (`Op::WorkflowControl`), answered with the
+/// run; `control` reads the body (`{}` when there is none).
+async fn control_workflow_run(
+    console: &Console,
+    headers: &HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    query: Option<String>,
+    body: Option<Result<Bytes, BytesRejection>>,
+    control: impl FnOnce(&Value) -> Result<WorkflowControl, ApiError>,
+) -> Answer {
+    let (caller, p) = begin(console, headers, query)?;
+    let body = match body {
+        Some(body) => body_json(body)?,
+        None => json!({}),
+    };
+    let op = Op::WorkflowControl {
+        namespace: p.namespace(),
+        run_id: path_param(path)?,
+        control: control(&body)?,
+    };
+    match console.call(caller, op).await? {
+        Reply::WorkflowRun(run) => Ok(Json(views::workflow_run(&run))),
+        _ => Err(ApiError::unexpected("workflow_control")),
     }
 }
 

@@ -92,6 +92,18 @@ pub(crate) fn workflow_run(r: &WorkflowRunInfo) -> Value {
             })
         })
         .collect();
+    let branches: Vec<Value> = r
+        .branches
+        .iter()
+        .map(|b| {
+            json!({
+                "step": b.step,
+                "status": b.status.as_str(),
+                "waiting_for": b.waiting_for,
+                "since_ms": b.since_ms,
+            })
+        })
+        .collect();
     json!({
         "kind": "workflow",
         "run_id": r.run_id,
@@ -111,6 +123,8 @@ pub(crate) fn workflow_run(r: &WorkflowRunInfo) -> Value {
         "parent_run_id": r.parent_run_id,
         "search_attributes": opt_bytes_json(r.search_attributes.as_deref()),
         "state": opt_bytes_json(r.state.as_deref()),
+        "branches": branches,
+        "step_since_ms": r.step_since_ms,
         "created_at_ms": r.created_at_ms,
         "updated_at_ms": r.updated_at_ms,
     })

@@ -4,8 +4,11 @@
 //! and health".
 
 use super::histogram::HistogramValues;
-use super::shard::{EXEC_RESULTS, Published, RESULTS, ShardMetrics};
-use flo_engine::{FINAL_STATUSES, RUN_KINDS, RUN_LATENCY_BOUNDS_MS, RunsEnded};
+use super::shard::{EXEC_RESULTS, FAILURE_REASONS, Published, RESULTS, ShardMetrics};
+use flo_engine::{
+    FINAL_STATUSES, GroupDepth, LIVE_STATUSES, RUN_KINDS, RUN_LATENCY_BOUNDS_MS,
+    SLOT_WAIT_BOUNDS_MS,
+};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -28,10 +31,11 @@ pub(crate) struct ServerMetrics {
 }
 
 impl ServerMetrics {
-    pub fn new(shards: u32, connections: Arc<AtomicUsize>) -> ServerMetrics {
+    /// `counting`: whether the shards count (an HTTP port reads them).
+    pub fn new(shards: u32, connections: Arc<AtomicUsize>, counting: bool) -> ServerMetrics {
         ServerMetrics {
             shards: (0..shards)
-                .map(|s| Arc::new(ShardMetrics::new(s)))
+                .map(|s| Arc::new(ShardMetrics::new(s, counting)))
                 .collect(),
             connections,
             ready: AtomicBool::new(false),
@@ -92,7 +96,8 @@ impl Collector for Exporter {
         encode_runs(&mut e, &shards)?;
         encode_wasm(&mut e, &shards)?;
         encode_queues(&mut e, &shards)?;
-        encode_workers(&mut e, &shards)
+        encode_workers(&mut e, &shards)?;
+        encode_stream_groups(&mut e, &shards)
     }
 }
 
@@ -379,7 +384,13 @@ fn encode_runs(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
     for s in shards {
         for (k, kind) in RUN_KINDS.iter().enumerate() {
             let labels = [("shard", s.label.as_str()), ("kind", kind)];
-            histogram(&mut m, &labels, run_latency(&s.published.ended, k))?;
+            let ended = &s.published.ended;
+            let h = ms_histogram(
+                &RUN_LATENCY_BOUNDS_MS,
+                &ended.latency[k],
+                ended.latency_sum_ms[k],
+            );
+            histogram(&mut m, &labels, h)?;
         }
     }
     let mut m = e.encode_descriptor(
@@ -398,6 +409,32 @@ fn encode_runs(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
             )?;
         }
     }
+    let mut m = e.encode_descriptor(
+        "flo_runs_by_status",
+        "Runs held in memory by kind and status (absent for a kind with more than 10,000 \
+         runs in memory on the shard: not counted).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for s in shards {
+        let census = &s.published.gauges.runs_by_status;
+        for (k, kind) in RUN_KINDS.iter().enumerate() {
+            let Some(counts) = census[k] else {
+                continue;
+            };
+            for (status, &n) in LIVE_STATUSES.iter().zip(&counts) {
+                if k == ACTION_KIND && matches!(*status, "waiting" | "on_hold") {
+                    continue;
+                }
+                let labels = [
+                    ("shard", s.label.as_str()),
+                    ("kind", kind),
+                    ("status", status),
+                ];
+                gauge(&mut m, &labels, n as i64)?;
+            }
+        }
+    }
     shard_gauges(
         e,
         shards,
@@ -407,17 +444,21 @@ fn encode_runs(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
     )
 }
 
-/// The engine's run latency buckets (ms) as a histogram in seconds.
-fn run_latency(ended: &RunsEnded, kind: usize) -> HistogramValues {
-    let bounds = RUN_LATENCY_BOUNDS_MS
+/// The index of action runs in `RUN_KINDS`.
+const ACTION_KIND: usize = 0;
+
+/// Buckets counted in ms (each bucket's own count, the last beyond `bounds_ms`) as a
+/// histogram in seconds.
+fn ms_histogram(bounds_ms: &[u64], counts: &[u64], sum_ms: u64) -> HistogramValues {
+    debug_assert_eq!(bounds_ms.len() + 1, counts.len());
+    let bounds = bounds_ms
         .iter()
         .map(|&ms| ms as f64 / 1000.0)
         .chain(std::iter::once(f64::INFINITY));
-    let counts = ended.latency[kind];
     HistogramValues {
-        buckets: bounds.zip(counts).collect(),
+        buckets: bounds.zip(counts.iter().copied()).collect(),
         count: counts.iter().sum(),
-        sum: ended.latency_sum_ms[kind] as f64 / 1000.0,
+        sum: sum_ms as f64 / 1000.0,
     }
 }
 
@@ -442,6 +483,35 @@ fn encode_wasm(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
     )?;
     for s in shards {
         histogram(&mut m, &shard_labels(s), s.live.execution_time.read())?;
+    }
+    let mut m = e.encode_descriptor(
+        "flo_wasm_failures",
+        "WebAssembly executions failed, by reason (a guest's error, trap, timeout, memory \
+         limit, bad output, init or instantiation).",
+        None,
+        MetricType::Counter,
+    )?;
+    for s in shards {
+        for (reason, n) in FAILURE_REASONS.iter().zip(&s.live.failures) {
+            let labels = [("shard", s.label.as_str()), ("reason", reason)];
+            counter(&mut m, &labels, n.load(Ordering::Relaxed))?;
+        }
+    }
+    let mut m = e.encode_descriptor(
+        "flo_wasm_slot_wait_seconds",
+        "Time from a WebAssembly run due to its execution started (waiting for a slot), \
+         per execution, in ms steps.",
+        None,
+        MetricType::Histogram,
+    )?;
+    for s in shards {
+        let counts = &s.published.counts;
+        let h = ms_histogram(
+            &SLOT_WAIT_BOUNDS_MS,
+            &counts.slot_wait,
+            counts.slot_wait_sum_ms,
+        );
+        histogram(&mut m, &shard_labels(s), h)?;
     }
     shard_gauges(
         e,
@@ -480,7 +550,47 @@ fn encode_queues(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result
         "flo_worker_awaits",
         "Worker task awaits open on their home shard.",
         |p| p.gauges.awaits,
-    )
+    )?;
+    let mut m = e.encode_descriptor(
+        "flo_tasks_queued",
+        "Action runs ready and queued: for a WebAssembly slot (wasm) or a worker (worker); \
+         a run cancelled while queued counts until its entry is taken.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for s in shards {
+        let g = &s.published.gauges;
+        for (queue, n) in [("wasm", g.wasm_ready), ("worker", g.tasks_ready)] {
+            gauge(
+                &mut m,
+                &[("shard", s.label.as_str()), ("queue", queue)],
+                n as i64,
+            )?;
+        }
+    }
+    let mut m = e.encode_descriptor(
+        "flo_timers",
+        "Timers set: action runs not yet due (delay, retry), leases of tasks out, workflow \
+         timers (retry, poll, signal deadline); one whose run moved on counts until due.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for s in shards {
+        let g = &s.published.gauges;
+        let kinds = [
+            ("run_delay", g.delayed_runs),
+            ("lease", g.leases),
+            ("workflow", g.workflow_timers),
+        ];
+        for (kind, n) in kinds {
+            gauge(
+                &mut m,
+                &[("shard", s.label.as_str()), ("kind", kind)],
+                n as i64,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn encode_workers(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
@@ -495,6 +605,54 @@ fn encode_workers(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Resul
         for (status, &n) in STATUSES.iter().zip(&s.published.gauges.workers) {
             let labels = [("shard", s.label.as_str()), ("status", status)];
             gauge(&mut m, &labels, n as i64)?;
+        }
+    }
+    let families: [(&str, &str, fn(&Published) -> u64); 2] = [
+        (
+            "flo_worker_tasks_leased",
+            "Tasks of user-hosted actions leased to workers.",
+            |p| p.counts.tasks_leased,
+        ),
+        (
+            "flo_worker_leases_expired",
+            "Task leases that ran out before their worker reported (each a failed attempt).",
+            |p| p.counts.leases_expired,
+        ),
+    ];
+    for (name, help, value) in families {
+        let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for s in shards {
+            counter(&mut m, &shard_labels(s), value(&s.published))?;
+        }
+    }
+    Ok(())
+}
+
+fn encode_stream_groups(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
+    let families = [
+        (
+            "flo_stream_group_pending",
+            "Stream records delivered to a consumer group and not yet acked, by stream and \
+             group (at most 100 pairs per shard, then _other).",
+        ),
+        (
+            "flo_stream_group_lag",
+            "Stream records not yet delivered to a consumer group, by stream and group (at \
+             most 100 pairs per shard, then _other).",
+        ),
+    ];
+    let values: [fn(&GroupDepth) -> u64; 2] = [|g| g.pending, |g| g.lag];
+    for ((name, help), value) in families.into_iter().zip(values) {
+        let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for s in shards {
+            for g in &s.published.gauges.stream_groups {
+                let labels = [
+                    ("shard", s.label.as_str()),
+                    ("stream", g.stream.as_str()),
+                    ("group", g.group.as_str()),
+                ];
+                gauge(&mut m, &labels, value(g) as i64)?;
+            }
         }
     }
     Ok(())

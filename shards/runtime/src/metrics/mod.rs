@@ -10,4 +10,4 @@ mod shard;
 pub(crate) use export::ServerMetrics;
 pub use http::HTTP_CONNECTIONS_MAX;
 pub(crate) use http::{bearer_token, bind, start};
-pub(crate) use shard::{EXEC_RESULTS, ShardMetrics, result_index};
+pub(crate) use shard::{EXEC_RESULTS, FAILURE_REASONS, ShardMetrics, result_index};

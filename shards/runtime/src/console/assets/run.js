@@ -1,7 +1,8 @@
 // A run whole: a workflow run's input, output, state, steps (and their attempts), its
 // history timeline and its workflow's graph with the run's steps marked; an action run's
-// attempts, input, output and error. And what a user does to it: signal or cancel a
-// workflow run, cancel an action run, retry a dead-lettered one. Polled while not final.
+// attempts, input, output and error. And what a user does to it: signal, cancel, pause,
+// resume or continue a workflow run, cancel an action run, retry a dead-lettered one.
+// Polled while not final.
 
 import { api } from './api.js';
 import { add, ago, badge, clear, errorBox, every, h, link, pre, table, time, toast } from './dom.js';
@@ -14,15 +15,18 @@ export function runPage(main, kind, id) {
   const root = h('div', { id: 'run', 'data-kind': kind });
   main.append(root);
   const path = `/api/${kind}-runs/${encodeURIComponent(id)}`;
-  const state = { graphKey: null, graph: null, actions: null, final: false };
-  let stop = null;
-  stop = every(POLL_MS, async () => {
+  const state = { graphKey: null, graph: null, actions: null, final: false, refresh: () => {} };
+  const show = async () => {
     if (state.final) return;
     const run = await api(path);
     if (kind === 'workflow') await showWorkflowRun(root, run, path, state);
     else showActionRun(root, run, path, state);
     state.final = FINAL.has(run.status);
-  }, (e) => clear(root).append(errorBox(e)));
+  };
+  const failed = (e) => clear(root).append(errorBox(e));
+  // After an action on the run: shown again at once, not at the next poll.
+  state.refresh = () => show().catch(failed);
+  const stop = every(POLL_MS, show, failed);
   return () => stop();
 }
 
@@ -46,7 +50,7 @@ function sections(root, header, actions) {
 
 async function showWorkflowRun(root, run, path, state) {
   const header = [h('h1', {}, 'Workflow run ', h('span', { class: 'mono' }, run.run_id)),
-    h('span', { id: 'run-status' }, badge(run.status))];
+    h('span', { id: 'run-status' }, badge(run.status)), controlButtons(run, path, state)];
   const final = FINAL.has(run.status);
   const body = sections(root, header, final ? null : workflowActions(run, path, state));
   add(body, h('div', { class: 'grid2' },
@@ -56,6 +60,7 @@ async function showWorkflowRun(root, run, path, state) {
       ['status', run.status],
       ['current step', run.current_step],
       ['waiting for', run.waiting_for],
+      ['branches', run.branches.length ? run.branches.map((b) => `${b.step}: ${b.waiting_for || b.status}`).join('; ') : null],
       ['terminal', run.terminal],
       ['error', run.error],
       ['parent run', run.parent_run_id ? h('a', { href: link(`/runs/workflow/${encodeURIComponent(run.parent_run_id)}`) }, run.parent_run_id) : null],
@@ -134,6 +139,43 @@ function timeline(events) {
   e.detail ? h('div', { class: 'detail' }, e.detail) : null)));
 }
 
+// What `continue` starts again: a step waiting for an action run or a child run, or
+// sleeping before a retry (the engine's `stuck_steps`, as `waiting_for` words it).
+const CONTINUABLE = /^(action run|workflow run|timer at) /;
+
+// Pause or resume, and continue when a step is stuck where continue applies: beside the
+// run's title, rebuilt on each poll (what applies changes as the run moves).
+function controlButtons(run, path, state) {
+  if (FINAL.has(run.status)) return null;
+  const waits = [run.waiting_for, ...run.branches.map((b) => b.waiting_for)];
+  const buttons = [run.status === 'on_hold'
+    ? controlButton('Resume', 'resume', path, state, 'primary')
+    : controlButton('Pause', 'pause', path, state, '')];
+  if (waits.some((w) => w && CONTINUABLE.test(w))) {
+    buttons.push(controlButton('Continue', 'continue', path, state, ''));
+  }
+  return h('span', { class: 'buttons run-control', id: 'run-control' }, buttons);
+}
+
+const CONTROL_DONE = { pause: 'paused: no step starts until resumed', resume: 'resumed', continue: 'continued' };
+
+function controlButton(text, what, path, state, cls) {
+  const button = h('button', { class: cls, id: `run-${what}`, title: `flo workflow ${what}` }, text);
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    try {
+      await api(`${path}/${what}`, { method: 'POST', body: {} });
+      toast(CONTROL_DONE[what]);
+      state.final = false;
+      state.refresh();
+    } catch (e) {
+      toast(e.message, 'bad');
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
 // The signal and cancel forms of a run that is not final.
 function workflowActions(run, path, state) {
   const waited = /^signal (.+)$/.exec(run.waiting_for || '');
@@ -148,6 +190,7 @@ function workflowActions(run, path, state) {
       await api(`${path}/${what}`, { method: 'POST', body: parsed });
       toast(what === 'signal' ? `signal ${parsed.type} sent` : 'cancel asked');
       state.final = false;
+      state.refresh();
     } catch (e) {
       toast(e.message, 'bad');
     } finally {
@@ -215,6 +258,7 @@ function actionButton(text, what, path, state, cls) {
       await api(`${path}/${what}`, { method: 'POST' });
       toast(what === 'retry' ? 'queued again' : 'cancel asked');
       state.final = false;
+      state.refresh();
     } catch (e) {
       toast(e.message, 'bad');
       button.disabled = false;

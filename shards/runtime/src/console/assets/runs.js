@@ -1,20 +1,27 @@
-// Runs: of a workflow or an action, by status, or by a query in the run query language
-// (workflow runs: their search attributes; action runs: their fields and labels), a page at
-// a time. The filters live in the address (`#/runs?kind=action&name=charge&status=failed`).
+// Runs: all of them (every workflow's and action's, newest first: the default), or of a
+// workflow or an action, by status, or by a query in the run query language (workflow
+// runs: their search attributes; action runs: their fields and labels), a page at a time.
+// The filters live in the address (`#/runs?kind=action&name=charge&status=failed`).
 
 import { api } from './api.js';
 import { add, ago, badge, clear, errorBox, h, link, table, time } from './dom.js';
 
-const WORKFLOW_STATUSES = ['pending', 'running', 'waiting', 'completed', 'failed', 'cancelled', 'timed_out'];
+const WORKFLOW_STATUSES = ['pending', 'running', 'waiting', 'on_hold', 'completed', 'failed', 'cancelled', 'timed_out'];
 const ACTION_STATUSES = ['pending', 'running', 'completed', 'failed', 'cancelled', 'timed_out'];
+const KINDS = [['all', 'all runs'], ['workflow', 'workflow runs'], ['action', 'action runs']];
 const PAGE = 50;
 
 export function runsPage(main, params) {
-  const kind = params.kind === 'action' ? 'action' : 'workflow';
+  const kind = ['workflow', 'action'].includes(params.kind) ? params.kind : 'all';
   const filters = h('div', { class: 'filters' });
-  const results = h('div', { id: 'runs' });
+  const results = h('div', { id: 'runs', 'data-kind': kind });
   main.append(h('h1', {}, 'Runs'), filters, results);
   let stopped = false;
+  if (kind === 'all') {
+    allFilters(filters, params);
+    showPage(results, { kind, status: params.status || '' }, [], params.cursor || null);
+    return () => { stopped = true; };
+  }
   buildFilters(filters, kind, params).then((chosen) => {
     if (stopped) return;
     if (!chosen.name && !chosen.query) {
@@ -32,8 +39,7 @@ async function buildFilters(box, kind, params) {
   const names = await api(kind === 'action' ? '/api/actions' : '/api/workflows');
   const list = names.items.map((x) => x.name);
   const name = params.name || (params.query ? '' : list[0] || '');
-  const kindSelect = h('select', { id: 'runs-kind' },
-    ['workflow', 'action'].map((k) => h('option', { value: k, selected: k === kind }, `${k} runs`)));
+  const kindSelect = kindChoice(kind);
   const nameSelect = h('select', { id: 'runs-name' },
     h('option', { value: '' }, kind === 'action' ? 'any action (with a query)' : 'any workflow (with a query)'),
     list.map((n) => h('option', { value: n, selected: n === name }, n)));
@@ -74,6 +80,29 @@ async function buildFilters(box, kind, params) {
   };
 }
 
+function kindChoice(kind) {
+  return h('select', { id: 'runs-kind' },
+    KINDS.map(([k, text]) => h('option', { value: k, selected: k === kind }, text)));
+}
+
+// The filter bar of all runs: the kind, and a status.
+function allFilters(box, params) {
+  const kindSelect = kindChoice('all');
+  const statusSelect = h('select', { id: 'runs-status' },
+    h('option', { value: '' }, 'any status'),
+    WORKFLOW_STATUSES.map((s) => h('option', { value: s, selected: s === params.status }, s)));
+  const apply = () => {
+    location.hash = link('/runs', {
+      kind: kindSelect.value,
+      status: kindSelect.value === 'all' ? statusSelect.value : '',
+    });
+  };
+  kindSelect.addEventListener('change', apply);
+  statusSelect.addEventListener('change', apply);
+  add(box, h('label', {}, 'kind', kindSelect), h('label', {}, 'status', statusSelect),
+    h('span', { class: 'muted grow' }, 'newest first, across every workflow and action'));
+}
+
 // One page of runs; `back` holds the cursors of the pages before (for "previous").
 async function showPage(box, chosen, back, cursor) {
   clear(box).append(h('div', { class: 'muted' }, 'loading…'));
@@ -84,14 +113,17 @@ async function showPage(box, chosen, back, cursor) {
     clear(box).append(errorBox(e));
     return;
   }
+  const all = chosen.kind === 'all';
   const rows = table([
     ['run', (r) => h('a', { class: 'run-link mono', href: link(`/runs/${r.kind}/${encodeURIComponent(r.run_id)}`) }, r.run_id)],
-    [r0(chosen), (r) => r.name],
+    all ? ['kind', (r) => r.kind] : null,
+    [all ? 'name' : r0(chosen), (r) => r.name],
     ['status', (r) => [badge(r.status), r.dead_lettered ? [' ', badge('dead letter', 'bad')] : null]],
-    [chosen.kind === 'action' ? 'attempt' : 'step', (r) => (chosen.kind === 'action' ? r.attempt : r.step || '')],
+    [all ? 'step / attempt' : chosen.kind === 'action' ? 'attempt' : 'step',
+      (r) => (r.kind === 'action' ? r.attempt : r.step || '')],
     ['created', (r) => time(r.created_at_ms)],
     ['updated', (r) => ago(r.updated_at_ms)],
-  ], page.runs, {
+  ].filter(Boolean), page.runs, {
     empty: page.next_cursor ? 'none on this page (the next may hold some)' : 'no runs',
     rowAttrs: (r) => ({ class: 'run-row', 'data-run': r.run_id }),
   });
@@ -105,7 +137,9 @@ async function showPage(box, chosen, back, cursor) {
       disabled: !page.next_cursor,
       onclick: () => showPage(box, chosen, [...back, cursor], page.next_cursor),
     }, 'Next →'),
-    page.scanned !== null && page.scanned !== undefined ? h('span', {}, `${page.scanned} runs looked at`) : null);
+    page.scanned !== null && page.scanned !== undefined ? h('span', {}, `${page.scanned} runs looked at`) : null,
+    page.workflows_left_out ? h('span', { id: 'runs-left-out' },
+      `the runs of ${page.workflows_left_out} more workflows are not merged here: choose the workflow`) : null);
   clear(box).append(rows, pager);
 }
 
