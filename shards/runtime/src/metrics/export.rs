@@ -103,6 +103,8 @@ impl Collector for Exporter {
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
 
+/// A counter family read from each shard's published numbers: name, help, reader.
+type CounterFamily = (&'static str, &'static str, fn(&Published) -> u64);
 fn shard_labels<'a>(s: &'a ShardView) -> Labels<'a> {
     vec![("shard", s.label.as_str())]
 }
@@ -607,7 +609,7 @@ fn encode_workers(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Resul
             gauge(&mut m, &labels, n as i64)?;
         }
     }
-    let families: [(&str, &str, fn(&Published) -> u64); 2] = [
+    let families: [CounterFamily; 2] = [
         (
             "flo_worker_tasks_leased",
             "Tasks of user-hosted actions leased to workers.",
