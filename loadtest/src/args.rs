@@ -87,6 +87,10 @@ pub struct Args {
     /// once) instead of three steps in a row.
     #[arg(long)]
     pub fork: bool,
+    /// `workflow` workload: every step keeps its output to itself (`skipOutputMapping:
+    /// true`), so the run's state is not touched (to measure what the state costs).
+    #[arg(long)]
+    pub skip_output_mapping: bool,
 
     /// The interval of the `schedule` workload's schedules, in milliseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]

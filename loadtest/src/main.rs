@@ -93,12 +93,18 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     match args.workload {
         Workload::KvPut => {}
         Workload::WasmInvoke => workload::register_wasm_action(&addr, token, &args.namespace)?,
-        Workload::Workflow => workload::create_workflow(&addr, token, &args.namespace, args.fork)?,
+        Workload::Workflow => workload::create_workflow(
+            &addr,
+            token,
+            &args.namespace,
+            args.fork,
+            args.skip_output_mapping,
+        )?,
         Workload::WorkflowWorker => {
             workload::create_worker_workflow(&addr, token, &args.namespace, &args.action_name)?
         }
         Workload::Mixed => {
-            workload::create_workflow(&addr, token, &args.namespace, false)?;
+            workload::create_workflow(&addr, token, &args.namespace, false, false)?;
             workload::register_user_action(&addr, token, &args.namespace, &args.action_name)?
         }
         Workload::Worker => {

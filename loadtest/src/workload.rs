@@ -431,22 +431,44 @@ steps:
 "#;
 
 /// Registers the action and creates the workflow `workflow` needs (`fork`: the 1 → 3 → 1
-/// fork and join instead of three steps in a row).
+/// fork and join instead of three steps in a row; `skip_output_mapping`: no step merges its
+/// output into the run's state).
 pub fn create_workflow(
     addr: &str,
     token: Option<&str>,
     namespace: &str,
     fork: bool,
+    skip_output_mapping: bool,
 ) -> Result<(), String> {
     register_wasm_action(addr, token, namespace)?;
     let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);
     let yaml = if fork { FORK_YAML } else { WORKFLOW_YAML };
+    let yaml = if skip_output_mapping {
+        skipping_output_mapping(yaml)
+    } else {
+        yaml.to_string()
+    };
     client
-        .create_workflow(yaml)
+        .create_workflow(&yaml)
         .map_err(|e| format!("cannot create {WORKFLOW_NAME}: {e}"))?;
     Ok(())
+}
+
+/// `yaml` with `skipOutputMapping: true` beside every step's `run:`, at its indentation.
+fn skipping_output_mapping(yaml: &str) -> String {
+    let mut out = String::with_capacity(yaml.len() + 256);
+    for line in yaml.lines() {
+        out.push_str(line);
+        out.push('\n');
+        let body = line.trim_start();
+        if body.starts_with("run: ") {
+            out.push_str(&line[..line.len() - body.len()]);
+            out.push_str("skipOutputMapping: true\n");
+        }
+    }
+    out
 }
 
 /// The workflow `workflow-worker` starts: three steps on the user-hosted action.
@@ -549,6 +571,20 @@ impl Generator for WorkflowStart {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skipping_output_mapping_marks_every_step_at_its_indentation() {
+        for yaml in [WORKFLOW_YAML, FORK_YAML] {
+            let skipped = skipping_output_mapping(yaml);
+            let doc: serde_yaml::Value = serde_yaml::from_str(&skipped).unwrap();
+            assert_eq!(doc["start"]["skipOutputMapping"], serde_yaml::Value::Bool(true));
+            let steps = doc["steps"].as_mapping().unwrap();
+            assert!(steps.len() >= 2);
+            for (_, step) in steps {
+                assert_eq!(step["skipOutputMapping"], serde_yaml::Value::Bool(true));
+            }
+        }
+    }
 
     #[test]
     fn sent_ns_payload_round_trips_and_is_json() {

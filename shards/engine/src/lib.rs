@@ -42,7 +42,7 @@ mod workflows;
 pub use crate::actions::WASM_SLOTS;
 pub use crate::core::io::{
     ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, LogLevel,
-    LogLine, LogSource, PeerMsg, ReplyResult, StorageInfo,
+    LogLine, LogSource, PeerMsg, ReplyResult, StorageInfo, WebhookCall,
 };
 pub use crate::core::{
     Counts, Durability, Limits, RUN_STEPS_MAX_DEFAULT, SLOT_WAIT_BOUNDS_MS, WASM_SLOTS_DEFAULT,

@@ -200,6 +200,8 @@ impl ShardLoop {
                 Effect::ReadLog { token, lsn } => {
                     crate::log_reader::read(self.log_map.clone(), self.inbox.clone(), token, lsn)
                 }
+                // Placeholder until the delivery thread lands (webhooks-runtime).
+                Effect::Deliver(_) => {}
             }
         }
     }

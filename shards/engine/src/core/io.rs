@@ -90,8 +90,40 @@ pub enum Input {
         token: u64,
         result: Result<Vec<u8>, String>,
     },
+    /// The answer to `Effect::Deliver`: how the receiver answered attempt `attempt` of
+    /// webhook delivery `id` — its HTTP status (any: the engine decides what counts as
+    /// delivered), or why no answer came (connection refused, timeout, bad URL).
+    WebhookAnswered {
+        id: u64,
+        attempt: u32,
+        result: Result<u16, String>,
+    },
     /// Graceful stop: refuse new operations from here on.
     Stop,
+}
+
+/// One attempt of a webhook delivery, for the runtime's delivery thread: an HTTP `POST` of
+/// `body` to `url` with `headers`, and these the thread adds: `Content-Type:
+/// application/json`, `User-Agent: flo/VERSION`, `X-Flo-Delivery: delivery_id`,
+/// `X-Flo-Event: event`, `X-Flo-Attempt: attempt` and, with a `secret`, `X-Flo-Signature:
+/// sha256=<hex of HMAC-SHA256(secret, body)>`. Answered by `Input::WebhookAnswered` once the
+/// receiver answered or `timeout_ms` passed (never dropped: the shard counts its calls in
+/// flight).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookCall {
+    /// The shard's key of the delivery (echoed in the answer).
+    pub id: u64,
+    /// The id receivers see, the same on every attempt (for their deduplication).
+    pub delivery_id: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub secret: Option<String>,
+    pub event: &'static str,
+    /// JSON, the same bytes on every attempt.
+    pub body: Arc<[u8]>,
+    pub timeout_ms: u64,
 }
 
 /// Room for the shard's log, as the log writer last found it. It prepares the next segment
@@ -200,6 +232,9 @@ pub enum Effect {
     },
     /// A line for the server's log (stderr).
     Log(LogLine),
+    /// Send one attempt of a webhook delivery (off the shard's thread); answer with
+    /// `Input::WebhookAnswered`.
+    Deliver(Box<WebhookCall>),
 }
 
 /// A line of the engine's for the server's log: how grave, what it is about, and its text

@@ -68,6 +68,7 @@ impl Engine {
                     self.deliver(dest, done);
                 }
             }
+            Input::WebhookAnswered { .. } => {}
             Input::Stop => self.stopping = true,
         }
         workers::serve_held(&mut self.core, &mut self.awaits, &mut self.workers);

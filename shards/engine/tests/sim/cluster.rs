@@ -536,6 +536,8 @@ pub struct Cluster {
     pub logs: Vec<String>,
     /// Reads of the log asked for: (shard, token, LSN).
     pub log_reads: Vec<(u32, u64, u64)>,
+    /// Webhook attempts the shards asked for, not yet answered.
+    pub deliveries: Vec<(u32, flo_engine::WebhookCall)>,
     /// `settle` writes every batch at once (unit tests); the simulation writes by hand.
     pub auto_write: bool,
     /// Number of inputs fed so far.
@@ -572,6 +574,7 @@ impl Cluster {
             guest_values: Vec::new(),
             logs: Vec::new(),
             log_reads: Vec::new(),
+            deliveries: Vec::new(),
             auto_write: true,
             steps: 0,
             reads_missed: 0,
@@ -652,6 +655,7 @@ impl Cluster {
                     .logs
                     .push(format!("shard {shard}: {:?} {}", line.level, line.text)),
                 Effect::ReadLog { token, lsn } => self.log_reads.push((shard, token, lsn)),
+                Effect::Deliver(call) => self.deliveries.push((shard, *call)),
             }
         }
         self.take_batch(shard);
