@@ -686,6 +686,9 @@ pub struct StartOptions {
     /// The run's group: runs of a group share the state fields their steps set as
     /// `flow_group:NAME` (read them with `shared_state`).
     pub group: Option<String>,
+    /// Where the run's events are POSTed (instead of the definition's `webhook.url`; with
+    /// its events, headers, secret and retry, or the defaults: the run's end).
+    pub webhook: Option<String>,
 }
 
 /// Workflow operations: definitions, runs, signals, history.
@@ -879,6 +882,29 @@ impl Client {
             limit,
         };
         send(self, ask)
+    }
+
+    /// The namespace's webhook deliveries (of `workflow` only, when given), oldest first:
+    /// those given up after their last attempt (`failed`), or those waiting to be sent or
+    /// retried. Returns them and whether more were left out (at most `limit`).
+    pub fn webhook_deliveries(
+        &mut self,
+        failed: bool,
+        workflow: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<(Vec<flo_protocol::WebhookDelivery>, bool), Error> {
+        let ask = requests::WebhookDeliveries {
+            failed,
+            workflow,
+            limit,
+        };
+        send(self, ask)
+    }
+
+    /// Sends a failed webhook delivery again (its id from `webhook_deliveries`): the same
+    /// id and body, its attempts counted from 1 again.
+    pub fn redeliver_webhook(&mut self, id: &str) -> Result<(), Error> {
+        send(self, requests::RedeliverWebhook { id })
     }
 
     /// One page of a run's history, oldest first: at most `limit` events (None: the

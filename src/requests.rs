@@ -30,9 +30,9 @@ pub(crate) use workers::{
 pub(crate) use workflows::{
     CancelWorkflow, ControlWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun,
     InvalidatePlanCache, ListSchedules, ListWorkflowRunsPage, ListWorkflows, PauseSchedule,
-    PlanStatus, QueryWorkflowRuns, SetWorkflowEnabled, SignalWorkflow, StartWorkflow,
-    StartWorkflowAndWait, TriggerSchedule, UpdateWorkflowState, WaitWorkflow, WorkflowEvents,
-    WorkflowHistory, WorkflowHistoryPage,
+    PlanStatus, QueryWorkflowRuns, RedeliverWebhook, SetWorkflowEnabled, SignalWorkflow,
+    StartWorkflow, StartWorkflowAndWait, TriggerSchedule, UpdateWorkflowState, WaitWorkflow,
+    WebhookDeliveries, WorkflowEvents, WorkflowHistory, WorkflowHistoryPage,
 };
 
 #[cfg(test)]

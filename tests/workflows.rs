@@ -881,6 +881,7 @@ fn a_burst_of_pipelined_runs_all_complete() {
                 wait_ms: Some(60_000),
                 run_id: None,
                 group: None,
+                webhook: None,
             }))
             .unwrap()
         })

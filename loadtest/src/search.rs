@@ -83,6 +83,7 @@ impl Generator for SearchStart {
             wait_ms: None,
             run_id: None,
             group: None,
+            webhook: None,
         });
     }
 

@@ -550,6 +550,7 @@ impl Generator for WorkflowStart {
                 wait_ms: Some(INVOKE_WAIT_MS),
                 run_id: None,
                 group: None,
+                webhook: None,
             });
         }
     }
@@ -577,7 +578,10 @@ mod tests {
         for yaml in [WORKFLOW_YAML, FORK_YAML] {
             let skipped = skipping_output_mapping(yaml);
             let doc: serde_yaml::Value = serde_yaml::from_str(&skipped).unwrap();
-            assert_eq!(doc["start"]["skipOutputMapping"], serde_yaml::Value::Bool(true));
+            assert_eq!(
+                doc["start"]["skipOutputMapping"],
+                serde_yaml::Value::Bool(true)
+            );
             let steps = doc["steps"].as_mapping().unwrap();
             assert!(steps.len() >= 2);
             for (_, step) in steps {

@@ -22,10 +22,10 @@ pub use message::{
     RUN_WAIT_MS_MAX, Reply, Request, RequestId, Response, RunInfo, RunStatus, RunSummary,
     ScheduleInfo, ShardInfo, ShardMap, StatusInfo, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
     TaskAssignment, TimedOutFilter, Token, ValidationIssue, WASM_ENTRYPOINT_BYTES_MAX,
-    WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX, WorkerInfo,
-    WorkerProcess, WorkerSpec, WorkerStatus, WorkerType, WorkflowBranchInfo, WorkflowControl,
-    WorkflowEvent, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus, WorkflowStartSpec,
-    WorkflowStepInfo,
+    WEBHOOKS_LIMIT_DEFAULT, WEBHOOKS_LIMIT_MAX, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX,
+    WORKER_PROCESSES_MAX, WebhookDelivery, WorkerInfo, WorkerProcess, WorkerSpec, WorkerStatus,
+    WorkerType, WorkflowBranchInfo, WorkflowControl, WorkflowEvent, WorkflowInfo, WorkflowRunInfo,
+    WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
 };
 pub use rules::{
     DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, SharedScope, check_action_name,

@@ -475,6 +475,48 @@ pub enum Op {
         cursor: Option<String>,
         limit: Option<u32>,
     },
+    /// The namespace's webhook deliveries (`flo webhook failed`, `flo webhook pending`):
+    /// those that gave up after their last attempt (`failed`) or those still to be sent or
+    /// retried, of `workflow` only when given, oldest first, at most `limit` per shard
+    /// (default `WEBHOOKS_LIMIT_DEFAULT`).
+    WebhookDeliveries {
+        namespace: String,
+        failed: bool,
+        workflow: Option<String>,
+        limit: Option<u32>,
+    },
+    /// Sends failed delivery `id` again (`flo webhook redeliver ID`): its attempts count
+    /// from 1 again; answered `Done`.
+    WebhookRedeliver {
+        namespace: String,
+        id: String,
+    },
+}
+
+/// Deliveries a `WebhookDeliveries` listing holds per shard unless it asks for fewer; at
+/// most `WEBHOOKS_LIMIT_MAX`.
+pub const WEBHOOKS_LIMIT_DEFAULT: u32 = 100;
+pub const WEBHOOKS_LIMIT_MAX: u32 = 1000;
+
+/// One webhook delivery: a run event on its way to a receiver, or given up on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookDelivery {
+    /// Stable over every attempt and redelivery (receivers see it as `X-Flo-Delivery`).
+    pub id: String,
+    pub workflow: String,
+    pub run_id: String,
+    /// The run event (`completed`, `step_finished`, ...).
+    pub event: String,
+    pub url: String,
+    /// Attempts made so far (since the last redelivery).
+    pub attempts: u32,
+    /// When the event happened (ms since the epoch).
+    pub created_ms: u64,
+    /// Pending: when the next attempt is due. Failed: when it was given up.
+    pub at_ms: u64,
+    /// What the last attempt got: `HTTP 500`, `connection refused ...`, `no answer within
+    /// 10000 ms`, or why it was never sent (`the webhook queue is full`).
+    pub last_error: Option<String>,
 }
 
 /// Events a `WorkflowEvents` page holds unless it asks for fewer; at most `EVENTS_LIMIT_MAX`.
@@ -729,6 +771,10 @@ pub struct WorkflowStartSpec {
     /// fields their steps set as `flow_group:NAME`.
     #[serde(default)]
     pub group: Option<String>,
+    /// `flo workflow start --webhook URL`: the run's events go to this URL (with the
+    /// definition's `webhook:` settings, or the defaults: the run's end, 6 attempts).
+    #[serde(default)]
+    pub webhook: Option<String>,
 }
 
 /// `Op::WorkflowListRuns::timed_out`: a step that waits (for an action run, a child run, a
@@ -1185,6 +1231,12 @@ pub enum Reply {
         events: Vec<WorkflowEvent>,
         cursor: String,
         gap: bool,
+    },
+    /// Webhook deliveries, oldest first over all shards.
+    WebhookDeliveries {
+        deliveries: Vec<WebhookDelivery>,
+        /// Some shard held more than the limit.
+        truncated: bool,
     },
     /// One page of a run's history, oldest first.
     WorkflowHistoryPage {

@@ -65,6 +65,9 @@ pub enum Command {
     /// their executors).
     #[command(subcommand)]
     Plan(super::plan::PlanCommand),
+    /// Webhook deliveries: those given up on, those waiting; send a failed one again.
+    #[command(subcommand)]
+    Webhook(super::webhook::WebhookCommand),
     /// Check a definition without a server.
     #[command(subcommand)]
     Validate(ValidateCommand),
@@ -511,6 +514,10 @@ pub enum WorkflowCommand {
         /// `flow_group:NAME` (see `flo workflow shared-state --group`).
         #[arg(long, value_name = "G")]
         group: Option<String>,
+        /// POST the run's events to this URL (with the definition's `webhook:` settings,
+        /// or by default: the run's end, retried 6 times).
+        #[arg(long, value_name = "URL")]
+        webhook: Option<String>,
         /// Wait for the run to end and print its status.
         #[arg(long)]
         wait: bool,

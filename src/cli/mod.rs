@@ -16,6 +16,7 @@ mod server;
 mod status;
 mod stream;
 mod stream_group;
+mod webhook;
 mod worker;
 mod workflow;
 
@@ -52,6 +53,7 @@ pub fn run() -> i32 {
         Command::Stream(cmd) => connect(&cli).and_then(|mut c| stream::run(&mut c, cmd, &out)),
         Command::Schedule(cmd) => connect(&cli).and_then(|mut c| schedule::run(&mut c, cmd, &out)),
         Command::Plan(cmd) => connect(&cli).and_then(|mut c| plan::run(&mut c, cmd, &out)),
+        Command::Webhook(cmd) => connect(&cli).and_then(|mut c| webhook::run(&mut c, cmd, &out)),
         Command::Validate(cmd) => workflow::validate(cmd, &out),
         Command::Completions { shell } => {
             completions(*shell);

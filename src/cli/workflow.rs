@@ -157,6 +157,7 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             idempotency_key,
             run_id,
             group,
+            webhook,
             wait,
         } => {
             let opts = StartOptions {
@@ -164,6 +165,7 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
                 idempotency_key: idempotency_key.clone(),
                 run_id: run_id.clone(),
                 group: group.clone(),
+                webhook: webhook.clone(),
             };
             if !*wait {
                 let run_id = client.start_workflow(name, input.as_bytes(), opts)?;

@@ -164,6 +164,7 @@ fn start_op(
         wait_ms,
         run_id: opts.run_id,
         group: opts.group,
+        webhook: opts.webhook,
     })
 }
 
@@ -594,6 +595,59 @@ impl TypedRequest for InvalidatePlanCache<'_> {
     fn output(reply: Reply) -> Result<u64, Error> {
         match reply {
             Reply::Invalidated { entries } => Ok(entries),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::webhook_deliveries`.
+pub(crate) struct WebhookDeliveries<'a> {
+    pub failed: bool,
+    pub workflow: Option<&'a str>,
+    pub limit: Option<u32>,
+}
+
+impl TypedRequest for WebhookDeliveries<'_> {
+    type Output = (Vec<flo_protocol::WebhookDelivery>, bool);
+
+    fn op(self, namespace: &str) -> Op {
+        Op::WebhookDeliveries {
+            namespace: namespace.into(),
+            failed: self.failed,
+            workflow: self.workflow.map(str::to_string),
+            limit: self.limit,
+        }
+    }
+
+    fn output(reply: Reply) -> Result<Self::Output, Error> {
+        match reply {
+            Reply::WebhookDeliveries {
+                deliveries,
+                truncated,
+            } => Ok((deliveries, truncated)),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::redeliver_webhook`.
+pub(crate) struct RedeliverWebhook<'a> {
+    pub id: &'a str,
+}
+
+impl TypedRequest for RedeliverWebhook<'_> {
+    type Output = ();
+
+    fn op(self, namespace: &str) -> Op {
+        Op::WebhookRedeliver {
+            namespace: namespace.into(),
+            id: self.id.into(),
+        }
+    }
+
+    fn output(reply: Reply) -> Result<(), Error> {
+        match reply {
+            Reply::Done => Ok(()),
             other => Err(unexpected(other)),
         }
     }

@@ -452,6 +452,7 @@ fn sample_ops() -> Vec<Op> {
             wait_ms: Some(1000),
             run_id: Some("order-1".into()),
             group: Some("batch-7".into()),
+            webhook: Some("https://hooks.example.com/flo".into()),
         }),
         Op::WorkflowStatus {
             namespace: ns(),
@@ -496,6 +497,16 @@ fn sample_ops() -> Vec<Op> {
             state: b"{\"approved\":true}".to_vec(),
             replace: false,
             continue_run: true,
+        },
+        Op::WebhookDeliveries {
+            namespace: ns(),
+            failed: true,
+            workflow: Some("order".into()),
+            limit: Some(10),
+        },
+        Op::WebhookRedeliver {
+            namespace: ns(),
+            id: "1-4096".into(),
         },
         Op::WorkflowListRuns {
             namespace: ns(),
@@ -761,7 +772,7 @@ mod tests {
         // `Op` has no list of its variants: count the distinct ones sampled.
         let codes: std::collections::HashSet<u64> = sample_ops().iter().map(op_code).collect();
         assert_eq!(codes.len(), sample_ops().len());
-        assert_eq!(codes.len(), 49, "a new Op? add it to sample_ops");
+        assert_eq!(codes.len(), 51, "a new Op? add it to sample_ops");
     }
 
     #[test]

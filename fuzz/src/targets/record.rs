@@ -576,6 +576,7 @@ fn sample_records() -> Vec<Record> {
             at_ms: 14,
             schedule: None,
             group: None,
+            webhook: Some("http://127.0.0.1:9000/hook".into()),
         },
         Record::WfRunStarted {
             namespace: ns(),
@@ -591,6 +592,25 @@ fn sample_records() -> Vec<Record> {
                 manual: false,
             }),
             group: Some("batch-7".into()),
+            webhook: None,
+        },
+        Record::WebhookAttempted {
+            id: 4096,
+            attempt: 2,
+            at_ms: 15,
+            error: Some("HTTP 503".into()),
+            retry_at_ms: Some(2015),
+        },
+        Record::WebhookAttempted {
+            id: 4097,
+            attempt: 1,
+            at_ms: 15,
+            error: None,
+            retry_at_ms: None,
+        },
+        Record::WebhookRedelivered {
+            id: 4096,
+            at_ms: 16,
         },
         Record::ScheduleSkipped {
             namespace: ns(),

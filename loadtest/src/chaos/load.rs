@@ -319,6 +319,7 @@ impl Load<'_> {
             idempotency_key: Some(key.clone()),
             run_id: Some(key),
             group: None,
+            webhook: None,
         };
         let result = client
             .start_workflow(WORKFLOW, &run.input, opts)

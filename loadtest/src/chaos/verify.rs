@@ -191,6 +191,7 @@ impl<'a> Verify<'a> {
                 wait_ms: None,
                 run_id: Some(run.run_id.clone()),
                 group: None,
+                webhook: None,
             }),
         };
         let kind = run.kind.name();

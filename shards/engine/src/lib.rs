@@ -36,6 +36,7 @@ mod schedules;
 mod shares;
 mod streams;
 mod tables;
+mod webhooks;
 mod workers;
 mod workflows;
 

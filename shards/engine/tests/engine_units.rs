@@ -267,6 +267,7 @@ fn start_op(name: &str, input: Value) -> Op {
         wait_ms: None,
         run_id: None,
         group: None,
+        webhook: None,
     })
 }
 

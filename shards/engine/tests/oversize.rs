@@ -76,6 +76,7 @@ fn a_step_output_too_large_for_its_record_fails_the_step_and_the_shard_goes_on()
             wait_ms: None,
             run_id: None,
             group: None,
+            webhook: None,
         }),
     );
     c.settle();

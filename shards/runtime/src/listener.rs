@@ -307,6 +307,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::SchedulePause { .. }
         | Op::ScheduleTrigger { .. }
         | Op::PlanInvalidate { .. }
+        | Op::WebhookRedeliver { .. }
         | Op::TestAdvanceClock { .. } => REPLY_RESERVE_SMALL_BYTES,
         Op::ActionInvoke(spec) if spec.wait_ms.unwrap_or(0) == 0 => REPLY_RESERVE_SMALL_BYTES,
         Op::WorkflowStart(spec) if spec.wait_ms.unwrap_or(0) == 0 => REPLY_RESERVE_SMALL_BYTES,
@@ -343,6 +344,7 @@ fn reply_reserve_bytes(op: &Op) -> usize {
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
         | Op::WorkflowEvents { .. }
+        | Op::WebhookDeliveries { .. }
         | Op::PlanStatus { .. } => FRAME_BYTES_MAX,
     }
 }

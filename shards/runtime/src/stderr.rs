@@ -121,6 +121,7 @@ fn log_engine_line(shard: u32, line: LogLine) {
         LogSource::Schedule => at_level!(line.level, target: "flo::schedule", shard, "{text}"),
         LogSource::Trigger => at_level!(line.level, target: "flo::trigger", shard, "{text}"),
         LogSource::Peer => at_level!(line.level, target: "flo::mesh", shard, "{text}"),
+        LogSource::Webhook => at_level!(line.level, target: "flo::webhook", shard, "{text}"),
     }
 }
 

@@ -42,6 +42,10 @@ pub struct WorkflowDef {
     /// fields are laid over them). Absent from definitions stored before.
     #[serde(default)]
     pub state: Option<Value>,
+    /// `webhook:` — where each run's events are POSTed (absent from definitions stored
+    /// before).
+    #[serde(default)]
+    pub webhook: Option<crate::webhook::Webhook>,
 }
 
 /// `schedule:` of a definition: runs started at each tick of a cron expression or an

@@ -46,6 +46,7 @@ pub enum IssueCode {
     E511,
     E512,
     E513,
+    E514,
     W101,
     W102,
     W103,

@@ -23,6 +23,7 @@ pub mod search;
 pub mod state;
 mod step_limits;
 mod validate;
+pub mod webhook;
 pub mod yaml_depth;
 
 pub use backoff::{Backoff, PollPolicy, RetryPolicy};

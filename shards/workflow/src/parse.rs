@@ -52,7 +52,7 @@ fn shape_issue(path: String, err: serde_yaml::Error) -> ValidationIssue {
 
 /// A YAML mapping in file order, duplicate keys kept (validation reports them, E401).
 #[derive(Debug, Default)]
-pub(super) struct Entries<V>(pub(super) Vec<(String, V)>);
+pub(crate) struct Entries<V>(pub(crate) Vec<(String, V)>);
 
 impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -132,6 +132,7 @@ pub(super) struct RawWorkflow {
     pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<Vec<RawSearchAttribute>>,
     pub defaults: Option<RawDefaults>,
+    pub webhook: Option<crate::webhook::RawWebhook>,
 }
 
 /// `defaults:` of a definition: what its steps have unless they say otherwise.
@@ -206,7 +207,7 @@ pub(super) struct RawStateWaitBlock {
 /// `retry:` fields are snake_case in the spec.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawRetry {
+pub(crate) struct RawRetry {
     pub max_attempts: Option<u64>,
     pub backoff: Option<String>,
     pub initial_delay_ms: Option<u64>,

@@ -91,6 +91,8 @@ fn rule(op: &Op) -> Rule<'_> {
         Op::WorkflowCancel { namespace, .. } => ("workflow_cancel", Ns(namespace), Client),
         Op::WorkflowControl { namespace, .. } => ("workflow_control", Ns(namespace), Client),
         Op::WorkflowEvents { namespace, .. } => ("workflow_events", Ns(namespace), Client),
+        Op::WebhookDeliveries { namespace, .. } => ("webhook_deliveries", Ns(namespace), Client),
+        Op::WebhookRedeliver { namespace, .. } => ("webhook_redeliver", Ns(namespace), Client),
         Op::WorkflowUpdateState { namespace, .. } => {
             ("workflow_update_state", Ns(namespace), Client)
         }
@@ -439,6 +441,7 @@ mod tests {
                 wait_ms: None,
                 run_id: None,
                 group: None,
+                webhook: None,
             }),
             Op::WorkflowStatus {
                 namespace: n(),
@@ -483,6 +486,16 @@ mod tests {
                 state: b"{}".to_vec(),
                 replace: false,
                 continue_run: false,
+            },
+            Op::WebhookDeliveries {
+                namespace: n(),
+                failed: true,
+                workflow: None,
+                limit: None,
+            },
+            Op::WebhookRedeliver {
+                namespace: n(),
+                id: s(),
             },
             Op::WorkflowListRuns {
                 namespace: n(),
@@ -563,6 +576,8 @@ mod tests {
             "workflow_control",
             "workflow_events",
             "workflow_update_state",
+            "webhook_deliveries",
+            "webhook_redeliver",
             "workflow_list_runs",
         ];
         assert_eq!(allowed(&client, "payments"), expected);

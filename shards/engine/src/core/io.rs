@@ -279,6 +279,8 @@ pub enum LogSource {
     Trigger,
     /// A request to another shard that failed with no one waiting for its answer.
     Peer,
+    /// A webhook delivery given up after its last attempt.
+    Webhook,
 }
 
 #[derive(Debug, Clone)]

@@ -293,6 +293,12 @@ impl Engine {
                     cursor: cursor.as_deref(),
                 },
             ),
+            Op::WebhookDeliveries {
+                namespace,
+                failed,
+                workflow,
+                limit,
+            } => crate::webhooks::list_part(core, &namespace, failed, workflow.as_deref(), limit),
             Op::WorkflowEvents {
                 namespace,
                 workflow,

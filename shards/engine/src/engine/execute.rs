@@ -74,8 +74,12 @@ impl Engine {
             | Op::ScheduleList { .. }
             | Op::WorkflowQuery { .. }
             | Op::WorkflowEvents { .. }
+            | Op::WebhookDeliveries { .. }
             | Op::PlanStatus { .. }
             | Op::PlanInvalidate { .. }) => self.part(op, Dest::Reply(to)),
+            Op::WebhookRedeliver { namespace, id } => {
+                Some(crate::webhooks::redeliver(&mut self.core, &namespace, &id))
+            }
             Op::SchedulePause {
                 namespace,
                 name,

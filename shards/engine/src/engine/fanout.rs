@@ -289,6 +289,7 @@ fn merge(core: &Core, op: &Op, parts: Vec<Reply>) -> ReplyResult {
         Op::WorkflowQuery {
             ascending, limit, ..
         } => crate::workflows::merge_parts(parts, *ascending, *limit, core.partitioning().shards),
+        Op::WebhookDeliveries { limit, .. } => crate::webhooks::merge_lists(parts, *limit),
         Op::WorkflowEvents { cursor, limit, .. } => crate::workflows::merge_events(
             parts,
             cursor.as_deref(),

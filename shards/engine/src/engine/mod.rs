@@ -77,6 +77,8 @@ pub struct Engine {
     definitions: Definitions,
     fanouts: FanOuts,
     executions: Executions,
+    /// Webhook attempts in flight.
+    webhooks: crate::webhooks::Deliveries,
     forwarder: Forwarder,
     /// Blocking reads parked on keys this shard owns.
     kv_waits: KvWaits,
@@ -118,6 +120,7 @@ impl Engine {
             definitions: Definitions::default(),
             fanouts: FanOuts::default(),
             executions: Executions::default(),
+            webhooks: Default::default(),
             forwarder: Forwarder::default(),
             kv_waits: KvWaits::default(),
             streams: Default::default(),

@@ -145,6 +145,8 @@ pub fn route_key(op: &Op) -> Option<(&str, String)> {
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
         | Op::WorkflowEvents { .. }
+        | Op::WebhookDeliveries { .. }
+        | Op::WebhookRedeliver { .. }
         | Op::PlanStatus { .. }
         | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => return None,
@@ -201,9 +203,18 @@ pub fn target(op: &Op, me: u32, partitioning: &Partitioning) -> Target {
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
         | Op::WorkflowEvents { .. }
+        | Op::WebhookDeliveries { .. }
         | Op::PlanStatus { .. }
         | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => Target::All,
+        // A delivery lives on the shard its id names (an id naming none: here, which
+        // answers that it does not exist).
+        Op::WebhookRedeliver { id, .. } => Target::Shard(
+            crate::fold::webhooks::parse_public_id(id)
+                .map(|(shard, _)| shard)
+                .filter(|s| *s < partitioning.shards)
+                .unwrap_or(me),
+        ),
         Op::Hello { .. } | Op::ShardMap => Target::Here,
         // Keyed: `route_key` placed them above.
         Op::KvGet { .. }
@@ -283,7 +294,8 @@ pub fn mutates(op: &Op) -> bool {
         | Op::StreamGroupAck { .. }
         | Op::StreamGroupNack { .. }
         | Op::SchedulePause { .. }
-        | Op::ScheduleTrigger { .. } => true,
+        | Op::ScheduleTrigger { .. }
+        | Op::WebhookRedeliver { .. } => true,
         Op::Hello { .. }
         | Op::Status
         | Op::ShardMap
@@ -316,6 +328,7 @@ pub fn mutates(op: &Op) -> bool {
         | Op::ScheduleList { .. }
         | Op::WorkflowQuery { .. }
         | Op::WorkflowEvents { .. }
+        | Op::WebhookDeliveries { .. }
         | Op::PlanStatus { .. }
         | Op::PlanInvalidate { .. }
         | Op::TestAdvanceClock { .. } => false,

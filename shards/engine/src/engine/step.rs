@@ -13,6 +13,7 @@ use crate::fold::archive::RunKind;
 use crate::kv;
 use crate::schedules;
 use crate::streams;
+use crate::webhooks;
 use crate::workers;
 use crate::workflows;
 use flo_protocol::ErrorValue;
@@ -68,12 +69,19 @@ impl Engine {
                     self.deliver(dest, done);
                 }
             }
-            Input::WebhookAnswered { .. } => {}
+            Input::WebhookAnswered {
+                id,
+                attempt,
+                result,
+            } => webhooks::on_answer(&mut self.core, &mut self.webhooks, id, attempt, result),
             Input::Stop => self.stopping = true,
         }
         workers::serve_held(&mut self.core, &mut self.awaits, &mut self.workers);
         self.drain_agenda();
         start_executions(&mut self.core, &mut self.executions);
+        if !self.stopping {
+            webhooks::pump(&mut self.core, &mut self.webhooks);
+        }
         kv::start_forwards(&mut self.core, &mut self.forwarder);
         kv::serve_waits(&mut self.core, &mut self.kv_waits);
         if self
@@ -214,6 +222,7 @@ impl Engine {
             self.awaits.next_deadline(),
             self.kv_waits.next_deadline(),
             self.streams.next_deadline(),
+            self.webhooks.next_due_ms().map(to_wall),
         ]
         .into_iter()
         .flatten()

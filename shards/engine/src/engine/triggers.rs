@@ -271,6 +271,7 @@ impl Engine {
             wait_ms: None,
             run_id: Some(run_id.clone()),
             group: None,
+            webhook: None,
         };
         let start = TriggerStart {
             namespace: key.0.clone(),

@@ -16,7 +16,16 @@ impl ShardState {
             self.applied_lsn
         );
         self.applied_lsn = lsn;
-        self.events.note(lsn, &record, &self.workflows);
+        let events = self.events.note(lsn, &record, &self.workflows);
+        match &record {
+            Record::WfRunStarted {
+                webhook: Some(_), ..
+            } => self.webhooks.arm(),
+            Record::WorkflowDefined { def: Some(d), .. } if d.webhook.is_some() => {
+                self.webhooks.arm()
+            }
+            _ => {}
+        }
         match record {
             Record::KvPut { .. }
             | Record::KvDelete { .. }
@@ -73,6 +82,29 @@ impl ShardState {
             } => self
                 .schedules
                 .apply_paused(namespace, workflow, paused, at_ms),
+            Record::WebhookAttempted {
+                id,
+                attempt,
+                at_ms,
+                error,
+                retry_at_ms,
+            } => {
+                if !self
+                    .webhooks
+                    .apply_attempted(id, attempt, at_ms, error, retry_at_ms)
+                {
+                    impossible(lsn, format_args!("webhook delivery {id} is not pending"));
+                }
+            }
+            Record::WebhookRedelivered { id, at_ms } => {
+                if !self.webhooks.apply_redelivered(id, at_ms) {
+                    impossible(lsn, format_args!("webhook delivery {id} has not failed"));
+                }
+            }
+        }
+        if events > 0 && self.webhooks.armed() {
+            self.webhooks
+                .note(self.shard, self.events.newest(events), &self.workflows);
         }
     }
 
@@ -622,8 +654,10 @@ impl ShardState {
                 at_ms,
                 schedule,
                 group,
+                webhook,
             } => {
-                let key = group.is_some().then(|| (namespace.clone(), run_id.clone()));
+                let key = (group.is_some() || webhook.is_some())
+                    .then(|| (namespace.clone(), run_id.clone()));
                 if let Some(by) = schedule {
                     self.schedules.apply_fired(
                         namespace.clone(),
@@ -648,6 +682,7 @@ impl ShardState {
                     && let Some(run) = self.workflows.run_mut(&ns, &id)
                 {
                     run.group = group;
+                    run.webhook_url = webhook;
                 }
             }
             Record::WfStepStarted {

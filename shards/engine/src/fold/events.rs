@@ -18,6 +18,11 @@ pub const EVENTS_KEPT: usize = 65_536;
 /// Bits of a position below the record's LSN: the event's index among its record's.
 const INDEX_BITS: u32 = 3;
 
+/// The LSN of the record that says the event at `pos`.
+pub fn lsn_of(pos: u64) -> u64 {
+    pos >> INDEX_BITS
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     WorkflowStarted,
@@ -110,6 +115,9 @@ pub struct RunEvents {
     /// The namespace and workflow names the last event took (shared, not copied again).
     #[serde(skip)]
     names: (Option<Arc<str>>, Option<Arc<str>>),
+    /// Events pushed since the process started (what `note` added is the difference).
+    #[serde(skip)]
+    pushed: u64,
 }
 
 /// `name` as an `Arc`, the one in `last` if it is the same.
@@ -121,8 +129,19 @@ fn shared(last: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
 }
 
 impl RunEvents {
-    /// The events `record` (at `lsn`) says, before it is applied to `workflows`.
-    pub fn note(&mut self, lsn: u64, record: &Record, workflows: &Workflows) {
+    /// The events `record` (at `lsn`) says, before it is applied to `workflows`: how many.
+    pub fn note(&mut self, lsn: u64, record: &Record, workflows: &Workflows) -> usize {
+        let before = self.pushed;
+        self.note_events(lsn, record, workflows);
+        (self.pushed - before) as usize
+    }
+
+    /// The newest `n` events, oldest first.
+    pub fn newest(&self, n: usize) -> impl Iterator<Item = &RunEvent> {
+        self.ring.range(self.ring.len().saturating_sub(n)..)
+    }
+
+    fn note_events(&mut self, lsn: u64, record: &Record, workflows: &Workflows) {
         let mut index = 0;
         let mut push =
             |kind: EventKind, namespace: &str, run_id: &str, step: Option<&str>, at_ms| {
@@ -227,6 +246,7 @@ impl RunEvents {
     }
 
     fn push(&mut self, event: RunEvent) {
+        self.pushed += 1;
         if self.ring.len() >= EVENTS_KEPT
             && let Some(old) = self.ring.pop_front()
         {

@@ -25,5 +25,6 @@ pub mod state;
 pub mod stream_group_ops;
 pub mod stream_groups;
 pub mod streams;
+pub mod webhooks;
 pub mod workflow_defs;
 pub mod workflows;

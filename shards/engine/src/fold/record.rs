@@ -387,9 +387,14 @@ pub enum Record {
         /// nil in others: a field follows it).
         #[serde(default)]
         schedule: Option<crate::fold::schedules::ScheduledBy>,
-        /// `--group` (a child run: its parent's): the runs sharing `flow_group:` fields.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// `--group` (a child run: its parent's): the runs sharing `flow_group:` fields
+        /// (absent from older records; nil in others: a field follows it).
+        #[serde(default)]
         group: Option<String>,
+        /// `--webhook URL`: where the run's events go (instead of its definition's
+        /// `webhook.url`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        webhook: Option<String>,
     },
     WfStepStarted {
         namespace: String,
@@ -570,6 +575,20 @@ pub enum Record {
         control: RunControl,
         at_ms: u64,
     },
+    /// Attempt `attempt` of webhook delivery `id` (`fold/webhooks.rs`) ended: delivered
+    /// (`error` none), to be tried again at `retry_at_ms`, or given up (neither).
+    WebhookAttempted {
+        id: u64,
+        attempt: u32,
+        at_ms: u64,
+        error: Option<String>,
+        retry_at_ms: Option<u64>,
+    },
+    /// `flo webhook redeliver`: failed delivery `id` is sent again (attempts from 1).
+    WebhookRedelivered {
+        id: u64,
+        at_ms: u64,
+    },
 }
 
 /// What `Record::WfRunControl` does.
@@ -681,6 +700,8 @@ impl Record {
             Record::SchedulePaused { .. } => 71,
             Record::WfPlanEvent { .. } => 72,
             Record::WfRunControl { .. } => 73,
+            Record::WebhookAttempted { .. } => 74,
+            Record::WebhookRedelivered { .. } => 75,
         }
     }
 

@@ -42,6 +42,7 @@ struct RunImageRef<'a> {
     branches: &'a Vec<Cursor>,
     held: bool,
     group: &'a Option<String>,
+    webhook_url: &'a Option<String>,
 }
 
 /// `RunImageRef` read back.
@@ -88,6 +89,9 @@ struct RunImage {
     /// Absent from images written before runs had groups.
     #[serde(default)]
     group: Option<String>,
+    /// Absent from images written before runs had webhooks.
+    #[serde(default)]
+    webhook_url: Option<String>,
 }
 
 impl serde::Serialize for WfRun {
@@ -130,6 +134,7 @@ impl serde::Serialize for WfRun {
             branches: &self.branches,
             held: self.held,
             group: &self.group,
+            webhook_url: &self.webhook_url,
         }
         .serialize(s)
     }
@@ -186,6 +191,7 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             state: r.state,
             state_bytes: 0,
             group: r.group,
+            webhook_url: r.webhook_url,
         })
     }
 }

@@ -22,6 +22,7 @@ use crate::fold::schedules::Schedules;
 use crate::fold::search::SearchIndex;
 use crate::fold::state::{PendingForward, ShardState};
 use crate::fold::streams::Streams;
+use crate::fold::webhooks::Webhooks;
 use crate::fold::workflows::Workflows;
 use crate::hash::Partitioning;
 use crate::image::{Encode, Image, Part};
@@ -54,6 +55,7 @@ struct HeadRef<'a> {
     schedules: &'a Schedules,
     search: &'a SearchIndex,
     events: &'a RunEvents,
+    webhooks: &'a Webhooks,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +76,9 @@ struct Head {
     /// Absent from images written before the event feed.
     #[serde(default)]
     events: RunEvents,
+    /// Absent from images written before webhooks.
+    #[serde(default)]
+    webhooks: Webhooks,
 }
 
 /// Format 3: one value with every store.
@@ -125,6 +130,7 @@ pub fn encode(state: &ShardState) -> Image {
         schedules: &state.schedules,
         search: &state.search,
         events: &state.events,
+        webhooks: &state.webhooks,
     };
     encode_value(&stores, &mut head);
     let mut image = Image::from(head);
@@ -238,6 +244,7 @@ pub fn decode(
         state.schedules = head.schedules;
         state.search = head.search;
         state.events = head.events;
+        state.webhooks = head.webhooks;
         (head.shard, head.lsn)
     };
     if found != shard {
@@ -251,6 +258,7 @@ pub fn decode(
     state.workflows.relink();
     state.streams.relink();
     state.search.relink();
+    state.webhooks.rebuild(&state.workflows);
     state.archive = RunIndex::read_image(reader.rest)?;
     (reader.report)(bytes.len() as u64);
     state.applied_lsn = lsn;

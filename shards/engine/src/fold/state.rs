@@ -39,6 +39,9 @@ pub struct ShardState {
     pub search: crate::fold::search::SearchIndex,
     /// The run event feed (derived from the workflow records).
     pub events: crate::fold::events::RunEvents,
+    /// Webhook deliveries pending and failed (derived from the events, and their own
+    /// records).
+    pub webhooks: crate::fold::webhooks::Webhooks,
     /// LSN of the last record applied.
     pub applied_lsn: u64,
 }
@@ -65,6 +68,7 @@ impl ShardState {
             schedules: Default::default(),
             search: Default::default(),
             events: Default::default(),
+            webhooks: Default::default(),
             applied_lsn: 0,
         }
     }
@@ -283,6 +287,7 @@ mod tests {
                 at_ms: 2,
                 schedule: None,
                 group: None,
+                webhook: None,
             },
             Record::RunCreated {
                 namespace: "ns".into(),

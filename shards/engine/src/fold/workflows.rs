@@ -95,6 +95,8 @@ pub struct WfRun {
     /// `--group` at its start (a child run's is its parent's): whose `flow_group:` state
     /// fields it shares.
     pub group: Option<String>,
+    /// `--webhook URL` at its start: where its events go.
+    pub webhook_url: Option<String>,
 }
 
 impl WfRun {
@@ -286,6 +288,14 @@ impl Workflows {
         self.runs.get(namespace)?.get(run_id).map(|r| &**r)
     }
 
+    /// Whether any definition or run has a webhook (events must be looked at).
+    pub fn any_webhooks(&self) -> bool {
+        let defs = self.defs.iter().flat_map(|(_, e)| e.versions.iter());
+        defs.filter_map(|v| v.def.as_ref().ok())
+            .any(|d| d.webhook.is_some())
+            || self.all_runs().any(|(_, _, r)| r.webhook_url.is_some())
+    }
+
     /// Every run: (namespace, run id, run).
     pub fn all_runs(&self) -> impl Iterator<Item = (&str, &str, &WfRun)> {
         self.runs.iter().flat_map(|(ns, runs)| {
@@ -420,6 +430,7 @@ impl Workflows {
             state: Value::Null,
             state_bytes: 0,
             group: None,
+            webhook_url: None,
         };
         if let Ok(def) = &run.def {
             run.state = flo_workflow::state::initial_state(def, &run.input);

@@ -299,6 +299,7 @@ pub(super) fn start_spec(
         wait_ms: None,
         run_id: Some(run_id),
         group: None,
+        webhook: None,
     }
 }
 

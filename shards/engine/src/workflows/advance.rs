@@ -389,6 +389,7 @@ fn run_target(
                         .workflows
                         .run(namespace, run_id)
                         .and_then(|r| r.group.clone()),
+                    webhook: None,
                 },
                 Record::WfStepStarted {
                     namespace: namespace.to_string(),

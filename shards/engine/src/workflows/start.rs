@@ -102,6 +102,11 @@ fn start_as(core: &mut Core, spec: WorkflowStartSpec, schedule: Option<Scheduled
             "group {group:?} is invalid: a group is 1 to {GROUP_BYTES_MAX} bytes without '/'"
         )))));
     }
+    if let Some(url) = &spec.webhook
+        && let Err(why) = flo_workflow::webhook::check_webhook_url(url)
+    {
+        return Started::Done(Done::now(Err(ErrorValue::bad_request(why))));
+    }
     let planned = plan_start(core, &spec, schedule.is_some());
     let PlannedStart {
         run_id,
@@ -152,6 +157,7 @@ fn start_as(core: &mut Core, spec: WorkflowStartSpec, schedule: Option<Scheduled
         at_ms: now,
         schedule,
         group: spec.group,
+        webhook: spec.webhook,
     });
     advance(core, &spec.namespace, &run_id);
     Started::Done(Done {

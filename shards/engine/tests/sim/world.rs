@@ -1034,6 +1034,7 @@ impl Sim {
                     wait_ms: self.rng.one_in(10).then_some(3_000),
                     run_id: None,
                     group: None,
+                    webhook: None,
                 })
             }
             74..=83 => match self.known_wf_run() {
