@@ -234,6 +234,18 @@ impl ShardState {
             self.events.len(),
             self.events.last_pos()
         ));
+        for failed in [false, true] {
+            for (id, d) in self.webhooks.list(failed) {
+                lines.push(format!(
+                    "webhook {id} failed {failed} {} attempts {} at {} error {:?} body {}",
+                    d.event.as_str(),
+                    d.attempts,
+                    d.at_ms,
+                    d.last_error,
+                    d.body.len()
+                ));
+            }
+        }
         for (key, e) in self.archive.iter() {
             lines.push(format!(
                 "archived {key:016x} lsn {} status {} dlq {} tag {}",

@@ -346,7 +346,10 @@ mod tests {
 
     #[test]
     fn the_language_names_every_event_kind() {
-        let kinds: Vec<&str> = crate::fold::events::ALL.iter().map(|k| k.as_str()).collect();
+        let kinds: Vec<&str> = crate::fold::events::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .collect();
         assert_eq!(kinds, flo_workflow::webhook::RUN_EVENT_NAMES);
     }
 

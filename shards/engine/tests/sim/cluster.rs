@@ -655,7 +655,17 @@ impl Cluster {
                     .logs
                     .push(format!("shard {shard}: {:?} {}", line.level, line.text)),
                 Effect::ReadLog { token, lsn } => self.log_reads.push((shard, token, lsn)),
-                Effect::Deliver(call) => self.deliveries.push((shard, *call)),
+                Effect::Deliver(call) => {
+                    let durable = self.nodes[shard as usize].engine.durable_lsn();
+                    assert!(
+                        call.id >> 3 <= durable,
+                        "shard {shard}: webhook {} sent before its event's record {} was \
+                         durable ({durable})",
+                        call.delivery_id,
+                        call.id >> 3
+                    );
+                    self.deliveries.push((shard, *call))
+                }
             }
         }
         self.take_batch(shard);
@@ -898,6 +908,7 @@ impl Cluster {
             self.links.retain(|(a, b), _| *a != s && *b != s);
             self.executions.retain(|(x, _)| *x != s);
             self.log_reads.retain(|(x, _, _)| *x != s);
+            self.deliveries.retain(|(x, _)| *x != s);
             self.compiles.retain(|(x, _)| *x != s);
             self.guest_values.retain(|(x, _, _, _)| *x != s);
             self.replies.retain(|(x, _, _)| *x != s);

@@ -361,6 +361,9 @@ pub struct Sim {
     known_runs: Vec<String>,
     known_wf_runs: Vec<String>,
     crashes: u32,
+    /// Webhook deliveries a receiver answered 2xx: (shard, id) → the crashes then (sent
+    /// again only after a crash: its record may have been lost).
+    webhooks_delivered: HashMap<(u32, u64), u32>,
     final_phase: bool,
     /// How the stream's group shares its records (drawn from the seed at the end of `new`).
     group_mode: GroupMode,
@@ -413,6 +416,9 @@ pub struct Counts {
     pub forks: u64,
     /// Run state updates answered (`update-state` / `set-state`).
     pub state_updates: u64,
+    /// Webhook attempts answered, and those answered 2xx.
+    pub webhook_attempts: u64,
+    pub webhooks_delivered: u64,
     pub seeds: u64,
 }
 
@@ -442,6 +448,8 @@ impl Counts {
         self.plan_fallbacks += o.plan_fallbacks;
         self.forks += o.forks;
         self.state_updates += o.state_updates;
+        self.webhook_attempts += o.webhook_attempts;
+        self.webhooks_delivered += o.webhooks_delivered;
         self.seeds += o.seeds;
     }
 }
@@ -487,6 +495,7 @@ impl Sim {
             known_runs: Vec::new(),
             known_wf_runs: Vec::new(),
             crashes: 0,
+            webhooks_delivered: HashMap::new(),
             final_phase: false,
             group_mode: GroupMode::Shared,
             snapshot_every,
@@ -766,6 +775,9 @@ impl Sim {
             let i = self.rng.below(self.c.log_reads.len() as u64) as usize;
             self.c.answer_read(i);
         }
+        if !self.c.deliveries.is_empty() && self.rng.one_in(3) {
+            self.answer_delivery();
+        }
         if self.rng.one_in(5) {
             self.snapshot_step();
         }
@@ -865,6 +877,53 @@ impl Sim {
         let s = *self.rng.pick(&waiting);
         self.c.nodes[s as usize].continues -= 1;
         self.input(s, Input::Continue);
+    }
+
+    /// A receiver answers one webhook attempt: mostly 200, else 503 or no answer (every
+    /// attempt answers 200 in the final phase).
+    fn answer_delivery(&mut self) {
+        let i = self.rng.below(self.c.deliveries.len() as u64) as usize;
+        let (shard, call) = self.c.deliveries.remove(i);
+        let result = match self.rng.below(10) {
+            _ if self.final_phase => Ok(200),
+            0..=6 => Ok(200),
+            7 => Ok(503),
+            _ => Err("connection refused (sim)".to_string()),
+        };
+        let body: serde_json::Value = serde_json::from_slice(&call.body).expect("a JSON body");
+        assert_eq!(
+            body["id"],
+            call.delivery_id.as_str(),
+            "the body names its delivery"
+        );
+        self.counts.webhook_attempts += 1;
+        if result == Ok(200) {
+            self.counts.webhooks_delivered += 1;
+            if let Some(then) = self
+                .webhooks_delivered
+                .insert((shard, call.id), self.crashes)
+            {
+                assert!(
+                    then < self.crashes,
+                    "shard {shard}: webhook delivery {} sent again after the receiver took it, \
+                     with no crash between",
+                    call.delivery_id
+                );
+            }
+        }
+        trace(format!(
+            "shard {shard}: webhook {} attempt {} answered {result:?}",
+            call.delivery_id, call.attempt
+        ));
+        let (id, attempt) = (call.id, call.attempt);
+        self.input(
+            shard,
+            Input::WebhookAnswered {
+                id,
+                attempt,
+                result,
+            },
+        );
     }
 
     fn answer_execution(&mut self) {
@@ -1034,7 +1093,10 @@ impl Sim {
                     wait_ms: self.rng.one_in(10).then_some(3_000),
                     run_id: None,
                     group: None,
-                    webhook: None,
+                    webhook: self
+                        .rng
+                        .one_in(3)
+                        .then(|| "http://sim.invalid/hook".to_string()),
                 })
             }
             74..=83 => match self.known_wf_run() {
@@ -1898,6 +1960,10 @@ impl Sim {
             executions, 0,
             "work was executed again after a restart at rest"
         );
+        assert!(
+            self.c.deliveries.is_empty(),
+            "a webhook was sent again after a restart at rest"
+        );
         self.check_model("at the end");
     }
 
@@ -2006,6 +2072,10 @@ impl Sim {
                 self.c.answer_read(0);
                 moved = true;
             }
+            while !self.c.deliveries.is_empty() {
+                self.answer_delivery();
+                moved = true;
+            }
             self.c.guest_values.clear();
             self.process_replies();
             for i in 0..self.workers.len() {
@@ -2050,6 +2120,11 @@ impl Sim {
             let node = &self.c.nodes[s as usize];
             let e = &node.engine;
             assert_eq!(e.durable_lsn(), e.last_lsn(), "shard {s}: not all durable");
+            let (pending, _, _) = e.state().webhooks.counts();
+            assert_eq!(
+                pending, 0,
+                "shard {s}: webhook deliveries still pending at rest"
+            );
             let f = e.in_flight();
             assert_eq!(f.held, 0, "shard {s}: effects still held at rest: {f:?}");
             // Only the awaits forwarded to their worker's home may wait for an answer.
