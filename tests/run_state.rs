@@ -511,3 +511,85 @@ fn runs_of_a_group_share_fields_and_counters_across_shards() {
     );
     assert_eq!(doc, json!({"total": 24}));
 }
+
+const STAGED: &str = r#"kind: Workflow
+name: staged
+version: "1"
+state: {stage: "new"}
+searchAttributes:
+  - {name: stage, type: string, from: state.stage}
+  - {name: score, type: number, from: state.score}
+start:
+  run: "@actions/prepare"
+  transitions:
+    success: approve
+steps:
+  approve:
+    waitForState: {}
+    transitions:
+      success: flo.Completed
+"#;
+
+/// The runs a query lists, sorted.
+fn listed(addr: &str, query: &str) -> Vec<String> {
+    let doc = cli_json(addr, &["workflow", "list-runs", "staged", "--query", query]);
+    let mut ids: Vec<String> = doc["runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("runs in {doc}"))
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn runs_are_listed_by_their_state_fields_as_steps_and_updates_change_them() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    fixed_wasm_action(&mut c, "prepare", r#"{"stage": "prepared"}"#);
+    c.create_workflow(STAGED).unwrap();
+    for i in 0..4 {
+        let opts = StartOptions {
+            run_id: Some(format!("s-{i}")),
+            ..StartOptions::default()
+        };
+        c.start_workflow("staged", b"{}", opts).unwrap();
+    }
+    for i in 0..4 {
+        assert!(waiting_for_state(&mut c, &format!("s-{i}")));
+    }
+    // The step's output set the stage of every run.
+    assert_eq!(
+        listed(&addr, r#"stage = "prepared""#),
+        ["s-0", "s-1", "s-2", "s-3"]
+    );
+    c.update_workflow_state("s-1", br#"{"stage": "review", "score": 7}"#, false)
+        .unwrap();
+    c.update_workflow_state("s-2", br#"{"stage": "review", "score": 3}"#, false)
+        .unwrap();
+    c.set_workflow_state("s-3", br#"{"stage": "done"}"#, true)
+        .unwrap();
+    assert_eq!(listed(&addr, r#"stage = "review""#), ["s-1", "s-2"]);
+    assert_eq!(listed(&addr, "score > 5"), ["s-1"]);
+    assert_eq!(
+        listed(&addr, r#"stage = "done" AND status = "completed""#),
+        ["s-3"]
+    );
+    assert_eq!(listed(&addr, r#"stage = "prepared""#), ["s-0"]);
+    // The same after kill -9.
+    server.kill9();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let addr = server.addr_string();
+    assert_eq!(listed(&addr, r#"stage = "review""#), ["s-1", "s-2"]);
+    assert_eq!(listed(&addr, r#"stage = "done""#), ["s-3"]);
+    let e = cli_json_fails(&addr, "stage = ");
+    assert!(e.contains("query error"), "{e}");
+    server.stop();
+}
+
+fn cli_json_fails(addr: &str, query: &str) -> String {
+    common::cli_fails(addr, &["workflow", "list-runs", "staged", "--query", query])
+}

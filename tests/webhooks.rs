@@ -149,7 +149,9 @@ impl Receiver {
     fn taken(&self) -> HashMap<String, usize> {
         let mut taken = HashMap::new();
         for h in self.hits().iter().filter(|h| h.status == 200) {
-            *taken.entry(h.header("x-flo-delivery").to_string()).or_insert(0) += 1;
+            *taken
+                .entry(h.header("x-flo-delivery").to_string())
+                .or_insert(0) += 1;
         }
         taken
     }
@@ -179,7 +181,8 @@ fn start(c: &mut flo::Client, workflow: &str, run_id: &str, webhook: Option<Stri
         webhook,
         ..StartOptions::default()
     };
-    c.start_workflow(workflow, br#"{"order": 7}"#, opts).unwrap();
+    c.start_workflow(workflow, br#"{"order": 7}"#, opts)
+        .unwrap();
 }
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -280,7 +283,10 @@ fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
         .into_iter()
         .find(|b| b["step"] == "ship")
         .unwrap();
-    assert_eq!((&ship["outcome"], &ship["output"]["ready"]), (&"success".into(), &true.into()));
+    assert_eq!(
+        (&ship["outcome"], &ship["output"]["ready"]),
+        (&"success".into(), &true.into())
+    );
     assert!(of_run("order-2").iter().all(|b| b.get("secret").is_none()));
 
     // Dead-lettered: `--webhook` sends this run to a receiver that is down; two attempts.
@@ -304,7 +310,10 @@ fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
     let dead_id = dead["id"].as_str().unwrap().to_string();
     assert_eq!(rx.of(&dead_id).len(), 2);
     let text = cli_ok(&addr, &["webhook", "failed"]);
-    assert!(text.contains(&dead_id) && text.contains("HTTP 503"), "{text}");
+    assert!(
+        text.contains(&dead_id) && text.contains("HTTP 503"),
+        "{text}"
+    );
     assert!(
         cli_json(&addr, &["webhook", "failed", "--workflow", "flaky"])["deliveries"]
             .as_array()
@@ -317,7 +326,10 @@ fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
     assert!(e.contains("no failed webhook delivery"), "{e}");
     let e = cli_fails(&addr, &["webhook", "redeliver", "nonsense"]);
     assert!(e.contains("no failed webhook delivery"), "{e}");
-    let e = cli_fails(&addr, &["workflow", "start", "down", "--webhook", "ftp://x/y"]);
+    let e = cli_fails(
+        &addr,
+        &["workflow", "start", "down", "--webhook", "ftp://x/y"],
+    );
     assert!(e.contains("not http:// or https://"), "{e}");
     let bad = flow("bad", "  url: http://h/\n  events: [finished]");
     let e = c.create_workflow(&bad).unwrap_err().to_string();
@@ -409,6 +421,10 @@ fn deliveries_waiting_at_a_kill_9_arrive_after_the_restart_and_none_taken_is_sen
     server.stop();
     let server = TestServer::start(dir.path(), &["--shards", "2"]);
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(rx.hits().len(), before, "nothing is sent after a clean restart");
+    assert_eq!(
+        rx.hits().len(),
+        before,
+        "nothing is sent after a clean restart"
+    );
     server.stop();
 }

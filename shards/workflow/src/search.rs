@@ -55,10 +55,22 @@ pub struct SearchAttribute {
     pub kind: AttrKind,
     /// `from` as written.
     pub from: String,
-    /// The step whose output it reads (None: the input).
+    /// The step whose output it reads (None: the input, or the state when `state`).
     pub step: Option<String>,
     /// The JSONPath applied to that input or output (`$` for the whole of it).
     pub path: String,
+    /// Reads the run's state (`from: state.FIELD`), again after each step and state
+    /// update (absent from definitions stored before).
+    #[serde(default)]
+    pub state: bool,
+}
+
+/// What an attribute reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttrSource {
+    Input,
+    Step(String),
+    State,
 }
 
 /// A run's attribute value.
@@ -85,9 +97,9 @@ impl AttrValue {
     }
 }
 
-/// `from` (`input.customer_id`, `$.input.amount`, `$.steps.NAME.output.total`) as (step,
-/// path on that step's output or on the input). Err: not one of those forms.
-pub fn parse_from(from: &str) -> Result<(Option<String>, String), String> {
+/// `from` (`input.customer_id`, `$.input.amount`, `$.steps.NAME.output.total`,
+/// `state.stage`) as (what it reads, the path on it). Err: not one of those forms.
+pub fn parse_from(from: &str) -> Result<(AttrSource, String), String> {
     let full = if from.starts_with("$.") || from.starts_with("$[") {
         from.to_string()
     } else {
@@ -95,21 +107,22 @@ pub fn parse_from(from: &str) -> Result<(Option<String>, String), String> {
     };
     let bad = || {
         format!(
-            "`from: {from}` is not a path into the input (`input.FIELD`, `$.input.FIELD`) or a \
-             step's output (`$.steps.NAME.output.FIELD`)"
+            "`from: {from}` is not a path into the input (`input.FIELD`, `$.input.FIELD`), a \
+             step's output (`$.steps.NAME.output.FIELD`) or the run's state (`state.FIELD`)"
         )
     };
     let (names, _) = crate::mapping::leading_names(&full[1..], 3);
-    let (step, prefix_names) = match names[..] {
-        ["input", ..] => (None, 1),
-        ["steps", step, "output", ..] => (Some(step.to_string()), 3),
+    let (source, prefix_names) = match names[..] {
+        ["input", ..] => (AttrSource::Input, 1),
+        ["state", ..] => (AttrSource::State, 1),
+        ["steps", step, "output", ..] => (AttrSource::Step(step.to_string()), 3),
         _ => return Err(bad()),
     };
     // What follows the prefix, as a path of its own.
     let (_, rest) = crate::mapping::leading_names(&full[1..], prefix_names);
     let path = format!("${rest}");
     parse_json_path(&path).map_err(|e| format!("`from: {from}` is not valid JSONPath: {e}"))?;
-    Ok((step, path))
+    Ok((source, path))
 }
 
 /// The attribute's value in `doc` (the input, or the step's output); None when the path
@@ -186,13 +199,17 @@ mod tests {
     use serde_json::json;
 
     fn attr(kind: AttrKind, from: &str) -> SearchAttribute {
-        let (step, path) = parse_from(from).unwrap();
+        let (source, path) = parse_from(from).unwrap();
         SearchAttribute {
             name: "a".into(),
             kind,
             from: from.into(),
-            step,
+            step: match &source {
+                AttrSource::Step(s) => Some(s.clone()),
+                _ => None,
+            },
             path,
+            state: source == AttrSource::State,
         }
     }
 
@@ -200,16 +217,23 @@ mod tests {
     fn from_reads_the_input_or_a_steps_output() {
         assert_eq!(
             parse_from("input.customer_id").unwrap(),
-            (None, "$.customer_id".into())
+            (AttrSource::Input, "$.customer_id".into())
         );
-        assert_eq!(parse_from("$.input").unwrap(), (None, "$".into()));
+        assert_eq!(
+            parse_from("$.input").unwrap(),
+            (AttrSource::Input, "$".into())
+        );
         assert_eq!(
             parse_from("$.steps.charge.output.total").unwrap(),
-            (Some("charge".into()), "$.total".into())
+            (AttrSource::Step("charge".into()), "$.total".into())
         );
         assert_eq!(
             parse_from("$.steps['check-it'].output.items[0]").unwrap(),
-            (Some("check-it".into()), "$.items[0]".into())
+            (AttrSource::Step("check-it".into()), "$.items[0]".into())
+        );
+        assert_eq!(
+            parse_from("state.stage").unwrap(),
+            (AttrSource::State, "$.stage".into())
         );
         assert!(parse_from("$.flo.run_id").is_err());
         assert!(parse_from("steps.x.outcome").is_err());

@@ -459,8 +459,8 @@ impl Checker {
         scope: &Scope,
     ) -> Vec<crate::search::SearchAttribute> {
         use crate::search::{
-            AttrKind, BUILTIN_FIELDS, SEARCH_ATTRIBUTE_NAME_BYTES_MAX, SEARCH_ATTRIBUTES_MAX,
-            SearchAttribute, parse_from,
+            AttrKind, AttrSource, BUILTIN_FIELDS, SEARCH_ATTRIBUTE_NAME_BYTES_MAX,
+            SEARCH_ATTRIBUTES_MAX, SearchAttribute, parse_from,
         };
         if raw.len() > SEARCH_ATTRIBUTES_MAX {
             self.error(
@@ -517,12 +517,17 @@ impl Checker {
                 }
             };
             let from = a.from.unwrap_or_default();
-            let (step, jpath) = match parse_from(&from) {
+            let (source, jpath) = match parse_from(&from) {
                 Ok(v) => v,
                 Err(e) => {
                     self.error(IssueCode::E507, format!("{path}.from"), e);
-                    (None, String::new())
+                    (AttrSource::Input, String::new())
                 }
+            };
+            let (step, state) = match source {
+                AttrSource::Input => (None, false),
+                AttrSource::State => (None, true),
+                AttrSource::Step(step) => (Some(step), false),
             };
             if let Some(step) = &step
                 && step != START_STEP
@@ -541,6 +546,7 @@ impl Checker {
                     from,
                     step,
                     path: jpath,
+                    state,
                 });
             }
         }

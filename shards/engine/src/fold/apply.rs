@@ -1,7 +1,7 @@
 //! `ShardState::apply`, the fold's one entry: each record goes to the part of the state it
 //! changes. Live records (right after they are appended) and replayed ones alike.
 
-use crate::fold::record::Record;
+use crate::fold::record::{Record, RunControl};
 use crate::fold::runs::{Lease, Run};
 use crate::fold::state::{PendingForward, ShardState};
 use flo_protocol::RunStatus;
@@ -709,9 +709,19 @@ impl ShardState {
                 step,
                 control,
                 at_ms,
-            } => self
-                .workflows
-                .apply_run_control(&namespace, &run_id, step, control, at_ms, lsn),
+            } => {
+                let state_changed = matches!(control, RunControl::State { .. });
+                self.workflows
+                    .apply_run_control(&namespace, &run_id, step, control, at_ms, lsn);
+                // Attributes read from the state follow it.
+                if state_changed
+                    && self.search.doc(&namespace, &run_id).is_some()
+                    && let Some(run) = self.workflows.run(&namespace, &run_id)
+                {
+                    let attrs = run.search_attrs();
+                    self.search.set_attrs(&namespace, &run_id, attrs);
+                }
+            }
             Record::WfStepFinished {
                 namespace,
                 run_id,

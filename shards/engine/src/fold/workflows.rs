@@ -175,6 +175,7 @@ impl WfRun {
             .iter()
             .filter_map(|a| {
                 let doc = match &a.step {
+                    None if a.state => Some(&self.state),
                     None => Some(&self.input),
                     Some(step) => self.step_state(step).and_then(|s| s.output.as_ref()),
                 }?;
