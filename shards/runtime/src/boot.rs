@@ -14,6 +14,7 @@ use crate::shard_loop::ShardLoop;
 use crate::snapshots::{self, Snapshotter};
 use crate::timers::{Alarm, alarm_loop};
 use crate::wasm_pool::{SharedModules, WasmPool, shared_modules};
+use crate::webhooks::serve_answers;
 use flo_engine::auth::Gate;
 use flo_engine::clock::{Clock, OffsetClock, SystemClock};
 use flo_engine::hash::{PARTITIONS_DEFAULT, Partitioning};
@@ -160,6 +161,8 @@ pub enum ServerError {
     Recovery { shard: u32, source: RecoveryError },
     #[error("shard {shard}: {message}")]
     Shard { shard: u32, message: String },
+    #[error("cannot start the webhook delivery thread: {0}")]
+    Webhooks(io::Error),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -413,6 +416,10 @@ pub fn run_server(
             Some(port)
         }
     };
+    // One thread sends every shard's webhook deliveries (whether or not --http is on); it
+    // ends by itself once the shards dropped their ends, and nobody waits for it.
+    let webhooks =
+        crate::webhooks::start(meta.shards, stop.clone()).map_err(ServerError::Webhooks)?;
     for s in 0..meta.shards {
         fs::create_dir_all(shard_dir(&dir, s)).map_err(dir_err(&dir))?;
     }
@@ -437,7 +444,7 @@ pub fn run_server(
     crate::kick::install();
     let pulses: Arc<Vec<crate::kick::Pulse>> =
         Arc::new((0..meta.shards).map(|_| Default::default()).collect());
-    for s in 0..meta.shards {
+    for (s, webhooks) in (0..meta.shards).zip(webhooks) {
         let boot = ShardBoot {
             id: s,
             dir: shard_dir(&dir, s),
@@ -457,6 +464,7 @@ pub fn run_server(
             pulses: pulses.clone(),
             metrics: metrics.shards[s as usize].clone(),
             console: console_receivers[s as usize].take(),
+            webhooks,
         };
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
             .name(&format!("flo-shard-{s}"))
@@ -724,6 +732,8 @@ struct ShardBoot {
     metrics: Arc<ShardMetrics>,
     /// The web console's calls to this shard (None: no console, or already taken).
     console: Option<futures_channel::mpsc::UnboundedReceiver<crate::console::Call>>,
+    /// The shard's ends of the webhook delivery thread.
+    webhooks: crate::webhooks::ShardWebhooks,
 }
 
 async fn shard_main(boot: ShardBoot) {
@@ -960,6 +970,13 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     if let Some(receiver) = boot.console {
         glommio::spawn_local(serve_calls(console.clone(), receiver, inbox.clone())).detach();
     }
+    let webhooks = boot.webhooks;
+    glommio::spawn_local(serve_answers(
+        webhooks.answers,
+        inbox.clone(),
+        boot.metrics.clone(),
+    ))
+    .detach();
     // In-flight work (workflow runs, pending executions) resumes.
     inbox.push(Input::Started);
     let shard_loop = ShardLoop {
@@ -974,6 +991,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         alarm,
         metrics: boot.metrics.clone(),
         console,
+        webhooks: webhooks.out,
     };
     let stop = boot.stop.clone();
     shard_loop.run(move || stop.load(Ordering::Relaxed)).await;

@@ -23,6 +23,7 @@ mod snapshots;
 mod stderr;
 mod timers;
 mod wasm_pool;
+mod webhooks;
 
 pub use boot::{Ready, SHARDS_MAX, ServerError, run_server};
 pub use config::ServerConfig;

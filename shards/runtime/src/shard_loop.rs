@@ -1,6 +1,7 @@
 //! The shard loop: owns the `Engine`, feeds it every input from the inbox and performs the
-//! effects it returns — replies to connections, messages to peers, executions, alarms — and
-//! hands the log writer whatever the engine appended while the last batch was written.
+//! effects it returns — replies to connections, messages to peers, executions, alarms,
+//! webhook deliveries — and hands the log writer whatever the engine appended while the
+//! last batch was written.
 
 use crate::console::CONSOLE_CONN;
 use crate::inbox::Inbox;
@@ -35,6 +36,8 @@ pub(crate) struct ShardLoop {
     pub metrics: Arc<crate::metrics::ShardMetrics>,
     /// The web console's calls waiting for their replies.
     pub console: Rc<crate::console::ConsoleCalls>,
+    /// Where webhook deliveries go (the delivery thread).
+    pub webhooks: crate::webhooks::WebhookOut,
 }
 
 impl ShardLoop {
@@ -200,8 +203,7 @@ impl ShardLoop {
                 Effect::ReadLog { token, lsn } => {
                     crate::log_reader::read(self.log_map.clone(), self.inbox.clone(), token, lsn)
                 }
-                // Placeholder until the delivery thread lands (webhooks-runtime).
-                Effect::Deliver(_) => {}
+                Effect::Deliver(call) => self.webhooks.send(call, &self.inbox, &self.metrics),
             }
         }
     }

@@ -4,7 +4,9 @@
 //! and health".
 
 use super::histogram::HistogramValues;
-use super::shard::{EXEC_RESULTS, FAILURE_REASONS, Published, RESULTS, ShardMetrics};
+use super::shard::{
+    EXEC_RESULTS, FAILURE_REASONS, Published, RESULTS, ShardMetrics, WEBHOOK_RESULTS,
+};
 use flo_engine::{
     FINAL_STATUSES, GroupDepth, LIVE_STATUSES, RUN_KINDS, RUN_LATENCY_BOUNDS_MS,
     SLOT_WAIT_BOUNDS_MS,
@@ -97,7 +99,8 @@ impl Collector for Exporter {
         encode_wasm(&mut e, &shards)?;
         encode_queues(&mut e, &shards)?;
         encode_workers(&mut e, &shards)?;
-        encode_stream_groups(&mut e, &shards)
+        encode_stream_groups(&mut e, &shards)?;
+        encode_webhooks(&mut e, &shards)
     }
 }
 
@@ -655,6 +658,23 @@ fn encode_stream_groups(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt:
                 ];
                 gauge(&mut m, &labels, value(g) as i64)?;
             }
+        }
+    }
+    Ok(())
+}
+
+fn encode_webhooks(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
+    let mut m = e.encode_descriptor(
+        "flo_webhook_attempts",
+        "Webhook delivery attempts answered, by result: delivered (a 2xx status), refused \
+         (another status) or failed (no answer: connection, timeout, bad URL, a stop).",
+        None,
+        MetricType::Counter,
+    )?;
+    for s in shards {
+        for (result, n) in WEBHOOK_RESULTS.iter().zip(&s.live.webhook_attempts) {
+            let labels = [("shard", s.label.as_str()), ("result", result)];
+            counter(&mut m, &labels, n.load(Ordering::Relaxed))?;
         }
     }
     Ok(())

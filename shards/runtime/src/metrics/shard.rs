@@ -66,6 +66,19 @@ pub(crate) const FAILURE_REASONS: [&str; 9] = [
     "instantiate",
 ];
 
+/// How a webhook attempt was answered, in the order of `ShardMetrics::webhook_attempts`:
+/// a 2xx status, another status, no answer (connection, timeout, bad URL, a stop).
+pub(crate) const WEBHOOK_RESULTS: [&str; 3] = ["delivered", "refused", "failed"];
+
+/// The index in `WEBHOOK_RESULTS` of a webhook attempt's answer.
+fn webhook_result_index(result: &Result<u16, String>) -> usize {
+    match result {
+        Ok(200..=299) => 0,
+        Ok(_) => 1,
+        Err(_) => 2,
+    }
+}
+
 /// What the engine keeps, as the shard last published it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Published {
@@ -99,6 +112,8 @@ pub(crate) struct ShardMetrics {
     pub connections_accepted: AtomicU64,
     /// Requests the auth gate refused.
     pub auth_denials: AtomicU64,
+    /// Webhook attempts answered, by `WEBHOOK_RESULTS`.
+    pub webhook_attempts: [AtomicU64; WEBHOOK_RESULTS.len()],
     /// The engine's numbers: the shard replaces them (`try_lock`: a scrape reading them
     /// makes it skip a turn, never wait), a scrape copies them.
     published: Mutex<Published>,
@@ -127,6 +142,7 @@ impl ShardMetrics {
             failures: Default::default(),
             connections_accepted: AtomicU64::new(0),
             auth_denials: AtomicU64::new(0),
+            webhook_attempts: Default::default(),
             published: Mutex::new(Published::default()),
         }
     }
@@ -189,6 +205,14 @@ impl ShardMetrics {
         if let Some(reason) = failure {
             self.failures[reason].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts a webhook attempt answered with `result` (a status, or why none came).
+    pub fn webhook_attempt(&self, result: &Result<u16, String>) {
+        if !self.counting {
+            return;
+        }
+        self.webhook_attempts[webhook_result_index(result)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Replaces the published numbers, unless a scrape is reading them (then the next
@@ -270,6 +294,20 @@ mod tests {
         }
         let clock = started.elapsed().as_nanos() as f64 / rounds as f64;
         eprintln!("counting a request: {per:.1} ns, of which the two clock reads {clock:.1} ns");
+    }
+
+    #[test]
+    fn a_webhook_attempt_counts_as_delivered_on_2xx_refused_on_another_status_else_failed() {
+        let m = ShardMetrics::new(0, true);
+        for result in [Ok(200), Ok(204), Ok(302), Ok(500), Err("no answer".into())] {
+            m.webhook_attempt(&result);
+        }
+        let counted: Vec<u64> = m
+            .webhook_attempts
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(counted, [2, 2, 1]);
     }
 
     #[test]
