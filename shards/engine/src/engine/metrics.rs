@@ -131,6 +131,9 @@ pub struct Gauges {
     pub run_waits: u64,
     /// KV reads parked until their key is written.
     pub kv_waits: u64,
+    /// Webhook deliveries waiting for an attempt (or in flight), and given up on (kept).
+    pub webhooks_pending: u64,
+    pub webhooks_failed: u64,
     /// Worker awaits open on this shard (the workers' home).
     pub awaits: u64,
     /// Workers homed here, by status (`WorkerStatus` order: active, idle, draining,
@@ -181,6 +184,8 @@ impl Engine {
             wasm_slots: core.limits().wasm_slots as u64,
             run_waits: (self.watches.len() + self.watches.relayed_len()) as u64,
             kv_waits: self.kv_waits.len() as u64,
+            webhooks_pending: state.webhooks.counts().0 as u64,
+            webhooks_failed: state.webhooks.counts().1 as u64,
             awaits: self.awaits.open_awaits() as u64,
             workers: self.workers.count_by_status(),
             stream_records,

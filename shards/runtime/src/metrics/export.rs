@@ -552,6 +552,20 @@ fn encode_queues(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result
     shard_gauges(
         e,
         shards,
+        "flo_webhook_deliveries_pending",
+        "Webhook deliveries waiting for an attempt or a retry (in flight included).",
+        |p| p.gauges.webhooks_pending,
+    )?;
+    shard_gauges(
+        e,
+        shards,
+        "flo_webhook_deliveries_failed",
+        "Webhook deliveries given up after their last attempt, kept for redelivery.",
+        |p| p.gauges.webhooks_failed,
+    )?;
+    shard_gauges(
+        e,
+        shards,
         "flo_worker_awaits",
         "Worker task awaits open on their home shard.",
         |p| p.gauges.awaits,
