@@ -17,6 +17,7 @@ mod schedules;
 mod search;
 mod server_stats;
 mod streams;
+mod webhooks;
 mod workers;
 mod workload;
 
@@ -116,6 +117,27 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         Workload::Schedule => {}
         Workload::Query => search::prepare(&addr, token, &args.namespace, args.plain_workflow)?,
         Workload::Plan => plans::prepare(&addr, token, &args.namespace, args.plain_workflow)?,
+        Workload::Webhook => {}
+    }
+    let receiver = match args.workload {
+        Workload::Webhook => {
+            let receiver = webhooks::Receiver::start()?;
+            webhooks::prepare(&addr, token, &args.namespace, &receiver.url())?;
+            Some(receiver)
+        }
+        _ => None,
+    };
+    if let Some(receiver) = &receiver {
+        let began = Instant::now();
+        let started = driver::run(&cfg, || webhooks::WebhookStart::new(&args.namespace));
+        let result = webhooks::finish(args, &addr, token, receiver, &started, began);
+        let stopped = server.map_or(Ok(()), spawn::Server::stop);
+        let ok = result? && stopped.is_ok() && started.errors == 0;
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
     }
     if args.workload == Workload::Query {
         let fill = driver::run(&cfg, || search::SearchStart::new(&args.namespace));
@@ -302,7 +324,9 @@ fn run_workload(
             (outcome, Some(runs))
         }
         // Run apart (`schedules::run`): no requests to drive.
-        Workload::Schedule | Workload::Query => (driver::Outcome::empty(), None),
+        Workload::Schedule | Workload::Query | Workload::Webhook => {
+            (driver::Outcome::empty(), None)
+        }
     }
 }
 

@@ -54,6 +54,10 @@ pub enum Workload {
     /// executor's breaker open (`--plain-workflow`: the step runs the action directly),
     /// each answered once the run completed.
     Plan,
+    /// `--ops` starts of a one-step workflow whose `webhook:` posts each run's completion
+    /// to a receiver in this process: deliveries/s and event-to-arrival latency, then the
+    /// run event feed read whole (events/s).
+    Webhook,
 }
 
 impl Workload {
@@ -71,6 +75,7 @@ impl Workload {
             Workload::Schedule => "schedule",
             Workload::Query => "query",
             Workload::Plan => "plan",
+            Workload::Webhook => "webhook",
         }
     }
 }
