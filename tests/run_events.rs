@@ -218,3 +218,137 @@ fn flo_workflow_events_follow_prints_events_as_they_happen() {
         ]
     );
 }
+
+const STREAMED: &str = r#"kind: Workflow
+name: streamed
+version: "1"
+eventStream:
+  stream: run-events
+  events: [workflow_started, step_finished, completed]
+start:
+  run: "@actions/prepare"
+  transitions:
+    success: ship
+steps:
+  ship:
+    run: "@actions/prepare"
+    transitions:
+      success: flo.Completed
+"#;
+
+/// Reads `group` until `n` records came (or 20 s passed), acking each read.
+fn read_all(c: &mut flo::Client, group: &str, n: usize) -> Vec<flo::protocol::StreamRecord> {
+    let mut all = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while all.len() < n && Instant::now() < deadline {
+        let spec = flo::protocol::GroupReadSpec {
+            stream: "run-events".into(),
+            group: group.into(),
+            consumer: "auditor".into(),
+            count: Some(100),
+            block_ms: Some(200),
+            ..Default::default()
+        };
+        let records = c.group_read(spec).unwrap();
+        let ids = records.iter().map(|r| r.id).collect();
+        c.ack("run-events", group, ids).unwrap();
+        all.extend(records);
+    }
+    all
+}
+
+#[test]
+fn an_event_stream_is_read_through_consumer_groups_and_keeps_each_runs_order_across_kill_9() {
+    use flo::protocol::{GroupConfig, GroupMode, GroupStart, StreamConfig};
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    common::fixed_wasm_action(&mut c, "prepare", r#"{"ready": true}"#);
+    let config = StreamConfig {
+        partitions: Some(4),
+        ..StreamConfig::default()
+    };
+    c.create_stream("run-events", config).unwrap();
+    let group = GroupConfig {
+        mode: GroupMode::Shared,
+        start: GroupStart::Start,
+        max_deliveries: None,
+        message_timeout_ms: None,
+    };
+    c.create_group("run-events", "audit", group).unwrap();
+    c.create_workflow(STREAMED).unwrap();
+    let start = |c: &mut flo::Client, run: &str| {
+        let opts = StartOptions {
+            run_id: Some(run.to_string()),
+            ..StartOptions::default()
+        };
+        c.start_workflow("streamed", b"{}", opts).unwrap();
+    };
+    for i in 0..6 {
+        start(&mut c, &format!("st-{i}"));
+    }
+    let expected = [
+        "workflow_started -",
+        "step_finished _start",
+        "step_finished ship",
+        "completed -",
+    ];
+    let check = |records: &[flo::protocol::StreamRecord], runs: std::ops::Range<usize>| {
+        for i in runs {
+            let run = format!("st-{i}");
+            let told: Vec<String> = records
+                .iter()
+                .filter(|r| r.key.as_deref() == Some(run.as_str()))
+                .map(|r| {
+                    let body: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+                    assert_eq!(body["run_id"], run.as_str());
+                    assert_eq!(r.headers["event"], body["event"].as_str().unwrap());
+                    let step = body["step"].as_str().unwrap_or("-").to_string();
+                    format!("{} {step}", body["event"].as_str().unwrap())
+                })
+                .collect();
+            assert_eq!(told, expected, "{run}: its events in order, once each");
+        }
+    };
+    let first = read_all(&mut c, "audit", 24);
+    assert_eq!(first.len(), 24);
+    check(&first, 0..6);
+    // Runs started just before a kill -9: their events reach the stream after the restart.
+    for i in 6..10 {
+        start(&mut c, &format!("st-{i}"));
+    }
+    server.kill9();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    let later = read_all(&mut c, "audit", 16);
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let unique: Vec<_> = later
+        .into_iter()
+        .filter(|r| seen.insert(r.headers["delivery"].clone()))
+        .collect();
+    assert_eq!(
+        unique.len(),
+        16,
+        "every event of the four runs, at least once"
+    );
+    check(&unique, 6..10);
+    // A stream that does not exist: refused with the reason once its retries are spent
+    // (listed with `flo webhook pending` meanwhile).
+    let bad = STREAMED
+        .replace("name: streamed", "name: nowhere")
+        .replace("stream: run-events", "stream: no-such-stream");
+    c.create_workflow(&bad).unwrap();
+    let opts = StartOptions::default();
+    c.start_workflow("nowhere", b"{}", opts).unwrap();
+    assert!(common::wait_until(Duration::from_secs(20), || {
+        let (pending, _) = c.webhook_deliveries(false, Some("nowhere"), None).unwrap();
+        pending.len() == 4
+            && pending.iter().all(|d| {
+                d.url == "stream:no-such-stream"
+                    && d.last_error
+                        .as_deref()
+                        .is_some_and(|e| e.contains("no-such-stream"))
+            })
+    }));
+    server.stop();
+}

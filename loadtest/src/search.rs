@@ -6,8 +6,8 @@
 
 use crate::args::Args;
 use crate::driver;
-use crate::workload::{Generator, register_wasm_action};
-use flo_protocol::{Op, Reply, WorkflowStartSpec};
+use crate::workload::{Generator, register_wasm_action, start_op};
+use flo_protocol::{Op, Reply};
 use hdrhistogram::Histogram;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -74,17 +74,7 @@ impl Generator for SearchStart {
             n % CUSTOMERS,
             (n * 7) % 10_000
         );
-        *op = Op::WorkflowStart(WorkflowStartSpec {
-            namespace: self.namespace.clone(),
-            name: WORKFLOW.into(),
-            version: None,
-            input: input.into_bytes(),
-            idempotency_key: None,
-            wait_ms: None,
-            run_id: None,
-            group: None,
-            webhook: None,
-        });
+        *op = start_op(&self.namespace, WORKFLOW, input.into_bytes());
     }
 
     fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {

@@ -8,8 +8,8 @@
 
 use crate::args::Args;
 use crate::driver;
-use crate::workload::{Generator, register_wasm_action};
-use flo_protocol::{Op, Reply, WorkflowStartSpec};
+use crate::workload::{Generator, register_wasm_action, start_op};
+use flo_protocol::{Op, Reply};
 use hdrhistogram::Histogram;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -156,17 +156,7 @@ impl WebhookStart {
 
 impl Generator for WebhookStart {
     fn fill(&mut self, _n: u64, _intended: Option<Instant>, op: &mut Op) {
-        *op = Op::WorkflowStart(WorkflowStartSpec {
-            namespace: self.namespace.clone(),
-            name: WORKFLOW.into(),
-            version: None,
-            input: b"{}".to_vec(),
-            idempotency_key: None,
-            wait_ms: None,
-            run_id: None,
-            group: None,
-            webhook: None,
-        });
+        *op = start_op(&self.namespace, WORKFLOW, b"{}".to_vec());
     }
 
     fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {

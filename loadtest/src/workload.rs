@@ -387,6 +387,21 @@ pub fn decode_sent_ns(payload: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+/// A start of `workflow` with `input`, answered once durable (the run not waited for).
+pub fn start_op(namespace: &str, workflow: &str, input: Vec<u8>) -> Op {
+    Op::WorkflowStart(WorkflowStartSpec {
+        namespace: namespace.to_string(),
+        name: workflow.into(),
+        version: None,
+        input,
+        idempotency_key: None,
+        wait_ms: None,
+        run_id: None,
+        group: None,
+        webhook: None,
+    })
+}
+
 /// The workflow `workflow` starts: three steps on the `wasm-invoke` action.
 pub const WORKFLOW_NAME: &str = "loadtest-flow";
 const WORKFLOW_YAML: &str = r#"kind: Workflow

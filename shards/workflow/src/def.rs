@@ -46,6 +46,10 @@ pub struct WorkflowDef {
     /// before).
     #[serde(default)]
     pub webhook: Option<crate::webhook::Webhook>,
+    /// `eventStream:` — the stream each run's events are appended to (absent from
+    /// definitions stored before).
+    #[serde(default)]
+    pub event_stream: Option<crate::webhook::EventStream>,
 }
 
 /// `schedule:` of a definition: runs started at each tick of a cron expression or an

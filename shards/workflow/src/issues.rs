@@ -47,6 +47,7 @@ pub enum IssueCode {
     E512,
     E513,
     E514,
+    E515,
     W101,
     W102,
     W103,

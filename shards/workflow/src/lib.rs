@@ -24,6 +24,7 @@ pub mod state;
 mod step_limits;
 mod validate;
 pub mod webhook;
+mod webhook_checks;
 pub mod yaml_depth;
 
 pub use backoff::{Backoff, PollPolicy, RetryPolicy};

@@ -52,7 +52,7 @@ fn shape_issue(path: String, err: serde_yaml::Error) -> ValidationIssue {
 
 /// A YAML mapping in file order, duplicate keys kept (validation reports them, E401).
 #[derive(Debug, Default)]
-pub(crate) struct Entries<V>(pub(crate) Vec<(String, V)>);
+pub(super) struct Entries<V>(pub(super) Vec<(String, V)>);
 
 impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -132,7 +132,8 @@ pub(super) struct RawWorkflow {
     pub trigger: Option<RawTrigger>,
     pub search_attributes: Option<Vec<RawSearchAttribute>>,
     pub defaults: Option<RawDefaults>,
-    pub webhook: Option<crate::webhook::RawWebhook>,
+    pub webhook: Option<RawWebhook>,
+    pub event_stream: Option<RawEventStream>,
 }
 
 /// `defaults:` of a definition: what its steps have unless they say otherwise.
@@ -213,6 +214,26 @@ pub(crate) struct RawRetry {
     pub initial_delay_ms: Option<u64>,
     pub max_delay_ms: Option<u64>,
     pub within_ms: Option<u64>,
+}
+
+/// `webhook:` as written.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawWebhook {
+    pub url: Option<String>,
+    pub events: Option<Vec<String>>,
+    pub headers: Option<Entries<String>>,
+    pub secret: Option<String>,
+    pub retry: Option<RawRetry>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// `eventStream:` as written.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEventStream {
+    pub stream: Option<String>,
+    pub events: Option<Vec<String>>,
 }
 
 /// `poll:` fields are camelCase in the spec.

@@ -46,6 +46,7 @@
 //! | E512 | invalid `deferMs`, `timeoutMs` or `maxVisits` of a step or of `defaults:` (0 or too large; `timeoutMs` beside `waitForSignal`) |
 //! | E513 | invalid `when`, `whenAll` or `whenAny` (an expression that is not CEL, with its line and column; empty; over 1 KiB or nesting over 32; more than 16 in one step) |
 //! | E514 | invalid `webhook` (`url` missing, not `http://` or `https://` with a host, over 2 KiB; an unknown or empty `events`; a header name that is not a token or that the server sets, a value with control characters, over 1 KiB, more than 32; `secret` empty or over 256 bytes; `timeoutMs` not 1..=60000) |
+//! | E515 | invalid `eventStream` (`stream` missing or not a stream name; an unknown or empty `events`) |
 //! | W101 | (warning) a step unreachable from `start` |
 //! | W102 | (warning) a `waitForSignal` step without `timeoutMs` |
 //! | W103 | (warning) a `pending` transition on a step without `poll` (matched as a plain outcome) |
@@ -137,6 +138,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
     let schedule = raw.schedule.and_then(|s| c.schedule(s));
     let search_attributes = c.search_attributes(raw.search_attributes.unwrap_or_default(), &scope);
     let webhook = raw.webhook.and_then(|w| c.webhook(w));
+    let event_stream = raw.event_stream.and_then(|e| c.event_stream(e));
     let (Some(name), Some(version), Some(start), true) =
         (name, version, start, c.errors.is_empty())
     else {
@@ -156,6 +158,7 @@ pub(super) fn validate(raw: RawWorkflow) -> Result<Validated, Vec<ValidationIssu
         plans,
         state,
         webhook,
+        event_stream,
     };
     let fork_issues = crate::graph::check_forks(&mut def);
     if !fork_issues.is_empty() {

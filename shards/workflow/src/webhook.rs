@@ -4,9 +4,6 @@
 //! ([`Webhook::for_run`]); [`check_webhook_url`] is the check both use.
 
 use crate::backoff::{Backoff, RetryPolicy};
-use crate::issues::IssueCode;
-use crate::parse::{Entries, RawRetry};
-use crate::validate::Checker;
 
 /// The run events a webhook may ask for (the event feed's names, `flo workflow events`).
 pub const RUN_EVENT_NAMES: [&str; 10] = [
@@ -86,7 +83,25 @@ impl Webhook {
     }
 }
 
-fn default_retry() -> RetryPolicy {
+/// `eventStream:` of a definition: each run's events (those named) appended to a stream
+/// of the namespace, keyed by run id (a run's events in order on one partition), read
+/// through consumer groups like any stream.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct EventStream {
+    pub stream: String,
+    /// Names from [`RUN_EVENT_NAMES`] (default: all).
+    pub events: Vec<String>,
+}
+
+impl EventStream {
+    pub fn wants(&self, event: &str) -> bool {
+        self.events.iter().any(|e| e == event)
+    }
+}
+
+/// How a delivery is tried again when its webhook says nothing (and how an event is
+/// appended again to its `eventStream` when that fails).
+pub fn default_retry() -> RetryPolicy {
     RetryPolicy {
         max_attempts: WEBHOOK_ATTEMPTS_DEFAULT,
         backoff: Backoff::Exponential,
@@ -125,7 +140,7 @@ pub fn check_webhook_url(url: &str) -> Result<(), String> {
 }
 
 /// Why `name: value` cannot be one of a webhook's headers.
-fn check_header(name: &str, value: &str) -> Result<(), String> {
+pub(crate) fn check_header(name: &str, value: &str) -> Result<(), String> {
     let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     if name.is_empty() || !name.chars().all(tchar) {
         return Err(format!(
@@ -153,114 +168,6 @@ fn check_header(name: &str, value: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// `webhook:` as written.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct RawWebhook {
-    pub url: Option<String>,
-    pub events: Option<Vec<String>>,
-    pub headers: Option<Entries<String>>,
-    pub secret: Option<String>,
-    pub retry: Option<RawRetry>,
-    pub timeout_ms: Option<u64>,
-}
-
-impl Checker {
-    /// `webhook:` (E514; its `retry` is checked as a step's, E501).
-    pub(crate) fn webhook(&mut self, raw: RawWebhook) -> Option<Webhook> {
-        let code = IssueCode::E514;
-        let errors = self.error_count();
-        let url = match raw.url {
-            Some(url) => {
-                if let Err(why) = check_webhook_url(&url) {
-                    self.error(code, "webhook.url", why);
-                }
-                url
-            }
-            None => {
-                self.error(
-                    code,
-                    "webhook.url",
-                    "missing `url`: where the events are POSTed, e.g. `url: https://example.com/hooks/flo`",
-                );
-                String::new()
-            }
-        };
-        let events = match raw.events {
-            None => WEBHOOK_EVENTS_DEFAULT.map(String::from).to_vec(),
-            Some(events) => {
-                if events.is_empty() {
-                    self.error(code, "webhook.events", "`events` is empty: leave it out for the run's end (completed, failed, cancelled, timed_out)");
-                }
-                for e in &events {
-                    if !RUN_EVENT_NAMES.contains(&e.as_str()) {
-                        self.error(
-                            code,
-                            "webhook.events",
-                            format!("unknown event {e:?}; one of {}", RUN_EVENT_NAMES.join(", ")),
-                        );
-                    }
-                }
-                let mut unique = events;
-                unique.dedup();
-                unique
-            }
-        };
-        let headers = raw.headers.map_or_else(Vec::new, |h| h.0);
-        if headers.len() > WEBHOOK_HEADERS_MAX {
-            self.error(
-                code,
-                "webhook.headers",
-                format!("{} headers; at most {WEBHOOK_HEADERS_MAX}", headers.len()),
-            );
-        }
-        for (name, value) in &headers {
-            if let Err(why) = check_header(name, value) {
-                self.error(code, format!("webhook.headers.{name}"), why);
-            }
-        }
-        if let Some(secret) = &raw.secret
-            && (secret.is_empty() || secret.len() > WEBHOOK_SECRET_BYTES_MAX)
-        {
-            self.error(
-                code,
-                "webhook.secret",
-                format!(
-                    "`secret` is {} bytes; use 1 to {WEBHOOK_SECRET_BYTES_MAX}",
-                    secret.len()
-                ),
-            );
-        }
-        let retry = match raw.retry {
-            None => default_retry(),
-            Some(mut r) => {
-                r.max_attempts
-                    .get_or_insert(WEBHOOK_ATTEMPTS_DEFAULT.into());
-                r.backoff.get_or_insert_with(|| "exponential".to_string());
-                r.initial_delay_ms
-                    .get_or_insert(WEBHOOK_INITIAL_DELAY_MS_DEFAULT);
-                self.retry("webhook.retry", r)
-            }
-        };
-        let timeout_ms = raw.timeout_ms.unwrap_or(WEBHOOK_TIMEOUT_MS_DEFAULT);
-        if timeout_ms == 0 || timeout_ms > WEBHOOK_TIMEOUT_MS_MAX {
-            self.error(
-                code,
-                "webhook.timeoutMs",
-                format!("`timeoutMs` is {timeout_ms}; use 1 to {WEBHOOK_TIMEOUT_MS_MAX}"),
-            );
-        }
-        (self.error_count() == errors).then_some(Webhook {
-            url,
-            events,
-            headers,
-            secret: raw.secret,
-            retry,
-            timeout_ms,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -339,6 +246,32 @@ mod tests {
             ]
         );
         assert!(def("  url: http://h/\n  colour: red").is_err());
+    }
+
+    #[test]
+    fn an_event_stream_names_a_stream_and_its_events() {
+        let yaml = |es: &str| {
+            format!(
+                "kind: Workflow\nname: w\nversion: \"1\"\neventStream: {es}\nstart:\n  run: \"@actions/a\"\n  transitions: {{success: flo.Completed}}\n"
+            )
+        };
+        let d = parse_workflow(&yaml("{stream: run-events}")).unwrap().def;
+        let es = d.event_stream.unwrap();
+        assert_eq!((es.stream.as_str(), es.events.len()), ("run-events", 10));
+        let d = parse_workflow(&yaml("{stream: ev, events: [completed]}"))
+            .unwrap()
+            .def;
+        assert!(d.event_stream.unwrap().wants("completed"));
+        let e = parse_workflow(&yaml("{stream: \"bad name\", events: [done]}")).unwrap_err();
+        let found = codes(&e);
+        assert!(
+            found.contains(&("E515".into(), "eventStream.stream".into())),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&("E515".into(), "eventStream.events".into())),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub enum Waiting {
     StreamPart { gather: u64, part: usize },
     /// The start of a run a stream trigger asked for.
     TriggerStart(Box<TriggerStart>),
+    /// Attempt `attempt` of delivery `id`: a run event appended to its `eventStream`.
+    SinkAppend { id: u64, attempt: u32 },
     /// Nothing to continue (a start-up sync, a clock move).
     Nothing,
 }

@@ -144,6 +144,10 @@ impl Engine {
                 streams::on_part(core, &mut self.streams, gather, part, result)
             }
             Waiting::TriggerStart(start) => self.on_trigger_started(*start, result),
+            Waiting::SinkAppend { id, attempt } => {
+                let result = result.map(|_| 200).map_err(|e| e.message);
+                crate::webhooks::on_answer(core, &mut self.webhooks, id, attempt, result)
+            }
             Waiting::Nothing => {
                 if let Err(e) = result {
                     core.emit(LogLine::warn(

@@ -21,7 +21,9 @@ impl ShardState {
             Record::WfRunStarted {
                 webhook: Some(_), ..
             } => self.webhooks.arm(),
-            Record::WorkflowDefined { def: Some(d), .. } if d.webhook.is_some() => {
+            Record::WorkflowDefined { def: Some(d), .. }
+                if d.webhook.is_some() || d.event_stream.is_some() =>
+            {
                 self.webhooks.arm()
             }
             _ => {}

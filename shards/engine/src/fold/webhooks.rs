@@ -1,5 +1,6 @@
-//! Webhook deliveries (a definition's `webhook:`, a run's `--webhook URL`): the outbox of
-//! run events on their way to receivers, and the deliveries given up on. A delivery is
+//! Webhook deliveries (a definition's `webhook:`, a run's `--webhook URL`) and appends to
+//! its `eventStream:`: the outbox of run events on their way to receivers or to a stream,
+//! and the deliveries given up on. A delivery is
 //! derived in `apply` from the event its record says (`fold/events.rs`) — as durable as
 //! that record, no record of its own — with the body the receiver gets built there, once.
 //! Each attempt's end is a record (`WebhookAttempted`: delivered, retried at, or given up)
@@ -15,7 +16,8 @@
 use crate::fold::events::{EventKind, RunEvent};
 use crate::fold::workflows::Workflows;
 use flo_protocol::WebhookDelivery;
-use flo_workflow::webhook::Webhook;
+use flo_workflow::RetryPolicy;
+use flo_workflow::webhook::{Webhook, default_retry};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,13 +30,49 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 pub const FAILED_MAX: usize = 10_000;
 pub const FAILED_BYTES_MAX: usize = 64 << 20;
 
+/// The bit of a delivery's id that marks an append to the definition's `eventStream`
+/// (the rest is the event's position, as for its webhook delivery).
+pub const STREAM_SINK: u64 = 1 << 63;
+
+/// The LSN of the record whose event delivery `id` carries.
+pub fn event_lsn(id: u64) -> u64 {
+    crate::fold::events::lsn_of(id & !STREAM_SINK)
+}
+
+/// Where a delivery goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Sink {
+    Http(Webhook),
+    /// Appended to this stream of the run's namespace, keyed by run id.
+    Stream {
+        stream: String,
+    },
+}
+
+impl Sink {
+    pub fn retry(&self) -> RetryPolicy {
+        match self {
+            Sink::Http(w) => w.retry.clone(),
+            Sink::Stream { .. } => default_retry(),
+        }
+    }
+
+    /// As listings show it: the URL, or `stream:NAME`.
+    pub fn target(&self) -> String {
+        match self {
+            Sink::Http(w) => w.url.clone(),
+            Sink::Stream { stream } => format!("stream:{stream}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delivery {
     pub namespace: Arc<str>,
     pub workflow: Arc<str>,
     pub run_id: Box<str>,
     pub event: EventKind,
-    pub webhook: Arc<Webhook>,
+    pub sink: Arc<Sink>,
     /// JSON, the same on every attempt.
     #[serde(with = "arc_bytes")]
     pub body: Arc<[u8]>,
@@ -58,7 +96,7 @@ impl Delivery {
             workflow: self.workflow.to_string(),
             run_id: self.run_id.to_string(),
             event: self.event.as_str().to_string(),
-            url: self.webhook.url.clone(),
+            url: self.sink.target(),
             attempts: self.attempts,
             created_ms: self.created_ms,
             at_ms: self.at_ms,
@@ -121,31 +159,42 @@ impl Webhooks {
             let Some(run) = workflows.run(&e.namespace, &e.run_id) else {
                 continue;
             };
-            let def_hook = run.def.as_ref().ok().and_then(|d| d.webhook.as_ref());
+            let def = run.def.as_ref().ok();
+            let def_hook = def.and_then(|d| d.webhook.as_ref());
             let webhook = match (&run.webhook_url, def_hook) {
-                (Some(url), def) => Webhook::for_run(def, url),
-                (None, Some(w)) => w.clone(),
-                (None, None) => continue,
-            };
-            if !webhook.wants(e.kind.as_str()) {
+                (Some(url), def) => Some(Webhook::for_run(def, url)),
+                (None, Some(w)) => Some(w.clone()),
+                (None, None) => None,
+            }
+            .filter(|w| w.wants(e.kind.as_str()));
+            let stream = def
+                .and_then(|d| d.event_stream.as_ref())
+                .filter(|s| s.wants(e.kind.as_str()));
+            if webhook.is_none() && stream.is_none() {
                 continue;
             }
-            let body = body(shard, e, run);
-            self.add(
-                e.pos,
-                Delivery {
-                    namespace: e.namespace.clone(),
-                    workflow: e.workflow.clone(),
-                    run_id: e.run_id.clone(),
-                    event: e.kind,
-                    webhook: Arc::new(webhook),
-                    body: body.into(),
-                    created_ms: e.at_ms,
-                    attempts: 0,
-                    at_ms: e.at_ms,
-                    last_error: None,
-                },
-            );
+            let body: Arc<[u8]> = body(shard, e, run).into();
+            let delivery = |sink: Sink| Delivery {
+                namespace: e.namespace.clone(),
+                workflow: e.workflow.clone(),
+                run_id: e.run_id.clone(),
+                event: e.kind,
+                sink: Arc::new(sink),
+                body: body.clone(),
+                created_ms: e.at_ms,
+                attempts: 0,
+                at_ms: e.at_ms,
+                last_error: None,
+            };
+            if let Some(w) = webhook {
+                self.add(e.pos, delivery(Sink::Http(w)));
+            }
+            if let Some(s) = stream {
+                let sink = Sink::Stream {
+                    stream: s.stream.clone(),
+                };
+                self.add(e.pos | STREAM_SINK, delivery(sink));
+            }
         }
     }
 
@@ -335,7 +384,7 @@ mod tests {
             workflow: "w".into(),
             run_id: "r".into(),
             event: EventKind::Completed,
-            webhook: Arc::new(Webhook::for_run(None, "http://h/")),
+            sink: Arc::new(Sink::Http(Webhook::for_run(None, "http://h/"))),
             body: vec![b'x'; body_len].into(),
             created_ms: 1,
             attempts: 0,

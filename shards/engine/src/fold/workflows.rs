@@ -289,11 +289,12 @@ impl Workflows {
         self.runs.get(namespace)?.get(run_id).map(|r| &**r)
     }
 
-    /// Whether any definition or run has a webhook (events must be looked at).
+    /// Whether any definition or run has a webhook or an event stream (events must be
+    /// looked at).
     pub fn any_webhooks(&self) -> bool {
         let defs = self.defs.iter().flat_map(|(_, e)| e.versions.iter());
         defs.filter_map(|v| v.def.as_ref().ok())
-            .any(|d| d.webhook.is_some())
+            .any(|d| d.webhook.is_some() || d.event_stream.is_some())
             || self.all_runs().any(|(_, _, r)| r.webhook_url.is_some())
     }
 

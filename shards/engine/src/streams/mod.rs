@@ -14,4 +14,4 @@ pub use groups::{
 pub use reads::{
     info_part, merge_infos, merge_reads, merge_trims, read_part, sweep_expired, trim_part,
 };
-pub use scatter::{Scatter, conn_closed, do_part, on_part, poll_parked, scatter};
+pub use scatter::{Scatter, append_part, conn_closed, do_part, on_part, poll_parked, scatter};

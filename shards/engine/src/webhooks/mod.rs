@@ -1,7 +1,8 @@
 //! Webhook deliveries (`fold/webhooks.rs` keeps them): sending the due ones
 //! (`Effect::Deliver`, at most `INFLIGHT_MAX` per shard, each once its event's record is
-//! durable — a receiver never hears of what a crash could take back), recording how each
-//! attempt ended (`Input::WebhookAnswered` → `WebhookAttempted`: delivered on a 2xx
+//! durable — a receiver never hears of what a crash could take back) or appending them to
+//! the definition's `eventStream` (on the partition's owner, like a client's append),
+//! recording how each attempt ended (`Input::WebhookAnswered` → `WebhookAttempted`: delivered on a 2xx
 //! answer, else tried again after the retry policy's delay, or given up after its last
 //! attempt), and the operators' side: `flo webhook failed|pending` and `flo webhook
 //! redeliver ID`.
@@ -9,17 +10,19 @@
 //! At least once: what is in flight is not recorded, so a delivery whose answer came but
 //! whose record a crash lost is sent again after the restart (with the same id and body).
 
-use crate::core::Core;
-use crate::core::io::{Done, Effect, LogLine, LogSource, ReplyResult, WebhookCall};
-use crate::fold::events::lsn_of;
+use crate::core::io::{Done, Effect, LogLine, LogSource, PeerRequest, ReplyResult, WebhookCall};
+use crate::core::{Core, Waiting};
 use crate::fold::record::Record;
-use crate::fold::webhooks::{Delivery, parse_public_id};
+use crate::fold::streams::{owner_of, partition_of_key};
+use crate::fold::webhooks::{Delivery, Sink, event_lsn, parse_public_id};
 use crate::pages::LIST_REPLY_BYTES_MAX;
 use crate::tables::HashMap;
+use flo_protocol::StreamRecordIn;
 use flo_protocol::{
     ErrorCode, ErrorValue, Reply, WEBHOOKS_LIMIT_DEFAULT, WEBHOOKS_LIMIT_MAX, WebhookDelivery,
     check_namespace,
 };
+use flo_workflow::webhook::Webhook;
 
 /// Attempts one shard has in flight at once.
 pub const INFLIGHT_MAX: usize = 64;
@@ -49,7 +52,7 @@ pub fn pump(core: &mut Core, d: &mut Deliveries) {
         return;
     }
     let (now, durable, shard) = (core.now_ms(), core.durable_lsn(), core.shard());
-    let mut calls = Vec::new();
+    let mut sends = Vec::new();
     for (due, id) in hooks.due() {
         if due > now {
             d.next_due_ms = Some(due);
@@ -59,32 +62,108 @@ pub fn pump(core: &mut Core, d: &mut Deliveries) {
             continue;
         }
         // Its event's record is not durable yet: `Input::Durable` comes back here.
-        if lsn_of(id) > durable || d.in_flight.len() + calls.len() >= INFLIGHT_MAX {
+        if event_lsn(id) > durable || d.in_flight.len() + sends.len() >= INFLIGHT_MAX {
             break;
         }
         let Some(delivery) = hooks.pending(id) else {
             continue;
         };
-        calls.push(call(shard, id, delivery));
+        sends.push(match &*delivery.sink {
+            Sink::Http(w) => Send::Http(call(shard, id, delivery, w)),
+            Sink::Stream { stream } => Send::Append {
+                id,
+                attempt: delivery.attempts + 1,
+                namespace: delivery.namespace.to_string(),
+                stream: stream.clone(),
+                record: StreamRecordIn {
+                    key: Some(delivery.run_id.to_string()),
+                    headers: [
+                        ("event".to_string(), delivery.event.as_str().to_string()),
+                        ("delivery".to_string(), Delivery::public_id(shard, id)),
+                    ]
+                    .into(),
+                    payload: delivery.body.to_vec(),
+                },
+            },
+        });
     }
-    for c in calls {
-        d.in_flight.insert(c.id, c.attempt);
-        core.emit(Effect::Deliver(Box::new(c)));
+    for send in sends {
+        match send {
+            Send::Http(c) => {
+                d.in_flight.insert(c.id, c.attempt);
+                core.emit(Effect::Deliver(Box::new(c)));
+            }
+            Send::Append {
+                id,
+                attempt,
+                namespace,
+                stream,
+                record,
+            } => {
+                d.in_flight.insert(id, attempt);
+                append(core, d, (id, attempt), namespace, stream, record);
+            }
+        }
     }
 }
 
-fn call(shard: u32, id: u64, d: &Delivery) -> WebhookCall {
+/// One attempt, as `pump` found it.
+enum Send {
+    Http(WebhookCall),
+    Append {
+        id: u64,
+        attempt: u32,
+        namespace: String,
+        stream: String,
+        record: StreamRecordIn,
+    },
+}
+
+fn call(shard: u32, id: u64, d: &Delivery, w: &Webhook) -> WebhookCall {
     WebhookCall {
         id,
         delivery_id: Delivery::public_id(shard, id),
         attempt: d.attempts + 1,
-        url: d.webhook.url.clone(),
-        headers: d.webhook.headers.clone(),
-        secret: d.webhook.secret.clone(),
+        url: w.url.clone(),
+        headers: w.headers.clone(),
+        secret: w.secret.clone(),
         event: d.event.as_str(),
         body: d.body.clone(),
-        timeout_ms: d.webhook.timeout_ms,
+        timeout_ms: w.timeout_ms,
     }
+}
+
+/// An event appended to its stream: on this shard when it owns the run's partition (the
+/// attempt ends at once), else by the owner (`Waiting::SinkAppend`).
+fn append(
+    core: &mut Core,
+    d: &mut Deliveries,
+    (id, attempt): (u64, u32),
+    namespace: String,
+    stream: String,
+    record: StreamRecordIn,
+) {
+    let partitions = match core.state().streams.existing(&namespace, &stream) {
+        Ok(def) => def.partitions,
+        Err(e) => return on_answer(core, d, id, attempt, Err(e.message)),
+    };
+    let key = record.key.as_deref().unwrap_or_default();
+    let partition = partition_of_key(&namespace, key, partitions);
+    let owner = owner_of(&core.partitioning(), &namespace, &stream, partition);
+    if owner == core.shard() {
+        let done =
+            crate::streams::append_part(core, &namespace, &stream, partition, vec![record], None);
+        let result = done.result.map(|_| 200).map_err(|e| e.message);
+        return on_answer(core, d, id, attempt, result);
+    }
+    let req = PeerRequest::StreamAppend {
+        namespace,
+        stream,
+        partition,
+        records: vec![record],
+        min_id: None,
+    };
+    core.call(owner, 0, req, Waiting::SinkAppend { id, attempt });
 }
 
 /// How attempt `attempt` of `id` ended: its record.
@@ -111,7 +190,7 @@ pub fn on_answer(
         Ok(status) => Some(format!("HTTP {status}")),
         Err(why) => Some(why),
     };
-    let policy = &delivery.webhook.retry;
+    let policy = delivery.sink.retry();
     let retry_at_ms = match &error {
         Some(_) if attempt < policy.max_attempts => {
             let seed = xxhash_rust::xxh3::xxh3_64(
@@ -132,7 +211,7 @@ pub fn on_answer(
             Delivery::public_id(core.shard(), id),
             delivery.event.as_str(),
             delivery.run_id,
-            delivery.webhook.url,
+            delivery.sink.target(),
         );
         core.emit(LogLine::warn(LogSource::Webhook, text));
     }
@@ -169,7 +248,7 @@ pub fn list_part(
         if &*d.namespace != namespace || workflow.is_some_and(|w| &*d.workflow != w) {
             continue;
         }
-        let size = 128 + d.webhook.url.len() + d.last_error.as_ref().map_or(0, String::len);
+        let size = 128 + d.sink.target().len() + d.last_error.as_ref().map_or(0, String::len);
         if deliveries.len() >= limit || bytes + size > LIST_REPLY_BYTES_MAX / 2 {
             truncated = true;
             break;
