@@ -41,7 +41,7 @@ impl Hit {
 
 /// A local HTTP/1.1 receiver (keep-alive). How it answers depends on the path:
 /// `/ok` 200; `/flaky` 500 to the first two attempts of each delivery, then 200; `/down`
-/// 503 while `down` is set, else 200.
+/// 503 while `down` is set, else 200; `/hang` never.
 #[derive(Clone)]
 struct Receiver {
     port: u16,
@@ -113,6 +113,12 @@ impl Receiver {
                     .iter()
                     .filter(|h| h.header("x-flo-delivery") == id)
                     .count();
+                if path == "/hang" {
+                    drop(hits);
+                    // Never answers (the connection is held until the test ends).
+                    std::thread::sleep(Duration::from_secs(120));
+                    return;
+                }
                 let status = match path.as_str() {
                     "/flaky" if earlier < 2 => 500,
                     "/down" if self.down.load(Ordering::SeqCst) => 503,
@@ -426,5 +432,46 @@ fn deliveries_waiting_at_a_kill_9_arrive_after_the_restart_and_none_taken_is_sen
         before,
         "nothing is sent after a clean restart"
     );
+    server.stop();
+}
+
+#[test]
+fn a_receiver_that_never_answers_slows_no_run_and_its_deliveries_time_out() {
+    let rx = Receiver::start();
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let addr = server.addr_string();
+    let mut c = server.client();
+    common::fixed_wasm_action(&mut c, "prepare", r#"{"ready": true}"#);
+    let hook = format!(
+        "  url: {}\n  timeoutMs: 300\n  retry: {{max_attempts: 2, initial_delay_ms: 100}}",
+        rx.url("/hang")
+    );
+    c.create_workflow(&flow("hung", &hook)).unwrap();
+    // 300 runs, each with a delivery to a receiver that never answers: every run ends as
+    // fast as without one (the deliveries wait off the shards), the server answers.
+    let started = std::time::Instant::now();
+    for i in 0..300 {
+        start(&mut c, "hung", &format!("hung-{i}"), None);
+    }
+    for i in 0..300 {
+        let run = c.wait_workflow(&format!("hung-{i}"), 10_000).unwrap();
+        assert_eq!(run.status, flo::protocol::WorkflowRunStatus::Completed);
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "300 runs took {took:?}");
+    cli_ok(&addr, &["status"]);
+    // Each delivery timed out twice and was given up, saying so.
+    assert!(wait_until(Duration::from_secs(60), || {
+        cli_json(&addr, &["webhook", "failed", "--limit", "1000"])["deliveries"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 300
+    }));
+    let failed = cli_json(&addr, &["webhook", "failed", "--limit", "1"]);
+    let d = &failed["deliveries"][0];
+    assert_eq!(d["attempts"], 2);
+    assert_eq!(d["last_error"], "no answer within 300 ms", "{d}");
     server.stop();
 }
