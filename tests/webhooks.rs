@@ -193,14 +193,30 @@ fn start(c: &mut flo::Client, workflow: &str, run_id: &str, webhook: Option<Stri
 
 const WAIT: Duration = Duration::from_secs(20);
 
-#[test]
-fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
+/// A receiver, and a 2-shard server with the action the flows run.
+fn setup() -> (Receiver, tempfile::TempDir, TestServer, flo::Client) {
     let rx = Receiver::start();
     let dir = temp_dir();
     let server = TestServer::start(dir.path(), &["--shards", "2"]);
-    let addr = server.addr_string();
     let mut c = server.client();
     common::fixed_wasm_action(&mut c, "prepare", r#"{"ready": true}"#);
+    (rx, dir, server, c)
+}
+
+/// `flo webhook failed|pending [ARGS]`: the deliveries listed.
+fn listed(addr: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["webhook"];
+    all.extend_from_slice(args);
+    cli_json(addr, &all)["deliveries"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
+    let (rx, _dir, server, mut c) = setup();
+    let addr = server.addr_string();
 
     // Retried: the receiver fails twice, takes the third attempt; signed, headers kept.
     let flaky = format!(
@@ -243,10 +259,7 @@ fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
     let wait_empty = |failed: bool| {
         wait_until(WAIT, || {
             let kind = if failed { "failed" } else { "pending" };
-            cli_json(&addr, &["webhook", kind])["deliveries"]
-                .as_array()
-                .unwrap()
-                .is_empty()
+            listed(&addr, &[kind]).is_empty()
         })
     };
     assert!(wait_empty(false) && wait_empty(true));
@@ -299,13 +312,7 @@ fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
     let down = "  url: http://127.0.0.1:9/never\n  retry: {max_attempts: 2, initial_delay_ms: 50}";
     c.create_workflow(&flow("down", down)).unwrap();
     start(&mut c, "down", "order-3", Some(rx.url("/down")));
-    assert!(wait_until(WAIT, || {
-        cli_json(&addr, &["webhook", "failed"])["deliveries"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 1
-    }));
+    assert!(wait_until(WAIT, || listed(&addr, &["failed"]).len() == 1));
     let failed = cli_json(&addr, &["webhook", "failed", "--workflow", "down"]);
     let dead = &failed["deliveries"][0];
     assert_eq!(dead["run_id"], "order-3");
@@ -320,12 +327,7 @@ fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
         text.contains(&dead_id) && text.contains("HTTP 503"),
         "{text}"
     );
-    assert!(
-        cli_json(&addr, &["webhook", "failed", "--workflow", "flaky"])["deliveries"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(listed(&addr, &["failed", "--workflow", "flaky"]).is_empty());
 
     // Bad input: refused, nothing changed.
     let e = cli_fails(&addr, &["webhook", "redeliver", "9-99"]);
@@ -358,11 +360,7 @@ fn deliveries_are_signed_retried_dead_lettered_and_redelivered() {
 
 #[test]
 fn deliveries_waiting_at_a_kill_9_arrive_after_the_restart_and_none_taken_is_sent_again() {
-    let rx = Receiver::start();
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--shards", "2"]);
-    let mut c = server.client();
-    common::fixed_wasm_action(&mut c, "prepare", r#"{"ready": true}"#);
+    let (rx, dir, server, mut c) = setup();
     let hook = format!(
         "  url: {}\n  retry: {{max_attempts: 50, initial_delay_ms: 200, backoff: constant}}",
         rx.url("/down")
@@ -416,12 +414,7 @@ fn deliveries_waiting_at_a_kill_9_arrive_after_the_restart_and_none_taken_is_sen
     for (id, n) in &taken_before {
         assert_eq!(rx.taken()[id], *n, "delivery {id} was sent again");
     }
-    assert!(wait_until(WAIT, || {
-        cli_json(&addr, &["webhook", "pending"])["deliveries"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    }));
+    assert!(wait_until(WAIT, || listed(&addr, &["pending"]).is_empty()));
     // Another restart sends nothing again.
     let before = rx.hits().len();
     server.stop();
@@ -437,12 +430,8 @@ fn deliveries_waiting_at_a_kill_9_arrive_after_the_restart_and_none_taken_is_sen
 
 #[test]
 fn a_receiver_that_never_answers_slows_no_run_and_its_deliveries_time_out() {
-    let rx = Receiver::start();
-    let dir = temp_dir();
-    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let (rx, _dir, server, mut c) = setup();
     let addr = server.addr_string();
-    let mut c = server.client();
-    common::fixed_wasm_action(&mut c, "prepare", r#"{"ready": true}"#);
     let hook = format!(
         "  url: {}\n  timeoutMs: 300\n  retry: {{max_attempts: 2, initial_delay_ms: 100}}",
         rx.url("/hang")
@@ -463,11 +452,7 @@ fn a_receiver_that_never_answers_slows_no_run_and_its_deliveries_time_out() {
     cli_ok(&addr, &["status"]);
     // Each delivery timed out twice and was given up, saying so.
     assert!(wait_until(Duration::from_secs(60), || {
-        cli_json(&addr, &["webhook", "failed", "--limit", "1000"])["deliveries"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 300
+        listed(&addr, &["failed", "--limit", "1000"]).len() == 300
     }));
     let failed = cli_json(&addr, &["webhook", "failed", "--limit", "1"]);
     let d = &failed["deliveries"][0];
