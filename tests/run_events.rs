@@ -236,11 +236,17 @@ steps:
       success: flo.Completed
 "#;
 
-/// Reads `group` until `n` records came (or 20 s passed), acking each read.
+/// Reads `group` until `n` different events came (or 20 s passed), acking each read:
+/// every record read, an event appended again after a crash included.
 fn read_all(c: &mut flo::Client, group: &str, n: usize) -> Vec<flo::protocol::StreamRecord> {
-    let mut all = Vec::new();
+    let mut all: Vec<flo::protocol::StreamRecord> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while all.len() < n && Instant::now() < deadline {
+    let distinct = |all: &[flo::protocol::StreamRecord]| {
+        let ids: std::collections::HashSet<&str> =
+            all.iter().map(|r| r.headers["delivery"].as_str()).collect();
+        ids.len()
+    };
+    while distinct(&all) < n && Instant::now() < deadline {
         let spec = flo::protocol::GroupReadSpec {
             stream: "run-events".into(),
             group: group.into(),
