@@ -30,7 +30,9 @@ const ANSWER_BUFFER_BYTES_MAX: usize = 64 << 10;
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Idle connections kept per receiver (host and port): as many as may be in flight, so
 /// that a busy receiver is not reconnected to for every delivery.
-const POOL_IDLE_PER_HOST_MAX: usize = super::thread::REQUESTS_INFLIGHT_MAX;
+const POOL_IDLE_PER_HOST_MAX: usize = REQUESTS_INFLIGHT_MAX;
+/// Requests in flight at once, over all shards (the thread's permits).
+pub(super) const REQUESTS_INFLIGHT_MAX: usize = 256;
 /// Longest error text sent back to the engine (it is kept in the delivery's history).
 const ERROR_TEXT_BYTES_MAX: usize = 512;
 const USER_AGENT_VALUE: &str = concat!("flo/", env!("CARGO_PKG_VERSION"));

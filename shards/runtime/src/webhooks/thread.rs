@@ -13,6 +13,7 @@
 //! have stopped), abandoning the requests in flight, and nobody waits for it.
 
 use super::client::Client;
+pub(super) use super::client::REQUESTS_INFLIGHT_MAX;
 use flo_engine::{Input, WebhookCall};
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures_lite::StreamExt;
@@ -21,8 +22,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Semaphore;
 
-/// Requests in flight at once, over all shards.
-pub(super) const REQUESTS_INFLIGHT_MAX: usize = 256;
 /// The answer to a call its shard sent while the server stops, or that could not reach
 /// the thread.
 pub(super) const STOPPING: &str = "the server is stopping";
