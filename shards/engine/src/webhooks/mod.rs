@@ -143,6 +143,13 @@ fn append(
     stream: String,
     record: StreamRecordIn,
 ) {
+    // A stream's own bounds hold for these records too (a body with a large state or
+    // output can pass them): the attempt fails with the reason, and so do its retries
+    // until it is listed as failed.
+    if let Err(e) = flo_protocol::check_stream_record(&record) {
+        let why = format!("the event does not fit in stream {stream}: {}", e.0);
+        return on_answer(core, d, id, attempt, Err(why));
+    }
     let partitions = match core.state().streams.existing(&namespace, &stream) {
         Ok(def) => def.partitions,
         Err(e) => return on_answer(core, d, id, attempt, Err(e.message)),
