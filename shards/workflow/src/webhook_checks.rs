@@ -32,26 +32,13 @@ impl Checker {
                 String::new()
             }
         };
-        let events = match raw.events {
-            None => WEBHOOK_EVENTS_DEFAULT.map(String::from).to_vec(),
-            Some(events) => {
-                if events.is_empty() {
-                    self.error(code, "webhook.events", "`events` is empty: leave it out for the run's end (completed, failed, cancelled, timed_out)");
-                }
-                for e in &events {
-                    if !RUN_EVENT_NAMES.contains(&e.as_str()) {
-                        self.error(
-                            code,
-                            "webhook.events",
-                            format!("unknown event {e:?}; one of {}", RUN_EVENT_NAMES.join(", ")),
-                        );
-                    }
-                }
-                let mut unique = events;
-                unique.dedup();
-                unique
-            }
-        };
+        let events = self.run_events(
+            code,
+            "webhook.events",
+            raw.events,
+            &WEBHOOK_EVENTS_DEFAULT,
+            "the run's end (completed, failed, cancelled, timed_out)",
+        );
         let headers = raw.headers.map_or_else(Vec::new, |h| h.0);
         if headers.len() > WEBHOOK_HEADERS_MAX {
             self.error(
@@ -121,28 +108,48 @@ impl Checker {
                 ),
             );
         }
-        let events = match raw.events {
-            None => RUN_EVENT_NAMES.map(String::from).to_vec(),
-            Some(events) => {
-                if events.is_empty() {
-                    self.error(
-                        code,
-                        "eventStream.events",
-                        "`events` is empty: leave it out for every event",
-                    );
-                }
-                for e in &events {
-                    if !RUN_EVENT_NAMES.contains(&e.as_str()) {
-                        self.error(
-                            code,
-                            "eventStream.events",
-                            format!("unknown event {e:?}; one of {}", RUN_EVENT_NAMES.join(", ")),
-                        );
-                    }
-                }
-                events
-            }
-        };
+        let events = self.run_events(
+            code,
+            "eventStream.events",
+            raw.events,
+            &RUN_EVENT_NAMES,
+            "every event",
+        );
         (self.error_count() == errors).then_some(EventStream { stream, events })
+    }
+
+    /// An `events:` list: run event names, each once (left out: `default`, which the
+    /// message for an empty list calls `default_text`).
+    fn run_events(
+        &mut self,
+        code: IssueCode,
+        path: &str,
+        raw: Option<Vec<String>>,
+        default: &[&str],
+        default_text: &str,
+    ) -> Vec<String> {
+        let Some(events) = raw else {
+            return default.iter().map(|e| e.to_string()).collect();
+        };
+        if events.is_empty() {
+            self.error(
+                code,
+                path,
+                format!("`events` is empty: leave it out for {default_text}"),
+            );
+        }
+        let mut unique: Vec<String> = Vec::with_capacity(events.len());
+        for e in events {
+            if !RUN_EVENT_NAMES.contains(&e.as_str()) {
+                self.error(
+                    code,
+                    path,
+                    format!("unknown event {e:?}; one of {}", RUN_EVENT_NAMES.join(", ")),
+                );
+            } else if !unique.contains(&e) {
+                unique.push(e);
+            }
+        }
+        unique
     }
 }
