@@ -17,7 +17,8 @@
 use super::{Signal, Target};
 use flo_engine::testing::archived::{ArchivedRun, WfArchived};
 use flo_engine::testing::record::{
-    ActionDefRecord, GuestKvWrite, LeasedTask, Record, StepNext, StepRef, StepWait, StreamEntry,
+    ActionDefRecord, GuestKvWrite, LeasedTask, Record, StepNext, StepRan, StepRef, StepWait,
+    StreamEntry,
 };
 use flo_protocol::{
     ActionKind, HistoryEvent, RunInfo, RunStatus, WorkflowRunInfo, WorkflowRunStatus,
@@ -667,6 +668,7 @@ fn sample_records() -> Vec<Record> {
             next: StepNext::Retry { at_ms: 100 },
             at_ms: 16,
             state_patch: Some(b"{\"approved\":true}".to_vec()),
+            ran: None,
         },
         Record::WfStepFinished {
             namespace: ns(),
@@ -683,6 +685,14 @@ fn sample_records() -> Vec<Record> {
             },
             at_ms: 17,
             state_patch: None,
+            ran: Some(Box::new(StepRan {
+                ran_ms: 3,
+                kv_writes: vec![GuestKvWrite {
+                    key: "shipped".into(),
+                    value: Some(b"1".to_vec()),
+                    add: None,
+                }],
+            })),
         },
         Record::WfSignalReceived {
             namespace: ns(),

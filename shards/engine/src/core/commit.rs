@@ -9,6 +9,7 @@ use super::counts::Counts;
 use super::gate::{Durability, Gate, Marks};
 use super::io::{DiskSpace, Effect, PeerMsg, PeerRequest, ReplyResult, ReplyTo};
 use super::limits::Limits;
+use super::step_queue::StepQueue;
 use crate::auth::{Quota, Quotas};
 use crate::clock::Clock;
 use crate::fold::index::{Index, Touch};
@@ -59,6 +60,8 @@ pub struct Core {
     plans: PlanBook,
     /// What the handlers count for the metrics (live only: `counts.rs`).
     counts: Counts,
+    /// WebAssembly steps waiting for a slot or executing (in memory only: `step_queue.rs`).
+    steps: StepQueue,
 }
 
 impl Core {
@@ -90,6 +93,7 @@ impl Core {
             limits: Limits::default(),
             plans: PlanBook::default(),
             counts: Counts::default(),
+            steps: StepQueue::default(),
         }
     }
 
@@ -100,6 +104,15 @@ impl Core {
 
     pub fn counts_mut(&mut self) -> &mut Counts {
         &mut self.counts
+    }
+
+    /// WebAssembly steps waiting for a slot or executing.
+    pub fn steps(&self) -> &StepQueue {
+        &self.steps
+    }
+
+    pub fn steps_mut(&mut self) -> &mut StepQueue {
+        &mut self.steps
     }
 
     /// Inline plans' in-memory state on this shard.

@@ -2,8 +2,9 @@
 //! exchanges with the runtime (`io`), the commit path every domain changes state through
 //! and reaches the rest by (`commit`: `Core`), the durability gate (`gate`), the agenda of
 //! work and its budgets (`agenda`), calls to other shards (`calls`), the namespaces'
-//! quotas (`quotas`), the operator's bounds (`limits`) and what the handlers count for the
-//! metrics (`counts`).
+//! quotas (`quotas`), the operator's bounds (`limits`), the WebAssembly steps waiting for or
+//! holding an execution slot (`step_queue`) and what the handlers count for the metrics
+//! (`counts`).
 
 mod agenda;
 mod calls;
@@ -13,6 +14,7 @@ mod gate;
 pub mod io;
 mod limits;
 mod quotas;
+mod step_queue;
 
 pub use agenda::Task;
 pub use calls::{TriggerStart, Waiting};
@@ -20,3 +22,4 @@ pub use commit::Core;
 pub use counts::{Counts, SLOT_WAIT_BOUNDS_MS};
 pub use gate::Durability;
 pub use limits::{Limits, RUN_STEPS_MAX_DEFAULT, WASM_SLOTS_DEFAULT, WASM_SLOTS_MAX};
+pub use step_queue::StepExec;

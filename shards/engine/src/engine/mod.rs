@@ -233,6 +233,12 @@ impl Engine {
         self.core.index()
     }
 
+    /// Whether `step` of workflow run `run_id` waits for a WebAssembly slot or executes
+    /// (for checks: such a step has no record yet, and its timer has fired).
+    pub fn step_taken(&self, namespace: &str, run_id: &str, step: &str) -> bool {
+        self.core.steps().is_taken(namespace, run_id, step)
+    }
+
     /// Work or effects still waiting (for checks): calls in flight, held effects,
     /// executions, open awaits, waiting clients, parked reads.
     pub fn in_flight(&self) -> InFlight {

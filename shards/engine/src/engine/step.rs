@@ -34,13 +34,16 @@ impl Engine {
             Input::Idle => workers::dispatch(&mut self.core, &mut self.awaits),
             Input::Continue => {}
             Input::Executed { exec, result } => {
-                on_executed(&mut self.core, &mut self.executions, exec, result)
+                if let Some(step) = on_executed(&mut self.core, &mut self.executions, exec, result)
+                {
+                    workflows::on_step_executed(&mut self.core, step);
+                }
             }
             Input::Compiled { job, result } => {
                 definitions::on_compiled(&mut self.core, &mut self.definitions, job, result)
             }
             Input::GuestRead { exec, read, key } => {
-                let namespace = self.executions.run_of(exec).map(|k| k.0.clone());
+                let namespace = self.executions.namespace_of(exec).map(str::to_string);
                 match namespace {
                     Some(ns) => kv::guest_read(&mut self.core, exec, read, &ns, &key),
                     None => self.core.emit(Effect::GuestValue {
@@ -78,7 +81,18 @@ impl Engine {
         }
         workers::serve_held(&mut self.core, &mut self.awaits, &mut self.workers);
         self.drain_agenda();
-        start_executions(&mut self.core, &mut self.executions);
+        loop {
+            // Steps whose action went away fail at once (their runs move on, and may
+            // queue more).
+            let failed = start_executions(&mut self.core, &mut self.executions);
+            if failed.is_empty() {
+                break;
+            }
+            for step in failed {
+                workflows::on_step_executed(&mut self.core, step);
+            }
+            self.drain_agenda();
+        }
         if !self.stopping {
             webhooks::pump(&mut self.core, &mut self.webhooks);
         }
@@ -124,6 +138,9 @@ impl Engine {
             Task::WfAdvance((namespace, run_id)) => workflows::advance(core, &namespace, &run_id),
             Task::WfFinal((namespace, run_id)) => {
                 self.note_workflow_ended(&namespace, &run_id);
+                let key = (namespace, run_id);
+                actions::stop_steps_of(&mut self.core, &self.executions, &key);
+                let (namespace, run_id) = key;
                 let key = ((namespace, run_id), true);
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;

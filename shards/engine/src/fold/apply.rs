@@ -1,7 +1,7 @@
 //! `ShardState::apply`, the fold's one entry: each record goes to the part of the state it
 //! changes. Live records (right after they are appended) and replayed ones alike.
 
-use crate::fold::record::{Record, RunControl};
+use crate::fold::record::{GuestKvWrite, Record, RunControl};
 use crate::fold::runs::{Lease, Run};
 use crate::fold::state::{PendingForward, ShardState};
 use flo_protocol::RunStatus;
@@ -394,19 +394,7 @@ impl ShardState {
                 run.error_code = None;
                 run.updated_at_ms = at_ms;
                 run.lsn = lsn;
-                let (local, remote): (Vec<_>, Vec<_>) = kv_writes
-                    .into_iter()
-                    .partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
-                for w in local {
-                    self.kv.apply_guest_write(&namespace, w, at_ms, lsn);
-                }
-                if !remote.is_empty() {
-                    self.forwards.push_back(PendingForward {
-                        lsn,
-                        namespace,
-                        writes: remote,
-                    });
-                }
+                self.apply_guest_writes(namespace, kv_writes, at_ms, lsn);
             }
             Record::RunCancelled {
                 namespace,
@@ -488,6 +476,33 @@ impl ShardState {
         run.available_at_ms = at_ms;
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
+    }
+
+    /// A guest's KV writes: those to keys this shard owns applied now, the others kept
+    /// until they reach their owners (`KvForwarded`).
+    fn apply_guest_writes(
+        &mut self,
+        namespace: String,
+        writes: Vec<GuestKvWrite>,
+        at_ms: u64,
+        lsn: u64,
+    ) {
+        if writes.is_empty() {
+            return;
+        }
+        let (local, remote): (Vec<_>, Vec<_>) = writes
+            .into_iter()
+            .partition(|w| self.partitioning.shard_of(&namespace, &w.key) == self.shard);
+        for w in local {
+            self.kv.apply_guest_write(&namespace, w, at_ms, lsn);
+        }
+        if !remote.is_empty() {
+            self.forwards.push_back(PendingForward {
+                lsn,
+                namespace,
+                writes: remote,
+            });
+        }
     }
 
     /// A run is created; a workflow step's run starts its step in the same record.
@@ -735,8 +750,10 @@ impl ShardState {
                 next,
                 at_ms,
                 state_patch,
+                ran,
             } => {
                 let indexed = self.search.doc(&namespace, &run_id).is_some();
+                let started_ms = ran.as_ref().map(|r| at_ms.saturating_sub(r.ran_ms));
                 self.workflows.apply_step_finished(
                     &namespace,
                     &run_id,
@@ -744,9 +761,12 @@ impl ShardState {
                     (outcome, output, error, state_patch),
                     consumed_signal,
                     next,
-                    at_ms,
+                    (started_ms, at_ms),
                     lsn,
                 );
+                if let Some(ran) = ran {
+                    self.apply_guest_writes(namespace.clone(), ran.kv_writes, at_ms, lsn);
+                }
                 if indexed && let Some(run) = self.workflows.run(&namespace, &run_id) {
                     let attrs = run.search_attrs();
                     self.search.set_attrs(&namespace, &run_id, attrs);

@@ -206,8 +206,20 @@ impl RunEvents {
                 step,
                 next,
                 at_ms,
+                ran,
                 ..
             } => {
+                // A step executed in the shard's slots started without a record of its own.
+                if let Some(ran) = ran {
+                    let started_ms = at_ms.saturating_sub(ran.ran_ms);
+                    push(
+                        EventKind::StepStarted,
+                        namespace,
+                        run_id,
+                        Some(step),
+                        started_ms,
+                    );
+                }
                 push(
                     EventKind::StepFinished,
                     namespace,

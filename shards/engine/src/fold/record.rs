@@ -80,6 +80,15 @@ pub struct StepRef {
     pub step: String,
 }
 
+/// What a WebAssembly step executed in the shard's own slots adds to its `WfStepFinished`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRan {
+    /// How long before the record's `at_ms` its execution started.
+    pub ran_ms: u64,
+    /// The guest's KV writes (and the state's shared-scope fields), as a completion's.
+    pub kv_writes: Vec<GuestKvWrite>,
+}
+
 /// The outcome of a step its filter (`when:`) kept from running.
 pub const FILTERED: &str = "filtered";
 
@@ -417,9 +426,14 @@ pub enum Record {
         next: StepNext,
         at_ms: u64,
         /// Fields (a JSON object) the step's worker or guest set in the run's state,
-        /// merged after its output mapping.
-        #[serde(default, skip_serializing_if = "Option::is_none", with = "serde_bytes")]
+        /// merged after its output mapping. (Always written: a field follows it.)
+        #[serde(default, with = "serde_bytes")]
         state_patch: Option<Vec<u8>>,
+        /// A WebAssembly step executed in the shard's own slots: no action run, no record of
+        /// its start; this record is the step's one record (its start, its guest's KV
+        /// writes, its end).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ran: Option<Box<StepRan>>,
     },
     WfSignalReceived {
         namespace: String,
@@ -753,11 +767,9 @@ impl Record {
         )
     }
 
-    /// The keys this record writes (over-approximated: a guest's writes to other shards'
-    /// keys too), appended to `out`.
-    pub fn keys_written(&self, out: &mut Vec<(String, String)>) {
+    /// The guest KV writes this record applies or forwards, with their namespace.
+    fn guest_writes(&self) -> Option<(&String, &[GuestKvWrite])> {
         match self {
-            Record::KvPut { namespace, key, .. } => out.push((namespace.clone(), key.clone())),
             Record::RunCompleted {
                 namespace,
                 kv_writes,
@@ -767,13 +779,28 @@ impl Record {
                 namespace,
                 writes: kv_writes,
                 ..
-            } => out.extend(
-                kv_writes
+            } => Some((namespace, kv_writes)),
+            Record::WfStepFinished {
+                namespace,
+                ran: Some(ran),
+                ..
+            } => Some((namespace, &ran.kv_writes)),
+            _ => None,
+        }
+    }
+
+    /// The keys this record writes (over-approximated: a guest's writes to other shards'
+    /// keys too), appended to `out`.
+    pub fn keys_written(&self, out: &mut Vec<(String, String)>) {
+        if let Record::KvPut { namespace, key, .. } = self {
+            out.push((namespace.clone(), key.clone()));
+        } else if let Some((namespace, writes)) = self.guest_writes() {
+            out.extend(
+                writes
                     .iter()
                     .filter(|w| w.value.is_some())
                     .map(|w| (namespace.clone(), w.key.clone())),
-            ),
-            _ => {}
+            );
         }
     }
 
@@ -782,11 +809,9 @@ impl Record {
     pub fn may_remove_keys(&self) -> bool {
         match self {
             Record::KvDelete { .. } => true,
-            Record::RunCompleted { kv_writes, .. }
-            | Record::KvRemoteWrites {
-                writes: kv_writes, ..
-            } => kv_writes.iter().any(|w| w.value.is_none()),
-            _ => false,
+            _ => self
+                .guest_writes()
+                .is_some_and(|(_, writes)| writes.iter().any(|w| w.value.is_none())),
         }
     }
 }

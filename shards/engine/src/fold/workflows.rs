@@ -156,13 +156,18 @@ impl WfRun {
 
     /// The step a cursor is ready to start, or whose sleep ended by `now`.
     pub fn ready_step(&self, now: u64) -> Option<&str> {
+        self.ready_steps(now).next()
+    }
+
+    /// Every step a cursor is to start now.
+    pub fn ready_steps(&self, now: u64) -> impl Iterator<Item = &str> {
         self.cursors()
-            .find(|c| match c.phase {
+            .filter(move |c| match c.phase {
                 RunPhase::Ready { .. } => true,
                 RunPhase::Sleeping { at_ms, .. } => at_ms <= now,
                 _ => false,
             })
-            .and_then(|c| c.phase.step())
+            .filter_map(|c| c.phase.step())
     }
 
     /// The values of its definition's search attributes (those found), from its input and
@@ -546,7 +551,7 @@ impl Workflows {
         (outcome, output, error, state_patch): StepEnd,
         consumed_signal: Option<u64>,
         next: StepNext,
-        at_ms: u64,
+        (started_ms, at_ms): (Option<u64>, u64),
         lsn: u64,
     ) {
         let Some(run) = self.run_mut(namespace, run_id) else {
@@ -560,15 +565,26 @@ impl Workflows {
         };
         let wait = match &cursor.phase {
             RunPhase::Ready { .. } | RunPhase::Sleeping { .. } if cursor.executions == 0 => {
-                cursor.first_at_ms = at_ms;
+                cursor.first_at_ms = started_ms.unwrap_or(at_ms);
                 None
             }
             RunPhase::Waiting { wait, .. } => Some(wait.clone()),
             _ => None,
         };
+        // A step executed in the shard's slots (`started_ms`) has no record of its start:
+        // this one says it started, as an action run's creation does.
+        let executed = started_ms.is_some() || matches!(wait, Some(StepWait::ActionRun { .. }));
         cursor.executions += 1;
         cursor.plan = None;
         let visit_from = cursor.first_at_ms;
+        if let Some(started_ms) = started_ms {
+            run.event(
+                HistoryEventType::StepStarted,
+                Some(&step),
+                step.clone(),
+                started_ms,
+            );
+        }
         run.updated_at_ms = at_ms;
         run.lsn = lsn;
         let output_len = output.as_ref().map_or(0, Vec::len);
@@ -620,7 +636,7 @@ impl Workflows {
                 at_ms,
             );
         }
-        if let Some(StepWait::ActionRun { .. }) = wait {
+        if executed {
             run.event(
                 HistoryEventType::ActionCompleted,
                 Some(&step),
@@ -1009,7 +1025,7 @@ mod tests {
                 (outcome, output, None, None),
                 None,
                 next,
-                4,
+                (None, 4),
                 3,
             );
         };

@@ -1,9 +1,12 @@
 //! Advancing a run: from its current step (or each branch's), start what the step runs (an
-//! action run, a child run, a wait for a signal) until every cursor waits or the run ends. Advancing one run never calls
-//! into another: what another run must do next goes on the agenda as a `Task`. A run step on
-//! `@actions/NAME` creates an action run on this same shard (one attempt: the step's
-//! `retry:` decides about retries); `@workflow/NAME[:V]` starts a child run, also here, so
-//! advancing never waits on another shard. `@plan/NAME` runs the plan's executors one
+//! execution, an action run, a child run, a wait for a signal) until every cursor waits or
+//! the run ends. Advancing one run never calls into another: what another run must do next
+//! goes on the agenda as a `Task`. A run step on `@actions/NAME` of a WebAssembly action
+//! queues an execution in this shard's slots (`wasm_steps`: no action run, no record until
+//! it finished); of a user-hosted action it creates an action run on this same shard for
+//! workers to take (one attempt: the step's `retry:` decides about retries);
+//! `@workflow/NAME[:V]` starts a child run, also here, so advancing never waits on another
+//! shard. `@plan/NAME` runs the plan's executors one
 //! attempt at a time (`plans`, `plan_steps.rs`).
 
 use super::finish::{end, finish};
@@ -13,7 +16,7 @@ use crate::fold::archive::RunKind;
 use crate::fold::record::{FILTERED, Record, RunControl, StepOutcome, StepRef, StepWait};
 use crate::fold::workflows::RunPhase;
 use crate::ids::RunKey;
-use flo_protocol::RUN_INPUT_BYTES_MAX;
+use flo_protocol::{ActionKind, RUN_INPUT_BYTES_MAX};
 use flo_workflow::{StepAction, Target};
 use serde_json::{Value, json};
 
@@ -59,8 +62,14 @@ pub fn advance(core: &mut Core, namespace: &str, run_id: &str) {
         if run.status().is_final() || run.held {
             return;
         }
-        // A cursor to move: the run's, or one of its branches'.
-        let Some(current_step) = run.ready_step(now).map(str::to_string) else {
+        // A cursor to move: the run's, or one of its branches' (not one whose step waits
+        // for a WebAssembly slot or executes: `wasm_steps`).
+        let taken = core.steps();
+        let Some(current_step) = run
+            .ready_steps(now)
+            .find(|s| !taken.is_taken(namespace, run_id, s))
+            .map(str::to_string)
+        else {
             return;
         };
         if core.budget_spent() {
@@ -337,6 +346,12 @@ fn run_target(
             let Some(def) = core.state().registry.get(namespace, name) else {
                 return;
             };
+            // A WebAssembly action executes in this shard's slots: no action run.
+            if def.kind == ActionKind::Wasm {
+                let key = (namespace.to_string(), run_id.to_string());
+                super::wasm_steps::queue(core, key, step, name, input);
+                return;
+            }
             let version = def.version;
             let state = core.state();
             let action_run = state.runs.next_run_id(namespace, name, |id| {

@@ -2,7 +2,7 @@
 //! end).
 
 use crate::core::{Core, Task};
-use crate::fold::record::{Record, StepNext, StepOutcome, StepWait};
+use crate::fold::record::{Record, StepNext, StepOutcome, StepRan, StepWait};
 use crate::fold::workflows::StepEnd;
 use flo_protocol::WorkflowRunStatus;
 use flo_workflow::{BRANCHES_MAX, Next, OnError, WorkflowDef};
@@ -28,6 +28,7 @@ pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, re
         next: failed(reason.to_string()),
         at_ms: now,
         state_patch: None,
+        ran: None,
     };
     commit_end(core, namespace, run_id, step, record);
 }
@@ -107,10 +108,13 @@ pub(super) fn finish(
         ended,
         consumed_signal,
         Retry::ByPolicy,
+        None,
     );
 }
 
-/// `finish`, with the step's retries allowed or not (`retry`).
+/// `finish`, with the step's retries allowed or not (`retry`); `ran`: the step executed
+/// in the shard's slots (its record is the step's only one).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn finish_with(
     core: &mut Core,
     namespace: &str,
@@ -119,6 +123,7 @@ pub(super) fn finish_with(
     (outcome, output, error, state_patch): StepEnd,
     consumed_signal: Option<u64>,
     retry: Retry,
+    mut ran: Option<StepRan>,
 ) {
     let now = core.now_ms();
     let (outcome, output, error) = match output {
@@ -148,6 +153,12 @@ pub(super) fn finish_with(
             Some(why) => (StepOutcome::Failure, None, Some(why), None),
             None => (outcome, output, error, state_patch),
         };
+    // A step that failed here leaves nothing of its guest's: no KV writes either.
+    if output.is_none()
+        && let Some(ran) = &mut ran
+    {
+        ran.kv_writes.clear();
+    }
     let Some(cursor) = run.at(step) else {
         return;
     };
@@ -210,6 +221,7 @@ pub(super) fn finish_with(
         next,
         at_ms: now,
         state_patch,
+        ran: ran.map(Box::new),
     };
     match ends {
         true => commit_end(core, namespace, run_id, step, record),

@@ -1,5 +1,6 @@
 //! Workflow runs on the shard that owns them, one file per thing a run does: start, advance
-//! through steps, finish a step, signals, cancel, timers and restarts, and the reads; the
+//! through steps, execute a WebAssembly step in the shard's slots, finish a step, signals,
+//! cancel, timers and restarts, and the reads; the
 //! definitions' planning and reads. Every change is a record committed through
 //! `Core::commit`. Their state is `fold::workflows`; the language is `flo_workflow`.
 
@@ -17,6 +18,7 @@ mod search;
 mod signals;
 mod start;
 mod timers;
+mod wasm_steps;
 
 pub use crate::ids::run_id_taken;
 pub use advance::advance;
@@ -35,3 +37,4 @@ pub use signals::SIGNALS_QUEUED_MAX;
 pub use signals::signal;
 pub use start::{Started, idempotent_workflow_run_id, start, start_scheduled};
 pub use timers::{fire_timers, open_runs, resume};
+pub use wasm_steps::on_step_executed;

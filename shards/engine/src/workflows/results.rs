@@ -140,6 +140,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         (outcome, output, error, state_patch),
         None,
         retry,
+        None,
     );
     advance(core, namespace, wf_run);
 }

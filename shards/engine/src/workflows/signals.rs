@@ -167,6 +167,7 @@ pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str, ste
         next,
         at_ms: now,
         state_patch: None,
+        ran: None,
     });
     if ends {
         after_end(core, namespace, run_id);

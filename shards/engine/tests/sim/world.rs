@@ -2371,7 +2371,13 @@ fn check_index(shard: u32, e: &Engine, executing: usize, when: &str) {
             continue;
         }
         // A paused run's retry timer fired and found it paused: its resume advances it.
-        for cursor in run.cursors().filter(|_| !run.held) {
+        // A step executed in the shard's slots has no record before it finished: its
+        // timer fired and it waits for a slot or executes.
+        let taken = |step: Option<&str>| step.is_some_and(|s| e.step_taken(ns, id, s));
+        for cursor in run
+            .cursors()
+            .filter(|c| !run.held && !taken(c.phase.step()))
+        {
             let deadline = matches!(
                 cursor.phase.wait(),
                 Some(StepWait::Signal {

@@ -1,0 +1,97 @@
+//! WebAssembly workflow steps executed in the shard's own slots, without an action run:
+//! those waiting for a slot, in order, and which steps are taken (waiting or executing), so
+//! that advancing their run does not start them twice. In memory only: nothing here is
+//! durable. A step's one record is its `WfStepFinished`; after a restart its run is
+//! advanced again (`Task::WfResume`) and the step queued anew.
+
+use crate::ids::RunKey;
+use crate::tables::HashMap;
+use std::collections::VecDeque;
+
+/// A step to execute: its run, its name, the action it runs and the input it was given.
+#[derive(Debug)]
+pub struct StepExec {
+    pub run: RunKey,
+    pub step: String,
+    pub action: String,
+    pub input: Vec<u8>,
+    /// When it was queued (ms, the engine's clock): its wait for a slot is counted.
+    pub queued_ms: u64,
+}
+
+#[derive(Default)]
+pub struct StepQueue {
+    waiting: VecDeque<StepExec>,
+    /// The steps taken, by run id: (namespace, step) (a run has several only while it runs
+    /// branches).
+    taken: HashMap<String, Vec<(String, String)>>,
+}
+
+impl StepQueue {
+    /// Queues `exec` for a slot; its step is taken until `release`.
+    pub fn push(&mut self, exec: StepExec) {
+        let steps = self.taken.entry(exec.run.1.clone()).or_default();
+        let (namespace, step) = (&exec.run.0, &exec.step);
+        if !steps.iter().any(|(ns, s)| ns == namespace && s == step) {
+            steps.push((namespace.clone(), step.clone()));
+        }
+        self.waiting.push_back(exec);
+    }
+
+    /// Whether `step` of `run_id` is queued or executing.
+    pub fn is_taken(&self, namespace: &str, run_id: &str, step: &str) -> bool {
+        self.taken
+            .get(run_id)
+            .is_some_and(|steps| steps.iter().any(|(ns, s)| ns == namespace && s == step))
+    }
+
+    /// The step is no longer taken (it finished, or will never execute).
+    pub fn release(&mut self, namespace: &str, run_id: &str, step: &str) {
+        if let Some(steps) = self.taken.get_mut(run_id) {
+            steps.retain(|(ns, s)| !(ns == namespace && s == step));
+            if steps.is_empty() {
+                self.taken.remove(run_id);
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Where the oldest waiting step whose namespace `fair` accepts is among the first
+    /// `scan`, else the oldest one `acceptable` takes; None when none is.
+    pub fn find_fair(
+        &self,
+        scan: usize,
+        fair: impl Fn(&str) -> bool,
+        acceptable: impl Fn(&str) -> bool,
+    ) -> Option<usize> {
+        let first = self.waiting.iter().take(scan);
+        first
+            .clone()
+            .position(|e| fair(&e.run.0))
+            .or_else(|| first.clone().position(|e| acceptable(&e.run.0)))
+    }
+
+    pub fn remove(&mut self, at: usize) -> Option<StepExec> {
+        self.waiting.remove(at)
+    }
+
+    /// Whether a step of another namespace than `namespace` waits (among the first
+    /// `scan`).
+    pub fn waiting_elsewhere(&self, namespace: &str, scan: usize) -> bool {
+        self.waiting.iter().take(scan).any(|e| e.run.0 != namespace)
+    }
+
+    /// The namespaces of the first `scan` waiting steps, each once.
+    pub fn namespaces_waiting(&self, scan: usize) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for e in self.waiting.iter().take(scan) {
+            if !out.contains(&e.run.0) {
+                out.push(e.run.0.clone());
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,121 @@
+//! Steps on WebAssembly actions, executed in the shard's own slots without an action run:
+//! `queue` puts the step in line for a slot (`crate::core::StepQueue`; nothing is logged),
+//! `on_step_executed` turns its execution's result into the step's one record — a
+//! `WfStepFinished` carrying when it started and its guest's KV writes
+//! (`Record::WfStepFinished::ran`) — and moves the run on. A crash before that record
+//! loses nothing acknowledged: the run is still at the step after a restart and is
+//! advanced again (`Task::WfResume`), which queues the step anew.
+
+use super::advance::advance;
+use super::finish::{Retry, finish_with};
+use crate::actions::StepExecuted;
+use crate::core::io::ExecFailure;
+use crate::core::{Core, StepExec};
+use crate::fold::cursor::RunPhase;
+use crate::fold::record::{GuestKvWrite, StepOutcome, StepRan, StepRef};
+use crate::fold::workflows::json_value;
+use crate::ids::RunKey;
+
+/// Queues `step` of `run` (on WebAssembly action `action`) for a slot, with its input.
+pub(super) fn queue(core: &mut Core, run: RunKey, step: &str, action: &str, input: Vec<u8>) {
+    let queued_ms = core.now_ms();
+    core.steps_mut().push(StepExec {
+        run,
+        step: step.to_string(),
+        action: action.to_string(),
+        input,
+        queued_ms,
+    });
+}
+
+/// A step's execution ended (or could not start): unless its run moved on meanwhile
+/// (cancelled, ended by another branch), the step finishes with what the guest gave — its
+/// output, its outcome, the state fields it set, its KV writes — or its failure, in one
+/// record, and the run goes on.
+pub fn on_step_executed(core: &mut Core, done: StepExecuted) {
+    let StepExecuted {
+        run: (namespace, run_id),
+        step,
+        started_ms,
+        mut result,
+    } = done;
+    core.steps_mut().release(&namespace, &run_id, &step);
+    let at_step = core
+        .state()
+        .workflows
+        .run(&namespace, &run_id)
+        .is_some_and(|r| {
+            !r.status().is_final()
+                && r.at(&step).is_some_and(|c| {
+                    matches!(c.phase, RunPhase::Ready { .. } | RunPhase::Sleeping { .. })
+                })
+        });
+    if !at_step {
+        return;
+    }
+    let step_ref = StepRef {
+        run_id: run_id.clone(),
+        step: step.clone(),
+    };
+    // The guest's state fields: the run's own, and the shared scopes' as KV writes.
+    let (mut state_patch, mut scoped) = (None, Vec::new());
+    if let (Ok(_), Some(patch)) = (&result.output, result.state_patch.take()) {
+        match core.state().scoped_patch(&namespace, &step_ref, &patch) {
+            Ok((own, writes)) => (state_patch, scoped) = (own, writes),
+            Err(error) => {
+                result.output = Err(ExecFailure {
+                    error: format!("the guest's state fields cannot be set: {error}"),
+                    timed_out: false,
+                });
+                result.kv_writes.clear();
+            }
+        }
+    }
+    let (outcome, output, error, kv_writes) = match result.output {
+        Ok(output) => {
+            let outcome = result
+                .outcome
+                .as_deref()
+                .map_or(StepOutcome::Success, StepOutcome::from_name);
+            let output = serde_json::to_vec(&json_value(&output)).unwrap_or_default();
+            let writes = result
+                .kv_writes
+                .into_iter()
+                .map(|(key, value)| GuestKvWrite {
+                    key,
+                    value,
+                    add: None,
+                })
+                .chain(scoped)
+                .collect();
+            (outcome, Some(output), None, writes)
+        }
+        Err(failure) if failure.timed_out => {
+            let step_timeout = core.state().step_timeout_ms(&namespace, Some(&step_ref));
+            let error = match step_timeout {
+                Some(ms) => format!(
+                    "execution timeout exceeded (the step's timeoutMs is {ms}): {}",
+                    failure.error
+                ),
+                None => failure.error,
+            };
+            (StepOutcome::Timeout, None, Some(error), Vec::new())
+        }
+        Err(failure) => (StepOutcome::Failure, None, Some(failure.error), Vec::new()),
+    };
+    let ran = StepRan {
+        ran_ms: core.now_ms().saturating_sub(started_ms),
+        kv_writes,
+    };
+    finish_with(
+        core,
+        &namespace,
+        &run_id,
+        &step,
+        (outcome, output, error, state_patch),
+        None,
+        Retry::ByPolicy,
+        Some(ran),
+    );
+    advance(core, &namespace, &run_id);
+}
