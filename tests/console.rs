@@ -175,6 +175,11 @@ fn the_api_lists_shows_and_signals_a_run_and_draws_its_workflow() {
     assert!(types.contains(&"signal_received"), "{types:?}");
     assert_eq!(types.last(), Some(&"workflow_completed"));
 
+    // The step executed in the shard's slots (no action run): the action's runs are its
+    // invocations.
+    let opts = InvokeOptions::default();
+    let invoked = client.invoke_and_wait("console-confirm", b"{}", opts, 10_000);
+    assert_eq!(invoked.unwrap().status, RunStatus::Completed);
     let (status, actions) = get_json(http, "/api/runs?kind=action&name=console-confirm", None);
     assert_eq!(status, 200, "{actions}");
     assert_eq!(actions["runs"][0]["status"], "completed");

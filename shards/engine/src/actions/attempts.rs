@@ -34,8 +34,15 @@ pub const RUN_RESULT_BYTES_MAX: usize = 4 << 20;
 /// Whose an execution is: an action run's attempt, or a workflow step executed without
 /// an action run (`crate::core::StepQueue`).
 enum Owner {
-    Run { attempt: u32, version: u32 },
-    Step { step: String, action: String, started_ms: u64 },
+    Run {
+        attempt: u32,
+        version: u32,
+    },
+    Step {
+        step: String,
+        action: String,
+        started_ms: u64,
+    },
 }
 
 struct Running {
@@ -82,6 +89,15 @@ impl Executions {
 
     pub fn len(&self) -> usize {
         self.running.len()
+    }
+
+    /// Whether `step` of workflow run `run_id` executes now.
+    pub fn is_executing_step(&self, namespace: &str, run_id: &str, step: &str) -> bool {
+        self.running.values().any(|r| {
+            matches!(&r.owner, Owner::Step { step: s, .. } if s == step)
+                && r.key.0 == namespace
+                && r.key.1 == run_id
+        })
     }
 
     /// The namespace an execution runs in.
@@ -166,7 +182,9 @@ fn start_run(core: &mut Core, execs: &mut Executions) -> Option<bool> {
     };
     let timeout_ms = step_timeout.unwrap_or(module.timeout_ms);
     let version = module.version;
-    let exec = emit_execution(core, execs, &key.0, action, module, input, timeout_ms, run_state);
+    let exec = emit_execution(
+        core, execs, &key.0, action, module, input, timeout_ms, run_state,
+    );
     core.counts_mut().slot_waited(slot_wait_ms);
     execs.executing.insert(key.clone(), exec);
     let owner = Owner::Run { attempt, version };
@@ -246,8 +264,7 @@ fn start_step(
         timeout_ms,
         run_state,
     );
-    core.counts_mut()
-        .slot_waited(now.saturating_sub(queued_ms));
+    core.counts_mut().slot_waited(now.saturating_sub(queued_ms));
     let owner = Owner::Step {
         step,
         action,

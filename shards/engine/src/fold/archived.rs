@@ -2,15 +2,61 @@
 //! the status codes the run index keeps for it.
 
 use super::archive::{Entry, RunKind, name_tag, run_key};
-use flo_protocol::{HistoryEvent, RunInfo, RunStatus, WorkflowRunInfo, WorkflowRunStatus};
+use super::archived_wire::CompactWf;
+pub use super::archived_wire::{workflow_status, workflow_status_code};
+use flo_protocol::{HistoryEvent, RunInfo, RunStatus, WorkflowRunInfo};
 use serde::{Deserialize, Serialize};
 
-/// The final document of a run, as status, history and lists show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// The final document of a run, as status, history and lists show it. A workflow run's is
+/// written in the compact form (`archived_wire`), read in either.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchivedRun {
     Action(Box<RunInfo>),
     Workflow(Box<WfArchived>),
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum WireOut<'a> {
+    Action(&'a RunInfo),
+    Workflow(&'a WfArchived),
+    Wf(CompactWf),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WireIn {
+    Action(Box<RunInfo>),
+    /// Written before the compact form, or a document it cannot carry.
+    Workflow(Box<WfArchived>),
+    Wf(Box<CompactWf>),
+}
+
+impl Serialize for ArchivedRun {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ArchivedRun::Action(r) => WireOut::Action(r).serialize(s),
+            ArchivedRun::Workflow(w) => match CompactWf::of(&w.info, &w.history) {
+                Some(compact) => WireOut::Wf(compact).serialize(s),
+                None => WireOut::Workflow(w).serialize(s),
+            },
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ArchivedRun {
+    /// A compact document comes back without its namespace and run id: `Record::decode`
+    /// gives it the record's.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match WireIn::deserialize(d)? {
+            WireIn::Action(r) => ArchivedRun::Action(r),
+            WireIn::Workflow(w) => ArchivedRun::Workflow(w),
+            WireIn::Wf(c) => {
+                let (info, history) = c.expand(String::new(), String::new());
+                ArchivedRun::Workflow(Box::new(WfArchived { info, history }))
+            }
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,32 +84,6 @@ pub fn action_status(code: u8) -> RunStatus {
         3 => RunStatus::Failed,
         4 => RunStatus::Cancelled,
         _ => RunStatus::TimedOut,
-    }
-}
-
-pub fn workflow_status_code(s: WorkflowRunStatus) -> u8 {
-    match s {
-        WorkflowRunStatus::Pending => 0,
-        WorkflowRunStatus::Running => 1,
-        WorkflowRunStatus::Waiting => 2,
-        WorkflowRunStatus::Completed => 3,
-        WorkflowRunStatus::Failed => 4,
-        WorkflowRunStatus::Cancelled => 5,
-        WorkflowRunStatus::TimedOut => 6,
-        WorkflowRunStatus::OnHold => 7,
-    }
-}
-
-pub fn workflow_status(code: u8) -> WorkflowRunStatus {
-    match code {
-        0 => WorkflowRunStatus::Pending,
-        1 => WorkflowRunStatus::Running,
-        2 => WorkflowRunStatus::Waiting,
-        3 => WorkflowRunStatus::Completed,
-        4 => WorkflowRunStatus::Failed,
-        5 => WorkflowRunStatus::Cancelled,
-        7 => WorkflowRunStatus::OnHold,
-        _ => WorkflowRunStatus::TimedOut,
     }
 }
 

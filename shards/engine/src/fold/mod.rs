@@ -6,6 +6,7 @@
 mod apply;
 pub mod archive;
 pub mod archived;
+mod archived_wire;
 mod branches;
 pub mod cursor;
 pub mod events;

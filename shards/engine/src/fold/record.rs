@@ -737,6 +737,17 @@ impl Record {
         let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
         de.set_max_depth(RECORD_DEPTH_MAX);
         let mut record = Record::deserialize(&mut de)?;
+        // A workflow run's compact archive document names its run by the record.
+        if let Record::RunArchived {
+            namespace,
+            run_id,
+            run: crate::fold::archived::ArchivedRun::Workflow(doc),
+        } = &mut record
+            && doc.info.run_id.is_empty()
+        {
+            doc.info.namespace.clone_from(namespace);
+            doc.info.run_id.clone_from(run_id);
+        }
         if let Record::WorkflowDefined {
             yaml,
             def: def @ None,

@@ -849,7 +849,7 @@ impl Workflows {
         &self,
         namespace: &str,
         name: &str,
-        wanted: impl Fn(&WfRun) -> bool,
+        wanted: impl Fn(&str, &WfRun) -> bool,
         limit: usize,
         from: &Pos,
     ) -> (Vec<(&str, &WfRun)>, bool) {
@@ -859,7 +859,7 @@ impl Workflows {
         let out: Vec<(&str, &WfRun)> = runs
             .iter()
             .filter(|(_, r)| r.workflow == name)
-            .filter(|(_, r)| wanted(r))
+            .filter(|(id, r)| wanted(id, r))
             .filter(|(id, r)| from.live_after(r.created_at_ms, id))
             .map(|(id, r)| (id.as_str(), &**r))
             .collect();

@@ -43,7 +43,16 @@ pub(super) fn apply_move(
             }
             // A plan step retries through its executors, never by a step `retry:`.
             let ended = (outcome, output, error, None);
-            finish_with(core, namespace, run_id, step, ended, None, Retry::Never, None);
+            finish_with(
+                core,
+                namespace,
+                run_id,
+                step,
+                ended,
+                None,
+                Retry::Never,
+                None,
+            );
             if own_group {
                 core.end_group();
             }

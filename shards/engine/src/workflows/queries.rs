@@ -13,13 +13,15 @@ use flo_protocol::{
 };
 
 /// The status a live run shows: `pending` while its step's action run is queued, waiting
-/// for a worker to lease it or for a WebAssembly slot (the spec's "queued, waiting for a
+/// for a worker to lease it or for a WebAssembly slot, or its WebAssembly step waits for a
+/// slot (the spec's "queued, waiting for a
 /// worker (or WASM execution)"); else its phase's (`running` while a guest executes its
 /// step, `waiting` while a worker holds it or on a signal, a child, a timer).
 pub fn shown_status(
     core: &Core,
     execs: &Executions,
     namespace: &str,
+    run_id: &str,
     run: &WfRun,
 ) -> WorkflowRunStatus {
     if let Some(StepWait::ActionRun { run_id, .. }) = run.lead.phase.wait()
@@ -30,6 +32,14 @@ pub fn shown_status(
             .get(namespace, run_id)
             .is_some_and(|r| r.status == RunStatus::Pending)
         && !execs.is_executing(namespace, run_id)
+    {
+        return WorkflowRunStatus::Pending;
+    }
+    // Its WebAssembly step waits for a slot.
+    if let Some(step) = run.lead.phase.step()
+        && !run.status().is_final()
+        && core.steps().is_taken(namespace, run_id, step)
+        && !execs.is_executing_step(namespace, run_id, step)
     {
         return WorkflowRunStatus::Pending;
     }
@@ -89,7 +99,7 @@ pub fn status(core: &Core, execs: &Executions, namespace: &str, run_id: &str) ->
                 namespace,
                 run_id,
                 run,
-                shown_status(core, execs, namespace, run),
+                shown_status(core, execs, namespace, run_id, run),
             ))),
         },
         Err(e) => Done::now(Err(e)),
@@ -137,10 +147,10 @@ pub fn list_runs(
             "limit must be 1 to {RUN_LIST_LIMIT_MAX}, got {limit}"
         ))));
     }
-    let shown = |r: &WfRun| shown_status(core, execs, namespace, r);
+    let shown = |id: &str, r: &WfRun| shown_status(core, execs, namespace, id, r);
     let now = core.now_ms();
-    let wanted = |r: &WfRun| {
-        status.is_none_or(|s| shown(r) == s)
+    let wanted = |id: &str, r: &WfRun| {
+        status.is_none_or(|s| shown(id, r) == s)
             && timed_out.is_none_or(|t| has_timed_out(r, now, t.older_than_ms))
     };
     let (runs, truncated) =
@@ -152,7 +162,7 @@ pub fn list_runs(
         result: Ok(Reply::WorkflowRuns {
             runs: runs
                 .iter()
-                .map(|(id, r)| run_info(namespace, id, r, shown(r)))
+                .map(|(id, r)| run_info(namespace, id, r, shown(id, r)))
                 .collect(),
             truncated,
             next_cursor: None,
