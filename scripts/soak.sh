@@ -79,7 +79,8 @@ running() { [[ -e /proc/$load_pid ]] && ! grep -q '^State:.*Z' "/proc/$load_pid/
 while running; do
     sleep 10
     archived=$(finished || echo 0)
-    runs=$((archived / 4))
+    # Each workflow run retains one finished run: its steps run without action runs.
+    runs=$archived
     rate=$(((runs - prev) / 10))
     prev=$runs
     running && rates+=("$rate")
@@ -101,9 +102,9 @@ PY
 # The slowest full 10 s window (the last, partial one left out).
 slowest=$(printf "%s\n" "${rates[@]}" | sort -n | head -1)
 echo "slowest 10 s window: ${slowest:-?} workflow runs/s"
-runs=$(($(finished) / 4))
+runs=$(finished)
 disk=$(du -sb "$data" | cut -f1)
-echo "finished workflow runs: $runs; rss $(rss_mb) MB; disk $((disk / 1048576)) MB; $((disk / (runs > 0 ? runs : 1))) bytes per workflow run (3 action runs each)"
+echo "finished workflow runs: $runs; rss $(rss_mb) MB; disk $((disk / 1048576)) MB; $((disk / (runs > 0 ? runs : 1))) bytes per workflow run"
 "$bin/flo" --addr "$addr" status --json | python3 -c '
 import json, sys
 for s in json.load(sys.stdin)["shards"]:

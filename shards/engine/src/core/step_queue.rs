@@ -59,6 +59,11 @@ impl StepQueue {
         self.waiting.is_empty()
     }
 
+    /// Steps waiting for a slot.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
     /// Where the oldest waiting step whose namespace `fair` accepts is among the first
     /// `scan`, else the oldest one `acceptable` takes; None when none is.
     pub fn find_fair(

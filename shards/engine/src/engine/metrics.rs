@@ -142,8 +142,8 @@ pub struct Gauges {
     pub stream_records: u64,
     pub stream_bytes: u64,
     /// Entries of the action runs' queues (stale ones included: a run cancelled while
-    /// queued keeps its entry until popped): WASM runs waiting for a slot, user tasks
-    /// waiting for a worker.
+    /// queued keeps its entry until popped): WASM runs and workflow steps waiting for a
+    /// slot, user tasks waiting for a worker.
     pub wasm_ready: u64,
     pub tasks_ready: u64,
     /// Timers set: pending runs not yet due (delays, retries), leases of tasks out,
@@ -190,7 +190,7 @@ impl Engine {
             workers: self.workers.count_by_status(),
             stream_records,
             stream_bytes,
-            wasm_ready: queues.wasm_ready,
+            wasm_ready: queues.wasm_ready + core.steps().waiting() as u64,
             tasks_ready: queues.user_ready,
             delayed_runs: queues.delayed,
             leases: queues.leases,

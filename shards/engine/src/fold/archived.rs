@@ -20,7 +20,7 @@ pub enum ArchivedRun {
 enum WireOut<'a> {
     Action(&'a RunInfo),
     Workflow(&'a WfArchived),
-    Wf(CompactWf),
+    Wf(Box<CompactWf>),
 }
 
 #[derive(Deserialize)]
@@ -37,7 +37,7 @@ impl Serialize for ArchivedRun {
         match self {
             ArchivedRun::Action(r) => WireOut::Action(r).serialize(s),
             ArchivedRun::Workflow(w) => match CompactWf::of(&w.info, &w.history) {
-                Some(compact) => WireOut::Wf(compact).serialize(s),
+                Some(compact) => WireOut::Wf(Box::new(compact)).serialize(s),
                 None => WireOut::Workflow(w).serialize(s),
             },
         }

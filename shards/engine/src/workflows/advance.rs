@@ -2,16 +2,16 @@
 //! execution, an action run, a child run, a wait for a signal) until every cursor waits or
 //! the run ends. Advancing one run never calls into another: what another run must do next
 //! goes on the agenda as a `Task`. A run step on `@actions/NAME` of a WebAssembly action
-//! queues an execution in this shard's slots (`wasm_steps`: no action run, no record until
-//! it finished); of a user-hosted action it creates an action run on this same shard for
-//! workers to take (one attempt: the step's `retry:` decides about retries);
-//! `@workflow/NAME[:V]` starts a child run, also here, so advancing never waits on another
-//! shard. `@plan/NAME` runs the plan's executors one
-//! attempt at a time (`plans`, `plan_steps.rs`).
+//! queues an execution in this shard's slots (`core::StepQueue`: no action run, no record
+//! until it finished, `wasm_steps`); of a user-hosted action it creates an action run on
+//! this same shard for workers to take (one attempt: the step's `retry:` decides about
+//! retries); `@workflow/NAME[:V]` starts a child run, also here, so advancing never waits
+//! on another shard. `@plan/NAME` runs the plan's executors one attempt at a time (`plans`,
+//! `plan_steps.rs`).
 
 use super::finish::{end, finish};
 use crate::clock::deadline_after;
-use crate::core::{Core, Task};
+use crate::core::{Core, StepExec, Task};
 use crate::fold::archive::RunKind;
 use crate::fold::record::{FILTERED, Record, RunControl, StepOutcome, StepRef, StepWait};
 use crate::fold::workflows::RunPhase;
@@ -346,10 +346,16 @@ fn run_target(
             let Some(def) = core.state().registry.get(namespace, name) else {
                 return;
             };
-            // A WebAssembly action executes in this shard's slots: no action run.
+            // A WebAssembly action executes in this shard's slots: no action run, nothing
+            // logged until it finished (`wasm_steps::on_step_executed`).
             if def.kind == ActionKind::Wasm {
-                let key = (namespace.to_string(), run_id.to_string());
-                super::wasm_steps::queue(core, key, step, name, input);
+                core.steps_mut().push(StepExec {
+                    run: (namespace.to_string(), run_id.to_string()),
+                    step: step.to_string(),
+                    action: name.clone(),
+                    input,
+                    queued_ms: now,
+                });
                 return;
             }
             let version = def.version;

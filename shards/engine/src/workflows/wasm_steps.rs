@@ -1,5 +1,5 @@
 //! Steps on WebAssembly actions, executed in the shard's own slots without an action run:
-//! `queue` puts the step in line for a slot (`crate::core::StepQueue`; nothing is logged),
+//! `advance` puts the step in line for a slot (`crate::core::StepQueue`; nothing is logged),
 //! `on_step_executed` turns its execution's result into the step's one record — a
 //! `WfStepFinished` carrying when it started and its guest's KV writes
 //! (`Record::WfStepFinished::ran`) — and moves the run on. A crash before that record
@@ -10,23 +10,10 @@ use super::advance::advance;
 use super::finish::{Retry, finish_with};
 use crate::actions::StepExecuted;
 use crate::core::io::ExecFailure;
-use crate::core::{Core, StepExec};
+use crate::core::Core;
 use crate::fold::cursor::RunPhase;
 use crate::fold::record::{GuestKvWrite, StepOutcome, StepRan, StepRef};
 use crate::fold::workflows::json_value;
-use crate::ids::RunKey;
-
-/// Queues `step` of `run` (on WebAssembly action `action`) for a slot, with its input.
-pub(super) fn queue(core: &mut Core, run: RunKey, step: &str, action: &str, input: Vec<u8>) {
-    let queued_ms = core.now_ms();
-    core.steps_mut().push(StepExec {
-        run,
-        step: step.to_string(),
-        action: action.to_string(),
-        input,
-        queued_ms,
-    });
-}
 
 /// A step's execution ended (or could not start): unless its run moved on meanwhile
 /// (cancelled, ended by another branch), the step finishes with what the guest gave — its
