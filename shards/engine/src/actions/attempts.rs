@@ -418,31 +418,20 @@ fn record_attempt(
     action_version: u32,
     result: ExecResult,
 ) {
+    let mut result = result;
+    let step = core
+        .state()
+        .runs
+        .get(&key.0, &key.1)
+        .and_then(|r| r.step.as_ref());
+    let (state_patch, scoped) = split_state_patch(core, &key.0, step, &mut result);
     let ExecResult {
-        mut output,
+        output,
         outcome,
-        mut kv_writes,
-        mut state_patch,
+        kv_writes,
         ..
     } = result;
     let now = core.now_ms();
-    // A step's guest's state fields: the run's own, and the shared scopes' as KV writes.
-    let mut scoped = Vec::new();
-    if let (Ok(_), Some(patch)) = (&output, state_patch.take())
-        && let Some(run) = core.state().runs.get(&key.0, &key.1)
-        && let Some(step) = &run.step
-    {
-        match core.state().scoped_patch(&key.0, step, &patch) {
-            Ok((own, writes)) => (state_patch, scoped) = (own, writes),
-            Err(error) => {
-                output = Err(ExecFailure {
-                    error: format!("the guest's state fields cannot be set: {error}"),
-                    timed_out: false,
-                });
-                kv_writes.clear();
-            }
-        }
-    }
     let (namespace, run_id) = key;
     let Some(run) = core.state().runs.get(namespace, run_id) else {
         return;
@@ -459,15 +448,7 @@ fn record_attempt(
             action_version,
             output,
             outcome,
-            kv_writes: kv_writes
-                .into_iter()
-                .map(|(key, value)| GuestKvWrite {
-                    key,
-                    value,
-                    add: None,
-                })
-                .chain(scoped)
-                .collect(),
+            kv_writes: guest_kv_writes(kv_writes, scoped),
             at_ms: now,
             state_patch,
         },
@@ -499,6 +480,49 @@ fn record_attempt(
     if !retries {
         core.schedule(Task::ActionFinal(key.clone()));
     }
+}
+
+/// The state fields a step's guest set (`result.state_patch`, taken), split by scope
+/// (`ShardState::scoped_patch`): the run's own fields, and the shared scopes' as KV writes
+/// (for `guest_kv_writes`). Fields that cannot be set fail the result and drop its KV
+/// writes. Nothing for a run that is not a step's, or a failed one.
+pub fn split_state_patch(
+    core: &Core,
+    namespace: &str,
+    step: Option<&StepRef>,
+    result: &mut ExecResult,
+) -> (Option<Vec<u8>>, Vec<GuestKvWrite>) {
+    let patch = result.state_patch.take();
+    let (Some(patch), Some(step), Ok(_)) = (patch, step, &result.output) else {
+        return (None, Vec::new());
+    };
+    match core.state().scoped_patch(namespace, step, &patch) {
+        Ok(split) => split,
+        Err(error) => {
+            result.output = Err(ExecFailure {
+                error: format!("the guest's state fields cannot be set: {error}"),
+                timed_out: false,
+            });
+            result.kv_writes.clear();
+            (None, Vec::new())
+        }
+    }
+}
+
+/// A guest's KV writes as logged, the state's shared-scope fields after them.
+pub fn guest_kv_writes(
+    writes: Vec<(String, Option<Vec<u8>>)>,
+    scoped: Vec<GuestKvWrite>,
+) -> Vec<GuestKvWrite> {
+    writes
+        .into_iter()
+        .map(|(key, value)| GuestKvWrite {
+            key,
+            value,
+            add: None,
+        })
+        .chain(scoped)
+        .collect()
 }
 
 /// The runnable run to execute next: the best one, unless its namespace holds its shared

@@ -9,8 +9,8 @@ mod redrive;
 #[cfg(test)]
 pub use attempts::RUN_RESULT_BYTES_MAX;
 pub use attempts::{
-    Executions, StepExecuted, WASM_SLOTS, on_executed, start_executions, stop_if_executing,
-    stop_steps_of,
+    Executions, StepExecuted, WASM_SLOTS, guest_kv_writes, on_executed, split_state_patch,
+    start_executions, stop_if_executing, stop_steps_of,
 };
 pub use ops::{action_get, action_list, cancel, invoke, run_list, run_status};
 pub use redrive::{redrivable_entry, redrive, redrive_archived};

@@ -8,11 +8,10 @@
 
 use super::advance::advance;
 use super::finish::{Retry, finish_with};
-use crate::actions::StepExecuted;
-use crate::core::io::ExecFailure;
+use crate::actions::{StepExecuted, guest_kv_writes, split_state_patch};
 use crate::core::Core;
 use crate::fold::cursor::RunPhase;
-use crate::fold::record::{GuestKvWrite, StepOutcome, StepRan, StepRef};
+use crate::fold::record::{StepOutcome, StepRan, StepRef};
 use crate::fold::workflows::json_value;
 
 /// A step's execution ended (or could not start): unless its run moved on meanwhile
@@ -45,19 +44,7 @@ pub fn on_step_executed(core: &mut Core, done: StepExecuted) {
         step: step.clone(),
     };
     // The guest's state fields: the run's own, and the shared scopes' as KV writes.
-    let (mut state_patch, mut scoped) = (None, Vec::new());
-    if let (Ok(_), Some(patch)) = (&result.output, result.state_patch.take()) {
-        match core.state().scoped_patch(&namespace, &step_ref, &patch) {
-            Ok((own, writes)) => (state_patch, scoped) = (own, writes),
-            Err(error) => {
-                result.output = Err(ExecFailure {
-                    error: format!("the guest's state fields cannot be set: {error}"),
-                    timed_out: false,
-                });
-                result.kv_writes.clear();
-            }
-        }
-    }
+    let (state_patch, scoped) = split_state_patch(core, &namespace, Some(&step_ref), &mut result);
     let (outcome, output, error, kv_writes) = match result.output {
         Ok(output) => {
             let outcome = result
@@ -65,16 +52,7 @@ pub fn on_step_executed(core: &mut Core, done: StepExecuted) {
                 .as_deref()
                 .map_or(StepOutcome::Success, StepOutcome::from_name);
             let output = serde_json::to_vec(&json_value(&output)).unwrap_or_default();
-            let writes = result
-                .kv_writes
-                .into_iter()
-                .map(|(key, value)| GuestKvWrite {
-                    key,
-                    value,
-                    add: None,
-                })
-                .chain(scoped)
-                .collect();
+            let writes = guest_kv_writes(result.kv_writes, scoped);
             (outcome, Some(output), None, writes)
         }
         Err(failure) if failure.timed_out => {
