@@ -10,6 +10,7 @@ mod common;
 use common::{TestServer, cli_json, cli_ok, run_cli, temp_dir, wait_until};
 use flo::protocol::{
     ActionInfo, ActionKind, ActionSpec, ErrorCode, InvokeSpec, Op, Reply, RunInfo, RunStatus,
+    WorkflowRunStatus,
 };
 use flo::{Client, Error, InvokeOptions, PutOptions};
 use flo_testkit::guests::{
@@ -2728,5 +2729,51 @@ fn dead_lettered_runs_are_redriven_as_new_attempts_and_stay_so_after_a_restart()
     assert_eq!(taken, dead);
     for id in &dead {
         assert_eq!(c.wait_run(id, 10_000).unwrap().status, RunStatus::Completed);
+    }
+}
+
+/// A workflow step on a WebAssembly action logs no action run: its guest's KV writes travel
+/// in the step's record. Writes to keys the other shard owns reach it, each applied once,
+/// also when the server is killed right after the runs completed.
+#[test]
+fn a_workflow_steps_guest_kv_writes_reach_every_shard_once_across_kill_9() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    register(&mut c, wasm_spec("set-get", &kv_set_get_guest()));
+    c.create_workflow(
+        "kind: Workflow\nname: set-key\nversion: \"1\"\nstart:\n  run: \"@actions/set-get\"\n  \
+         transitions:\n    success: flo.Completed\n",
+    )
+    .unwrap();
+    // The run's input (a JSON number) is the step's input, so the guest's key.
+    let keys: Vec<String> = (100..112).map(|i| i.to_string()).collect();
+    let key_shards: HashSet<u32> = keys
+        .iter()
+        .map(|k| shard_of(&mut c, "default", k))
+        .collect();
+    assert_eq!(key_shards.len(), 2, "the keys must span both shards");
+    for key in &keys {
+        let id = c
+            .start_workflow("set-key", key.as_bytes(), Default::default())
+            .unwrap();
+        let run = c.wait_workflow(&id, 10_000).unwrap();
+        assert_eq!(run.status, WorkflowRunStatus::Completed, "{run:?}");
+    }
+    let (runs, _) = c.list_runs("set-get", None, false, None).unwrap();
+    assert!(runs.is_empty(), "no action runs: {runs:?}");
+    server.kill9();
+
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    for key in &keys {
+        let want = format!("value-of:{key}");
+        assert!(
+            wait_until(Duration::from_secs(5), || kv_value(&mut c, key).as_deref()
+                == Some(want.as_str())),
+            "guest write of {key} not visible after the restart: {:?}",
+            kv_value(&mut c, key)
+        );
+        assert_eq!(c.kv_get(key).unwrap().unwrap().version, 1, "{key}");
     }
 }
