@@ -531,14 +531,14 @@ pub fn guest_kv_writes(
 /// whose namespace is under its quota — a free slot idles only for quotas.
 fn next_fair(core: &mut Core, execs: &Executions) -> Option<RunKey> {
     let fairness = Fairness::of(core);
-    // Namespaces whose steps wait for a slot too (`start_step`).
-    let steps_waiting = core.steps().namespaces_waiting(FAIR_SCAN_MAX);
-    let sched = &mut core.index_mut().runs;
+    let (index, steps) = core.index_and_steps();
+    let sched = &mut index.runs;
     let under_quota = |ns: &str| fairness.under_quota(execs, ns);
+    // Another namespace's action runs or steps (`start_step`) wait for a slot too.
     let fair = |ns: &str, sched: &Scheduler| {
         under_quota(ns)
             && (execs.held_by(ns) < fairness.shared
-                || !(sched.ready_elsewhere(ns) || steps_waiting.iter().any(|w| w != ns)))
+                || !(sched.ready_elsewhere(ns) || steps.waiting_elsewhere(ns, FAIR_SCAN_MAX)))
     };
     let best = sched.pop_ready_entry()?;
     if fair(&best.2.0, sched) {

@@ -174,6 +174,12 @@ impl Core {
         &mut self.index
     }
 
+    /// The index to change, with the steps waiting for a slot beside it (choosing the next
+    /// execution looks at both).
+    pub fn index_and_steps(&mut self) -> (&mut Index, &StepQueue) {
+        (&mut self.index, &self.steps)
+    }
+
     /// Runs whose delay or retry came due move to the ready queues.
     pub fn fire_due_runs(&mut self, now_ms: u64) {
         self.index.fire_due_runs(now_ms, &self.state);

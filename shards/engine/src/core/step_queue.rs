@@ -88,15 +88,4 @@ impl StepQueue {
     pub fn waiting_elsewhere(&self, namespace: &str, scan: usize) -> bool {
         self.waiting.iter().take(scan).any(|e| e.run.0 != namespace)
     }
-
-    /// The namespaces of the first `scan` waiting steps, each once.
-    pub fn namespaces_waiting(&self, scan: usize) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for e in self.waiting.iter().take(scan) {
-            if !out.contains(&e.run.0) {
-                out.push(e.run.0.clone());
-            }
-        }
-        out
-    }
 }
