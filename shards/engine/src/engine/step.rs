@@ -138,10 +138,8 @@ impl Engine {
             Task::WfAdvance((namespace, run_id)) => workflows::advance(core, &namespace, &run_id),
             Task::WfFinal((namespace, run_id)) => {
                 self.note_workflow_ended(&namespace, &run_id);
-                let key = (namespace, run_id);
-                actions::stop_steps_of(&mut self.core, &self.executions, &key);
-                let (namespace, run_id) = key;
                 let key = ((namespace, run_id), true);
+                actions::stop_steps_of(&mut self.core, &self.executions, &key.0);
                 self.answer_watchers(&key);
                 let ((namespace, run_id), _) = key;
                 workflows::notify_parent(&mut self.core, &namespace, &run_id);
