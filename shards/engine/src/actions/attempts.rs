@@ -7,7 +7,6 @@
 use crate::auth::Quotas;
 use crate::core::io::{Effect, ExecFailure, ExecResult, Execution, LogLevel, LogLine, LogSource};
 use crate::core::{Core, StepExec, Task};
-use crate::fold::cursor::RunPhase;
 use crate::fold::record::{GuestKvWrite, Record, StepRef};
 use crate::fold::runs::{TIMEOUT_CODE, retry_at};
 use crate::fold::scheduler::RunKey;
@@ -221,12 +220,11 @@ fn start_step(
         input,
         queued_ms,
     } = core.steps_mut().remove(at)?;
-    let due = core.state().workflows.run(&key.0, &key.1).is_some_and(|r| {
-        !r.status().is_final()
-            && r.at(&step).is_some_and(|c| {
-                matches!(c.phase, RunPhase::Ready { .. } | RunPhase::Sleeping { .. })
-            })
-    });
+    let due = core
+        .state()
+        .workflows
+        .run(&key.0, &key.1)
+        .is_some_and(|r| r.is_to_start(&step));
     if !due {
         core.steps_mut().release(&key.0, &key.1, &step);
         return Some(false);

@@ -159,6 +159,16 @@ impl WfRun {
         self.ready_steps(now).next()
     }
 
+    /// Whether the run, not final, is at `step` to start it (ready, or sleeping before a
+    /// retry or poll): what a WebAssembly step waiting for a slot or executing checks
+    /// before it starts and when it ends.
+    pub fn is_to_start(&self, step: &str) -> bool {
+        !self.status().is_final()
+            && self.at(step).is_some_and(|c| {
+                matches!(c.phase, RunPhase::Ready { .. } | RunPhase::Sleeping { .. })
+            })
+    }
+
     /// Every step a cursor is to start now.
     pub fn ready_steps(&self, now: u64) -> impl Iterator<Item = &str> {
         self.cursors()

@@ -6,7 +6,7 @@ use super::advance::advance;
 use super::finish::{Retry, finish, finish_with};
 use super::plan_steps::{apply_move, plan_of};
 use crate::core::Core;
-use crate::fold::record::{StepOutcome, StepWait};
+use crate::fold::record::{StepOutcome, StepRef, StepWait};
 use crate::fold::workflows::{RunPhase, json_value};
 use flo_protocol::{RunStatus, WorkflowRunStatus};
 /// A run ended: if it is a child, its parent's step finishes (completed → success, else
@@ -63,6 +63,22 @@ pub fn notify_parent(core: &mut Core, namespace: &str, run_id: &str) {
     advance(core, namespace, &parent.run_id);
 }
 
+/// Why a step timed out: its `timeoutMs` when it has one, then what the execution said.
+pub(super) fn timeout_error(
+    core: &Core,
+    namespace: &str,
+    step: &StepRef,
+    error: Option<String>,
+) -> Option<String> {
+    match core.state().step_timeout_ms(namespace, Some(step)) {
+        Some(ms) => Some(format!(
+            "execution timeout exceeded (the step's timeoutMs is {ms}){}",
+            error.map(|e| format!(": {e}")).unwrap_or_default()
+        )),
+        None => error,
+    }
+}
+
 /// An action run became final: the workflow step it executes finishes.
 pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
     let Some(run) = core.state().runs.get(namespace, action_run) else {
@@ -87,17 +103,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
             None,
         ),
         RunStatus::TimedOut => {
-            let step_timeout = core.state().step_timeout_ms(namespace, Some(&step_ref));
-            let error = match step_timeout {
-                Some(ms) => Some(format!(
-                    "execution timeout exceeded (the step's timeoutMs is {ms}){}",
-                    run.error
-                        .as_ref()
-                        .map(|e| format!(": {e}"))
-                        .unwrap_or_default()
-                )),
-                None => run.error.clone(),
-            };
+            let error = timeout_error(core, namespace, &step_ref, run.error.clone());
             (StepOutcome::Timeout, None, error)
         }
         RunStatus::Cancelled => (

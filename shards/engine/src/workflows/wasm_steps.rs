@@ -8,9 +8,9 @@
 
 use super::advance::advance;
 use super::finish::{Retry, finish_with};
+use super::results::timeout_error;
 use crate::actions::{StepExecuted, guest_kv_writes, split_state_patch};
 use crate::core::Core;
-use crate::fold::cursor::RunPhase;
 use crate::fold::record::{StepOutcome, StepRan, StepRef};
 use crate::fold::workflows::json_value;
 
@@ -26,17 +26,8 @@ pub fn on_step_executed(core: &mut Core, done: StepExecuted) {
         mut result,
     } = done;
     core.steps_mut().release(&namespace, &run_id, &step);
-    let at_step = core
-        .state()
-        .workflows
-        .run(&namespace, &run_id)
-        .is_some_and(|r| {
-            !r.status().is_final()
-                && r.at(&step).is_some_and(|c| {
-                    matches!(c.phase, RunPhase::Ready { .. } | RunPhase::Sleeping { .. })
-                })
-        });
-    if !at_step {
+    let at_step = core.state().workflows.run(&namespace, &run_id);
+    if !at_step.is_some_and(|r| r.is_to_start(&step)) {
         return;
     }
     let step_ref = StepRef {
@@ -56,15 +47,8 @@ pub fn on_step_executed(core: &mut Core, done: StepExecuted) {
             (outcome, Some(output), None, writes)
         }
         Err(failure) if failure.timed_out => {
-            let step_timeout = core.state().step_timeout_ms(&namespace, Some(&step_ref));
-            let error = match step_timeout {
-                Some(ms) => format!(
-                    "execution timeout exceeded (the step's timeoutMs is {ms}): {}",
-                    failure.error
-                ),
-                None => failure.error,
-            };
-            (StepOutcome::Timeout, None, Some(error), Vec::new())
+            let error = timeout_error(core, &namespace, &step_ref, Some(failure.error));
+            (StepOutcome::Timeout, None, error, Vec::new())
         }
         Err(failure) => (StepOutcome::Failure, None, Some(failure.error), Vec::new()),
     };
