@@ -992,6 +992,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
         metrics: boot.metrics.clone(),
         console,
         webhooks: webhooks.out,
+        unwaited_since: None,
     };
     let stop = boot.stop.clone();
     shard_loop.run(move || stop.load(Ordering::Relaxed)).await;

@@ -21,6 +21,13 @@ const INPUTS_PER_YIELD: usize = 256;
 /// The engine's numbers are published for the metrics this often (the housekeeping tick
 /// makes the loop turn at least once a second).
 const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+/// Records nothing waits for yet (no reply, no message to another shard: a workflow run's
+/// start while its first step executes) wait at most this long, or until something does,
+/// to be written with the records that follow them: a run answered once it finished is
+/// then synced once, not once for its start and again for its end.
+const UNWAITED_WRITE_WITHIN: Duration = Duration::from_millis(1);
+/// ... or until this many bytes wait.
+const UNWAITED_WRITE_BYTES: usize = 256 * 1024;
 
 pub(crate) struct ShardLoop {
     pub engine: Engine,
@@ -38,6 +45,8 @@ pub(crate) struct ShardLoop {
     pub console: Rc<crate::console::ConsoleCalls>,
     /// Where webhook deliveries go (the delivery thread).
     pub webhooks: crate::webhooks::WebhookOut,
+    /// Since when records that nothing waits for are held back (`flush_log`).
+    pub unwaited_since: Option<Instant>,
 }
 
 impl ShardLoop {
@@ -50,7 +59,14 @@ impl ShardLoop {
         let mut published_at = Instant::now();
         self.publish();
         loop {
-            self.inbox.wait().await;
+            match self.unwaited_since {
+                // Records wait for company: write them by their time even if no input comes.
+                Some(since) => {
+                    let left = UNWAITED_WRITE_WITHIN.saturating_sub(since.elapsed());
+                    futures_lite::future::or(self.inbox.wait(), glommio::timer::sleep(left)).await
+                }
+                None => self.inbox.wait().await,
+            }
             self.inbox.take_all(&mut batch);
             let mut handled = 0;
             loop {
@@ -88,7 +104,9 @@ impl ShardLoop {
                 stopping = true;
                 self.engine.step(Input::Stop, &mut effects);
                 self.perform(&mut effects);
-                self.flush_log();
+            }
+            if stopping {
+                self.write_log();
             }
             if stopping && self.log.stuck() {
                 // What the writer holds was never acknowledged (but under --durability
@@ -132,11 +150,28 @@ impl ShardLoop {
             .publish(engine.gauges(), engine.runs_ended(), engine.counts());
     }
 
-    /// Hands the engine's appended records to the writer if it is idle.
+    /// Hands the engine's appended records to the writer if it is idle and something waits
+    /// for them, or they waited long enough (`UNWAITED_WRITE_WITHIN`) or are many.
     fn flush_log(&mut self) {
+        let pending = self.engine.pending_log_bytes();
+        if self.log.busy() || pending == 0 {
+            return;
+        }
+        if !self.engine.wants_durable() && pending < UNWAITED_WRITE_BYTES {
+            let since = *self.unwaited_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < UNWAITED_WRITE_WITHIN {
+                return;
+            }
+        }
+        self.write_log();
+    }
+
+    /// Hands the engine's appended records to the writer if it is idle.
+    fn write_log(&mut self) {
         if self.log.busy() || self.engine.pending_log_bytes() == 0 {
             return;
         }
+        self.unwaited_since = None;
         if let Some(batch) = self.engine.take_batch(self.log.take_spare()) {
             self.snapshots
                 .logged(flo_ual::align_up(batch.bytes.len() as u64) as usize);
