@@ -2056,6 +2056,34 @@ fn run_executing_at_shutdown_runs_again_after_restart() {
     }
 }
 
+/// A run nobody has been answered about yet (its invoke waits for it to end) is durable
+/// within moments all the same: records no reply waits for are written at most a
+/// millisecond later, with what follows them. Killed while its guest sleeps, the server
+/// finds the run after the restart and runs it to the end.
+#[test]
+fn a_run_whose_invoke_still_waits_is_durable_before_its_answer() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    register(&mut c, wasm_spec("slow", &sleep_guest(3_000)));
+    let mut waiting = server.client();
+    let invoker = std::thread::spawn(move || {
+        // Ends with an error when the server is killed under it.
+        let _ = waiting.invoke_and_wait("slow", b"{}", InvokeOptions::default(), 10_000);
+    });
+    // Nothing is read meanwhile: a read would itself wait for the records it shows.
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill9();
+    let _ = invoker.join();
+
+    let server = TestServer::start(dir.path(), &[]);
+    let mut c = server.client();
+    let (runs, _) = c.list_runs("slow", None, false, None).expect("list runs");
+    assert_eq!(runs.len(), 1, "the invoked run survived the kill: {runs:?}");
+    let run = wait_final(&mut c, &runs[0].run_id);
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+}
+
 /// The version a run reports is the version whose module produced its output.
 #[test]
 fn run_reports_the_action_version_that_executed_it() {
