@@ -208,7 +208,7 @@ fn start_step(
         let fair = |ns: &str| {
             fairness.under_quota(execs, ns)
                 && (execs.held_by(ns) < fairness.shared
-                    || !(runs_elsewhere(ns) || core.steps().waiting_elsewhere(ns, FAIR_SCAN_MAX)))
+                    || !(runs_elsewhere(ns) || core.steps().waiting_elsewhere(ns)))
         };
         let acceptable = |ns: &str| fairness.under_quota(execs, ns);
         core.steps().find_fair(FAIR_SCAN_MAX, fair, acceptable)?
@@ -536,7 +536,7 @@ fn next_fair(core: &mut Core, execs: &Executions) -> Option<RunKey> {
     let fair = |ns: &str, sched: &Scheduler| {
         under_quota(ns)
             && (execs.held_by(ns) < fairness.shared
-                || !(sched.ready_elsewhere(ns) || steps.waiting_elsewhere(ns, FAIR_SCAN_MAX)))
+                || !(sched.ready_elsewhere(ns) || steps.waiting_elsewhere(ns)))
     };
     let best = sched.pop_ready_entry()?;
     if fair(&best.2.0, sched) {

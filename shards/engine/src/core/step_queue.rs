@@ -25,6 +25,8 @@ pub struct StepQueue {
     /// The steps taken, by run id: (namespace, step) (a run has several only while it runs
     /// branches).
     taken: HashMap<String, Vec<(String, String)>>,
+    /// How many steps of each namespace wait (for `waiting_elsewhere` without a scan).
+    by_namespace: HashMap<String, usize>,
 }
 
 impl StepQueue {
@@ -34,6 +36,12 @@ impl StepQueue {
         let (namespace, step) = (&exec.run.0, &exec.step);
         if !steps.iter().any(|(ns, s)| ns == namespace && s == step) {
             steps.push((namespace.clone(), step.clone()));
+        }
+        match self.by_namespace.get_mut(namespace) {
+            Some(n) => *n += 1,
+            None => {
+                self.by_namespace.insert(namespace.clone(), 1);
+            }
         }
         self.waiting.push_back(exec);
     }
@@ -80,12 +88,53 @@ impl StepQueue {
     }
 
     pub fn remove(&mut self, at: usize) -> Option<StepExec> {
-        self.waiting.remove(at)
+        let exec = self.waiting.remove(at)?;
+        if let Some(n) = self.by_namespace.get_mut(&exec.run.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_namespace.remove(&exec.run.0);
+            }
+        }
+        Some(exec)
     }
 
-    /// Whether a step of another namespace than `namespace` waits (among the first
-    /// `scan`).
-    pub fn waiting_elsewhere(&self, namespace: &str, scan: usize) -> bool {
-        self.waiting.iter().take(scan).any(|e| e.run.0 != namespace)
+    /// Whether a step of another namespace than `namespace` waits.
+    pub fn waiting_elsewhere(&self, namespace: &str) -> bool {
+        let here = self.by_namespace.get(namespace).copied().unwrap_or(0);
+        self.waiting.len() > here
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec(namespace: &str, run: &str) -> StepExec {
+        StepExec {
+            run: (namespace.to_string(), run.to_string()),
+            step: "s".into(),
+            action: "a".into(),
+            input: Vec::new(),
+            queued_ms: 0,
+        }
+    }
+
+    #[test]
+    fn another_namespace_waiting_is_counted_as_steps_come_and_go() {
+        let mut q = StepQueue::default();
+        assert!(!q.waiting_elsewhere("a"));
+        q.push(exec("a", "1"));
+        q.push(exec("a", "2"));
+        assert!(!q.waiting_elsewhere("a"));
+        assert!(q.waiting_elsewhere("b"));
+        q.push(exec("b", "3"));
+        assert!(q.waiting_elsewhere("a"));
+        assert_eq!(q.remove(2).map(|e| e.run.1), Some("3".to_string()));
+        assert!(!q.waiting_elsewhere("a"));
+        q.remove(0);
+        q.remove(0);
+        assert!(q.is_empty());
+        assert!(!q.waiting_elsewhere("b"));
+        assert!(q.by_namespace.is_empty());
     }
 }
