@@ -777,3 +777,70 @@ fn block_waits_for_the_next_write_and_wait_for_existence() {
         2
     );
 }
+
+/// The CPUs each shard thread of server `pid` may run on (`Cpus_allowed_list`), by name.
+fn shard_cpus(pid: i32) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        // The executor threads (`flo-shard-N-M`), not their blocking pools (same name).
+        if !comm.starts_with("flo-shard-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        if let Some(cpus) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            found.push((comm.trim().to_string(), cpus.trim().to_string()));
+        }
+    }
+    found
+}
+
+/// By default the kernel places the shards' threads; `--pin-shards` gives each one CPU.
+/// Either way every shard serves.
+#[test]
+fn shards_run_where_the_kernel_puts_them_unless_pinned() {
+    let all_cpus = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Cpus_allowed_list:")
+                .map(|c| c.trim().to_string())
+        })
+        .unwrap();
+    for pinned in [false, true] {
+        let dir = temp_dir();
+        let args: &[&str] = if pinned { &["--pin-shards"] } else { &[] };
+        let server = TestServer::start(dir.path(), args);
+        let mut c = server.client();
+        for i in 0..40 {
+            put(&mut c, &format!("pin/{i}"), b"v");
+        }
+        assert!(
+            kv_keys_per_shard(&mut c).iter().all(|&n| n > 0),
+            "every shard holds keys"
+        );
+        let threads = shard_cpus(server.pid());
+        assert!(!threads.is_empty(), "no shard thread found");
+        for (name, cpus) in &threads {
+            // A pinned executor may run on one CPU (a blocking-pool thread of the same
+            // name keeps the process's CPUs).
+            if !pinned {
+                assert_eq!(cpus, &all_cpus, "{name} unpinned: {threads:?}");
+            }
+        }
+        if pinned {
+            assert!(
+                threads
+                    .iter()
+                    .any(|(_, cpus)| !cpus.contains(',') && !cpus.contains('-')),
+                "a pinned shard runs on one CPU: {threads:?}"
+            );
+        }
+    }
+}

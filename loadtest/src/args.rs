@@ -162,6 +162,14 @@ pub struct Args {
         help_heading = "Spawn options (with --spawn)"
     )]
     pub http: Option<String>,
+    /// Starts the spawned server with `--pin-shards` (each shard's thread on a CPU of its
+    /// own).
+    #[arg(
+        long,
+        requires = "spawn",
+        help_heading = "Spawn options (with --spawn)"
+    )]
+    pub pin_shards: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -54,6 +54,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                 .http
                 .clone()
                 .unwrap_or_else(|| spawn::HTTP_DEFAULT.to_string()),
+            pin_shards: args.pin_shards,
         };
         Some(spawn::Server::start(&opts)?)
     } else {

@@ -16,6 +16,8 @@ pub struct SpawnOptions {
     pub durability: &'static str,
     /// The server's `--http`: an address or `off`.
     pub http: String,
+    /// The server's `--pin-shards`.
+    pub pin_shards: bool,
 }
 
 /// The spawned server's HTTP port unless `--http` says otherwise: on, at any free port (so
@@ -64,6 +66,9 @@ impl Server {
         ];
         if let Some(shards) = opts.shards {
             args.extend(["--shards".into(), shards.to_string()]);
+        }
+        if opts.pin_shards {
+            args.push("--pin-shards".into());
         }
         // Its warnings and errors on our stderr, not its start and stop (unless RUST_LOG
         // asks for them).

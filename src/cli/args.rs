@@ -144,6 +144,12 @@ pub struct ServerArgs {
     /// Locked memory per shard for I/O buffers, in MiB (see README: ulimit -l).
     #[arg(long, default_value_t = 2)]
     pub io_memory_mb: usize,
+    /// Runs each shard's thread on a CPU of its own, for a machine whose cores are flo's
+    /// alone. Off by default: where the shards share their cores with other work (a load
+    /// generator, other services), a pinned shard stalled for seconds now and then (see
+    /// docs/operations.md, "Shard threads and CPUs").
+    #[arg(long)]
+    pub pin_shards: bool,
     /// Compiled WebAssembly modules kept for reuse (all shards), in MiB: beyond it the least
     /// recently used are dropped and compiled again when next used (0: none is kept).
     #[arg(long, default_value_t = flo_runtime::MODULE_CACHE_BYTES_DEFAULT >> 20,

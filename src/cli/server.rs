@@ -61,6 +61,7 @@ fn serve(args: &ServerArgs) -> Result<(), CliError> {
         release_memory: crate::release_memory,
         snapshot_bytes: args.snapshot_bytes.max(flo_runtime::SEGMENT_BYTES_MIN),
         io_memory_bytes: args.io_memory_mb.max(1) << 20,
+        pin_shards: args.pin_shards,
         module_cache_bytes: args.module_cache_mb << 20,
         test_clock: args.test_clock,
         fault_disk_capacity_file: args.fault_disk_capacity_file.clone(),

@@ -466,7 +466,11 @@ pub fn run_server(
             console: console_receivers[s as usize].take(),
             webhooks,
         };
-        let builder = LocalExecutorBuilder::new(Placement::Fixed(cpus[s as usize % cpus.len()]))
+        let placement = match config.pin_shards {
+            true => Placement::Fixed(cpus[s as usize % cpus.len()]),
+            false => Placement::Unbound,
+        };
+        let builder = LocalExecutorBuilder::new(placement)
             .name(&format!("flo-shard-{s}"))
             .io_memory(config.io_memory_bytes)
             // Poll the network at least this often even while tasks (a guest yielding

@@ -31,6 +31,9 @@ pub struct ServerConfig {
     pub frame_deadline_ms: u64,
     /// Locked memory per shard for storage I/O buffers (glommio `io_memory`).
     pub io_memory_bytes: usize,
+    /// Each shard's thread runs on one CPU of its own (`--pin-shards`); otherwise the
+    /// kernel places the shards' threads (and their I/O workers) where it sees fit.
+    pub pin_shards: bool,
     /// Compiled WebAssembly modules kept for reuse (all shards): beyond this, the least
     /// recently used are dropped and compiled again when next used.
     pub module_cache_bytes: u64,
