@@ -209,6 +209,21 @@ fn picky_guest() -> String {
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
+/// Each key of `keys` comes to hold `value-of:KEY` (within 5 s: writes to another shard are
+/// forwarded after the completion), written once (version 1).
+fn assert_guest_writes_applied_once(c: &mut Client, keys: &[String], when: &str) {
+    for key in keys {
+        let want = format!("value-of:{key}");
+        assert!(
+            wait_until(Duration::from_secs(5), || kv_value(c, key).as_deref()
+                == Some(want.as_str())),
+            "guest write of {key} not visible{when}: {:?}",
+            kv_value(c, key)
+        );
+        assert_eq!(c.kv_get(key).unwrap().unwrap().version, 1, "{key}");
+    }
+}
+
 fn wasm_spec(name: &str, wat: &str) -> ActionSpec {
     ActionSpec {
         namespace: String::new(),
@@ -529,16 +544,7 @@ fn guest_kv_writes_reads_and_deletes_reach_every_shard() {
     }
     assert!(remote_writes > 0, "some writes crossed shards");
     // Writes to the other shard are forwarded after the completion: give them a moment.
-    for key in &keys {
-        let want = format!("value-of:{key}");
-        assert!(
-            wait_until(Duration::from_secs(5), || kv_value(&mut c, key).as_deref()
-                == Some(want.as_str())),
-            "guest write of {key} not visible: {:?}",
-            kv_value(&mut c, key)
-        );
-        assert_eq!(c.kv_get(key).unwrap().unwrap().version, 1);
-    }
+    assert_guest_writes_applied_once(&mut c, &keys, "");
     assert_eq!(
         cli_ok(&addr, &["kv", "get", &keys[0]]),
         format!("value-of:{}\n", keys[0])
@@ -2794,14 +2800,5 @@ fn a_workflow_steps_guest_kv_writes_reach_every_shard_once_across_kill_9() {
 
     let server = TestServer::start(dir.path(), &["--shards", "2"]);
     let mut c = server.client();
-    for key in &keys {
-        let want = format!("value-of:{key}");
-        assert!(
-            wait_until(Duration::from_secs(5), || kv_value(&mut c, key).as_deref()
-                == Some(want.as_str())),
-            "guest write of {key} not visible after the restart: {:?}",
-            kv_value(&mut c, key)
-        );
-        assert_eq!(c.kv_get(key).unwrap().unwrap().version, 1, "{key}");
-    }
+    assert_guest_writes_applied_once(&mut c, &keys, " after the restart");
 }
