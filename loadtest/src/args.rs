@@ -91,6 +91,10 @@ pub struct Args {
     /// true`), so the run's state is not touched (to measure what the state costs).
     #[arg(long)]
     pub skip_output_mapping: bool,
+    /// `wasm-invoke`, `workflow`, `mixed`: the action's module opts in to instance reuse
+    /// (exports `flo_reuse_instance`), so that its executions run in kept instances.
+    #[arg(long)]
+    pub reuse_instances: bool,
 
     /// The interval of the `schedule` workload's schedules, in milliseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]

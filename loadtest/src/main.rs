@@ -94,19 +94,23 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     };
     match args.workload {
         Workload::KvPut => {}
-        Workload::WasmInvoke => workload::register_wasm_action(&addr, token, &args.namespace)?,
+        Workload::WasmInvoke => {
+            workload::register_wasm_action_as(&addr, token, &args.namespace, args.reuse_instances)?
+        }
         Workload::Workflow => workload::create_workflow(
             &addr,
             token,
             &args.namespace,
             args.fork,
             args.skip_output_mapping,
+            args.reuse_instances,
         )?,
         Workload::WorkflowWorker => {
             workload::create_worker_workflow(&addr, token, &args.namespace, &args.action_name)?
         }
         Workload::Mixed => {
-            workload::create_workflow(&addr, token, &args.namespace, false, false)?;
+            let reuse = args.reuse_instances;
+            workload::create_workflow(&addr, token, &args.namespace, false, false, reuse)?;
             workload::register_user_action(&addr, token, &args.namespace, &args.action_name)?
         }
         Workload::Worker => {

@@ -207,6 +207,22 @@ pub fn register_wasm_action(
     token: Option<&str>,
     namespace: &str,
 ) -> Result<(), String> {
+    register_wasm_action_as(addr, token, namespace, false)
+}
+
+/// [`register_wasm_action`]; `reuse`: its module opts in to instance reuse.
+pub fn register_wasm_action_as(
+    addr: &str,
+    token: Option<&str>,
+    namespace: &str,
+    reuse: bool,
+) -> Result<(), String> {
+    let guest = flo_testkit::guests::fixed_guest(WASM_ACTION_OUTPUT);
+    let guest = if reuse {
+        flo_testkit::guests::reusable(&guest)
+    } else {
+        guest
+    };
     let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);
@@ -214,7 +230,7 @@ pub fn register_wasm_action(
         namespace: namespace.into(),
         name: WASM_ACTION.into(),
         kind: ActionKind::Wasm,
-        wasm: Some(flo_testkit::guests::fixed_guest(WASM_ACTION_OUTPUT).into_bytes()),
+        wasm: Some(guest.into_bytes()),
         timeout_ms: Some(5_000),
         max_retries: Some(0),
         retry_delay_ms: None,
@@ -452,15 +468,16 @@ steps:
 
 /// Registers the action and creates the workflow `workflow` needs (`fork`: the 1 → 3 → 1
 /// fork and join instead of three steps in a row; `skip_output_mapping`: no step merges its
-/// output into the run's state).
+/// output into the run's state; `reuse`: the action's module opts in to instance reuse).
 pub fn create_workflow(
     addr: &str,
     token: Option<&str>,
     namespace: &str,
     fork: bool,
     skip_output_mapping: bool,
+    reuse: bool,
 ) -> Result<(), String> {
-    register_wasm_action(addr, token, namespace)?;
+    register_wasm_action_as(addr, token, namespace, reuse)?;
     let mut client = flo::Client::connect_as(addr, token)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?
         .with_namespace(namespace);

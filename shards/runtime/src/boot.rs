@@ -427,7 +427,9 @@ pub fn run_server(
 
     let cpus = allowed_cpus();
     let wasm_engine = WasmEngine::new(WasmConfig {
-        max_instances: meta.shards * config.limits.wasm_slots as u32 + 4,
+        // Per shard: its executions, and as many idle instances of modules that opt in to
+        // reuse; a few more for compile-time trials.
+        max_instances: meta.shards * config.limits.wasm_slots as u32 * 2 + 4,
         memory_limit_bytes_max: u64::from(flo_engine::MEMORY_LIMIT_MB_MAX) << 20,
     })
     .map_err(|e| ServerError::Shard {
@@ -914,6 +916,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let wasm = Rc::new(WasmPool::new(
         boot.wasm_engine.clone(),
         boot.wasm_modules.clone(),
+        boot.config.limits.wasm_slots as usize,
         inbox.clone(),
         boot.metrics.clone(),
     ));

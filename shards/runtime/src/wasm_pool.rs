@@ -1,7 +1,8 @@
 //! Performs the engine's WebAssembly effects: compiles modules (once per content, kept in one
 //! cache for every shard, bounded by bytes) and runs executions as tasks, each with a stop
 //! signal the engine can pull (`Effect::StopExecution`). A guest's KV reads go to the engine
-//! as inputs; results come back as `Input::Executed`.
+//! as inputs; results come back as `Input::Executed`. Modules that opt in to instance reuse
+//! keep up to one idle instance per execution slot, per action version.
 
 use crate::inbox::Inbox;
 use crate::metrics::{EXEC_RESULTS, FAILURE_REASONS, ShardMetrics};
@@ -9,7 +10,9 @@ use crate::module_cache::LruBytes;
 use ahash::AHashMap as HashMap;
 use flo_engine::{ExecFailure, ExecResult, Execution, Input};
 use flo_protocol::ModuleCacheInfo;
-use flo_wasm::{ExecLimits, GuestError, GuestKv, KvRead, StopSignal, WasmEngine, WasmModule};
+use flo_wasm::{
+    ExecLimits, GuestError, GuestKv, KvRead, StopSignal, WarmInstances, WasmEngine, WasmModule,
+};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -36,6 +39,8 @@ pub(crate) struct WasmPool {
     /// so that an execution hashes its module's bytes only when the version changed. One
     /// entry per action name (executions always use the registered version).
     local: RefCell<HashMap<(String, String), (u32, u128)>>,
+    /// Idle instances of modules that opt in to reuse (at most one per execution slot).
+    warm: WarmInstances,
     /// Executions in progress: exec → its stop signal.
     running: RefCell<HashMap<u64, StopSignal>>,
     /// Guest reads waiting for the engine's answer: (exec, read) → where it goes.
@@ -62,12 +67,14 @@ impl WasmPool {
     pub fn new(
         engine: WasmEngine,
         shared: SharedModules,
+        slots: usize,
         inbox: Rc<Inbox>,
         metrics: Arc<ShardMetrics>,
     ) -> Self {
         WasmPool {
             engine,
             shared,
+            warm: WarmInstances::new(slots),
             local: RefCell::new(HashMap::new()),
             running: RefCell::new(HashMap::new()),
             reads: RefCell::new(HashMap::new()),
@@ -167,8 +174,11 @@ impl WasmPool {
                         timeout_ms: x.timeout_ms,
                         memory_limit_bytes: x.memory_limit_bytes,
                     };
+                    // Instances serve one action version only: re-registering resets them.
+                    let scope = format!("{}\0{}\0{}", x.namespace, x.action, x.version);
                     let r = module
-                        .execute_entrypoint(
+                        .execute_kept(
+                            Some((&pool.warm, &scope)),
                             &x.entrypoint,
                             &x.input,
                             x.run_state.take(),
@@ -181,7 +191,7 @@ impl WasmPool {
                     let error = r.output.as_ref().err();
                     let reason = error.and_then(failure_reason);
                     pool.metrics
-                        .execution(exec_result(error), reason, elapsed_ns);
+                        .execution(exec_result(error), reason, elapsed_ns, r.reused);
                     ExecResult {
                         output: r.output.map_err(failure),
                         outcome: r.outcome,
@@ -193,7 +203,8 @@ impl WasmPool {
                 Err(message) => {
                     let elapsed_ns = started.elapsed().as_nanos() as u64;
                     let reason = failure_reason(&GuestError::Instantiate(String::new()));
-                    pool.metrics.execution(EXEC_FAILED, reason, elapsed_ns);
+                    pool.metrics
+                        .execution(EXEC_FAILED, reason, elapsed_ns, false);
                     ExecResult::failed(failure(GuestError::Instantiate(message)))
                 }
             };

@@ -1,31 +1,30 @@
-//! One execution: a fresh store and instance, the guest calls, and the mapping of everything
-//! that can go wrong to a [`GuestError`].
+//! One execution: a store and instance (fresh, or kept from the last execution of a module
+//! that opts in to reuse), the guest calls, and the mapping of everything that can go wrong
+//! to a [`GuestError`].
 
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wasmtime::{Extern, Instance, Memory, ModuleExport, Store, Trap, UpdateDeadline};
 
-use super::host::{HostState, HostTrap, LogSink, guest_range};
+use super::host::{HostState, HostTrap, LogSink, NoKv, guest_range};
 use super::stop::StopSignal;
 use super::stop::lock;
 use super::timer::{Cut, WithDeadline};
 use super::{
     COMPILE_TRIAL_TIMEOUT_MS, ExecLimits, ExecResult, GuestError, GuestKv, MAX_DESCRIBE_BYTES,
-    ModuleInner, WasmError, error_text,
+    ModuleInner, WarmInstances, WasmError, error_text,
 };
 
 /// What to call after instantiation.
+#[derive(Clone, Copy)]
 pub(crate) enum Call<'a> {
     /// `init` (if exported), then `entrypoint(input)` (`handle` unless the action names
     /// another export).
     Handle {
         entrypoint: &'a str,
         input: &'a [u8],
-        /// A workflow step's run state (JSON), for `flo.state_get` / `state_set`.
-        run_state: Option<Vec<u8>>,
     },
     /// `init` (if exported), then `describe()`.
     Describe,
@@ -56,15 +55,6 @@ impl Phase<'_> {
     }
 }
 
-/// Reads nothing: the KV seen by compile-time trials.
-struct NoKv;
-
-impl GuestKv for NoKv {
-    fn get(&self, _key: &str) -> Pin<Box<dyn std::future::Future<Output = crate::KvRead>>> {
-        Box::pin(std::future::ready(Ok(None)))
-    }
-}
-
 /// The compile-time trial: instantiate (and `init` + `describe` when `describe` is exported).
 /// Returns the describe text.
 pub(crate) fn trial(module: &ModuleInner) -> Result<Option<String>, WasmError> {
@@ -79,7 +69,8 @@ pub(crate) fn trial(module: &ModuleInner) -> Result<Option<String>, WasmError> {
         Call::Instantiate
     };
     let stop = StopSignal::default();
-    let result = futures_lite::future::block_on(run(module, call, Rc::new(NoKv), limits, &stop));
+    let result =
+        futures_lite::future::block_on(run(module, call, None, Rc::new(NoKv), limits, &stop, None));
     match result.output {
         Ok(_) if !describe => Ok(None),
         Ok(bytes) => {
@@ -101,41 +92,117 @@ pub(crate) fn trial(module: &ModuleInner) -> Result<Option<String>, WasmError> {
     }
 }
 
+/// An instance kept for the next execution of a module that opts in to reuse: its store,
+/// holding the guest's memory and globals as the last execution left them.
+pub(crate) struct Warm {
+    store: Store<HostState>,
+    instance: Instance,
+    memory: Memory,
+}
+
+/// Where a module that opts in to reuse keeps its idle instances, and under which name
+/// (instances never serve another scope).
+#[derive(Clone, Copy)]
+pub(crate) struct Keep<'a> {
+    pub instances: &'a WarmInstances,
+    pub scope: &'a str,
+    pub module: &'a Arc<ModuleInner>,
+}
+
 /// Runs one execution to completion (or to its deadline, or until `stop` is set).
+/// `run_state`: a workflow step's run state (JSON), for `flo.state_get` / `state_set`.
+/// `keep`: where a module that opts in to reuse takes an idle instance from and leaves it
+/// after a successful execution; an execution that ran out of memory in a used instance
+/// runs again in a fresh one (a fresh instance is what it is owed).
 pub(crate) async fn run(
     module: &ModuleInner,
-    mut call: Call<'_>,
+    call: Call<'_>,
+    mut run_state: Option<Vec<u8>>,
     kv: Rc<dyn GuestKv>,
     limits: ExecLimits,
     stop: &StopSignal,
+    keep: Option<Keep<'_>>,
 ) -> ExecResult {
+    let memory_limit = limits
+        .memory_limit_bytes
+        .min(module.engine.memory_limit_max);
+    let keep = keep.filter(|_| module.exports.reuse);
+    let mut warm = keep.and_then(|k| k.instances.take(k.module, k.scope, memory_limit));
+    loop {
+        let reused = warm.is_some();
+        let (mut result, back, state_back) = once(
+            module,
+            call,
+            run_state,
+            kv.clone(),
+            limits,
+            memory_limit,
+            stop,
+            warm.take(),
+            keep.is_some(),
+        )
+        .await;
+        if reused && matches!(result.output, Err(GuestError::MemoryLimit { .. })) {
+            run_state = state_back;
+            continue;
+        }
+        if let (Some(back), Some(k)) = (back, keep) {
+            k.instances.put(k.module, k.scope, memory_limit, back);
+        }
+        result.reused = reused;
+        return result;
+    }
+}
+
+/// One attempt of [`run`], in `warm` or in a fresh instance; what it produced, the
+/// instance to keep (when `keep` and the instance can serve again) and the run state
+/// lent to it.
+#[allow(clippy::too_many_arguments)]
+async fn once(
+    module: &ModuleInner,
+    call: Call<'_>,
+    run_state: Option<Vec<u8>>,
+    kv: Rc<dyn GuestKv>,
+    limits: ExecLimits,
+    memory_limit: u64,
+    stop: &StopSignal,
+    warm: Option<Warm>,
+    keep: bool,
+) -> (ExecResult, Option<Warm>, Option<Vec<u8>>) {
     let engine = &module.engine;
     let start = Instant::now();
     let deadline = start
         .checked_add(Duration::from_millis(limits.timeout_ms))
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
-    let memory_limit = limits.memory_limit_bytes.min(engine.memory_limit_max);
-    let logs = Arc::new(Mutex::new(LogSink::default()));
-    let run_state = match &mut call {
-        Call::Handle { run_state, .. } => run_state.take(),
-        Call::Describe | Call::Instantiate => None,
+    let (logs, begin) = match warm {
+        Some(mut warm) => {
+            warm.store
+                .data_mut()
+                .begin(kv, run_state, deadline, stop.clone());
+            (warm.store.data().logs.clone(), Begin::Warm(warm))
+        }
+        None => {
+            let logs = Arc::new(Mutex::new(LogSink::default()));
+            let state = HostState::new(
+                kv,
+                run_state,
+                logs.clone(),
+                usize::try_from(memory_limit).unwrap_or(usize::MAX),
+                deadline,
+                engine.timers.clone(),
+                stop.clone(),
+            );
+            (logs, Begin::Fresh(state))
+        }
     };
-    let state = HostState::new(
-        kv,
-        run_state,
-        logs.clone(),
-        usize::try_from(memory_limit).unwrap_or(usize::MAX),
-        deadline,
-        engine.timers.clone(),
-        stop.clone(),
-    );
     let finished = WithDeadline {
         inner: Box::pin(run_in_store(
             module,
             call,
-            state,
+            begin,
             memory_limit,
             limits.timeout_ms,
+            keep,
         )),
         sleep: engine.timers.sleep_until(deadline),
         stop: stop.clone(),
@@ -143,29 +210,59 @@ pub(crate) async fn run(
     .await;
     let logs = lock(&logs).finish();
     match finished {
-        Ok((Ok(output), outcome, kv_writes, state_patch)) => ExecResult {
+        Ok(Finished {
             output: Ok(output),
             outcome,
-            kv_writes,
-            logs,
-            state_patch: state_patch.map(|p| serde_json::Value::Object(p).to_string().into_bytes()),
-        },
+            writes,
+            state_patch,
+            warm,
+            run_state,
+        }) => (
+            ExecResult {
+                output: Ok(output),
+                outcome,
+                kv_writes: writes,
+                logs,
+                state_patch: state_patch
+                    .map(|p| serde_json::Value::Object(p).to_string().into_bytes()),
+                reused: false,
+            },
+            warm,
+            run_state,
+        ),
         // A failure the guest reported (-3) keeps the name it gave (`flo.outcome`): the
         // failure's error code (an inline plan's `errors:` classify it).
-        Ok((Err(GuestError::ExecutionError), outcome, ..)) => ExecResult {
+        Ok(Finished {
+            output: Err(GuestError::ExecutionError),
             outcome,
-            ..failed(GuestError::ExecutionError, logs)
-        },
-        Ok((Err(e), ..)) => failed(e, logs),
+            run_state,
+            ..
+        }) => (
+            ExecResult {
+                outcome,
+                ..failed(GuestError::ExecutionError, logs)
+            },
+            None,
+            run_state,
+        ),
+        Ok(Finished {
+            output: Err(e),
+            run_state,
+            ..
+        }) => (failed(e, logs), None, run_state),
         // Cut off while waiting on the host (a kv read, a sleep) or between two ticks of
         // wasm code: the store was dropped, with the guest's buffered writes.
-        Err(Cut::Deadline) => failed(
-            GuestError::Timeout {
-                timeout_ms: limits.timeout_ms,
-            },
-            logs,
+        Err(Cut::Deadline) => (
+            failed(
+                GuestError::Timeout {
+                    timeout_ms: limits.timeout_ms,
+                },
+                logs,
+            ),
+            None,
+            None,
         ),
-        Err(Cut::Stopped) => failed(GuestError::Cancelled, logs),
+        Err(Cut::Stopped) => (failed(GuestError::Cancelled, logs), None, None),
     }
 }
 
@@ -176,26 +273,31 @@ fn failed(e: GuestError, logs: Vec<(u8, String)>) -> ExecResult {
         kv_writes: Vec::new(),
         logs,
         state_patch: None,
+        reused: false,
     }
 }
 
-type StoreOutput = (
-    Result<Vec<u8>, GuestError>,
-    Option<String>,
-    Vec<(String, Option<Vec<u8>>)>,
-    Option<serde_json::Map<String, serde_json::Value>>,
-);
+/// How an attempt starts: in a kept instance, or in a new store.
+enum Begin {
+    Warm(Warm),
+    Fresh(HostState),
+}
 
-async fn run_in_store(
-    module: &ModuleInner,
-    call: Call<'_>,
-    state: HostState,
-    memory_limit: u64,
-    timeout_ms: u64,
-) -> StoreOutput {
+/// What the guest left in its store once its calls ended.
+struct Finished {
+    output: Result<Vec<u8>, GuestError>,
+    outcome: Option<String>,
+    writes: Vec<(String, Option<Vec<u8>>)>,
+    state_patch: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The instance, when it is to be kept and can serve again.
+    warm: Option<Warm>,
+    /// The run state the store was lent.
+    run_state: Option<Vec<u8>>,
+}
+
+fn new_store(module: &ModuleInner, state: HostState) -> Store<HostState> {
     let mut store = Store::new(&module.engine.engine, state);
     store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut ctx| {
         let state = ctx.data_mut();
         if state.stop.is_stopped() {
@@ -208,8 +310,36 @@ async fn run_in_store(
         }
         Ok(UpdateDeadline::Yield(1))
     });
-    let result = guest_calls(&mut store, module, call).await;
-    let state = store.into_data();
+    store
+}
+
+async fn run_in_store(
+    module: &ModuleInner,
+    call: Call<'_>,
+    begin: Begin,
+    memory_limit: u64,
+    timeout_ms: u64,
+    keep: bool,
+) -> Finished {
+    let (mut store, handles) = match begin {
+        Begin::Warm(warm) => (warm.store, Some((warm.instance, warm.memory))),
+        Begin::Fresh(state) => (new_store(module, state), None),
+    };
+    store.set_epoch_deadline(1);
+    let handles = match handles {
+        Some(handles) => Ok(handles),
+        None => instantiate(&mut store, module, call).await,
+    };
+    let (result, handles) = match handles {
+        Ok((instance, memory)) => {
+            match guest_calls(&mut store, module, instance, memory, call, keep).await {
+                Ok((output, usable)) => (Ok(output), usable.then_some((instance, memory))),
+                Err(e) => (Err(e), None),
+            }
+        }
+        Err(e) => (Err(e), None),
+    };
+    let state = store.data_mut();
     let result = match result {
         Ok(output) => Ok(output),
         Err(_) if state.stopped => Err(GuestError::Cancelled),
@@ -221,15 +351,38 @@ async fn run_in_store(
         Err(e) => Err(e),
     };
     // A failed execution has no effects: its state fields are dropped with its writes.
-    let patch = state.state_patch.filter(|_| result.is_ok());
-    (result, state.outcome, state.writes, patch)
+    let state_patch = state.state_patch.take().filter(|_| result.is_ok());
+    let outcome = state.outcome.take();
+    let writes = std::mem::take(&mut state.writes);
+    let run_state = state.release();
+    // An instance whose memory has grown past half its limit is let go: the next execution
+    // gets a fresh one with all of its room.
+    let warm = handles
+        .filter(|(_, memory)| {
+            keep && result.is_ok() && (memory.data_size(&store) as u64) <= memory_limit / 2
+        })
+        .map(|(instance, memory)| Warm {
+            store,
+            instance,
+            memory,
+        });
+    Finished {
+        output: result,
+        outcome,
+        writes,
+        state_patch,
+        warm,
+        run_state,
+    }
 }
 
-async fn guest_calls(
+/// Instantiates the module in `store` and, unless `call` is only the instantiation, calls
+/// `init` (if exported).
+async fn instantiate(
     store: &mut Store<HostState>,
     module: &ModuleInner,
     call: Call<'_>,
-) -> Result<Vec<u8>, GuestError> {
+) -> Result<(Instance, Memory), GuestError> {
     let exports = &module.exports;
     let instance = module
         .pre
@@ -241,9 +394,8 @@ async fn guest_calls(
         .ok_or_else(|| GuestError::Instantiate("export `memory` not found".into()))?;
     store.data_mut().memory = Some(memory);
     if matches!(call, Call::Instantiate) {
-        return Ok(Vec::new());
+        return Ok((instance, memory));
     }
-
     if let Some(init) = &exports.init {
         let init = typed::<(), i32>(store, &instance, init, "init")?;
         let code = init
@@ -254,7 +406,21 @@ async fn guest_calls(
             return Err(GuestError::InitFailed(code));
         }
     }
+    Ok((instance, memory))
+}
 
+/// Calls the entrypoint (or `describe`) of an instantiated guest. With `tidy` (the
+/// instance is to serve again) the input and output are handed back to the guest's
+/// `dealloc` (if exported); the flag returned says whether the instance can serve again.
+async fn guest_calls(
+    store: &mut Store<HostState>,
+    module: &ModuleInner,
+    instance: Instance,
+    memory: Memory,
+    call: Call<'_>,
+    tidy: bool,
+) -> Result<(Vec<u8>, bool), GuestError> {
+    let exports = &module.exports;
     match call {
         Call::Handle {
             entrypoint, input, ..
@@ -283,17 +449,19 @@ async fn guest_calls(
                 .call_async(&mut *store, (ptr, len))
                 .await
                 .map_err(|e| guest_error(e, Phase::Handle(entrypoint)))?;
-            match packed {
+            let output = match packed {
                 -1 => Err(GuestError::InvalidInput),
                 -2 => Err(GuestError::AllocationFailed),
                 -3 => Err(GuestError::ExecutionError),
                 code if code < 0 => Err(GuestError::Code(code)),
                 packed => read_packed(store, memory, packed, "output"),
-            }
+            }?;
+            let usable = !tidy || tidy_up(store, module, instance, packed, (ptr, len)).await;
+            Ok((output, usable))
         }
         Call::Describe => {
             let Some(describe) = &exports.describe else {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), false));
             };
             let describe = typed::<(), i64>(store, &instance, describe, "describe")?;
             let packed = describe
@@ -303,10 +471,35 @@ async fn guest_calls(
             if packed < 0 {
                 return Err(GuestError::Code(packed));
             }
-            read_packed(store, memory, packed, "describe text")
+            Ok((read_packed(store, memory, packed, "describe text")?, false))
         }
-        Call::Instantiate => Ok(Vec::new()),
+        Call::Instantiate => Ok((Vec::new(), false)),
     }
+}
+
+/// Hands an execution's output (`packed`) and input (`ptr`, `len`) back to the guest's
+/// `dealloc`, if it exports one, so that an instance that serves again does not fill up.
+/// False if the guest failed there (the instance is then let go; the output stands).
+async fn tidy_up(
+    store: &mut Store<HostState>,
+    module: &ModuleInner,
+    instance: Instance,
+    packed: i64,
+    input: (i32, i32),
+) -> bool {
+    let Some(dealloc) = &module.exports.dealloc else {
+        return true;
+    };
+    let Ok(dealloc) = typed::<(i32, i32), ()>(store, &instance, dealloc, "dealloc") else {
+        return false;
+    };
+    let output = ((packed >> 32) as i32, packed as i32);
+    for (ptr, len) in [output, input] {
+        if ptr != 0 && dealloc.call_async(&mut *store, (ptr, len)).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 fn get(store: &mut Store<HostState>, instance: &Instance, export: &ModuleExport) -> Option<Extern> {

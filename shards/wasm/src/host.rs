@@ -188,6 +188,15 @@ fn truncated_text(bytes: &[u8]) -> String {
     text
 }
 
+/// Reads nothing: the KV of compile-time trials and of kept stores between executions.
+pub(crate) struct NoKv;
+
+impl GuestKv for NoKv {
+    fn get(&self, _key: &str) -> Pin<Box<dyn std::future::Future<Output = crate::KvRead>>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+}
+
 /// The store data of one execution.
 pub(crate) struct HostState {
     pub limiter: Limiter,
@@ -248,6 +257,39 @@ impl HostState {
             stopped: false,
             timers,
         }
+    }
+
+    /// Makes a kept store ready for its next execution: everything the last one left
+    /// (writes, outcome, state fields, logs, flags) is cleared; the guest's memory, the WASI
+    /// context and the limits stay.
+    pub fn begin(
+        &mut self,
+        kv: Rc<dyn GuestKv>,
+        run_state: Option<Vec<u8>>,
+        deadline: Instant,
+        stop: StopSignal,
+    ) {
+        self.limiter.memory_denied = false;
+        self.kv = SendWrapper::new(kv);
+        self.writes.clear();
+        self.write_bytes = 0;
+        self.latest.clear();
+        self.outcome = None;
+        self.run_state = run_state;
+        self.state_patch = None;
+        self.state_patch_bytes = 0;
+        *lock(&self.logs) = LogSink::default();
+        self.deadline = deadline;
+        self.timed_out = false;
+        self.stop = stop;
+        self.stopped = false;
+    }
+
+    /// Lets go of what an execution lent the store (its KV reader, its run state), so that
+    /// a kept store holds nothing of its caller.
+    pub fn release(&mut self) -> Option<Vec<u8>> {
+        self.kv = SendWrapper::new(Rc::new(NoKv));
+        self.run_state.take()
     }
 
     fn buffer_write(&mut self, key: String, value: Option<Vec<u8>>) -> wasmtime::Result<i32> {

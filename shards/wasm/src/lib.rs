@@ -15,6 +15,8 @@
 //! - [`WasmModule::execute`] instantiates a fresh instance (nothing survives between
 //!   executions), calls `init` if exported, copies the input in through `alloc`, calls
 //!   `handle`, and copies the output out. `dealloc` is never called: the instance is discarded.
+//!   A module that opts in (export `flo_reuse_instance`) may instead run in an instance kept
+//!   from its last execution ([`WarmInstances`], [`WasmModule::execute_kept`]).
 //!
 //! # ABI (spec `flo-actions.md`, "WASM Actions")
 //! Guest exports: `memory` (32-bit, not shared); `handle(ptr: i32, len: i32) -> i64` returning
@@ -157,6 +159,8 @@ pub struct ExecResult {
     /// A workflow step's execution: the fields the guest set in its run's state through
     /// `flo.state_set` (a JSON object), None if it set none or failed.
     pub state_patch: Option<Vec<u8>>,
+    /// It ran in an instance kept from an earlier execution ([`WarmInstances`]).
+    pub reused: bool,
 }
 
 /// Why an execution produced no output. Messages are meant for people.
@@ -453,12 +457,115 @@ impl WasmModule {
         limits: ExecLimits,
         stop: &StopSignal,
     ) -> ExecResult {
-        let call = exec::Call::Handle {
-            entrypoint,
-            input,
-            run_state,
-        };
-        exec::run(&self.inner, call, kv, limits, stop).await
+        self.execute_kept(None, entrypoint, input, run_state, kv, limits, stop)
+            .await
+    }
+
+    /// Whether the module opts in to instance reuse (it exports `flo_reuse_instance`).
+    pub fn reuses_instances(&self) -> bool {
+        self.inner.exports.reuse
+    }
+
+    /// [`execute_entrypoint`](Self::execute_entrypoint); when the module opts in to reuse
+    /// and `keep` names where (`kept`, `scope`), the execution takes an idle instance of
+    /// this module and scope from `kept` (else a fresh one) and leaves it there after a
+    /// success. See [`WarmInstances`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn execute_kept(
+        &self,
+        keep: Option<(&WarmInstances, &str)>,
+        entrypoint: &str,
+        input: &[u8],
+        run_state: Option<Vec<u8>>,
+        kv: Rc<dyn GuestKv>,
+        limits: ExecLimits,
+        stop: &StopSignal,
+    ) -> ExecResult {
+        let call = exec::Call::Handle { entrypoint, input };
+        let keep = keep.map(|(instances, scope)| exec::Keep {
+            instances,
+            scope,
+            module: &self.inner,
+        });
+        exec::run(&self.inner, call, run_state, kv, limits, stop, keep).await
+    }
+}
+
+/// Idle instances of modules that opt in to reuse, kept between executions on one thread
+/// (a shard keeps one of these; its store never leaves the thread).
+///
+/// A module opts in by exporting a function `flo_reuse_instance` (no parameters, no
+/// results; never called). Its instance then serves execution after execution of the same
+/// scope (the caller's name for who may share it, e.g. a namespace and action): `init` runs
+/// once per instance, the guest's memory and globals carry over, the input and output are
+/// handed to `dealloc` (if exported) after each execution. An instance is let go after an
+/// execution that failed in any way (trap, error code, timeout, stop), once its memory has
+/// grown past half its limit, and when more than `capacity` are idle (the least recently
+/// used first); an execution that runs out of memory in a used instance runs again in a fresh
+/// one. Each idle instance holds one of the engine's pooling slots.
+pub struct WarmInstances {
+    idle: std::cell::RefCell<std::collections::VecDeque<Idle>>,
+    capacity: usize,
+}
+
+struct Idle {
+    scope: Box<str>,
+    module: Arc<ModuleInner>,
+    memory_limit: u64,
+    warm: exec::Warm,
+}
+
+impl WarmInstances {
+    /// Keeps at most `capacity` idle instances.
+    pub fn new(capacity: usize) -> Self {
+        WarmInstances {
+            idle: Default::default(),
+            capacity,
+        }
+    }
+
+    /// Idle instances kept now.
+    pub fn len(&self) -> usize {
+        self.idle.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Lets every idle instance go.
+    pub fn clear(&self) {
+        self.idle.borrow_mut().clear();
+    }
+
+    /// The most recently used idle instance of `module` for `scope` and `memory_limit`.
+    fn take(
+        &self,
+        module: &Arc<ModuleInner>,
+        scope: &str,
+        memory_limit: u64,
+    ) -> Option<exec::Warm> {
+        let mut idle = self.idle.borrow_mut();
+        let at = idle.iter().rposition(|i| {
+            Arc::ptr_eq(&i.module, module) && i.memory_limit == memory_limit && &*i.scope == scope
+        })?;
+        idle.remove(at).map(|i| i.warm)
+    }
+
+    fn put(&self, module: &Arc<ModuleInner>, scope: &str, memory_limit: u64, warm: exec::Warm) {
+        if self.capacity == 0 {
+            return;
+        }
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() >= self.capacity {
+            idle.pop_front();
+        }
+        idle.push_back(Idle {
+            scope: scope.into(),
+            module: module.clone(),
+            memory_limit,
+            warm,
+        });
     }
 }
 

@@ -13,7 +13,14 @@ pub(crate) struct Exports {
     pub alloc: ModuleExport,
     pub init: Option<ModuleExport>,
     pub describe: Option<ModuleExport>,
+    pub dealloc: Option<ModuleExport>,
+    /// The module exports [`REUSE_EXPORT`]: its instances may serve several executions.
+    pub reuse: bool,
 }
+
+/// The export by which a module opts in to instance reuse (a function taking and returning
+/// nothing; never called).
+pub const REUSE_EXPORT: &str = "flo_reuse_instance";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Ty {
@@ -102,6 +109,7 @@ const ALLOC: Sig = Sig(&[I32], &[I32]);
 const DEALLOC: Sig = Sig(&[I32, I32], &[]);
 const INIT: Sig = Sig(&[], &[I32]);
 const DESCRIBE: Sig = Sig(&[], &[I64]);
+const REUSE: Sig = Sig(&[], &[]);
 
 /// Checks imports and exports (and the export `entrypoint`, when given); collects every
 /// problem into one message.
@@ -189,9 +197,10 @@ pub(crate) fn check(
         func(entrypoint, &HANDLE, true);
     }
     let alloc = func("alloc", &ALLOC, true);
-    func("dealloc", &DEALLOC, false);
+    let dealloc = func("dealloc", &DEALLOC, false);
     let init = func("init", &INIT, false);
     let describe = func("describe", &DESCRIBE, false);
+    let reuse = func(REUSE_EXPORT, &REUSE, false).is_some();
 
     let memory = match export("memory") {
         Some((ExternType::Memory(mt), Some(index))) => {
@@ -232,6 +241,8 @@ pub(crate) fn check(
             alloc,
             init,
             describe,
+            dealloc,
+            reuse,
         }),
         _ => Err(WasmError::Invalid(problems.join("; "))),
     }

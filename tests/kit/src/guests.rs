@@ -75,6 +75,19 @@ pub fn guest_with_imports(extra_imports: &str, data: &[(u32, &str)], body: &str)
     )
 }
 
+/// `module` (a [`guest`]) opting in to instance reuse: it exports `flo_reuse_instance`, and a
+/// `dealloc` that empties its heap (everything it allocates lives for one execution).
+pub fn reusable(module: &str) -> String {
+    let end = module.rfind(')').expect("a module");
+    format!(
+        r#"{}  (func (export "flo_reuse_instance"))
+  (func (export "dealloc") (param i32 i32) (global.set $heap (i32.const {HEAP_START})))
+)
+"#,
+        &module[..end]
+    )
+}
+
 /// Returns `json` whatever the input.
 pub fn fixed_guest(json: &str) -> String {
     guest(

@@ -481,6 +481,17 @@ fn encode_wasm(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
         }
     }
     let mut m = e.encode_descriptor(
+        "flo_wasm_executions_reused",
+        "WebAssembly executions that ran in an instance kept from an earlier execution \
+         (modules exporting flo_reuse_instance).",
+        None,
+        MetricType::Counter,
+    )?;
+    for s in shards {
+        let n = s.live.executions_reused.load(Ordering::Relaxed);
+        counter(&mut m, &shard_labels(s), n)?;
+    }
+    let mut m = e.encode_descriptor(
         "flo_wasm_execution_seconds",
         "Time of each WebAssembly execution, module lookup and guest reads included.",
         None,

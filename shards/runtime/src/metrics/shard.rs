@@ -106,6 +106,8 @@ pub(crate) struct ShardMetrics {
     /// WebAssembly executions by `EXEC_RESULTS`, and their time.
     pub executions: [AtomicU64; EXEC_RESULTS.len()],
     pub execution_time: Histogram,
+    /// WebAssembly executions that ran in an instance kept from an earlier one.
+    pub executions_reused: AtomicU64,
     /// WebAssembly executions failed, by `FAILURE_REASONS`.
     pub failures: [AtomicU64; FAILURE_REASONS.len()],
     /// Client connections accepted.
@@ -139,6 +141,7 @@ impl ShardMetrics {
             fdatasync: Histogram::new(LATENCY),
             executions: Default::default(),
             execution_time: Histogram::new(LATENCY),
+            executions_reused: AtomicU64::new(0),
             failures: Default::default(),
             connections_accepted: AtomicU64::new(0),
             auth_denials: AtomicU64::new(0),
@@ -196,11 +199,14 @@ impl ShardMetrics {
     /// Counts an execution that ended as `EXEC_RESULTS[result]` after `elapsed_ns`.
     /// `failure`: why it failed (an index in `FAILURE_REASONS`), unless it ended `ok` or
     /// `cancelled`.
-    pub fn execution(&self, result: usize, failure: Option<usize>, elapsed_ns: u64) {
+    pub fn execution(&self, result: usize, failure: Option<usize>, elapsed_ns: u64, reused: bool) {
         if !self.counting {
             return;
         }
         self.executions[result].fetch_add(1, Ordering::Relaxed);
+        if reused {
+            self.executions_reused.fetch_add(1, Ordering::Relaxed);
+        }
         self.execution_time.observe(elapsed_ns);
         if let Some(reason) = failure {
             self.failures[reason].fetch_add(1, Ordering::Relaxed);
