@@ -277,7 +277,9 @@ fn failed(e: GuestError, logs: Vec<(u8, String)>) -> ExecResult {
     }
 }
 
-/// How an attempt starts: in a kept instance, or in a new store.
+/// How an attempt starts: in a kept instance, or in a new store. (Built once per attempt
+/// and moved once into the store: the size difference costs one copy.)
+#[allow(clippy::large_enum_variant)]
 enum Begin {
     Warm(Warm),
     Fresh(HostState),
