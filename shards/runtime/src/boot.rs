@@ -916,7 +916,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     let wasm = Rc::new(WasmPool::new(
         boot.wasm_engine.clone(),
         boot.wasm_modules.clone(),
-        boot.config.limits.wasm_slots as usize,
+        boot.config.limits.wasm_slots,
         inbox.clone(),
         boot.metrics.clone(),
     ));
