@@ -15,7 +15,7 @@ use flo::protocol::{
 use flo::{Client, Error, InvokeOptions, PutOptions};
 use flo_testkit::guests::{
     POLL_ONEOFF_IMPORT, code_guest, echo_guest, fixed_guest, guest, guest_with_imports,
-    sleep_guest, sleep_wat, spin_guest, trap_guest, wat_string,
+    reusable, sleep_guest, sleep_wat, spin_guest, trap_guest, wat_string,
 };
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -936,6 +936,53 @@ fn guest_looping_forever_times_out_and_the_server_keeps_serving() {
 
     assert_completed(&run_to_end(&mut c, "echo", "after"), "after");
     assert!(server.is_running());
+}
+
+/// Counts its executions in its memory (byte 1000) and returns the count as one digit.
+fn counting_guest() -> String {
+    guest(
+        &[],
+        "(i32.store8 (i32.const 1000) (i32.add (i32.load8_u (i32.const 1000)) (i32.const 1)))
+    (i32.store8 (i32.const 1001) (i32.add (i32.load8_u (i32.const 1000)) (i32.const 48)))
+    (call $pack (i32.const 1001) (i32.const 1))",
+    )
+}
+
+/// A module that exports `flo_reuse_instance` runs in the instance its last execution left
+/// (its memory carries over), per action version; one that does not starts fresh each
+/// time; kept instances live in memory only, so a restart starts over. The metrics count
+/// the executions that ran in a kept instance.
+#[test]
+fn a_module_that_opts_in_reuses_its_instance_per_action_version() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    register(&mut c, wasm_spec("warm", &reusable(&counting_guest())));
+    register(&mut c, wasm_spec("cold", &counting_guest()));
+    let outputs = |c: &mut Client, action: &str, n: usize| -> Vec<String> {
+        (0..n)
+            .map(|_| output_text(&run_to_end(c, action, "{}")))
+            .collect()
+    };
+    assert_eq!(outputs(&mut c, "warm", 4), ["1", "2", "3", "4"]);
+    assert_eq!(outputs(&mut c, "cold", 3), ["1", "1", "1"]);
+    // A new version of the action (the same module) starts over.
+    register(&mut c, wasm_spec("warm", &reusable(&counting_guest())));
+    assert_eq!(outputs(&mut c, "warm", 2), ["1", "2"]);
+    let http = server.http.expect("the server serves HTTP");
+    let metrics = flo_testkit::http::http_get(http, "/metrics", None).expect("metrics");
+    assert!(
+        metrics
+            .body
+            .lines()
+            .any(|l| l == r#"flo_wasm_executions_reused_total{shard="0"} 4"#),
+        "{}",
+        metrics.body
+    );
+    server.stop();
+    let server = TestServer::start(dir.path(), &["--shards", "1"]);
+    let mut c = server.client();
+    assert_eq!(outputs(&mut c, "warm", 2), ["1", "2"]);
 }
 
 /// While a guest spins on a shard, that shard keeps answering other requests within
