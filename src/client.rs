@@ -170,6 +170,7 @@ pub struct Client {
     namespace: String,
     shard_count: u32,
     server_version: String,
+    shard: Option<u32>,
     /// To connect again when the server closed the connection as idle.
     addr: std::net::SocketAddr,
     token: Option<String>,
@@ -197,6 +198,7 @@ impl Client {
             namespace: "default".into(),
             shard_count: 0,
             server_version: String::new(),
+            shard: None,
             token: token.map(str::to_string),
         };
         client.hello()?;
@@ -212,6 +214,7 @@ impl Client {
         let hello = requests::Hello::output(self.round_trip(&op)?)?;
         self.shard_count = hello.shard_count;
         self.server_version = hello.server_version;
+        self.shard = hello.shard;
         Ok(())
     }
 
@@ -226,6 +229,13 @@ impl Client {
 
     pub fn shard_count(&self) -> u32 {
         self.shard_count
+    }
+
+    /// The shard serving this connection, as the server said in the handshake (the kernel
+    /// picks one per connection; every operation is forwarded to the shard that owns it,
+    /// and new runs belong to this one). None from a server that does not say.
+    pub fn shard(&self) -> Option<u32> {
+        self.shard
     }
 
     pub fn server_version(&self) -> &str {

@@ -161,6 +161,7 @@ fn handle(state: &Arc<State>, writer: &Writer, alive: &Arc<AtomicBool>, request:
             server_version: "fake".into(),
             shard_count: 1,
             partitions: 1,
+            shard: None,
         };
         return reply(writer, id, Ok(hello));
     }

@@ -78,6 +78,7 @@ pub struct MuxClient {
     reply_timeout: Duration,
     shard_count: u32,
     server_version: String,
+    shard: Option<u32>,
 }
 
 /// What the callers and the reader thread share.
@@ -156,6 +157,7 @@ impl MuxClient {
             reply_timeout: options.reply_timeout,
             shard_count: hello.shard_count,
             server_version: hello.server_version,
+            shard: hello.shard,
         })
     }
 
@@ -171,6 +173,11 @@ impl MuxClient {
 
     pub fn shard_count(&self) -> u32 {
         self.shard_count
+    }
+
+    /// The shard serving this connection (see [`Client::shard`](crate::Client::shard)).
+    pub fn shard(&self) -> Option<u32> {
+        self.shard
     }
 
     pub fn server_version(&self) -> &str {

@@ -14,8 +14,8 @@ use flo::protocol::{
 };
 use flo::{Client, Error, InvokeOptions, PutOptions};
 use flo_testkit::guests::{
-    POLL_ONEOFF_IMPORT, code_guest, echo_guest, fixed_guest, guest, guest_with_imports,
-    reusable, sleep_guest, sleep_wat, spin_guest, trap_guest, wat_string,
+    POLL_ONEOFF_IMPORT, code_guest, echo_guest, fixed_guest, guest, guest_with_imports, reusable,
+    sleep_guest, sleep_wat, spin_guest, trap_guest, wat_string,
 };
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};

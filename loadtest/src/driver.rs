@@ -94,6 +94,7 @@ where
         window_us: Mutex::new(new_histogram()),
         first_error: Mutex::new(None),
         start: OnceLock::new(),
+        placed: Mutex::new(Vec::new()),
     };
     let barrier = Barrier::new(cfg.connections + 1);
     thread::scope(|scope| {
@@ -152,6 +153,8 @@ struct Shared {
     /// When every connection was ready: the clock of the open-loop schedule. Set by the
     /// first thread past the barrier.
     start: OnceLock<Instant>,
+    /// Connections opened so far on each shard (`open_spread`).
+    placed: Mutex<Vec<usize>>,
 }
 
 impl Shared {
@@ -247,7 +250,12 @@ fn connection_thread<G: Generator>(
     barrier: &Barrier,
     generator: G,
 ) -> ThreadOutcome {
-    let opened = open(&cfg.addr, cfg.token.as_deref());
+    let opened = open_spread(
+        &cfg.addr,
+        cfg.token.as_deref(),
+        cfg.connections,
+        &shared.placed,
+    );
     barrier.wait();
     let start = *shared.start.get_or_init(Instant::now);
     let deadline = start + cfg.max_duration;
@@ -280,6 +288,47 @@ fn connection_thread<G: Generator>(
 
 /// Connects and shakes hands; returns the server's shard count.
 pub fn open(addr: &str, token: Option<&str>) -> Result<(Connection, u32), String> {
+    open_on(addr, token).map(|(conn, shards, _)| (conn, shards))
+}
+
+/// Tries this many connections at most for one that lands on a shard with room.
+const SPREAD_ATTEMPTS: usize = 64;
+
+/// [`open`], spreading `connections` over the shards: the kernel gives each connection to
+/// one shard (they all listen on the port), at random, so 4 connections to 2 shards land
+/// 3:1 or 4:0 as often as 2:2 — and one shard then serves most of the runs they start.
+/// A connection that lands on a shard holding its share already (`placed`: connections per
+/// shard so far) is closed and another one opened.
+pub fn open_spread(
+    addr: &str,
+    token: Option<&str>,
+    connections: usize,
+    placed: &Mutex<Vec<usize>>,
+) -> Result<(Connection, u32), String> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (conn, shards, shard) = open_on(addr, token)?;
+        let Some(shard) = shard else {
+            return Ok((conn, shards));
+        };
+        let share = connections.div_ceil(shards.max(1) as usize);
+        let mut placed = placed.lock().unwrap_or_else(|e| e.into_inner());
+        if placed.len() < shards as usize {
+            placed.resize(shards as usize, 0);
+        }
+        let Some(count) = placed.get_mut(shard as usize) else {
+            return Ok((conn, shards));
+        };
+        if *count < share || attempt >= SPREAD_ATTEMPTS {
+            *count += 1;
+            return Ok((conn, shards));
+        }
+    }
+}
+
+/// [`open`], with the shard serving the connection (if the server says).
+fn open_on(addr: &str, token: Option<&str>) -> Result<(Connection, u32, Option<u32>), String> {
     let mut conn =
         Connection::connect(addr).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     conn.set_read_timeout(Some(RESPONSE_TIMEOUT))
@@ -297,7 +346,9 @@ pub fn open(addr: &str, token: Option<&str>) -> Result<(Connection, u32), String
     conn.flush().map_err(describe)?;
     let response = conn.recv().map_err(describe)?;
     match response.result {
-        Ok(Reply::Hello { shard_count, .. }) if response.id == HELLO_ID => Ok((conn, shard_count)),
+        Ok(Reply::Hello {
+            shard_count, shard, ..
+        }) if response.id == HELLO_ID => Ok((conn, shard_count, shard)),
         Ok(other) => Err(format!("unexpected reply to the handshake: {other:?}")),
         Err(e) => Err(format!("handshake refused: {e}")),
     }
@@ -756,6 +807,7 @@ mod tests {
             window_us: Mutex::new(new_histogram()),
             first_error: Mutex::new(None),
             start: OnceLock::new(),
+            placed: Mutex::new(Vec::new()),
         }
     }
 

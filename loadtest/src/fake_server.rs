@@ -71,6 +71,7 @@ impl FakeServer {
                 server_version: "fake".into(),
                 shard_count: 1,
                 partitions: 1,
+                shard: None,
             },
             Op::ActionInvoke(spec) => {
                 let run_id = format!("{}-{}", spec.action, self.runs.fetch_add(1, Relaxed));

@@ -1149,6 +1149,11 @@ pub enum Reply {
         server_version: String,
         shard_count: u32,
         partitions: u32,
+        /// The shard serving this connection (every shard listens on the same port; the
+        /// kernel picks one per connection): a client may open connections until they are
+        /// spread over the shards.
+        #[serde(default)]
+        shard: Option<u32>,
     },
     Status(StatusInfo),
     /// One shard's part of a status (exchanged between shards).

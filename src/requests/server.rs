@@ -13,6 +13,8 @@ pub(crate) struct Hello<'a> {
 pub(crate) struct ServerHello {
     pub shard_count: u32,
     pub server_version: String,
+    /// The shard serving the connection (None: a server that does not say).
+    pub shard: Option<u32>,
 }
 
 impl TypedRequest for Hello<'_> {
@@ -31,10 +33,12 @@ impl TypedRequest for Hello<'_> {
             Reply::Hello {
                 shard_count,
                 server_version,
+                shard,
                 ..
             } => Ok(ServerHello {
                 shard_count,
                 server_version,
+                shard,
             }),
             other => Err(unexpected(other)),
         }

@@ -89,6 +89,7 @@ impl Engine {
                     server_version: super::SERVER_VERSION.to_string(),
                     shard_count: partitioning.shards,
                     partitions: partitioning.partitions,
+                    shard: Some(self.core.shard()),
                 })
             }
             _ => Ok(Reply::ShardMap(ShardMap {
