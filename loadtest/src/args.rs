@@ -95,6 +95,12 @@ pub struct Args {
     /// (exports `flo_reuse_instance`), so that its executions run in kept instances.
     #[arg(long)]
     pub reuse_instances: bool,
+    /// Leave each connection on the shard the kernel gives it (all shards listen on the
+    /// port; it picks one per connection, at random). By default connections that land on
+    /// a shard holding its share already are opened again, so that they spread evenly and
+    /// every shard starts as many runs.
+    #[arg(long)]
+    pub no_spread: bool,
 
     /// The interval of the `schedule` workload's schedules, in milliseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]

@@ -61,6 +61,9 @@ pub struct Config {
     pub limiter: Option<Arc<Limiter>>,
     /// `--rate`: the open-loop schedule; None sends each operation as soon as a slot is free.
     pub pace: Option<Pace>,
+    /// Spread the connections evenly over the shards (`open_spread`); false: where the
+    /// kernel puts them.
+    pub spread: bool,
 }
 
 #[cfg(test)]
@@ -77,6 +80,7 @@ impl Config {
             progress: false,
             limiter: None,
             pace: None,
+            spread: true,
         }
     }
 }
@@ -250,12 +254,16 @@ fn connection_thread<G: Generator>(
     barrier: &Barrier,
     generator: G,
 ) -> ThreadOutcome {
-    let opened = open_spread(
-        &cfg.addr,
-        cfg.token.as_deref(),
-        cfg.connections,
-        &shared.placed,
-    );
+    let opened = if cfg.spread {
+        open_spread(
+            &cfg.addr,
+            cfg.token.as_deref(),
+            cfg.connections,
+            &shared.placed,
+        )
+    } else {
+        open(&cfg.addr, cfg.token.as_deref())
+    };
     barrier.wait();
     let start = *shared.start.get_or_init(Instant::now);
     let deadline = start + cfg.max_duration;

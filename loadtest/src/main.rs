@@ -91,6 +91,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             .max_outstanding
             .map(|max| Arc::new(limiter::Limiter::new(max))),
         pace: args.pace(),
+        spread: !args.no_spread,
     };
     match args.workload {
         Workload::KvPut => {}
