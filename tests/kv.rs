@@ -801,6 +801,39 @@ fn shard_cpus(pid: i32) -> Vec<(String, String)> {
     found
 }
 
+/// The handshake names the shard serving the connection: connections land on every shard,
+/// and a key put through one is read through any other.
+#[test]
+fn the_handshake_names_the_shard_serving_the_connection() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut clients: Vec<Client> = (0..24).map(|_| server.client()).collect();
+    let mut seen = [0usize; 2];
+    for c in &clients {
+        assert_eq!(c.shard_count(), 2);
+        let shard = c.shard().expect("the server names its shard");
+        seen[shard as usize] += 1;
+    }
+    assert!(
+        seen.iter().all(|&n| n > 0),
+        "24 connections, per shard: {seen:?}"
+    );
+    let on = |shard: u32, clients: &mut Vec<Client>| {
+        let at = clients.iter().position(|c| c.shard() == Some(shard));
+        clients.swap_remove(at.expect("a connection on that shard"))
+    };
+    let mut zero = on(0, &mut clients);
+    let mut one = on(1, &mut clients);
+    for i in 0..20 {
+        let key = format!("k{i}");
+        zero.kv_put(&key, b"v", PutOptions::default()).expect("put");
+        assert_eq!(
+            one.kv_get(&key).expect("get").map(|e| e.value),
+            Some(b"v".to_vec())
+        );
+    }
+}
+
 /// By default the kernel places the shards' threads; `--pin-shards` gives each one CPU.
 /// Either way every shard serves.
 #[test]
