@@ -670,6 +670,7 @@ fn sample_replies() -> Vec<Result<Reply, ErrorValue>> {
             server_version: "0.1.0".into(),
             shard_count: 2,
             partitions: 256,
+            shard: Some(1),
         }),
         Ok(Reply::Status(StatusInfo {
             server_version: "0.1.0".into(),
