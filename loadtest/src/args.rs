@@ -101,6 +101,11 @@ pub struct Args {
     /// every shard starts as many runs.
     #[arg(long)]
     pub no_spread: bool,
+    /// `kv-put`: each connection puts only keys its shard owns (asking the server for its
+    /// shard map), as a client routing every key to a connection on its owner would; the
+    /// puts then take no hop between shards.
+    #[arg(long, conflicts_with = "no_spread")]
+    pub route_keys: bool,
 
     /// The interval of the `schedule` workload's schedules, in milliseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(100..))]

@@ -20,7 +20,7 @@ pub use crate::outcome::{KindOutcome, Outcome, Sending, new_histogram};
 use crate::pacing::{LATE_MS, Pace, latency_us};
 use crate::progress;
 use crate::workload::Generator;
-use flo::protocol::{Op, PROTOCOL_VERSION, Reply, Request, Response};
+use flo::protocol::{Op, PROTOCOL_VERSION, Reply, Request, Response, ShardMap};
 use flo::{Connection, Error};
 use hdrhistogram::Histogram;
 use std::io;
@@ -252,7 +252,7 @@ fn connection_thread<G: Generator>(
     cfg: &Config,
     shared: &Shared,
     barrier: &Barrier,
-    generator: G,
+    mut generator: G,
 ) -> ThreadOutcome {
     let opened = if cfg.spread {
         open_spread(
@@ -262,8 +262,14 @@ fn connection_thread<G: Generator>(
             &shared.placed,
         )
     } else {
-        open(&cfg.addr, cfg.token.as_deref())
+        open_on(&cfg.addr, cfg.token.as_deref())
     };
+    let opened = opened.and_then(|(mut conn, shards, shard)| {
+        if let (true, Some(shard)) = (generator.routes_keys(), shard) {
+            generator.route(shard, shard_map(&mut conn)?);
+        }
+        Ok((conn, shards))
+    });
     barrier.wait();
     let start = *shared.start.get_or_init(Instant::now);
     let deadline = start + cfg.max_duration;
@@ -312,13 +318,13 @@ pub fn open_spread(
     token: Option<&str>,
     connections: usize,
     placed: &Mutex<Vec<usize>>,
-) -> Result<(Connection, u32), String> {
+) -> Result<(Connection, u32, Option<u32>), String> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let (conn, shards, shard) = open_on(addr, token)?;
         let Some(shard) = shard else {
-            return Ok((conn, shards));
+            return Ok((conn, shards, None));
         };
         let share = connections.div_ceil(shards.max(1) as usize);
         let mut placed = placed.lock().unwrap_or_else(|e| e.into_inner());
@@ -326,12 +332,29 @@ pub fn open_spread(
             placed.resize(shards as usize, 0);
         }
         let Some(count) = placed.get_mut(shard as usize) else {
-            return Ok((conn, shards));
+            return Ok((conn, shards, Some(shard)));
         };
         if *count < share || attempt >= SPREAD_ATTEMPTS {
             *count += 1;
-            return Ok((conn, shards));
+            return Ok((conn, shards, Some(shard)));
         }
+    }
+}
+
+/// Asks the server how keys map to shards (on a connection just opened, nothing in flight).
+fn shard_map(conn: &mut Connection) -> Result<ShardMap, String> {
+    conn.queue(&Request {
+        id: HELLO_ID + 1,
+        op: Op::ShardMap,
+    })
+    .map_err(describe)?;
+    conn.flush().map_err(describe)?;
+    match conn.recv().map_err(describe)?.result {
+        Ok(Reply::ShardMap(map)) => Ok(map),
+        Ok(other) => Err(format!(
+            "unexpected reply to the shard map request: {other:?}"
+        )),
+        Err(e) => Err(format!("shard map refused: {e}")),
     }
 }
 

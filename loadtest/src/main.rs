@@ -234,7 +234,12 @@ fn run_workload(
     match args.workload {
         Workload::KvPut => {
             let outcome = driver::run(cfg, || {
-                workload::KvPut::new(&args.namespace, args.key_count(), args.value_bytes as usize)
+                let put = workload::KvPut::new(
+                    &args.namespace,
+                    args.key_count(),
+                    args.value_bytes as usize,
+                );
+                if args.route_keys { put.routed() } else { put }
             });
             (outcome, None)
         }

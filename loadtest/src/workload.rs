@@ -3,7 +3,8 @@
 
 use clap::ValueEnum;
 use flo::protocol::{
-    ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunStatus, WorkflowRunStatus, WorkflowStartSpec,
+    ActionKind, ActionSpec, InvokeSpec, Op, Reply, RunStatus, ShardMap, WorkflowRunStatus,
+    WorkflowStartSpec,
 };
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -110,6 +111,15 @@ pub trait Generator: Send {
     fn completed_by_worker(&self, _n: u64) -> bool {
         false
     }
+
+    /// Whether the generator picks its keys for the shard its connection is on
+    /// (`route`): its connection then asks for the shard map.
+    fn routes_keys(&self) -> bool {
+        false
+    }
+
+    /// The connection is on `shard`; `map` places keys.
+    fn route(&mut self, _shard: u32, _map: ShardMap) {}
 }
 
 /// `kv-put`: `KvPut { key: "k-{n % keys}", value: <value_bytes bytes> }`.
@@ -117,6 +127,9 @@ pub struct KvPut {
     namespace: String,
     keys: u64,
     value: Vec<u8>,
+    /// `--route-keys`: put only keys its connection's shard owns (the shard, the map).
+    routed: Option<(u32, ShardMap)>,
+    routing: bool,
 }
 
 impl KvPut {
@@ -126,7 +139,17 @@ impl KvPut {
             namespace: namespace.to_string(),
             keys: keys.max(1),
             value,
+            routed: None,
+            routing: false,
         }
+    }
+
+    /// Puts only keys that the shard of its connection owns, as a client routing each key
+    /// to a connection on its owner would: `k-{i}`, or `k-{i}-{j}` for the first `j` that
+    /// lands there.
+    pub fn routed(mut self) -> Self {
+        self.routing = true;
+        self
     }
 }
 
@@ -145,7 +168,25 @@ impl Generator for KvPut {
         if let Op::KvPut { key, .. } = op {
             key.clear();
             let _ = write!(key, "k-{}", n % self.keys);
+            if let Some((shard, map)) = &self.routed {
+                let stem = key.len();
+                for j in 0..1024 {
+                    if map.shard_of(&self.namespace, key) == Some(*shard) {
+                        break;
+                    }
+                    key.truncate(stem);
+                    let _ = write!(key, "-{j}");
+                }
+            }
         }
+    }
+
+    fn routes_keys(&self) -> bool {
+        self.routing
+    }
+
+    fn route(&mut self, shard: u32, map: ShardMap) {
+        self.routed = Some((shard, map));
     }
 
     fn check(&self, _n: u64, reply: &Reply) -> Result<(), String> {
@@ -680,5 +721,29 @@ mod tests {
             panic!("not a put: {op:?}")
         };
         assert_eq!(key, "k-2");
+    }
+
+    #[test]
+    fn routed_kv_puts_only_put_keys_their_shard_owns() {
+        let map = ShardMap {
+            hash: "xxh3-64".into(),
+            partitions: 256,
+            shard_count: 3,
+            owners: (0..256).map(|p| p % 3).collect(),
+        };
+        let mut generator = KvPut::new("ns", 1000, 5).routed();
+        assert!(generator.routes_keys());
+        generator.route(2, map.clone());
+        let mut op = Op::Status;
+        let mut keys = std::collections::HashSet::new();
+        for n in 0..1000 {
+            generator.fill(n, None, &mut op);
+            let Op::KvPut { key, .. } = &op else {
+                panic!("not a put: {op:?}")
+            };
+            assert_eq!(map.shard_of("ns", key), Some(2), "{key}");
+            keys.insert(key.clone());
+        }
+        assert_eq!(keys.len(), 1000, "as many keys as asked for");
     }
 }

@@ -25,7 +25,7 @@ pub use message::{
     WEBHOOKS_LIMIT_DEFAULT, WEBHOOKS_LIMIT_MAX, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX,
     WORKER_PROCESSES_MAX, WebhookDelivery, WorkerInfo, WorkerProcess, WorkerSpec, WorkerStatus,
     WorkerType, WorkflowBranchInfo, WorkflowControl, WorkflowEvent, WorkflowInfo, WorkflowRunInfo,
-    WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo,
+    WorkflowRunStatus, WorkflowStartSpec, WorkflowStepInfo, key_hash,
 };
 pub use rules::{
     DELAY_MS_ACCEPTED_MAX, Invalid, LABELS_BYTES_MAX, SharedScope, check_action_name,

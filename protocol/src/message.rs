@@ -1546,6 +1546,27 @@ pub struct ShardMap {
     pub owners: Vec<u32>,
 }
 
+/// The hash that places keys (`ShardMap::hash`, "xxh3-64"): xxh3-64 (seed 0) over
+/// `namespace`, one 0xff byte, `key`. 0xff never occurs in UTF-8, so distinct (namespace,
+/// key) pairs never produce the same byte string. Fixed forever: data placement depends
+/// on it.
+pub fn key_hash(namespace: &str, key: &str) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(namespace.as_bytes());
+    h.update(&[0xff]);
+    h.update(key.as_bytes());
+    h.digest()
+}
+
+impl ShardMap {
+    /// The shard owning `key` of `namespace` (what a client that routes its own requests
+    /// needs: an operation on the key sent to a connection on that shard takes no hop).
+    pub fn shard_of(&self, namespace: &str, key: &str) -> Option<u32> {
+        let partition = key_hash(namespace, key) % u64::from(self.partitions.max(1));
+        self.owners.get(partition as usize).copied()
+    }
+}
+
 #[cfg(test)]
 mod history_event_type {
     use super::*;

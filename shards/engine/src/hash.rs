@@ -6,14 +6,10 @@ pub const PARTITIONS_DEFAULT: u32 = 256;
 /// Name of the hash, stated in the shard map so clients can route themselves.
 pub const HASH_NAME: &str = "xxh3-64";
 
-/// xxh3-64 (seed 0) over `namespace`, one 0xff byte, `key`. 0xff never occurs in UTF-8, so
-/// distinct (namespace, key) pairs never produce the same byte string.
+/// xxh3-64 (seed 0) over `namespace`, one 0xff byte, `key` (`flo_protocol::key_hash`, so
+/// that clients routing their own requests place keys as the server does).
 pub fn stable_hash(namespace: &str, key: &str) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(namespace.as_bytes());
-    h.update(&[0xff]);
-    h.update(key.as_bytes());
-    h.digest()
+    flo_protocol::key_hash(namespace, key)
 }
 
 /// Maps keys to partitions and partitions to shards.
@@ -68,6 +64,21 @@ mod tests {
     }
 
     const PINNED_PARTITIONS: [u32; 4] = [110, 224, 255, 85];
+
+    #[test]
+    fn a_clients_shard_map_places_keys_as_the_server_does() {
+        let p = Partitioning::new(256, 3);
+        let map = flo_protocol::ShardMap {
+            hash: HASH_NAME.into(),
+            partitions: p.partitions,
+            shard_count: p.shards,
+            owners: p.owners(),
+        };
+        for i in 0..1000 {
+            let key = format!("key-{i}");
+            assert_eq!(map.shard_of("ns", &key), Some(p.shard_of("ns", &key)));
+        }
+    }
 
     #[test]
     fn keys_spread_over_shards() {
