@@ -37,6 +37,7 @@ ROWS=(
     "durable KV puts|--workload kv-put --ops 500000 --shards 2 --durability sync --connections 8 --pipeline 256"
     "durable KV puts|--workload kv-put --ops 500000 --shards 1 --durability sync --connections 4 --pipeline 128"
     "durable KV puts|--workload kv-put --ops 500000 --shards 2 --durability sync --connections 4 --pipeline 128"
+    "durable KV puts, each key through a connection on its owner|--workload kv-put --ops 500000 --shards 2 --durability sync --connections 4 --pipeline 128 --route-keys"
     "KV puts, async|--workload kv-put --ops 500000 --shards 1 --durability async --connections 4 --pipeline 128"
     "KV puts, async|--workload kv-put --ops 500000 --shards 2 --durability async --connections 4 --pipeline 128"
     "durable KV puts, open loop at 100k/s (latency from the intended send time)|--workload kv-put --rate 100000 --duration 5s --shards 2 --connections 4 --pipeline 128"
