@@ -2,9 +2,9 @@ use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     ActionInfo, ActionSpec, ErrorCode, ErrorValue, FRAME_BYTES_MAX, FrameError, IDLE_CLOSED_PREFIX,
     KvEntry, Op, PlanExecutorInfo, Reply, Request, Response, RunInfo, RunStatus, RunSummary,
-    ScheduleInfo, StatusInfo, TaskAssignment, TimedOutFilter, ValidationIssue, WorkerInfo,
-    WorkerSpec, WorkerStatus, WorkflowControl, WorkflowInfo, WorkflowRunInfo, WorkflowRunStatus,
-    decode_payload, encode_frame, split_frame,
+    ScheduleInfo, ShardMap, StatusInfo, TaskAssignment, TimedOutFilter, ValidationIssue,
+    WorkerInfo, WorkerSpec, WorkerStatus, WorkflowControl, WorkflowInfo, WorkflowRunInfo,
+    WorkflowRunStatus, decode_payload, encode_frame, split_frame,
 };
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -280,6 +280,13 @@ impl Client {
 
     pub fn status(&mut self) -> Result<StatusInfo, Error> {
         send(self, requests::Status)
+    }
+
+    /// How keys map to shards: `ShardMap::shard_of(namespace, key)` names the shard that
+    /// owns a key, so that a client holding a connection on each shard ([`shard`](Self::shard))
+    /// can send each keyed operation where it is served without a hop.
+    pub fn shard_map(&mut self) -> Result<ShardMap, Error> {
+        send(self, requests::GetShardMap)
     }
 
     /// Moves the server's clock forward (servers started with `--test-clock` only).

@@ -17,7 +17,7 @@ pub(crate) use actions::{
 };
 pub(crate) use kv::{KvDelete, KvGet, KvListPage, KvPut};
 pub(crate) use request::{Transport, TypedRequest, is_not_found, send};
-pub(crate) use server::{AdvanceClock, Hello, ServerHello, Status};
+pub(crate) use server::{AdvanceClock, GetShardMap, Hello, ServerHello, Status};
 pub use streams::RecordsPage;
 pub(crate) use streams::{
     Append, CreateGroup, CreateStream, DeleteGroup, DeleteStream, GetStream, GroupPending,

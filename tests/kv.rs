@@ -832,6 +832,35 @@ fn the_handshake_names_the_shard_serving_the_connection() {
             Some(b"v".to_vec())
         );
     }
+    // The shard map places keys as the server does: keys it gives to shard 1 are kept there.
+    let map = zero.shard_map().expect("shard map");
+    assert_eq!(
+        (map.shard_count, map.owners.len()),
+        (2, map.partitions as usize)
+    );
+    let before = zero.status().expect("status");
+    let mut put = 0;
+    for i in 0..200 {
+        let key = format!("routed-{i}");
+        if map.shard_of(zero.namespace(), &key) == Some(1) {
+            one.kv_put(&key, b"v", PutOptions::default()).expect("put");
+            put += 1;
+        }
+    }
+    assert!(put > 50, "{put} of 200 keys on shard 1");
+    let after = zero.status().expect("status");
+    let keys = |s: &flo::protocol::StatusInfo, shard: u32| {
+        s.shards
+            .iter()
+            .find(|i| i.shard == shard)
+            .map(|i| i.kv_keys)
+    };
+    assert_eq!(
+        keys(&after, 0),
+        keys(&before, 0),
+        "no key of shard 1 went to shard 0"
+    );
+    assert_eq!(keys(&after, 1), keys(&before, 1).map(|n| n + put));
 }
 
 /// By default the kernel places the shards' threads; `--pin-shards` gives each one CPU.

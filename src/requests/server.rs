@@ -2,7 +2,7 @@
 
 use super::request::{TypedRequest, unexpected};
 use crate::client::Error;
-use flo_protocol::{Op, PROTOCOL_VERSION, Reply, StatusInfo, Token};
+use flo_protocol::{Op, PROTOCOL_VERSION, Reply, ShardMap, StatusInfo, Token};
 
 /// The handshake of this SDK, presenting `token` when there is one.
 pub(crate) struct Hello<'a> {
@@ -58,6 +58,24 @@ impl TypedRequest for Status {
     fn output(reply: Reply) -> Result<StatusInfo, Error> {
         match reply {
             Reply::Status(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// `Client::shard_map`.
+pub(crate) struct GetShardMap;
+
+impl TypedRequest for GetShardMap {
+    type Output = ShardMap;
+
+    fn op(self, _namespace: &str) -> Op {
+        Op::ShardMap
+    }
+
+    fn output(reply: Reply) -> Result<ShardMap, Error> {
+        match reply {
+            Reply::ShardMap(map) => Ok(map),
             other => Err(unexpected(other)),
         }
     }
