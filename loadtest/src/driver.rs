@@ -342,7 +342,7 @@ pub fn open_spread(
 }
 
 /// Asks the server how keys map to shards (on a connection just opened, nothing in flight).
-fn shard_map(conn: &mut Connection) -> Result<ShardMap, String> {
+pub fn shard_map(conn: &mut Connection) -> Result<ShardMap, String> {
     conn.queue(&Request {
         id: HELLO_ID + 1,
         op: Op::ShardMap,

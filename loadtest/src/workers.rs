@@ -93,6 +93,7 @@ pub fn run(
         registered: AtomicU64::new(0),
         last_completion_ns: AtomicU64::new(0),
         first_error: Mutex::new(None),
+        placed: Mutex::new(Vec::new()),
     };
     let barrier = Barrier::new(cfg.workers + 1);
     thread::scope(|scope| {
@@ -180,6 +181,8 @@ struct Shared {
     /// Nanoseconds from the epoch to the latest completion.
     last_completion_ns: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// Worker connections opened so far on each shard (`driver::open_spread`).
+    placed: Mutex<Vec<usize>>,
 }
 
 impl Shared {
@@ -210,14 +213,16 @@ struct ThreadOutcome {
 }
 
 fn worker_thread(index: usize, cfg: &Config, shared: &Shared, barrier: &Barrier) -> ThreadOutcome {
-    let worker_id = format!("flo-loadtest-{}-{index}", std::process::id());
-    let mut worker = TaskWorker::new(cfg, shared, worker_id);
-    let registered =
-        driver::open(&cfg.addr, cfg.token.as_deref()).and_then(|(mut conn, _shards)| {
+    let mut worker = TaskWorker::new(cfg, shared, String::new());
+    let token = cfg.token.as_deref();
+    let registered = driver::open_spread(&cfg.addr, token, cfg.workers, &shared.placed).and_then(
+        |(mut conn, _shards, shard)| {
+            worker.worker_id = home_worker_id(&mut conn, &cfg.namespace, index, shard)?;
             worker.register(&mut conn)?;
             shared.registered.fetch_add(1, Relaxed);
             Ok(conn)
-        });
+        },
+    );
     barrier.wait();
     let deadline = Instant::now() + cfg.max_duration;
     let mut outcome = ThreadOutcome {
@@ -245,6 +250,25 @@ fn worker_thread(index: usize, cfg: &Config, shared: &Shared, barrier: &Barrier)
     outcome.completed = worker.completed;
     outcome.errors = worker.errors;
     outcome
+}
+
+/// A worker id whose home (the shard its id hashes to, where its awaits are answered) is
+/// `shard`, the shard of its connection: its requests then take no hop to reach it.
+fn home_worker_id(
+    conn: &mut Connection,
+    namespace: &str,
+    index: usize,
+    shard: Option<u32>,
+) -> Result<String, String> {
+    let base = format!("flo-loadtest-{}-{index}", std::process::id());
+    let Some(shard) = shard else {
+        return Ok(base);
+    };
+    let map = driver::shard_map(conn)?;
+    Ok((0..1024)
+        .map(|j| format!("{base}-{j}"))
+        .find(|id| map.shard_of(namespace, id) == Some(shard))
+        .unwrap_or(base))
 }
 
 struct TaskWorker<'a> {
