@@ -168,8 +168,10 @@ fn metrics_count_leases_queues_timers_wasm_failures_groups_and_runs_by_status() 
     let http = http_addr(&server);
     let mut c = server.client();
 
-    // Worker tasks: three queued, one leased, its lease run out.
-    user_action(&mut c, "metered-task", 1000, 0, 100);
+    // Worker tasks: three queued, one leased, its lease run out. The lease lasts a minute
+    // (the test clock runs with real time: a 1 s lease could end before the once-a-second
+    // publication that shows it) and the clock is moved past it.
+    user_action(&mut c, "metered-task", 60_000, 0, 100);
     for _ in 0..3 {
         c.invoke("metered-task", b"{}", InvokeOptions::default())
             .unwrap();
@@ -197,7 +199,7 @@ fn metrics_count_leases_queues_timers_wasm_failures_groups_and_runs_by_status() 
     wait_for_total(http, "flo_tasks_queued", &[("queue", "worker")], 2.0);
     let running = [("kind", "action"), ("status", "running")];
     wait_for_total(http, "flo_runs_by_status", &running, 1.0);
-    c.advance_clock(1000).unwrap();
+    c.advance_clock(60_000).unwrap();
     let expired = wait_until(Duration::from_secs(5), || {
         c.run(&leased[0].task_id).unwrap().status == RunStatus::TimedOut
     });
