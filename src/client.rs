@@ -174,7 +174,12 @@ pub struct Client {
     /// To connect again when the server closed the connection as idle.
     addr: std::net::SocketAddr,
     token: Option<String>,
+    /// The shard this client keeps its connection on (`connect_on_shard`).
+    want_shard: Option<u32>,
 }
+
+/// Connections a client tries at most to land on the shard it asked for.
+const SHARD_TRIES: usize = 64;
 
 impl Client {
     /// Connects and performs the handshake (no token: a server without an auth file).
@@ -200,9 +205,61 @@ impl Client {
             server_version: String::new(),
             shard: None,
             token: token.map(str::to_string),
+            want_shard: None,
         };
         client.hello()?;
         Ok(client)
+    }
+
+    /// Connects to shard `shard` (0-based) of the server, presenting `token` when there is
+    /// one. Every shard listens on the port and the kernel gives each connection to one of
+    /// them, so this connects again until one lands there (with N shards, N tries on
+    /// average; a reconnection after an idle close lands there too). A keyed operation sent
+    /// through a connection on its owner ([`shard_map`](Self::shard_map)) takes no hop
+    /// between shards, and new runs belong to the connection's shard. Fails if the server
+    /// does not name its shards, has no such shard, or 64 tries missed it.
+    pub fn connect_on_shard(
+        addr: impl ToSocketAddrs,
+        token: Option<&str>,
+        shard: u32,
+    ) -> Result<Self, Error> {
+        let mut client = Self::connect_as(addr, token)?;
+        client.want_shard = Some(shard);
+        client.land()?;
+        Ok(client)
+    }
+
+    /// Connects again until the connection is on the shard asked for (if any).
+    fn land(&mut self) -> Result<(), Error> {
+        let Some(want) = self.want_shard else {
+            return Ok(());
+        };
+        for _ in 0..SHARD_TRIES {
+            match self.shard {
+                Some(shard) if shard == want => return Ok(()),
+                None => {
+                    return Err(Error::Protocol(
+                        "the server does not say which shard serves a connection".into(),
+                    ));
+                }
+                Some(_) if want >= self.shard_count => {
+                    return Err(Error::Protocol(format!(
+                        "the server has {} shards, no shard {want}",
+                        self.shard_count
+                    )));
+                }
+                Some(_) => {
+                    self.conn = Connection::connect(self.addr)?;
+                    self.hello()?;
+                }
+            }
+        }
+        match self.shard {
+            Some(shard) if shard == want => Ok(()),
+            _ => Err(Error::Protocol(format!(
+                "no connection landed on shard {want} in {SHARD_TRIES} tries"
+            ))),
+        }
     }
 
     fn hello(&mut self) -> Result<(), Error> {
@@ -252,6 +309,7 @@ impl Client {
             {
                 self.conn = Connection::connect(self.addr)?;
                 self.hello()?;
+                self.land()?;
                 self.round_trip(&op)
             }
             result => result,

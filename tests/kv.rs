@@ -863,6 +863,26 @@ fn the_handshake_names_the_shard_serving_the_connection() {
     assert_eq!(keys(&after, 1), keys(&before, 1).map(|n| n + put));
 }
 
+/// `Client::connect_on_shard` lands on the shard asked for (connecting again as needed);
+/// a shard the server does not have is refused.
+#[test]
+fn a_client_connects_to_the_shard_it_asks_for() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    for round in 0..5 {
+        for shard in 0..2 {
+            let mut c = Client::connect_on_shard(server.addr, None, shard).expect("connect");
+            assert_eq!(c.shard(), Some(shard), "round {round}");
+            let key = format!("on-{shard}-{round}");
+            c.kv_put(&key, b"v", PutOptions::default()).expect("put");
+        }
+    }
+    match Client::connect_on_shard(server.addr, None, 2) {
+        Err(e) => assert!(e.to_string().contains("no shard 2"), "{e}"),
+        Ok(_) => panic!("a client on shard 2 of a 2-shard server"),
+    }
+}
+
 /// By default the kernel places the shards' threads; `--pin-shards` gives each one CPU.
 /// Either way every shard serves.
 #[test]
