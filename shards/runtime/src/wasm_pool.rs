@@ -175,10 +175,13 @@ impl WasmPool {
                         memory_limit_bytes: x.memory_limit_bytes,
                     };
                     // Instances serve one action version only: re-registering resets them.
-                    let scope = format!("{}\0{}\0{}", x.namespace, x.action, x.version);
+                    // (Named only for modules that opt in: the others pay nothing.)
+                    let scope = module
+                        .reuses_instances()
+                        .then(|| format!("{}\0{}\0{}", x.namespace, x.action, x.version));
                     let r = module
                         .execute_kept(
-                            Some((&pool.warm, &scope)),
+                            scope.as_deref().map(|scope| (&pool.warm, scope)),
                             &x.entrypoint,
                             &x.input,
                             x.run_state.take(),

@@ -126,6 +126,10 @@ pub(crate) async fn run(
     let memory_limit = limits
         .memory_limit_bytes
         .min(module.engine.memory_limit_max);
+    let start = Instant::now();
+    let deadline = start
+        .checked_add(Duration::from_millis(limits.timeout_ms))
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
     let keep = keep.filter(|_| module.exports.reuse);
     let mut warm = keep.and_then(|k| k.instances.take(k.module, k.scope, memory_limit));
     loop {
@@ -137,6 +141,7 @@ pub(crate) async fn run(
             kv.clone(),
             limits,
             memory_limit,
+            deadline,
             stop,
             warm.take(),
             keep.is_some(),
@@ -154,7 +159,8 @@ pub(crate) async fn run(
     }
 }
 
-/// One attempt of [`run`], in `warm` or in a fresh instance; what it produced, the
+/// One attempt of [`run`], in `warm` or in a fresh instance, ending by the execution's
+/// `deadline` (a second attempt has only what the first left); what it produced, the
 /// instance to keep (when `keep` and the instance can serve again) and the run state
 /// lent to it.
 #[allow(clippy::too_many_arguments)]
@@ -165,15 +171,12 @@ async fn once(
     kv: Rc<dyn GuestKv>,
     limits: ExecLimits,
     memory_limit: u64,
+    deadline: Instant,
     stop: &StopSignal,
     warm: Option<Warm>,
     keep: bool,
 ) -> (ExecResult, Option<Warm>, Option<Vec<u8>>) {
     let engine = &module.engine;
-    let start = Instant::now();
-    let deadline = start
-        .checked_add(Duration::from_millis(limits.timeout_ms))
-        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
     let (logs, begin) = match warm {
         Some(mut warm) => {
             warm.store
@@ -356,17 +359,20 @@ async fn run_in_store(
     let state_patch = state.state_patch.take().filter(|_| result.is_ok());
     let outcome = state.outcome.take();
     let writes = std::mem::take(&mut state.writes);
-    let run_state = state.release();
+    let run_state = state.take_run_state();
     // An instance whose memory has grown past half its limit is let go: the next execution
     // gets a fresh one with all of its room.
     let warm = handles
         .filter(|(_, memory)| {
             keep && result.is_ok() && (memory.data_size(&store) as u64) <= memory_limit / 2
         })
-        .map(|(instance, memory)| Warm {
-            store,
-            instance,
-            memory,
+        .map(|(instance, memory)| {
+            store.data_mut().release();
+            Warm {
+                store,
+                instance,
+                memory,
+            }
         });
     Finished {
         output: result,

@@ -285,11 +285,15 @@ impl HostState {
         self.stopped = false;
     }
 
-    /// Lets go of what an execution lent the store (its KV reader, its run state), so that
-    /// a kept store holds nothing of its caller.
-    pub fn release(&mut self) -> Option<Vec<u8>> {
-        self.kv = SendWrapper::new(Rc::new(NoKv));
+    /// The run state the execution was lent, given back.
+    pub fn take_run_state(&mut self) -> Option<Vec<u8>> {
         self.run_state.take()
+    }
+
+    /// Lets go of the execution's KV reader, so that a kept store holds nothing of its
+    /// caller.
+    pub fn release(&mut self) {
+        self.kv = SendWrapper::new(Rc::new(NoKv));
     }
 
     fn buffer_write(&mut self, key: String, value: Option<Vec<u8>>) -> wasmtime::Result<i32> {
