@@ -4,6 +4,7 @@
 //!
 //! - `Client`: one request at a time over one connection.
 //! - `MuxClient`: one connection shared by many threads, pipelined.
+//! - `ShardedClient`: a `Client` on each shard; keyed operations go to their owner's.
 //! - `ActionWorker`: runs user-hosted actions (register, poll, run handlers, report).
 
 mod client;
@@ -12,6 +13,7 @@ mod fake_server;
 mod handler;
 mod mux;
 mod requests;
+mod sharded;
 mod stream_worker;
 mod streams;
 mod worker;
@@ -27,6 +29,7 @@ pub use handler::{
 };
 pub use mux::{MUX_PENDING_CALLS_MAX, MuxClient, MuxOptions, PendingReply};
 pub use requests::RecordsPage;
+pub use sharded::ShardedClient;
 pub use stream_worker::{
     RunningStreamWorker, StreamContext, StreamWorker, StreamWorkerBuilder, StreamWorkerOptions,
 };

@@ -883,6 +883,45 @@ fn a_client_connects_to_the_shard_it_asks_for() {
     }
 }
 
+/// A `ShardedClient` holds a connection on each shard: each key's operations go through
+/// the connection on its owner (the new key shows on that shard and no other), and `in_turn`
+/// takes the shards in turn.
+#[test]
+fn a_sharded_client_sends_each_key_through_its_owners_connection() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut client = flo::ShardedClient::connect(server.addr, None)
+        .expect("connect")
+        .with_namespace("routed");
+    assert_eq!(client.shard_count(), 2);
+    let mut check = server.client();
+    let mut owners = [0u32; 2];
+    for i in 0..20 {
+        let key = format!("routed-{i}");
+        let owner = client.shard_of(&key);
+        assert_eq!(client.for_key(&key).shard(), Some(owner), "{key}");
+        assert_eq!(client.for_key(&key).namespace(), "routed");
+        let before = kv_keys_per_shard(&mut check);
+        client
+            .kv_put(&key, key.as_bytes(), PutOptions::default())
+            .expect("put");
+        let after = kv_keys_per_shard(&mut check);
+        let grew: Vec<usize> = (0..2).filter(|&s| after[s] > before[s]).collect();
+        assert_eq!(grew, vec![owner as usize], "{key}: {before:?} -> {after:?}");
+        owners[owner as usize] += 1;
+        let entry = client.kv_get(&key).expect("get").expect("the key");
+        assert_eq!(entry.value, key.as_bytes());
+    }
+    assert!(
+        owners.iter().all(|&n| n > 0),
+        "keys on both shards: {owners:?}"
+    );
+    assert!(client.kv_delete("routed-0", None).expect("delete"));
+    assert_eq!(client.kv_get("routed-0").expect("get"), None);
+    let turns: Vec<Option<u32>> = (0..4).map(|_| client.in_turn().shard()).collect();
+    assert_eq!(turns, vec![Some(0), Some(1), Some(0), Some(1)]);
+}
+
 /// By default the kernel places the shards' threads; `--pin-shards` gives each one CPU.
 /// Either way every shard serves.
 #[test]
