@@ -161,7 +161,7 @@ fn a_snapshot_of_an_unknown_format_refuses_the_start_and_is_left_alone() {
     assert!(
         refused.stderr.contains(FORMAT_3_SNAPSHOT)
             && refused.stderr.contains("snapshot format 9")
-            && refused.stderr.contains("reads snapshot formats 3 to 4"),
+            && refused.stderr.contains("reads snapshot formats 3 to 5"),
         "{}",
         refused.stderr
     );
@@ -199,8 +199,8 @@ fn a_snapshot_of_an_unknown_format_is_set_aside_when_the_log_holds_everything() 
     server.stop();
     let path = shard_files(dir.path(), ".snap").pop().expect("a snapshot");
     let mut bytes = fs::read(&path).unwrap();
-    // Format 4: the image starts with its format, one byte.
-    assert_eq!(bytes[24], 4);
+    // The current format (5): the image starts with its format, one byte.
+    assert_eq!(bytes[24], 5);
     bytes[24] = 9;
     let body = bytes.len() - 4;
     let crc = crc32(&bytes[..body]);

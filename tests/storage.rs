@@ -644,3 +644,111 @@ fn a_segment_missing_below_the_snapshot_refuses_the_start() {
         refused.stderr
     );
 }
+
+// ---- archives that point at their payloads ----
+
+/// An archived workflow run's record points at its input and its steps' outputs in the
+/// records that hold them (each payload written once). The log is kept from the earliest
+/// of those while the run is retained: the snapshots taken after it let the segments
+/// before its start go, not the ones it points into, and its document reads back whole —
+/// input, outputs, history — before and after a restart.
+#[test]
+fn an_archived_run_keeps_the_records_it_points_at_and_reads_back_whole() {
+    use flo::StartOptions;
+    use flo::protocol::WorkflowRunStatus;
+    let dir = temp_dir();
+    // Each put is a batch of its own, a 4 KiB block: 16 to a segment, a snapshot every 256.
+    let args = [
+        "--shards",
+        "1",
+        "--segment-bytes",
+        "65536",
+        "--snapshot-bytes",
+        "1048576",
+    ];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    c.create_workflow(include_str!(
+        "../testdata/workflows/approval-two-waits.yaml"
+    ))
+    .unwrap();
+    // Segments of puts only, and a snapshot.
+    put_many(&mut c, 0, 300);
+    let first_segment = segment_files(dir.path(), 0)[0].clone();
+    let input = br#"{"order":"ORD-7","note":"written once"}"#;
+    let run_id = c
+        .start_workflow("approval", input, StartOptions::default())
+        .unwrap();
+    c.signal_workflow(&run_id, "approval", br#"{"n":1}"#)
+        .unwrap();
+    // The run's records spread over segments before it ends (and no snapshot comes).
+    put_many(&mut c, 300, 30);
+    c.signal_workflow(&run_id, "approval", br#"{"n":2}"#)
+        .unwrap();
+    assert_eq!(
+        c.wait_workflow(&run_id, 10_000).unwrap().status,
+        WorkflowRunStatus::Completed
+    );
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.status().unwrap().shards[0].archived_runs == 1
+    }));
+    let check = |c: &mut Client, when: &str| {
+        let run = c.workflow_run(&run_id).unwrap();
+        assert_eq!(run.input, input.to_vec(), "{when}");
+        let outputs: Vec<Option<&[u8]>> = run.steps.iter().map(|s| s.output.as_deref()).collect();
+        assert_eq!(
+            outputs,
+            vec![Some(&br#"{"n":1}"#[..]), Some(&br#"{"n":2}"#[..])],
+            "{when}"
+        );
+        assert_eq!(run.output.as_deref(), Some(&br#"{"n":2}"#[..]), "{when}");
+        let history = c.workflow_history(&run_id).unwrap();
+        assert_eq!(
+            history[0].detail.as_bytes(),
+            input,
+            "{when}: workflow_started"
+        );
+    };
+    check(&mut c, "archived");
+    // Snapshots come and the segments below the run's start go.
+    put_many(&mut c, 330, 1500);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            c.status().unwrap().shards[0].snapshot_lsn > 0
+                && !segment_files(dir.path(), 0).contains(&first_segment)
+        }),
+        "the first segment (puts only) should be deleted: {:?}",
+        segment_files(dir.path(), 0)
+    );
+    check(&mut c, "after snapshots");
+    drop(c);
+    server.stop();
+    // The archive record points at the records (it does not hold the payloads).
+    let mut pointing = Vec::new();
+    let first = segment_files(dir.path(), 0)[0].clone();
+    let first_lsn = first
+        .file_name()
+        .and_then(|n| flo_ual::parse_segment_file_name(n.to_str()?))
+        .unwrap();
+    flo_ual::recover_from(
+        &dir.path().join("shard-000"),
+        first_lsn - 1,
+        |_, rtype, payload| {
+            if rtype == 50 {
+                pointing.push(flo_engine::archived_refs(payload));
+            }
+            Ok::<(), flo_ual::ApplyError>(())
+        },
+    )
+    .unwrap();
+    assert!(
+        pointing.len() == 1 && pointing[0].len() == 3,
+        "one archive record, pointing at the start and two steps: {pointing:?}"
+    );
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    check(&mut c, "after a restart");
+    assert_all(&mut c, 1830);
+    drop(c);
+    server.stop();
+}

@@ -715,16 +715,16 @@ fn sample_records() -> Vec<Record> {
         Record::RunArchived {
             namespace: ns(),
             run_id: "wfrun-1".into(),
-            run: ArchivedRun::Workflow(Box::new(WfArchived {
-                info: wf_info,
-                history: vec![HistoryEvent {
+            run: ArchivedRun::Workflow(Box::new(WfArchived::new(
+                wf_info,
+                vec![HistoryEvent {
                     event_type: flo_protocol::HistoryEventType::from_name("workflow_started"),
                     step: None,
                     detail: String::new(),
                     at_ms: 1,
                     seq: 1,
                 }],
-            })),
+            ))),
         },
         Record::RunsForgotten { before_lsn: 20 },
         Record::KvForwarded { up_to_lsn: 21 },

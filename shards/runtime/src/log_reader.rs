@@ -168,13 +168,28 @@ impl LogMap {
     }
 }
 
-/// Reads record `lsn` (durable, so written) and hands its payload to the engine.
+/// Reads record `lsn` (durable, so written) and hands its payload to the engine: an
+/// archive record whole, with the payloads it points at in earlier records put back
+/// (`flo_engine::fill_archived`).
 pub(crate) fn read(map: Rc<LogMap>, inbox: Rc<Inbox>, token: u64, lsn: u64) {
     glommio::spawn_local(async move {
-        let result = read_record(&map, lsn).await;
+        let result = read_whole(&map, lsn).await;
         inbox.push(Input::LogRead { token, result });
     })
     .detach();
+}
+
+async fn read_whole(map: &LogMap, lsn: u64) -> Result<Vec<u8>, String> {
+    let payload = read_record(map, lsn).await?;
+    let refs = flo_engine::archived_refs(&payload);
+    if refs.is_empty() {
+        return Ok(payload);
+    }
+    let mut records = Vec::with_capacity(refs.len());
+    for at in refs {
+        records.push((at, read_record(map, at).await?));
+    }
+    flo_engine::fill_archived(&payload, &records)
 }
 
 async fn read_record(map: &LogMap, lsn: u64) -> Result<Vec<u8>, String> {

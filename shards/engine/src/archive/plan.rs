@@ -2,15 +2,17 @@
 
 use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
-use crate::fold::archived::{ArchivedRun, WfArchived};
+use crate::fold::archived::{ArchivedRun, Refs, WfArchived, carries};
 use crate::fold::record::{Record, StepWait};
 use crate::fold::state::ShardState;
+use crate::fold::workflows::WfRun;
 use crate::ids::RunKey;
 
 /// The archive record of a run that is final and that nothing waits on (the workflow
 /// step an action run executes, or the parent step of a child run, moved on), if so.
 pub fn plan_archive(
     state: &ShardState,
+    imaged_lsn: u64,
     kind: RunKind,
     namespace: &str,
     run_id: &str,
@@ -43,11 +45,12 @@ pub fn plan_archive(
             {
                 return None;
             }
-            let mut doc = WfArchived {
-                info: crate::fold::workflows::run_info(namespace, run_id, run, run.status()),
-                history: run.history.clone(),
-            };
+            let mut doc = WfArchived::new(
+                crate::fold::workflows::run_info(namespace, run_id, run, run.status()),
+                run.history.clone(),
+            );
             fit(&mut doc);
+            doc.refs = refs_of(run, &doc, imaged_lsn);
             ArchivedRun::Workflow(Box::new(doc))
         }
     };
@@ -55,6 +58,31 @@ pub fn plan_archive(
         namespace: namespace.to_string(),
         run_id: run_id.to_string(),
         run,
+    })
+}
+
+/// Where the log already holds the document's payloads, for the record to point there
+/// instead of repeating them (each payload written once): the run's input in its start,
+/// each step's output in the record that gave it. Only for a run that started after the
+/// last snapshot image: segments are deleted only below an image's LSN, and from then on
+/// the run index keeps the log from the earliest record a retained document points at
+/// (`RunIndex::insert`). None when the document is written whole (a history the compact
+/// form cannot carry, or a run loaded from a snapshot, whose records are not known).
+fn refs_of(run: &WfRun, doc: &WfArchived, imaged_lsn: u64) -> Option<Refs> {
+    if run.started_lsn <= imaged_lsn || !carries(&doc.history) {
+        return None;
+    }
+    let ran = run.steps.iter().filter(|s| s.executions > 0);
+    let outputs = ran
+        .zip(&doc.info.steps)
+        .map(|(s, shown)| match shown.output {
+            Some(_) if s.output_lsn > imaged_lsn => s.output_lsn,
+            _ => 0,
+        })
+        .collect();
+    Some(Refs {
+        input: run.started_lsn,
+        outputs,
     })
 }
 
@@ -133,7 +161,8 @@ fn fit(doc: &mut WfArchived) {
 
 /// Archives the run if it is done (see `plan_archive`).
 pub fn archive_if_done(core: &mut Core, kind: RunKind, namespace: &str, run_id: &str) {
-    if let Some(record) = plan_archive(core.state(), kind, namespace, run_id) {
+    let imaged_lsn = core.imaged_lsn();
+    if let Some(record) = plan_archive(core.state(), imaged_lsn, kind, namespace, run_id) {
         core.commit(record);
     }
 }
@@ -183,8 +212,8 @@ mod tests {
             last_finished_ms: 0,
             total_ms: 0,
         };
-        let mut doc = WfArchived {
-            info: WorkflowRunInfo {
+        let mut doc = WfArchived::new(
+            WorkflowRunInfo {
                 run_id: "wfrun-1".into(),
                 namespace: "ns".into(),
                 workflow: "w".into(),
@@ -206,7 +235,7 @@ mod tests {
                 branches: Vec::new(),
                 step_since_ms: None,
             },
-            history: (0..100_000)
+            (0..100_000)
                 .map(|i| HistoryEvent {
                     seq: 0,
                     event_type: flo_protocol::HistoryEventType::StepCompleted,
@@ -215,7 +244,7 @@ mod tests {
                     at_ms: i,
                 })
                 .collect(),
-        };
+        );
         fit(&mut doc);
         let record = Record::RunArchived {
             namespace: "ns".into(),

@@ -174,7 +174,7 @@ impl Engine {
     /// The first LSN the log must keep for the runs this shard retains (their archive
     /// records are read back from it); None when it retains none.
     pub fn retained_from_lsn(&self) -> Option<u64> {
-        self.core.state().archive.oldest_lsn()
+        self.core.state().archive.retained_from()
     }
 
     /// Whether the disk is full (the log writer said so): client mutations but deletes
@@ -186,10 +186,9 @@ impl Engine {
     /// The fold as a snapshot image, and the LSN it stands at (the last record appended,
     /// which may not be durable yet: write the image only once it is).
     pub fn snapshot(&self) -> (u64, crate::image::Image) {
-        (
-            self.core.last_lsn(),
-            crate::fold::snapshot::encode(self.core.state()),
-        )
+        let lsn = self.core.last_lsn();
+        self.core.imaged_at(lsn);
+        (lsn, crate::fold::snapshot::encode(self.core.state()))
     }
 
     /// Recovery is done: `last_lsn` is the last durable record, in `segments` files.

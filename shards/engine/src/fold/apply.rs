@@ -817,7 +817,13 @@ impl ShardState {
                     impossible(lsn, format_args!("archived run {run_id:?} does not exist"));
                 }
                 let (key, entry) = run.entry(lsn);
-                self.archive.insert(key, entry, run.finished_at_ms());
+                let floor = match &run {
+                    crate::fold::archived::ArchivedRun::Workflow(w) => {
+                        w.refs.as_ref().and_then(|r| r.floor())
+                    }
+                    crate::fold::archived::ArchivedRun::Action(_) => None,
+                };
+                self.archive.insert(key, entry, run.finished_at_ms(), floor);
             }
             Record::RunsForgotten { before_lsn } => {
                 self.archive.forget(before_lsn);

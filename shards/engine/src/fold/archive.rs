@@ -166,23 +166,25 @@ pub struct RunIndex {
     /// Entries in the log whose key has a later entry. Usually none: an image then says
     /// its keys are unique and loads without looking any up.
     stale: u64,
-    /// (LSN, finish time) of an archived run, one per second of finish times at most and
-    /// in LSN order: retention forgets runs before the LSN of the last mark older than
-    /// its window.
-    times: VecDeque<(u64, u64)>,
+    /// (LSN, finish time, floor) of an archived run, one per second of finish times at
+    /// most and in LSN order: retention forgets runs before the LSN of the last mark older
+    /// than its window. The floor is the earliest record the mark's runs need, theirs or
+    /// one their documents point at (`insert`).
+    times: VecDeque<(u64, u64, u64)>,
 }
 
 impl RunIndex {
-    /// Indexes the run archived at `entry.lsn`, which finished at `at_ms`.
-    pub fn insert(&mut self, key: u64, entry: Entry, at_ms: u64) {
+    /// Indexes the run archived at `entry.lsn`, which finished at `at_ms`; its document
+    /// points at records from `floor` on (`Refs`), if it does: the log must keep them as
+    /// long as the run is retained, so the time mark it falls under says the earlier of
+    /// the two (a mark's LSN is where forgetting stops and where the log must start).
+    pub fn insert(&mut self, key: u64, entry: Entry, at_ms: u64, floor: Option<u64>) {
         let pos = self.log.push(key, entry.pack());
         self.point(key, pos);
-        if self
-            .times
-            .back()
-            .is_none_or(|&(_, t)| at_ms >= t + TIME_MARK_MS)
-        {
-            self.times.push_back((entry.lsn, at_ms));
+        let floor = floor.map_or(entry.lsn, |f| f.min(entry.lsn));
+        match self.times.back_mut() {
+            Some((_, t, low)) if at_ms < *t + TIME_MARK_MS => *low = (*low).min(floor),
+            _ => self.times.push_back((entry.lsn, at_ms, floor)),
         }
     }
 
@@ -224,9 +226,9 @@ impl RunIndex {
         // that much after its window ended, never before.
         let i = self
             .times
-            .partition_point(|&(_, t)| t.saturating_add(TIME_MARK_MS) <= cutoff_ms);
+            .partition_point(|&(_, t, _)| t.saturating_add(TIME_MARK_MS) <= cutoff_ms);
         let before = match self.times.get(i) {
-            Some(&(lsn, _)) if i > 0 => lsn,
+            Some(&(lsn, ..)) if i > 0 => lsn,
             // Every mark is older: everything indexed may go.
             None if i > 0 => self.newest_lsn()? + 1,
             _ => return None,
@@ -255,7 +257,7 @@ impl RunIndex {
             self.log.start += 1;
         }
         self.log.trim();
-        while self.times.front().is_some_and(|&(l, _)| l < lsn) {
+        while self.times.front().is_some_and(|&(l, ..)| l < lsn) {
             self.times.pop_front();
         }
         if self.table.len() < self.table.capacity() / 4 {
@@ -264,6 +266,17 @@ impl RunIndex {
             } = self;
             table.shrink_to(table.len() * 2, |&s| hasher.hash_one(log.key(s)));
         }
+    }
+
+    /// The first LSN the log must keep for the retained runs: the oldest archive record,
+    /// or an earlier record a retained document points at (`insert`'s `floor`).
+    pub fn retained_from(&self) -> Option<u64> {
+        let oldest = self.oldest_lsn()?;
+        Some(
+            self.times
+                .iter()
+                .fold(oldest, |min, &(.., floor)| min.min(floor)),
+        )
     }
 
     /// LSN of the oldest entry still indexed (a stale one is older than every live one:
@@ -300,7 +313,7 @@ impl RunIndex {
         buckets * 5
             + (self.log.sealed.len() * CHUNK * 16) as u64
             + self.log.tail.capacity() as u64 * 8
-            + self.times.capacity() as u64 * 16
+            + self.times.capacity() as u64 * 24
     }
 
     /// Live entries archived before `below_lsn`, newest first (the archive log is in LSN
@@ -354,20 +367,23 @@ impl RunIndex {
         }
         let from = skip.saturating_sub(log.sealed.len() * CHUNK);
         let mut rest =
-            Vec::with_capacity((log.tail.len() - 2 * from) * 8 + 8 + 16 * self.times.len());
+            Vec::with_capacity((log.tail.len() - 2 * from) * 8 + 8 + 24 * self.times.len());
         for w in &log.tail[2 * from..] {
             rest.extend_from_slice(&w.to_le_bytes());
         }
         rest.extend_from_slice(&(self.times.len() as u64).to_le_bytes());
-        for (lsn, at) in &self.times {
+        for (lsn, at, floor) in &self.times {
             rest.extend_from_slice(&lsn.to_le_bytes());
             rest.extend_from_slice(&at.to_le_bytes());
+            rest.extend_from_slice(&floor.to_le_bytes());
         }
         image.push(Part::Bytes(rest));
     }
 
-    /// The index `write_image` wrote; the bytes must be exactly that.
-    pub fn read_image(bytes: &[u8]) -> Result<RunIndex, RunIndexError> {
+    /// The index `write_image` wrote; the bytes must be exactly that. Images of snapshot
+    /// formats before 5 have no floors in their time marks (no document pointed at records
+    /// then: each mark's floor is its LSN).
+    pub fn read_image(bytes: &[u8], floors: bool) -> Result<RunIndex, RunIndexError> {
         let mut at = 0usize;
         let mut word = |what: &'static str| -> Result<u64, RunIndexError> {
             let w = bytes
@@ -410,8 +426,15 @@ impl RunIndex {
             });
         }
         index.times = (0..n)
-            .map(|_| Ok((word("time marks")?, word("time marks")?)))
-            .collect::<Result<VecDeque<(u64, u64)>, RunIndexError>>()?;
+            .map(|_| {
+                let (lsn, at) = (word("time marks")?, word("time marks")?);
+                let floor = match floors {
+                    true => word("time marks")?,
+                    false => lsn,
+                };
+                Ok((lsn, at, floor))
+            })
+            .collect::<Result<VecDeque<(u64, u64, u64)>, RunIndexError>>()?;
         if at != bytes.len() {
             return Err(RunIndexError::StrayBytes);
         }
@@ -433,6 +456,38 @@ mod tests {
         }
     }
 
+    /// A document that points at earlier records keeps the log from the earliest of them
+    /// (its time mark's floor) without keeping its runs longer: forgetting goes by the
+    /// marks' own LSNs. An image of a format before 5 has no floors: each is its mark's LSN.
+    #[test]
+    fn a_floor_keeps_the_log_not_the_runs_and_old_images_load_without_floors() {
+        let mut index = RunIndex::default();
+        index.insert(1, entry(100), 0, None);
+        index.insert(2, entry(110), 10, Some(40));
+        index.insert(3, entry(120), 5_000, Some(115));
+        assert_eq!(index.oldest_lsn(), Some(100));
+        assert_eq!(index.retained_from(), Some(40));
+        // Runs finished before 2,000 ms go (the first mark's), the floor with them.
+        assert_eq!(index.forget_before(2_000 + TIME_MARK_MS), Some(120));
+        index.forget(120);
+        assert_eq!(
+            (index.oldest_lsn(), index.retained_from()),
+            (Some(120), Some(115))
+        );
+        let mut image = Image::default();
+        index.write_image(&mut image);
+        let back = RunIndex::read_image(&image.to_bytes(), true).unwrap();
+        assert_eq!(back.times, index.times);
+        // The layout of format 4: no entries, one mark of (LSN, time).
+        let mut old = Vec::new();
+        for w in [0u64, 0, 1, 120, 5_000] {
+            old.extend_from_slice(&w.to_le_bytes());
+        }
+        let back = RunIndex::read_image(&old, false).unwrap();
+        assert_eq!(back.times, VecDeque::from([(120, 5_000, 120)]));
+        assert!(RunIndex::read_image(&old, true).is_err());
+    }
+
     #[test]
     fn the_image_round_trips_and_refuses_cut_or_stray_bytes() {
         // Over two chunks, the front partly forgotten, some keys archived twice.
@@ -446,14 +501,14 @@ mod tests {
                 name_tag: (i % 2048) as u16,
             };
             let key = if i % 10 == 0 { i / 10 } else { i * 0x9e37_79b9 };
-            index.insert(key, e, i * 400);
+            index.insert(key, e, i * 400, None);
         }
         index.forget(3 * 1000);
         let mut image = Image::default();
         index.write_image(&mut image);
         let raw = image.to_bytes();
         assert_eq!(raw.len() as u64, image.len());
-        let back = RunIndex::read_image(&raw).unwrap();
+        let back = RunIndex::read_image(&raw, true).unwrap();
         let sorted = |x: &RunIndex| {
             let mut v: Vec<(u64, Entry)> = x.iter().collect();
             v.sort_by_key(|p| p.0);
@@ -463,11 +518,11 @@ mod tests {
         assert!(back.newest_below(u64::MAX).eq(index.newest_below(u64::MAX)));
         assert_eq!(back.times, index.times);
         assert_eq!(back.oldest_lsn(), index.oldest_lsn());
-        assert!(RunIndex::read_image(&raw[..raw.len() - 8]).is_err());
+        assert!(RunIndex::read_image(&raw[..raw.len() - 8], true).is_err());
         let mut stray = raw.clone();
         stray.extend_from_slice(&[0; 8]);
-        assert!(RunIndex::read_image(&stray).is_err());
-        assert!(RunIndex::read_image(&[0xff; 8]).is_err());
+        assert!(RunIndex::read_image(&stray, true).is_err());
+        assert!(RunIndex::read_image(&[0xff; 8], true).is_err());
     }
 
     #[test]
@@ -475,28 +530,28 @@ mod tests {
         let mut index = RunIndex::default();
         let n = 2 * CHUNK as u64 + 10;
         for i in 1..=n {
-            index.insert(i, entry(i), i);
+            index.insert(i, entry(i), i, None);
         }
         let mut image = Image::default();
         index.write_image(&mut image);
         let before = image.to_bytes();
         // The shared chunks outlive the index's own: forgotten, refilled, sealed again.
         for i in n + 1..=n + CHUNK as u64 {
-            index.insert(i, entry(i), i);
+            index.insert(i, entry(i), i, None);
         }
         index.forget(CHUNK as u64 + 100);
-        index.insert(5, entry(n + CHUNK as u64 + 1), n);
+        index.insert(5, entry(n + CHUNK as u64 + 1), n, None);
         assert_eq!(image.to_bytes(), before);
-        let back = RunIndex::read_image(&before).unwrap();
+        let back = RunIndex::read_image(&before, true).unwrap();
         assert_eq!(back.len(), n as usize);
     }
 
     #[test]
     fn stale_entries_are_counted_until_forgotten_and_an_image_without_them_loads_alike() {
         let mut index = RunIndex::default();
-        index.insert(1, entry(10), 10);
-        index.insert(2, entry(20), 20);
-        index.insert(1, entry(30), 30);
+        index.insert(1, entry(10), 10, None);
+        index.insert(2, entry(20), 20, None);
+        index.insert(1, entry(30), 30, None);
         assert_eq!(index.stale, 1);
         let image_of = |index: &RunIndex| {
             let mut image = Image::default();
@@ -505,20 +560,20 @@ mod tests {
         };
         let with_stale = image_of(&index);
         assert_eq!(with_stale[8..16], 1u64.to_le_bytes());
-        let back = RunIndex::read_image(&with_stale).unwrap();
+        let back = RunIndex::read_image(&with_stale, true).unwrap();
         assert_eq!((back.stale, back.get(1).map(|e| e.lsn)), (1, Some(30)));
         // Forgetting past the stale entry leaves none: the image says so.
         index.forget(15);
         assert_eq!(index.stale, 0);
         let unique = image_of(&index);
         assert_eq!(unique[8..16], 0u64.to_le_bytes());
-        let back = RunIndex::read_image(&unique).unwrap();
+        let back = RunIndex::read_image(&unique, true).unwrap();
         assert_eq!(back.get(1).map(|e| e.lsn), Some(30));
         assert_eq!(back.get(2).map(|e| e.lsn), Some(20));
         assert_eq!(back.len(), 2);
         let mut bad = unique.clone();
         bad[8] = 7;
-        assert!(RunIndex::read_image(&bad).is_err());
+        assert!(RunIndex::read_image(&bad, true).is_err());
     }
 
     #[test]
@@ -526,7 +581,7 @@ mod tests {
         let mut index = RunIndex::default();
         let n = 3 * CHUNK as u64;
         for i in 1..=n {
-            index.insert(i, entry(i), i);
+            index.insert(i, entry(i), i, None);
         }
         assert_eq!(index.len(), n as usize);
         assert_eq!(
@@ -546,7 +601,7 @@ mod tests {
         assert!(index.is_empty());
         assert_eq!(index.oldest_lsn(), None);
         // Indexing starts again where it stopped.
-        index.insert(42, entry(n + 10), n + 10);
+        index.insert(42, entry(n + 10), n + 10, None);
         assert_eq!(index.get(42).map(|e| e.lsn), Some(n + 10));
         assert_eq!(index.oldest_lsn(), Some(n + 10));
         assert!(index.memory_bytes() < 4 << 20);
@@ -557,7 +612,7 @@ mod tests {
         let mut index = RunIndex::default();
         // Runs archived at LSNs 10, 20, ... finishing one per 500 ms.
         for i in 1..=20u64 {
-            index.insert(100 + i, entry(i * 10), i * 500);
+            index.insert(100 + i, entry(i * 10), i * 500, None);
         }
         assert_eq!(index.forget_before(0), None, "nothing is that old");
         // Marks every second: (10, 500), (30, 1500), (50, 2500)...
@@ -618,9 +673,9 @@ mod tests {
     #[test]
     fn a_key_archived_again_resolves_to_its_latest_entry() {
         let mut index = RunIndex::default();
-        index.insert(7, entry(1), 10);
-        index.insert(8, entry(2), 20);
-        index.insert(7, entry(3), 30);
+        index.insert(7, entry(1), 10, None);
+        index.insert(8, entry(2), 20, None);
+        index.insert(7, entry(3), 30, None);
         let seen = |below| -> Vec<(u64, u64)> {
             index.newest_below(below).map(|(k, e)| (k, e.lsn)).collect()
         };

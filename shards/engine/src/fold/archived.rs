@@ -3,7 +3,14 @@
 
 use super::archive::{Entry, RunKind, name_tag, run_key};
 use super::archived_wire::CompactWf;
+pub use super::archived_wire::Refs;
+
+/// Whether the compact form carries a history exactly (`archived_wire`).
+pub fn carries(history: &[HistoryEvent]) -> bool {
+    CompactWf::carries(history)
+}
 pub use super::archived_wire::{workflow_status, workflow_status_code};
+use super::record::Record;
 use flo_protocol::{HistoryEvent, RunInfo, RunStatus, WorkflowRunInfo};
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +43,7 @@ impl Serialize for ArchivedRun {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             ArchivedRun::Action(r) => WireOut::Action(r).serialize(s),
-            ArchivedRun::Workflow(w) => match CompactWf::of(&w.info, &w.history) {
+            ArchivedRun::Workflow(w) => match CompactWf::of(&w.info, &w.history, w.refs.as_ref()) {
                 Some(compact) => WireOut::Wf(Box::new(compact)).serialize(s),
                 None => WireOut::Workflow(w).serialize(s),
             },
@@ -52,8 +59,17 @@ impl<'de> Deserialize<'de> for ArchivedRun {
             WireIn::Action(r) => ArchivedRun::Action(r),
             WireIn::Workflow(w) => ArchivedRun::Workflow(w),
             WireIn::Wf(c) => {
+                let refs = c.refs().cloned();
+                // Kept to be filled in (`fill_archived`): the document's payloads, and what
+                // is derived from them, are only right once they are back.
+                let compact = refs.is_some().then(|| c.clone());
                 let (info, history) = c.expand(String::new(), String::new());
-                ArchivedRun::Workflow(Box::new(WfArchived { info, history }))
+                ArchivedRun::Workflow(Box::new(WfArchived {
+                    info,
+                    history,
+                    refs,
+                    compact,
+                }))
             }
         })
     }
@@ -63,6 +79,84 @@ impl<'de> Deserialize<'de> for ArchivedRun {
 pub struct WfArchived {
     pub info: WorkflowRunInfo,
     pub history: Vec<HistoryEvent>,
+    /// Payloads the record leaves out, being in the log already (the compact form only:
+    /// the whole form holds every payload). A document read back for a client has them
+    /// put back (`fill_archived`) before it is decoded.
+    #[serde(skip)]
+    pub refs: Option<Refs>,
+    /// As read, while payloads are left out (`fill_archived` fills it in).
+    #[serde(skip)]
+    compact: Option<Box<CompactWf>>,
+}
+
+impl WfArchived {
+    pub fn new(info: WorkflowRunInfo, history: Vec<HistoryEvent>) -> WfArchived {
+        WfArchived {
+            info,
+            history,
+            refs: None,
+            compact: None,
+        }
+    }
+}
+
+/// The records an archive record's document points at instead of repeating their payloads
+/// (`Refs`), if it points at any: a reader reads them and puts them back with
+/// `fill_archived` before the record is decoded to answer from.
+pub fn archived_refs(payload: &[u8]) -> Vec<u64> {
+    match Record::decode(payload) {
+        Ok(Record::RunArchived {
+            run: ArchivedRun::Workflow(doc),
+            ..
+        }) => doc.refs.as_ref().map(Refs::lsns).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// The archive record `payload` with the payloads its document points at put back, from
+/// `records` (each LSN `archived_refs` gave, with its record's payload): the record as if it
+/// had been written whole.
+pub fn fill_archived(payload: &[u8], records: &[(u64, Vec<u8>)]) -> Result<Vec<u8>, String> {
+    let mut record = Record::decode(payload).map_err(|e| e.to_string())?;
+    let Record::RunArchived {
+        namespace,
+        run_id,
+        run: ArchivedRun::Workflow(doc),
+    } = &mut record
+    else {
+        return Ok(payload.to_vec());
+    };
+    let Some(mut compact) = doc.compact.take() else {
+        return Ok(payload.to_vec());
+    };
+    let at = |lsn: u64| -> Result<Record, String> {
+        let (_, bytes) = records.iter().find(|(l, _)| *l == lsn).ok_or_else(|| {
+            format!("record {lsn}, which run {run_id:?}'s archive points at, was not read")
+        })?;
+        Record::decode(bytes).map_err(|e| format!("record {lsn}: {e}"))
+    };
+    let input = match compact.refs().map_or(0, |r| r.input) {
+        0 => None,
+        lsn => match at(lsn)? {
+            Record::WfRunStarted {
+                run_id: id, input, ..
+            } if id == *run_id => Some(input),
+            _ => return Err(format!("record {lsn} is not the start of run {run_id:?}")),
+        },
+    };
+    compact.fill(input, |lsn| match at(lsn)? {
+        Record::WfStepFinished {
+            run_id: id, output, ..
+        } if id == *run_id => Ok(output.map(|o| {
+            serde_json::to_vec(&crate::fold::workflows::json_value(&o)).unwrap_or_default()
+        })),
+        _ => Err(format!("record {lsn} is not a step of run {run_id:?}")),
+    })?;
+    let (info, history) = compact.expand(namespace.clone(), run_id.clone());
+    **doc = WfArchived::new(info, history);
+    let mut out = Vec::with_capacity(payload.len() * 2);
+    record.encode(&mut out);
+    Ok(out)
 }
 
 pub fn action_status_code(s: RunStatus) -> u8 {

@@ -49,7 +49,7 @@ const EVENT_TYPES: [&str; 31] = [
 ];
 
 /// A step named by its place among the run's steps, or by its name when it has none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 enum StepName {
     At(u32),
@@ -57,14 +57,14 @@ enum StepName {
 }
 
 /// The run's output: a step's (by its place), or its own bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 enum Output {
     Step(u32),
     Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Event {
     kind: u8,
     step: Option<StepName>,
@@ -74,7 +74,7 @@ struct Event {
     at: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Step {
     name: String,
     outcome: Option<String>,
@@ -88,8 +88,41 @@ struct Step {
     total_ms: u64,
 }
 
+/// Where the payloads an archive record leaves out are in the log (each payload written
+/// once): the run's input is in its `WfRunStarted`, each step's output in the
+/// `WfStepFinished` that gave it. 0: the document holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Refs {
+    /// LSN of the run's `WfRunStarted`.
+    pub input: u64,
+    /// Per step (the document's steps, in order): LSN of the step's `WfStepFinished`.
+    pub outputs: Vec<u64>,
+}
+
+impl Refs {
+    /// The earliest record the document refers to (the log must keep it as long as the
+    /// run is retained), if any.
+    pub fn floor(&self) -> Option<u64> {
+        std::iter::once(self.input)
+            .chain(self.outputs.iter().copied())
+            .filter(|&l| l > 0)
+            .min()
+    }
+
+    /// Every record the document refers to, each once, in order.
+    pub fn lsns(&self) -> Vec<u64> {
+        let mut all: Vec<u64> = std::iter::once(self.input)
+            .chain(self.outputs.iter().copied())
+            .filter(|&l| l > 0)
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+}
+
 /// A workflow run's final document as an archive record writes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactWf {
     workflow: String,
     version: String,
@@ -114,6 +147,10 @@ pub struct CompactWf {
     branches: Vec<WorkflowBranchInfo>,
     step_since_ms: Option<u64>,
     history: Vec<Event>,
+    /// The payloads left out (`input` empty, those steps' `output` none), until `fill`
+    /// puts them back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refs: Option<Refs>,
 }
 
 /// A workflow run's status as the run index and the archive keep it.
@@ -165,9 +202,22 @@ fn implied_detail(kind: &str, step: Option<&WorkflowStepInfo>, info: &WorkflowRu
 }
 
 impl CompactWf {
+    /// Whether the form carries `events` exactly (else the document is written whole).
+    pub fn carries(events: &[HistoryEvent]) -> bool {
+        events.iter().all(|e| {
+            e.seq == 0
+                && !matches!(e.event_type, HistoryEventType::Other(_))
+                && EVENT_TYPES.contains(&e.event_type.as_str())
+        })
+    }
+
     /// A document (`info`, `events`) in the compact form, unless the form cannot carry it
-    /// exactly.
-    pub fn of(info: &WorkflowRunInfo, events: &[HistoryEvent]) -> Option<CompactWf> {
+    /// exactly; the payloads `refs` places in the log are left out.
+    pub fn of(
+        info: &WorkflowRunInfo,
+        events: &[HistoryEvent],
+        refs: Option<&Refs>,
+    ) -> Option<CompactWf> {
         let from = info.created_at_ms;
         let place = |name: &str| info.steps.iter().position(|s| s.name == name);
         let mut history = Vec::with_capacity(events.len());
@@ -206,13 +256,15 @@ impl CompactWf {
                 None => Output::Bytes(o.clone()),
             }
         });
+        let output_here = |i: usize| refs.is_none_or(|r| r.outputs.get(i).is_none_or(|&l| l == 0));
         let steps = info
             .steps
             .iter()
-            .map(|s| Step {
+            .enumerate()
+            .map(|(i, s)| Step {
                 name: s.name.clone(),
                 outcome: s.outcome.clone(),
-                output: s.output.clone(),
+                output: s.output.clone().filter(|_| output_here(i)),
                 executions: s.executions,
                 visits: s.visits,
                 first_started: offset(s.first_started_ms, from),
@@ -224,7 +276,10 @@ impl CompactWf {
             workflow: info.workflow.clone(),
             version: info.version.clone(),
             status: workflow_status_code(info.status),
-            input: info.input.clone(),
+            input: match refs {
+                Some(r) if r.input > 0 => Vec::new(),
+                _ => info.input.clone(),
+            },
             output,
             steps,
             terminal: info.terminal.clone(),
@@ -240,10 +295,38 @@ impl CompactWf {
             branches: info.branches.clone(),
             step_since_ms: info.step_since_ms,
             history,
+            refs: refs.filter(|r| r.floor().is_some()).cloned(),
         })
     }
 
-    /// The document again (info, history), with `namespace` and `run_id` (the record's).
+    /// Where the payloads left out are, if any are.
+    pub fn refs(&self) -> Option<&Refs> {
+        self.refs.as_ref()
+    }
+
+    /// Puts back the payloads left out: `input` is the run's input (from the record at
+    /// `refs.input`), `output_of(lsn)` the output the record at `lsn` gave its step.
+    pub fn fill(
+        &mut self,
+        input: Option<Vec<u8>>,
+        mut output_of: impl FnMut(u64) -> Result<Option<Vec<u8>>, String>,
+    ) -> Result<(), String> {
+        let Some(refs) = self.refs.take() else {
+            return Ok(());
+        };
+        if refs.input > 0 {
+            self.input = input.ok_or("the run's start record holds no input")?;
+        }
+        for (step, &lsn) in self.steps.iter_mut().zip(&refs.outputs) {
+            if lsn > 0 {
+                step.output = output_of(lsn)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The document again (info, history), with `namespace` and `run_id` (the record's);
+    /// payloads left out (`refs`) read as empty.
     pub fn expand(self, namespace: String, run_id: String) -> (WorkflowRunInfo, Vec<HistoryEvent>) {
         let from = self.created_at_ms;
         let steps: Vec<WorkflowStepInfo> = self
@@ -438,7 +521,7 @@ mod tests {
     #[test]
     fn a_document_comes_back_exactly() {
         let (info, history) = doc();
-        let compact = CompactWf::of(&info, &history).expect("carried");
+        let compact = CompactWf::of(&info, &history, None).expect("carried");
         assert_eq!(compact.output, Some(Output::Step(1)));
         let implied = compact
             .history
@@ -453,7 +536,7 @@ mod tests {
         other.output = Some(b"[1]".to_vec());
         other.steps[0].first_started_ms = 0;
         other.steps[1].output = None;
-        let compact = CompactWf::of(&other, &[]).unwrap();
+        let compact = CompactWf::of(&other, &[], None).unwrap();
         let back = round_trip(&compact).expand(other.namespace.clone(), other.run_id.clone());
         assert_eq!(back, (other, Vec::new()));
     }
@@ -462,10 +545,10 @@ mod tests {
     fn what_the_form_cannot_carry_is_refused() {
         let (info, mut history) = doc();
         history[1].seq = 4;
-        assert!(CompactWf::of(&info, &history).is_none());
+        assert!(CompactWf::of(&info, &history, None).is_none());
         let (info, mut history) = doc();
         history.push(event(HistoryEventType::Other("new".into()), None, "", 1));
-        assert!(CompactWf::of(&info, &history).is_none());
+        assert!(CompactWf::of(&info, &history, None).is_none());
     }
 
     /// The numbers are the protocol's names, each once.

@@ -188,6 +188,7 @@ impl<'de> serde::Deserialize<'de> for WfRun {
             updated_at_ms: r.updated_at_ms,
             seq: r.seq,
             lsn: r.lsn,
+            started_lsn: 0,
             state: r.state,
             state_bytes: 0,
             group: r.group,

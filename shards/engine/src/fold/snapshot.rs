@@ -3,11 +3,12 @@
 //! (`Index::rebuild`), the KV expiry order, module bytes and workflow definitions shared by
 //! runs (`relink`).
 //!
-//! Layout (format 4): the format as a MessagePack integer; one MessagePack value with every
+//! Layout (formats 4 and 5): the format as a MessagePack integer; one MessagePack value with every
 //! store but KV (encoded on the shard while it pauses); the KV store (a copy-on-write view
 //! whose values are shared with the live store, encoded on the writer's thread: the shard
 //! pauses for the view, not the bytes); the run index as raw words
-//! (`RunIndex::write_image`). Byte fields are MessagePack `bin`.
+//! (`RunIndex::write_image`; from format 5 on its time marks carry floors: the earliest
+//! record their runs' documents point at). Byte fields are MessagePack `bin`.
 //!
 //! Format 3 (one MessagePack array holding every store, KV fourth; byte fields as arrays
 //! of integers) is still read: a data directory whose log below its snapshot is gone must
@@ -35,7 +36,7 @@ use std::sync::Arc;
 /// Bumped when the image changes incompatibly. Formats from `SNAPSHOT_FORMAT_READ_MIN` on
 /// are read; any other is refused by recovery, which then will not start unless the log
 /// still holds every record (see `shards/runtime/src/boot.rs`).
-pub const SNAPSHOT_FORMAT: u32 = 4;
+pub const SNAPSHOT_FORMAT: u32 = 5;
 /// The oldest format this code reads.
 pub const SNAPSHOT_FORMAT_READ_MIN: u32 = 3;
 /// Bytes of image decoded between two calls of a restore's progress callback.
@@ -259,7 +260,7 @@ pub fn decode(
     state.streams.relink();
     state.search.relink();
     state.webhooks.rebuild(&state.workflows);
-    state.archive = RunIndex::read_image(reader.rest)?;
+    state.archive = RunIndex::read_image(reader.rest, format >= 5)?;
     (reader.report)(bytes.len() as u64);
     state.applied_lsn = lsn;
     Ok(state)
@@ -360,9 +361,9 @@ mod tests {
         let digest = state.digest().join("\n");
         assert!(digest.contains("work-1"), "{digest}");
         assert!(digest.contains("wfrun-1"), "{digest}");
-        // Written again, it is format 4 and loads alike.
+        // Written again, it is the current format and loads alike.
         let again = encode(&state).to_bytes();
-        assert_eq!(format_of(&again).unwrap(), (4, false));
+        assert_eq!(format_of(&again).unwrap(), (SNAPSHOT_FORMAT, false));
         let back = decode(&again, 0, partitioning(), &mut |_| {}).unwrap();
         assert_eq!(back.digest(), state.digest());
     }
@@ -379,7 +380,7 @@ mod tests {
             matches!(err, SnapshotError::Format { found } if found == SNAPSHOT_FORMAT + 1),
             "{err}"
         );
-        assert!(err.to_string().contains("reads formats 3 to 4"), "{err}");
+        assert!(err.to_string().contains("reads formats 3 to 5"), "{err}");
         // Format 2 (an array, like 3): refused for its format, not as damaged.
         let old = rmp_serde::to_vec(&(2u32, 0u32, 5u64)).unwrap();
         let Err(err) = decode(&old, 0, partitioning(), &mut |_| {}) else {

@@ -37,6 +37,10 @@ pub struct StepState {
     pub last_finished_ms: u64,
     #[serde(default)]
     pub total_ms: u64,
+    /// The `WfStepFinished` whose output `output` is, when it is (0: none, or not known
+    /// since a snapshot was loaded): the archive may point there instead of repeating it.
+    #[serde(skip)]
+    pub output_lsn: u64,
 }
 
 impl StepState {
@@ -50,6 +54,7 @@ impl StepState {
             first_started_ms: 0,
             last_finished_ms: 0,
             total_ms: 0,
+            output_lsn: 0,
         }
     }
 }
@@ -87,6 +92,9 @@ pub struct WfRun {
     pub updated_at_ms: u64,
     pub seq: u64,
     pub lsn: u64,
+    /// Its `WfRunStarted` (which holds its input); 0 when not known (the run came from a
+    /// snapshot).
+    pub started_lsn: u64,
     /// The run's state document (a JSON object: `flo_workflow::state`).
     pub state: Value,
     /// At least its size as JSON (exact near the limit: `state_bytes_bound`); the step
@@ -444,6 +452,7 @@ impl Workflows {
             updated_at_ms: at_ms,
             seq: self.next_seq,
             lsn,
+            started_lsn: lsn,
             state: Value::Null,
             state_bytes: 0,
             group: None,
@@ -667,6 +676,7 @@ impl Workflows {
         let s = run.step_state_mut(&step);
         s.outcome = Some(outcome.clone());
         s.output = output.clone();
+        s.output_lsn = if s.output.is_some() { lsn } else { 0 };
         s.executions += 1;
         if !matches!(next, StepNext::Retry { .. } | StepNext::Poll { .. }) {
             s.last_finished_ms = at_ms;

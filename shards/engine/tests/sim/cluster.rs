@@ -678,7 +678,14 @@ impl Cluster {
     pub fn answer_read(&mut self, i: usize) {
         let (shard, token, lsn) = self.log_reads.remove(i);
         let node = &self.nodes[shard as usize];
-        let result = node.read_record(lsn);
+        let result = node.read_record(lsn).and_then(|payload| {
+            let refs = flo_engine::archived_refs(&payload);
+            let records = refs
+                .into_iter()
+                .map(|at| node.read_record(at).map(|p| (at, p)))
+                .collect::<Result<Vec<_>, String>>()?;
+            flo_engine::fill_archived(&payload, &records)
+        });
         if let Err(e) = &result {
             let retained = node.engine.retained_from_lsn();
             assert!(

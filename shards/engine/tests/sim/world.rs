@@ -4,7 +4,7 @@
 use crate::cluster::storage::{CrashPlan, SnapPhase};
 use crate::cluster::{Cluster, Node, StorageConfig, assert_same_fold, new_engine_with, replayed};
 use flo_engine::testing::record::{Record, StepWait};
-use flo_engine::testing::{RunKind, RunPhase, streams};
+use flo_engine::testing::{RunKind, RunPhase, archived, streams};
 use flo_engine::{Engine, ExecFailure, ExecResult, Input, ReplyResult};
 use flo_protocol::{
     ActionKind, ActionSpec, ErrorCode, GroupConfig, GroupMode, GroupReadSpec, GroupStart,
@@ -2457,10 +2457,13 @@ fn snapshot_bytes(engine: &Engine) -> (u64, Vec<u8>) {
 }
 
 /// Every retained run's archive record that is durable is in a segment file (the run is
-/// read back from it), and the oldest reads back as an archive record.
+/// read back from it), with the records its document points at (`Refs`: each payload
+/// written once), the oldest reads back as an archive record, and the log is kept from the
+/// earliest of them all.
 fn check_archive_on_disk(node: &Node, when: &str) {
     let s = node.shard();
     let durable = node.engine.durable_lsn();
+    let retained_from = node.engine.retained_from_lsn();
     for (_, e) in node.engine.state().archive.iter() {
         assert!(
             e.lsn > durable || node.on_disk(e.lsn),
@@ -2468,10 +2471,35 @@ fn check_archive_on_disk(node: &Node, when: &str) {
              {:?}, runs retained from {:?})",
             e.lsn,
             node.segment_firsts(),
-            node.engine.retained_from_lsn()
+            retained_from
         );
+        let Ok(i) = node.records.binary_search_by_key(&e.lsn, |(l, _)| *l) else {
+            continue;
+        };
+        let Record::RunArchived {
+            run: archived::ArchivedRun::Workflow(doc),
+            ..
+        } = &node.records[i].1
+        else {
+            continue;
+        };
+        for at in doc.refs.as_ref().map(|r| r.lsns()).unwrap_or_default() {
+            assert!(
+                retained_from.is_some_and(|r| r <= at) && node.on_disk(at),
+                "{when}: shard {s}: record {at}, which archive record {} points at, is not \
+                 kept (segments {:?}, runs retained from {retained_from:?})",
+                e.lsn,
+                node.segment_firsts()
+            );
+        }
     }
-    let Some(oldest) = node.engine.retained_from_lsn().filter(|&l| l <= durable) else {
+    let Some(oldest) = node
+        .engine
+        .state()
+        .archive
+        .oldest_lsn()
+        .filter(|&l| l <= durable)
+    else {
         return;
     };
     let payload = node
