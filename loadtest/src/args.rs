@@ -58,6 +58,10 @@ pub struct Args {
     #[arg(long, default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(0..=flo_protocol::KV_VALUE_BYTES_MAX as i64))]
     pub value_bytes: u32,
+    /// `workflow`, `workflow-worker`: bytes of each run's input, a JSON object padded to
+    /// about this size (default: `{"n":1}`, 7 bytes), to see what payloads cost.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=(1 << 20)))]
+    pub input_bytes: Option<u32>,
     /// Distinct keys, cycled (default: as many as --ops).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub keys: Option<u64>,

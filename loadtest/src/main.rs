@@ -248,7 +248,9 @@ fn run_workload(
             (outcome, None)
         }
         Workload::Workflow => {
-            let outcome = driver::run(cfg, || workload::WorkflowStart::new(&args.namespace));
+            let outcome = driver::run(cfg, || {
+                workload::WorkflowStart::new(&args.namespace).with_input_bytes(args.input_bytes)
+            });
             (outcome, None)
         }
         Workload::Plan => {
@@ -281,6 +283,7 @@ fn run_workload(
                     driver::run(cfg, || {
                         let name = workload::WORKER_WORKFLOW_NAME;
                         workload::WorkflowStart::of(&args.namespace, name)
+                            .with_input_bytes(args.input_bytes)
                     })
                 },
                 |started| started.succeeded() * workload::WORKER_WORKFLOW_STEPS,

@@ -601,6 +601,7 @@ pub fn create_worker_workflow(
 pub struct WorkflowStart {
     namespace: String,
     name: &'static str,
+    input: Vec<u8>,
 }
 
 impl WorkflowStart {
@@ -612,7 +613,19 @@ impl WorkflowStart {
         WorkflowStart {
             namespace: namespace.into(),
             name,
+            input: br#"{"n":1}"#.to_vec(),
         }
+    }
+
+    /// Inputs of about `bytes` bytes (`{"n":1,"pad":"abc…"}`), if given.
+    pub fn with_input_bytes(mut self, bytes: Option<u32>) -> Self {
+        if let Some(bytes) = bytes {
+            let pad: String = (0..(bytes as usize).saturating_sub(17))
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            self.input = format!(r#"{{"n":1,"pad":"{pad}"}}"#).into_bytes();
+        }
+        self
     }
 }
 
@@ -623,7 +636,7 @@ impl Generator for WorkflowStart {
                 namespace: self.namespace.clone(),
                 name: self.name.into(),
                 version: None,
-                input: br#"{"n":1}"#.to_vec(),
+                input: self.input.clone(),
                 idempotency_key: None,
                 wait_ms: Some(INVOKE_WAIT_MS),
                 run_id: None,
