@@ -647,6 +647,28 @@ fn a_segment_missing_below_the_snapshot_refuses_the_start() {
 
 // ---- archives that point at their payloads ----
 
+/// For each archive record in shard 0's log (a stopped server's), the records it points at.
+fn archive_refs(data_dir: &Path) -> Vec<usize> {
+    let first = segment_files(data_dir, 0)[0].clone();
+    let first_lsn = first
+        .file_name()
+        .and_then(|n| flo_ual::parse_segment_file_name(n.to_str()?))
+        .unwrap();
+    let mut found = Vec::new();
+    flo_ual::recover_from(
+        &data_dir.join("shard-000"),
+        first_lsn - 1,
+        |_, rtype, payload| {
+            if rtype == 50 {
+                found.push(flo_engine::archived_refs(payload).len());
+            }
+            Ok::<(), flo_ual::ApplyError>(())
+        },
+    )
+    .unwrap();
+    found
+}
+
 /// An archived workflow run's record points at its input and its steps' outputs in the
 /// records that hold them (each payload written once). The log is kept from the earliest
 /// of those while the run is retained: the snapshots taken after it let the segments
@@ -749,6 +771,84 @@ fn an_archived_run_keeps_the_records_it_points_at_and_reads_back_whole() {
     let mut c = server.client();
     check(&mut c, "after a restart");
     assert_all(&mut c, 1830);
+    drop(c);
+    server.stop();
+}
+
+/// An action run's archive points at its input (its `RunCreated`) and its output (the
+/// `RunCompleted` that gave it) the same way: a worker's run whose records span segments
+/// reads back whole after the segments before it went, and after a restart.
+#[test]
+fn an_archived_action_run_points_at_its_creation_and_completion() {
+    use flo::protocol::{RunStatus, WorkerSpec, WorkerType};
+    let dir = temp_dir();
+    let args = [
+        "--shards",
+        "1",
+        "--segment-bytes",
+        "65536",
+        "--snapshot-bytes",
+        "1048576",
+    ];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    common::user_action(&mut c, "manual", 3_600_000, 0, 1000);
+    c.register_worker(WorkerSpec {
+        namespace: String::new(),
+        worker_id: "w-1".into(),
+        worker_type: WorkerType::Action,
+        max_concurrency: None,
+        processes: vec!["manual".into()],
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+    put_many(&mut c, 0, 300);
+    let first_segment = segment_files(dir.path(), 0)[0].clone();
+    let input = br#"{"invoice":"INV-9","lines":[1,2,3]}"#;
+    let run_id = c.invoke("manual", input, Default::default()).unwrap();
+    put_many(&mut c, 300, 30);
+    let task = c
+        .await_tasks("w-1", &["manual"], 1, 5_000)
+        .unwrap()
+        .pop()
+        .expect("the task");
+    let output = br#"{"paid":true}"#;
+    c.complete_task("w-1", &(&task).into(), output, None)
+        .unwrap();
+    assert_eq!(
+        c.wait_run(&run_id, 5_000).unwrap().status,
+        RunStatus::Completed
+    );
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.status().unwrap().shards[0].archived_runs == 1
+    }));
+    let check = |c: &mut Client, when: &str| {
+        let run = c.run(&run_id).unwrap();
+        assert_eq!(run.input, input.to_vec(), "{when}");
+        assert_eq!(run.output.as_deref(), Some(&output[..]), "{when}");
+        assert_eq!(run.status, RunStatus::Completed, "{when}");
+    };
+    check(&mut c, "archived");
+    put_many(&mut c, 330, 1500);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            !segment_files(dir.path(), 0).contains(&first_segment)
+        }),
+        "the first segment (puts only) should be deleted"
+    );
+    check(&mut c, "after snapshots");
+    drop(c);
+    server.stop();
+    assert_eq!(
+        archive_refs(dir.path()),
+        vec![2],
+        "the creation and the completion"
+    );
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    check(&mut c, "after a restart");
     drop(c);
     server.stop();
 }

@@ -710,7 +710,7 @@ fn sample_records() -> Vec<Record> {
         Record::RunArchived {
             namespace: ns(),
             run_id: "charge-1".into(),
-            run: ArchivedRun::Action(Box::new(run_info)),
+            run: ArchivedRun::Action(Box::new(run_info), None),
         },
         Record::RunArchived {
             namespace: ns(),

@@ -4,6 +4,7 @@ use crate::core::{Core, Task};
 use crate::fold::archive::RunKind;
 use crate::fold::archived::{ArchivedRun, Refs, WfArchived, carries};
 use crate::fold::record::{Record, StepWait};
+use crate::fold::runs::Run;
 use crate::fold::state::ShardState;
 use crate::fold::workflows::WfRun;
 use crate::ids::RunKey;
@@ -31,7 +32,8 @@ pub fn plan_archive(
                 return None;
             }
             let info = crate::fold::runs::run_info(namespace, run_id, run, false);
-            ArchivedRun::Action(Box::new(info))
+            let refs = action_refs(run, &info, imaged_lsn);
+            ArchivedRun::Action(Box::new(info), refs)
         }
         RunKind::Workflow => {
             let run = state.workflows.run(namespace, run_id)?;
@@ -83,6 +85,22 @@ fn refs_of(run: &WfRun, doc: &WfArchived, imaged_lsn: u64) -> Option<Refs> {
     Some(Refs {
         input: run.started_lsn,
         outputs,
+    })
+}
+
+/// `refs_of` for an action run: its input in its `RunCreated`, its output in the
+/// `RunCompleted` that gave it (`outputs[0]`).
+fn action_refs(run: &Run, info: &flo_protocol::RunInfo, imaged_lsn: u64) -> Option<Refs> {
+    if run.created_lsn <= imaged_lsn || info.input != run.input {
+        return None;
+    }
+    let output = match &info.output {
+        Some(_) if run.output_lsn > imaged_lsn => run.output_lsn,
+        _ => 0,
+    };
+    Some(Refs {
+        input: run.created_lsn,
+        outputs: vec![output],
     })
 }
 

@@ -111,7 +111,7 @@ impl Live {
 
 fn doc_weight(doc: &ArchivedRun) -> usize {
     match doc {
-        ArchivedRun::Action(r) => r.weight(),
+        ArchivedRun::Action(r, _) => r.weight(),
         ArchivedRun::Workflow(w) => w.info.weight(),
     }
 }
@@ -417,7 +417,7 @@ fn answer(s: &Single, doc: ArchivedRun) -> Result<Reply, ErrorValue> {
         return Err(not_found(s));
     }
     match (&s.want, doc) {
-        (Want::RunStatus, ArchivedRun::Action(info)) => Ok(Reply::Run(*info)),
+        (Want::RunStatus, ArchivedRun::Action(info, _)) => Ok(Reply::Run(*info)),
         (Want::WfStatus, ArchivedRun::Workflow(w)) => Ok(Reply::WorkflowRun(w.info)),
         (Want::WfHistory { limit, after }, ArchivedRun::Workflow(w)) => {
             crate::pages::history_page(&w.history, *limit, *after)
@@ -472,7 +472,7 @@ fn finish(
         Live::Runs(mut runs) => {
             for (lsn, doc) in found {
                 match doc {
-                    ArchivedRun::Action(r)
+                    ArchivedRun::Action(r, _)
                         if r.namespace == query.namespace
                             && (query.name.is_empty() || r.action == query.name)
                             && query

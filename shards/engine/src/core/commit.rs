@@ -513,31 +513,44 @@ fn without_payloads(record: &Record) -> Record {
     let Record::RunArchived {
         namespace,
         run_id,
-        run: ArchivedRun::Workflow(doc),
+        run,
     } = record
     else {
         return record.clone();
     };
-    if doc.refs.is_none() {
-        return record.clone();
-    }
-    let mut info = doc.info.clone();
-    info.input.clear();
-    info.output = None;
-    for step in &mut info.steps {
-        step.output = None;
-    }
-    let mut history = doc.history.clone();
-    for e in &mut history {
-        if e.event_type == flo_protocol::HistoryEventType::WorkflowStarted {
-            e.detail.clear();
+    let bare = match run {
+        ArchivedRun::Action(info, Some(refs)) => {
+            let mut info = info.clone();
+            if refs.input > 0 {
+                info.input.clear();
+            }
+            if refs.outputs.first().is_some_and(|&l| l > 0) {
+                info.output = None;
+            }
+            ArchivedRun::Action(info, Some(refs.clone()))
         }
-    }
-    let mut bare = WfArchived::new(info, history);
-    bare.refs = doc.refs.clone();
+        ArchivedRun::Workflow(doc) if doc.refs.is_some() => {
+            let mut info = doc.info.clone();
+            info.input.clear();
+            info.output = None;
+            for step in &mut info.steps {
+                step.output = None;
+            }
+            let mut history = doc.history.clone();
+            for e in &mut history {
+                if e.event_type == flo_protocol::HistoryEventType::WorkflowStarted {
+                    e.detail.clear();
+                }
+            }
+            let mut bare = WfArchived::new(info, history);
+            bare.refs = doc.refs.clone();
+            ArchivedRun::Workflow(Box::new(bare))
+        }
+        _ => return record.clone(),
+    };
     Record::RunArchived {
         namespace: namespace.clone(),
         run_id: run_id.clone(),
-        run: ArchivedRun::Workflow(Box::new(bare)),
+        run: bare,
     }
 }

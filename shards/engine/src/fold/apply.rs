@@ -389,6 +389,7 @@ impl ShardState {
                 run.action_version = action_version;
                 run.attempt = attempt;
                 run.output = Some(output);
+                run.output_lsn = lsn;
                 run.outcome = outcome;
                 run.error = None;
                 run.error_code = None;
@@ -455,6 +456,8 @@ impl ShardState {
                 lease: None,
                 step: None,
                 state_patch: None,
+                created_lsn: 0,
+                output_lsn: 0,
             };
             self.runs.apply_created(namespace, run_id, run);
             return;
@@ -471,6 +474,7 @@ impl ShardState {
         run.attempt = attempt;
         run.dead_lettered = false;
         run.output = None;
+        run.output_lsn = 0;
         run.outcome = None;
         run.lease = None;
         run.available_at_ms = at_ms;
@@ -562,6 +566,8 @@ impl ShardState {
             step,
             error_code: None,
             state_patch: None,
+            created_lsn: lsn,
+            output_lsn: 0,
         };
         if let Some((sr, wait)) = step_started {
             self.workflows.apply_step_started(
@@ -821,7 +827,9 @@ impl ShardState {
                     crate::fold::archived::ArchivedRun::Workflow(w) => {
                         w.refs.as_ref().and_then(|r| r.floor())
                     }
-                    crate::fold::archived::ArchivedRun::Action(_) => None,
+                    crate::fold::archived::ArchivedRun::Action(_, refs) => {
+                        refs.as_ref().and_then(|r| r.floor())
+                    }
                 };
                 self.archive.insert(key, entry, run.finished_at_ms(), floor);
             }

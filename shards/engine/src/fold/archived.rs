@@ -18,7 +18,10 @@ use serde::{Deserialize, Serialize};
 /// written in the compact form (`archived_wire`), read in either.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchivedRun {
-    Action(Box<RunInfo>),
+    /// An action run's document; with `Refs` (its input in its `RunCreated`, its output,
+    /// `outputs[0]`, in its `RunCompleted`) the record leaves those out until a reader puts
+    /// them back (`fill_archived`).
+    Action(Box<RunInfo>, Option<Refs>),
     Workflow(Box<WfArchived>),
 }
 
@@ -26,6 +29,8 @@ pub enum ArchivedRun {
 #[serde(rename_all = "snake_case")]
 enum WireOut<'a> {
     Action(&'a RunInfo),
+    /// An action run's document without the payloads `Refs` points at.
+    ActionAt(Box<RunInfo>, &'a Refs),
     Workflow(&'a WfArchived),
     Wf(Box<CompactWf>),
 }
@@ -34,6 +39,7 @@ enum WireOut<'a> {
 #[serde(rename_all = "snake_case")]
 enum WireIn {
     Action(Box<RunInfo>),
+    ActionAt(Box<RunInfo>, Refs),
     /// Written before the compact form, or a document it cannot carry.
     Workflow(Box<WfArchived>),
     Wf(Box<CompactWf>),
@@ -42,7 +48,17 @@ enum WireIn {
 impl Serialize for ArchivedRun {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            ArchivedRun::Action(r) => WireOut::Action(r).serialize(s),
+            ArchivedRun::Action(r, None) => WireOut::Action(r).serialize(s),
+            ArchivedRun::Action(r, Some(refs)) => {
+                let mut bare = r.clone();
+                if refs.input > 0 {
+                    bare.input = Vec::new();
+                }
+                if refs.outputs.first().is_some_and(|&l| l > 0) {
+                    bare.output = None;
+                }
+                WireOut::ActionAt(bare, refs).serialize(s)
+            }
             ArchivedRun::Workflow(w) => match CompactWf::of(&w.info, &w.history, w.refs.as_ref()) {
                 Some(compact) => WireOut::Wf(Box::new(compact)).serialize(s),
                 None => WireOut::Workflow(w).serialize(s),
@@ -56,7 +72,8 @@ impl<'de> Deserialize<'de> for ArchivedRun {
     /// gives it the record's.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Ok(match WireIn::deserialize(d)? {
-            WireIn::Action(r) => ArchivedRun::Action(r),
+            WireIn::Action(r) => ArchivedRun::Action(r, None),
+            WireIn::ActionAt(r, refs) => ArchivedRun::Action(r, Some(refs)),
             WireIn::Workflow(w) => ArchivedRun::Workflow(w),
             WireIn::Wf(c) => {
                 let refs = c.refs().cloned();
@@ -109,6 +126,10 @@ pub fn archived_refs(payload: &[u8]) -> Vec<u64> {
             run: ArchivedRun::Workflow(doc),
             ..
         }) => doc.refs.as_ref().map(Refs::lsns).unwrap_or_default(),
+        Ok(Record::RunArchived {
+            run: ArchivedRun::Action(_, Some(refs)),
+            ..
+        }) => refs.lsns(),
         _ => Vec::new(),
     }
 }
@@ -118,22 +139,59 @@ pub fn archived_refs(payload: &[u8]) -> Vec<u64> {
 /// had been written whole.
 pub fn fill_archived(payload: &[u8], records: &[(u64, Vec<u8>)]) -> Result<Vec<u8>, String> {
     let mut record = Record::decode(payload).map_err(|e| e.to_string())?;
+    let at = |lsn: u64| -> Result<Record, String> {
+        let (_, bytes) = records
+            .iter()
+            .find(|(l, _)| *l == lsn)
+            .ok_or_else(|| format!("record {lsn}, which an archive points at, was not read"))?;
+        Record::decode(bytes).map_err(|e| format!("record {lsn}: {e}"))
+    };
     let Record::RunArchived {
         namespace,
         run_id,
-        run: ArchivedRun::Workflow(doc),
+        run,
     } = &mut record
     else {
         return Ok(payload.to_vec());
     };
+    let doc = match run {
+        ArchivedRun::Action(info, refs) => {
+            let Some(refs) = refs.take() else {
+                return Ok(payload.to_vec());
+            };
+            if refs.input > 0 {
+                match at(refs.input)? {
+                    Record::RunCreated {
+                        run_id: id, input, ..
+                    } if id == *run_id => info.input = input,
+                    _ => {
+                        return Err(format!(
+                            "record {} is not the creation of run {run_id:?}",
+                            refs.input
+                        ));
+                    }
+                }
+            }
+            if let Some(&lsn) = refs.outputs.first().filter(|&&l| l > 0) {
+                match at(lsn)? {
+                    Record::RunCompleted {
+                        run_id: id, output, ..
+                    } if id == *run_id => info.output = Some(output),
+                    _ => {
+                        return Err(format!(
+                            "record {lsn} is not the completion of run {run_id:?}"
+                        ));
+                    }
+                }
+            }
+            let mut out = Vec::with_capacity(payload.len() * 2);
+            record.encode(&mut out);
+            return Ok(out);
+        }
+        ArchivedRun::Workflow(doc) => doc,
+    };
     let Some(mut compact) = doc.compact.take() else {
         return Ok(payload.to_vec());
-    };
-    let at = |lsn: u64| -> Result<Record, String> {
-        let (_, bytes) = records.iter().find(|(l, _)| *l == lsn).ok_or_else(|| {
-            format!("record {lsn}, which run {run_id:?}'s archive points at, was not read")
-        })?;
-        Record::decode(bytes).map_err(|e| format!("record {lsn}: {e}"))
     };
     let input = match compact.refs().map_or(0, |r| r.input) {
         0 => None,
@@ -184,7 +242,7 @@ pub fn action_status(code: u8) -> RunStatus {
 impl ArchivedRun {
     pub fn kind(&self) -> RunKind {
         match self {
-            ArchivedRun::Action(_) => RunKind::Action,
+            ArchivedRun::Action(..) => RunKind::Action,
             ArchivedRun::Workflow(_) => RunKind::Workflow,
         }
     }
@@ -192,7 +250,7 @@ impl ArchivedRun {
     /// When the run finished.
     pub fn finished_at_ms(&self) -> u64 {
         match self {
-            ArchivedRun::Action(r) => r.updated_at_ms,
+            ArchivedRun::Action(r, _) => r.updated_at_ms,
             ArchivedRun::Workflow(w) => w.info.updated_at_ms,
         }
     }
@@ -200,7 +258,7 @@ impl ArchivedRun {
     /// (namespace, run id) the document is about.
     pub fn id(&self) -> (&str, &str) {
         match self {
-            ArchivedRun::Action(r) => (&r.namespace, &r.run_id),
+            ArchivedRun::Action(r, _) => (&r.namespace, &r.run_id),
             ArchivedRun::Workflow(w) => (&w.info.namespace, &w.info.run_id),
         }
     }
@@ -209,7 +267,7 @@ impl ArchivedRun {
     pub fn entry(&self, lsn: u64) -> (u64, Entry) {
         let (namespace, run_id) = self.id();
         let (status, dead_lettered, name) = match self {
-            ArchivedRun::Action(r) => (action_status_code(r.status), r.dead_lettered, &r.action),
+            ArchivedRun::Action(r, _) => (action_status_code(r.status), r.dead_lettered, &r.action),
             ArchivedRun::Workflow(w) => {
                 (workflow_status_code(w.info.status), false, &w.info.workflow)
             }

@@ -52,6 +52,13 @@ pub struct Run {
     /// run's state (JSON object), for the step's finish.
     #[serde(default, with = "serde_bytes")]
     pub state_patch: Option<Box<[u8]>>,
+    /// Its `RunCreated` (which holds its input), and the `RunCompleted` that gave its
+    /// output: its archive may point there instead of repeating them. 0: not known (a run
+    /// loaded from a snapshot, or brought back by a redrive).
+    #[serde(skip)]
+    pub created_lsn: u64,
+    #[serde(skip)]
+    pub output_lsn: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -2476,14 +2476,18 @@ fn check_archive_on_disk(node: &Node, when: &str) {
         let Ok(i) = node.records.binary_search_by_key(&e.lsn, |(l, _)| *l) else {
             continue;
         };
-        let Record::RunArchived {
-            run: archived::ArchivedRun::Workflow(doc),
-            ..
-        } = &node.records[i].1
-        else {
-            continue;
+        let refs = match &node.records[i].1 {
+            Record::RunArchived {
+                run: archived::ArchivedRun::Workflow(doc),
+                ..
+            } => doc.refs.clone(),
+            Record::RunArchived {
+                run: archived::ArchivedRun::Action(_, refs),
+                ..
+            } => refs.clone(),
+            _ => None,
         };
-        for at in doc.refs.as_ref().map(|r| r.lsns()).unwrap_or_default() {
+        for at in refs.map(|r| r.lsns()).unwrap_or_default() {
             assert!(
                 retained_from.is_some_and(|r| r <= at) && node.on_disk(at),
                 "{when}: shard {s}: record {at}, which archive record {} points at, is not \
