@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchivedRun {
     /// An action run's document; with `Refs` (its input in its `RunCreated`, its output,
-    /// `outputs[0]`, in its `RunCompleted`) the record leaves those out until a reader puts
-    /// them back (`fill_archived`).
+    /// `outputs[0]`, in its `RunCompleted`) it holds neither (they read as empty) until a
+    /// reader puts them back (`fill_archived`).
     Action(Box<RunInfo>, Option<Refs>),
     Workflow(Box<WfArchived>),
 }
@@ -30,7 +30,7 @@ pub enum ArchivedRun {
 enum WireOut<'a> {
     Action(&'a RunInfo),
     /// An action run's document without the payloads `Refs` points at.
-    ActionAt(Box<RunInfo>, &'a Refs),
+    ActionAt(&'a RunInfo, &'a Refs),
     Workflow(&'a WfArchived),
     Wf(Box<CompactWf>),
 }
@@ -49,16 +49,8 @@ impl Serialize for ArchivedRun {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             ArchivedRun::Action(r, None) => WireOut::Action(r).serialize(s),
-            ArchivedRun::Action(r, Some(refs)) => {
-                let mut bare = r.clone();
-                if refs.input > 0 {
-                    bare.input = Vec::new();
-                }
-                if refs.outputs.first().is_some_and(|&l| l > 0) {
-                    bare.output = None;
-                }
-                WireOut::ActionAt(bare, refs).serialize(s)
-            }
+            // The payloads it points at are left out already (`archive::plan`).
+            ArchivedRun::Action(r, Some(refs)) => WireOut::ActionAt(r, refs).serialize(s),
             ArchivedRun::Workflow(w) => match CompactWf::of(&w.info, &w.history, w.refs.as_ref()) {
                 Some(compact) => WireOut::Wf(Box::new(compact)).serialize(s),
                 None => WireOut::Workflow(w).serialize(s),
