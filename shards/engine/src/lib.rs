@@ -41,6 +41,7 @@ mod workers;
 mod workflows;
 
 pub use crate::actions::WASM_SLOTS;
+pub use crate::archive::{archived_refs, fill_archived};
 pub use crate::core::io::{
     ClientRef, ConnId, DiskSpace, Effect, ExecFailure, ExecResult, Execution, Input, LogLevel,
     LogLine, LogSource, PeerMsg, ReplyResult, StorageInfo, WebhookCall,
@@ -54,7 +55,6 @@ pub use crate::engine::{
     PEER_TIMEOUT_MS_DEFAULT, RUN_KINDS, RUN_LATENCY_BOUNDS_MS, RUN_NAMES_MAX, RUNS_CENSUS_MAX,
     RunsEnded, STREAM_GROUPS_MAX,
 };
-pub use crate::fold::archived::{archived_refs, fill_archived};
 pub use crate::fold::record::DecodeError;
 pub use crate::fold::registry::MEMORY_LIMIT_MB_MAX;
 pub use crate::fold::snapshot::{SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_READ_MIN, SnapshotError};

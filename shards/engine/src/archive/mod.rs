@@ -8,8 +8,10 @@
 /// Finished runs are kept (their status, history, idempotency key) this long by default.
 pub const RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3600 * 1000;
 
+mod fill;
 mod plan;
 mod reads;
 
+pub use fill::{archived_refs, fill_archived};
 pub use plan::{archive_if_done, final_runs, forget_expired};
 pub use reads::{ListQuery, Live, Reads, Want, on_read, read_list, read_one};
