@@ -852,3 +852,78 @@ fn an_archived_action_run_points_at_its_creation_and_completion() {
     drop(c);
     server.stop();
 }
+
+/// A worker step's output is logged once, in its action run's completion: the step's
+/// finish says it is the run's, and the workflow run's archive points there. It reads back
+/// whole, before and after a restart.
+#[test]
+fn a_worker_steps_output_is_logged_once_in_its_runs_completion() {
+    use flo::StartOptions;
+    use flo::protocol::{WorkerSpec, WorkerType, WorkflowRunStatus};
+    let dir = temp_dir();
+    let args = ["--shards", "1"];
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    common::user_action(&mut c, "pack", 60_000, 0, 1000);
+    c.create_workflow(
+        "kind: Workflow\nname: ship\nversion: \"1\"\nstart:\n  run: \"@actions/pack\"\n  transitions:\n    success: flo.Completed\n",
+    )
+    .unwrap();
+    c.register_worker(WorkerSpec {
+        namespace: String::new(),
+        worker_id: "w-1".into(),
+        worker_type: WorkerType::Action,
+        max_concurrency: None,
+        processes: vec!["pack".into()],
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+    let run_id = c
+        .start_workflow("ship", br#"{"box":"B-1"}"#, StartOptions::default())
+        .unwrap();
+    let task = c
+        .await_tasks("w-1", &["pack"], 1, 5_000)
+        .unwrap()
+        .pop()
+        .expect("the task");
+    let output = br#"{"packed":"B-1","weight":3}"#;
+    c.complete_task("w-1", &(&task).into(), output, None)
+        .unwrap();
+    let run = c.wait_workflow(&run_id, 5_000).unwrap();
+    assert_eq!(run.status, WorkflowRunStatus::Completed);
+    assert!(wait_until(Duration::from_secs(5), || {
+        c.status().unwrap().shards[0].archived_runs == 2
+    }));
+    let check = |c: &mut Client, when: &str| {
+        let run = c.workflow_run(&run_id).unwrap();
+        assert_eq!(run.input, br#"{"box":"B-1"}"#.to_vec(), "{when}");
+        assert_eq!(run.steps[0].output.as_deref(), Some(&output[..]), "{when}");
+        assert_eq!(run.output.as_deref(), Some(&output[..]), "{when}");
+    };
+    check(&mut c, "archived");
+    drop(c);
+    server.stop();
+    // The step's finish holds no output; the workflow run's archive points at the start and
+    // the action run's completion, the action run's at its creation and completion.
+    let mut holding = Vec::new();
+    flo_ual::recover(&dir.path().join("shard-000"), |_, rtype, payload| {
+        if payload.windows(8).any(|w| w == b"\"packed\"") {
+            holding.push(rtype);
+        }
+        Ok::<(), flo_ual::ApplyError>(())
+    })
+    .unwrap();
+    // The completion (22), and the workflow run's archive (50) for its state document,
+    // where the step's output fields were merged; not the step's finish (44).
+    assert_eq!(holding, vec![22, 50], "the records holding the output");
+    let mut refs = archive_refs(dir.path());
+    refs.sort();
+    assert_eq!(refs, vec![2, 2]);
+    let server = TestServer::start(dir.path(), &args);
+    let mut c = server.client();
+    check(&mut c, "after a restart");
+    drop(c);
+    server.stop();
+}

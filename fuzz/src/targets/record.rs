@@ -669,6 +669,7 @@ fn sample_records() -> Vec<Record> {
             at_ms: 16,
             state_patch: Some(b"{\"approved\":true}".to_vec()),
             ran: None,
+            output_of_run: true,
         },
         Record::WfStepFinished {
             namespace: ns(),
@@ -693,6 +694,7 @@ fn sample_records() -> Vec<Record> {
                     add: None,
                 }],
             })),
+            output_of_run: false,
         },
         Record::WfSignalReceived {
             namespace: ns(),

@@ -97,6 +97,10 @@ pub fn fill_archived(payload: &[u8], records: &[(u64, Vec<u8>)]) -> Result<Vec<u
         } if id == *run_id => Ok(output.map(|o| {
             serde_json::to_vec(&crate::fold::workflows::json_value(&o)).unwrap_or_default()
         })),
+        // A worker step's output: its action run's completion (`output_of_run`).
+        Record::RunCompleted { output, .. } => Ok(Some(
+            serde_json::to_vec(&crate::fold::workflows::json_value(&output)).unwrap_or_default(),
+        )),
         _ => Err(format!("record {lsn} is not a step of run {run_id:?}")),
     })?;
     let (info, history) = compact.expand(namespace.clone(), run_id.clone());

@@ -60,6 +60,7 @@ fn the_largest_records_input_can_make_fit_in_one_log_record() {
         at_ms: u64::MAX,
         state_patch: Some(vec![b'x'; flo_workflow::state::STATE_BYTES_MAX]),
         ran: None,
+        output_of_run: false,
     };
     let created = Record::RunCreated {
         namespace: text(NAMESPACE_BYTES_MAX),

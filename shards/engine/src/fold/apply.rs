@@ -509,6 +509,47 @@ impl ShardState {
         }
     }
 
+    /// The output of the completed action run `step` of workflow run `run_id` waits on, as
+    /// the step's own record would hold it (JSON), and the LSN of the run's `RunCompleted`
+    /// (0 when not known: the run came from a snapshot).
+    fn step_run_output(
+        &self,
+        lsn: u64,
+        namespace: &str,
+        run_id: &str,
+        step: &str,
+    ) -> (Option<Vec<u8>>, u64) {
+        let action_run = match self
+            .workflows
+            .run(namespace, run_id)
+            .and_then(|r| r.wait_at(step))
+        {
+            Some(crate::fold::record::StepWait::ActionRun { run_id, .. }) => run_id.clone(),
+            _ => {
+                impossible(
+                    lsn,
+                    format_args!("step {step:?} of {run_id:?} waits on no action run"),
+                );
+                return (None, 0);
+            }
+        };
+        match self.runs.get(namespace, &action_run) {
+            Some(run) => (
+                run.output.as_deref().map(|o| {
+                    serde_json::to_vec(&crate::fold::workflows::json_value(o)).unwrap_or_default()
+                }),
+                run.output_lsn,
+            ),
+            None => {
+                impossible(
+                    lsn,
+                    format_args!("action run {action_run:?} does not exist"),
+                );
+                (None, 0)
+            }
+        }
+    }
+
     /// A run is created; a workflow step's run starts its step in the same record.
     fn apply_run_created(&mut self, lsn: u64, record: Record) {
         let Record::RunCreated {
@@ -757,9 +798,16 @@ impl ShardState {
                 at_ms,
                 state_patch,
                 ran,
+                output_of_run,
             } => {
                 let indexed = self.search.doc(&namespace, &run_id).is_some();
                 let started_ms = ran.as_ref().map(|r| at_ms.saturating_sub(r.ran_ms));
+                // The output the step's action run gave, from the run (and where it was
+                // logged: the archive points there).
+                let (output, output_lsn) = match output_of_run {
+                    true => self.step_run_output(lsn, &namespace, &run_id, &step),
+                    false => (output, lsn),
+                };
                 self.workflows.apply_step_finished(
                     &namespace,
                     &run_id,
@@ -768,7 +816,7 @@ impl ShardState {
                     consumed_signal,
                     next,
                     (started_ms, at_ms),
-                    lsn,
+                    (lsn, output_lsn),
                 );
                 if let Some(ran) = ran {
                     self.apply_guest_writes(namespace.clone(), ran.kv_writes, at_ms, lsn);

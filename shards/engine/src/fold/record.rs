@@ -432,8 +432,14 @@ pub enum Record {
         /// A WebAssembly step executed in the shard's own slots: no action run, no record of
         /// its start; this record is the step's one record (its start, its guest's KV
         /// writes, its end).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default)]
         ran: Option<Box<StepRan>>,
+        /// The output is the one the completed action run this step waited on gave, as
+        /// its `RunCompleted` logged it: `output` is none here (each payload written once)
+        /// and `apply` takes it from the run, still in memory then (it is archived only
+        /// once its step moved on). Absent from records written before.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        output_of_run: bool,
     },
     WfSignalReceived {
         namespace: String,

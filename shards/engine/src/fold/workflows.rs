@@ -571,7 +571,7 @@ impl Workflows {
         consumed_signal: Option<u64>,
         next: StepNext,
         (started_ms, at_ms): (Option<u64>, u64),
-        lsn: u64,
+        (lsn, output_lsn): (u64, u64),
     ) {
         let Some(run) = self.run_mut(namespace, run_id) else {
             return missing(lsn, run_id);
@@ -676,7 +676,7 @@ impl Workflows {
         let s = run.step_state_mut(&step);
         s.outcome = Some(outcome.clone());
         s.output = output.clone();
-        s.output_lsn = if s.output.is_some() { lsn } else { 0 };
+        s.output_lsn = if s.output.is_some() { output_lsn } else { 0 };
         s.executions += 1;
         if !matches!(next, StepNext::Retry { .. } | StepNext::Poll { .. }) {
             s.last_finished_ms = at_ms;
@@ -1046,7 +1046,7 @@ mod tests {
                 None,
                 next,
                 (None, 4),
-                3,
+                (3, 3),
             );
         };
         finish(&mut w, "sleeping", StepNext::Retry { at_ms: 50 });

@@ -29,6 +29,7 @@ pub(super) fn end(core: &mut Core, namespace: &str, run_id: &str, step: &str, re
         at_ms: now,
         state_patch: None,
         ran: None,
+        output_of_run: false,
     };
     commit_end(core, namespace, run_id, step, record);
 }
@@ -109,11 +110,13 @@ pub(super) fn finish(
         consumed_signal,
         Retry::ByPolicy,
         None,
+        false,
     );
 }
 
 /// `finish`, with the step's retries allowed or not (`retry`); `ran`: the step executed
-/// in the shard's slots (its record is the step's only one).
+/// in the shard's slots (its record is the step's only one); `from_run`: `output` is the
+/// completed action run's the step waits on (the record then points at it).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish_with(
     core: &mut Core,
@@ -124,6 +127,7 @@ pub(super) fn finish_with(
     consumed_signal: Option<u64>,
     retry: Retry,
     mut ran: Option<StepRan>,
+    from_run: bool,
 ) {
     let now = core.now_ms();
     let (outcome, output, error) = match output {
@@ -209,19 +213,22 @@ pub(super) fn finish_with(
         next => next,
     };
     let ends = matches!(next, StepNext::End { .. });
+    // The output as the run gave it (not cut, not refused): the run's completion holds it.
+    let output_of_run = from_run && output.is_some();
     // A retry or poll timer is set by the record's observe.
     let record = Record::WfStepFinished {
         namespace: namespace.to_string(),
         run_id: run_id.to_string(),
         step: step.to_string(),
         outcome,
-        output,
+        output: output.filter(|_| !output_of_run),
         error,
         consumed_signal,
         next,
         at_ms: now,
         state_patch,
         ran: ran.map(Box::new),
+        output_of_run,
     };
     match ends {
         true => commit_end(core, namespace, run_id, step, record),

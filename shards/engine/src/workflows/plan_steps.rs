@@ -52,6 +52,7 @@ pub(super) fn apply_move(
                 None,
                 Retry::Never,
                 None,
+                false,
             );
             if own_group {
                 core.end_group();

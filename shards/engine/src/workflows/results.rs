@@ -147,6 +147,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
         None,
         retry,
         None,
+        true,
     );
     advance(core, namespace, wf_run);
 }

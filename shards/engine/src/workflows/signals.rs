@@ -168,6 +168,7 @@ pub(super) fn signal_timeout(core: &mut Core, namespace: &str, run_id: &str, ste
         at_ms: now,
         state_patch: None,
         ran: None,
+        output_of_run: false,
     });
     if ends {
         after_end(core, namespace, run_id);

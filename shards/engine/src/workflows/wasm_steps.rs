@@ -65,6 +65,7 @@ pub fn on_step_executed(core: &mut Core, done: StepExecuted) {
         None,
         Retry::ByPolicy,
         Some(ran),
+        false,
     );
     advance(core, &namespace, &run_id);
 }
