@@ -647,6 +647,32 @@ fn a_segment_missing_below_the_snapshot_refuses_the_start() {
 
 // ---- archives that point at their payloads ----
 
+/// Each put is a batch of its own, a 4 KiB block: 16 to a segment, a snapshot every 256.
+const POINTING: [&str; 6] = [
+    "--shards",
+    "1",
+    "--segment-bytes",
+    "65536",
+    "--snapshot-bytes",
+    "1048576",
+];
+
+/// Registers worker `w-1` for `action`.
+fn worker(c: &mut Client, action: &str) {
+    use flo::protocol::{WorkerSpec, WorkerType};
+    c.register_worker(WorkerSpec {
+        namespace: String::new(),
+        worker_id: "w-1".into(),
+        worker_type: WorkerType::Action,
+        max_concurrency: None,
+        processes: vec![action.into()],
+        metadata: None,
+        machine_id: None,
+        labels: None,
+    })
+    .unwrap();
+}
+
 /// For each archive record in shard 0's log (a stopped server's), the records it points at.
 fn archive_refs(data_dir: &Path) -> Vec<usize> {
     let first = segment_files(data_dir, 0)[0].clone();
@@ -679,15 +705,7 @@ fn an_archived_run_keeps_the_records_it_points_at_and_reads_back_whole() {
     use flo::StartOptions;
     use flo::protocol::WorkflowRunStatus;
     let dir = temp_dir();
-    // Each put is a batch of its own, a 4 KiB block: 16 to a segment, a snapshot every 256.
-    let args = [
-        "--shards",
-        "1",
-        "--segment-bytes",
-        "65536",
-        "--snapshot-bytes",
-        "1048576",
-    ];
+    let args = POINTING;
     let server = TestServer::start(dir.path(), &args);
     let mut c = server.client();
     c.create_workflow(include_str!(
@@ -780,30 +798,13 @@ fn an_archived_run_keeps_the_records_it_points_at_and_reads_back_whole() {
 /// reads back whole after the segments before it went, and after a restart.
 #[test]
 fn an_archived_action_run_points_at_its_creation_and_completion() {
-    use flo::protocol::{RunStatus, WorkerSpec, WorkerType};
+    use flo::protocol::RunStatus;
     let dir = temp_dir();
-    let args = [
-        "--shards",
-        "1",
-        "--segment-bytes",
-        "65536",
-        "--snapshot-bytes",
-        "1048576",
-    ];
+    let args = POINTING;
     let server = TestServer::start(dir.path(), &args);
     let mut c = server.client();
     common::user_action(&mut c, "manual", 3_600_000, 0, 1000);
-    c.register_worker(WorkerSpec {
-        namespace: String::new(),
-        worker_id: "w-1".into(),
-        worker_type: WorkerType::Action,
-        max_concurrency: None,
-        processes: vec!["manual".into()],
-        metadata: None,
-        machine_id: None,
-        labels: None,
-    })
-    .unwrap();
+    worker(&mut c, "manual");
     put_many(&mut c, 0, 300);
     let first_segment = segment_files(dir.path(), 0)[0].clone();
     let input = br#"{"invoice":"INV-9","lines":[1,2,3]}"#;
@@ -859,7 +860,7 @@ fn an_archived_action_run_points_at_its_creation_and_completion() {
 #[test]
 fn a_worker_steps_output_is_logged_once_in_its_runs_completion() {
     use flo::StartOptions;
-    use flo::protocol::{WorkerSpec, WorkerType, WorkflowRunStatus};
+    use flo::protocol::WorkflowRunStatus;
     let dir = temp_dir();
     let args = ["--shards", "1"];
     let server = TestServer::start(dir.path(), &args);
@@ -869,17 +870,7 @@ fn a_worker_steps_output_is_logged_once_in_its_runs_completion() {
         "kind: Workflow\nname: ship\nversion: \"1\"\nstart:\n  run: \"@actions/pack\"\n  transitions:\n    success: flo.Completed\n",
     )
     .unwrap();
-    c.register_worker(WorkerSpec {
-        namespace: String::new(),
-        worker_id: "w-1".into(),
-        worker_type: WorkerType::Action,
-        max_concurrency: None,
-        processes: vec!["pack".into()],
-        metadata: None,
-        machine_id: None,
-        labels: None,
-    })
-    .unwrap();
+    worker(&mut c, "pack");
     let run_id = c
         .start_workflow("ship", br#"{"box":"B-1"}"#, StartOptions::default())
         .unwrap();
