@@ -99,7 +99,7 @@ fn refs_of(run: &WfRun, doc: &WfArchived, imaged_lsn: u64) -> Option<Refs> {
 /// `refs_of` for an action run: its input in its `RunCreated`, its output in the
 /// `RunCompleted` that gave it (`outputs[0]`).
 fn action_refs(run: &Run, info: &flo_protocol::RunInfo, imaged_lsn: u64) -> Option<Refs> {
-    if run.created_lsn <= imaged_lsn || info.input != run.input {
+    if run.created_lsn <= imaged_lsn {
         return None;
     }
     let output = match &info.output {
