@@ -5,6 +5,7 @@
 
 use crate::fold::archived::{ArchivedRun, Refs, WfArchived};
 use crate::fold::record::Record;
+use crate::fold::workflows::step_output_json;
 
 /// The records an archive record's document points at instead of repeating their payloads
 /// (`Refs`), if it points at any: a reader reads them and puts them back with
@@ -94,13 +95,9 @@ pub fn fill_archived(payload: &[u8], records: &[(u64, Vec<u8>)]) -> Result<Vec<u
     compact.fill(input, |lsn| match at(lsn)? {
         Record::WfStepFinished {
             run_id: id, output, ..
-        } if id == *run_id => Ok(output.map(|o| {
-            serde_json::to_vec(&crate::fold::workflows::json_value(&o)).unwrap_or_default()
-        })),
+        } if id == *run_id => Ok(output.map(|o| step_output_json(&o))),
         // A worker step's output: its action run's completion (`output_of_run`).
-        Record::RunCompleted { output, .. } => Ok(Some(
-            serde_json::to_vec(&crate::fold::workflows::json_value(&output)).unwrap_or_default(),
-        )),
+        Record::RunCompleted { output, .. } => Ok(Some(step_output_json(&output))),
         _ => Err(format!("record {lsn} is not a step of run {run_id:?}")),
     })?;
     let (info, history) = compact.expand(namespace.clone(), run_id.clone());

@@ -535,9 +535,9 @@ impl ShardState {
         };
         match self.runs.get(namespace, &action_run) {
             Some(run) => (
-                run.output.as_deref().map(|o| {
-                    serde_json::to_vec(&crate::fold::workflows::json_value(o)).unwrap_or_default()
-                }),
+                run.output
+                    .as_deref()
+                    .map(crate::fold::workflows::step_output_json),
                 run.output_lsn,
             ),
             None => {

@@ -274,6 +274,12 @@ pub type StepEnd = (
     Option<Vec<u8>>,
 );
 
+/// An action's output as a step's output: JSON bytes (an output that is not JSON becomes a
+/// JSON string: `json_value`).
+pub fn step_output_json(output: &[u8]) -> Vec<u8> {
+    serde_json::to_vec(&json_value(output)).unwrap_or_default()
+}
+
 pub fn json_value(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))

@@ -6,7 +6,7 @@
 use super::{Move, StepRun, log, out_of_executors};
 use crate::core::{Core, Task};
 use crate::fold::record::{PlanEvent, Record, StepOutcome};
-use crate::fold::workflows::json_value;
+use crate::fold::workflows::step_output_json;
 use crate::plan_book::{AttemptEnd, PlanKey};
 use flo_protocol::RunStatus;
 use flo_workflow::FallbackWhen;
@@ -46,10 +46,7 @@ pub fn on_attempt_final(
         _ => AttemptEnd::Failure,
     };
     if attempt.status == RunStatus::Completed {
-        let output = attempt
-            .output
-            .as_ref()
-            .map(|o| serde_json::to_vec(&json_value(o)).unwrap_or_default());
+        let output = attempt.output.as_ref().map(|o| step_output_json(o));
         let outcome = attempt.outcome.clone();
         if let (Some(cache), Some(out), Some(k)) = (&plan.cache, &output, &run.cache_key) {
             let value = (out.clone(), outcome.clone());

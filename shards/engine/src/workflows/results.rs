@@ -7,7 +7,7 @@ use super::finish::{Retry, finish, finish_with};
 use super::plan_steps::{apply_move, plan_of};
 use crate::core::Core;
 use crate::fold::record::{StepOutcome, StepRef, StepWait};
-use crate::fold::workflows::{RunPhase, json_value};
+use crate::fold::workflows::{RunPhase, step_output_json};
 use flo_protocol::{RunStatus, WorkflowRunStatus};
 /// A run ended: if it is a child, its parent's step finishes (completed → success, else
 /// failure) and the parent moves on.
@@ -97,9 +97,7 @@ pub fn on_action_final(core: &mut Core, namespace: &str, action_run: &str) {
             run.outcome
                 .as_deref()
                 .map_or(StepOutcome::Success, StepOutcome::from_name),
-            run.output
-                .as_ref()
-                .map(|o| serde_json::to_vec(&json_value(o)).unwrap_or_default()),
+            run.output.as_ref().map(|o| step_output_json(o)),
             None,
         ),
         RunStatus::TimedOut => {

@@ -12,7 +12,7 @@ use super::results::timeout_error;
 use crate::actions::{StepExecuted, guest_kv_writes, split_state_patch};
 use crate::core::Core;
 use crate::fold::record::{StepOutcome, StepRan, StepRef};
-use crate::fold::workflows::json_value;
+use crate::fold::workflows::step_output_json;
 
 /// A step's execution ended (or could not start): unless its run moved on meanwhile
 /// (cancelled, ended by another branch), the step finishes with what the guest gave — its
@@ -42,7 +42,7 @@ pub fn on_step_executed(core: &mut Core, done: StepExecuted) {
                 .outcome
                 .as_deref()
                 .map_or(StepOutcome::Success, StepOutcome::from_name);
-            let output = serde_json::to_vec(&json_value(&output)).unwrap_or_default();
+            let output = step_output_json(&output);
             let writes = guest_kv_writes(result.kv_writes, scoped);
             (outcome, Some(output), None, writes)
         }
