@@ -524,7 +524,7 @@ impl ShardState {
             .run(namespace, run_id)
             .and_then(|r| r.wait_at(step))
         {
-            Some(crate::fold::record::StepWait::ActionRun { run_id, .. }) => run_id.clone(),
+            Some(crate::fold::record::StepWait::ActionRun { run_id, .. }) => run_id,
             _ => {
                 impossible(
                     lsn,
@@ -533,7 +533,7 @@ impl ShardState {
                 return (None, 0);
             }
         };
-        match self.runs.get(namespace, &action_run) {
+        match self.runs.get(namespace, action_run) {
             Some(run) => (
                 run.output
                     .as_deref()
