@@ -732,16 +732,22 @@ fn open(tab: &Tab, http: SocketAddr, page: &str) {
 }
 
 /// Clicks the element `selector` once it is there. A page polled rebuilds its buttons: one
-/// found may be replaced before the click lands, so a click that fails is tried again.
+/// found may be replaced before the click lands, so a click that fails is tried again — at
+/// least three times, since one try may wait out the whole deadline for an event the
+/// replaced button never sends (met once on a loaded machine).
 fn click(tab: &Tab, selector: &str) {
     let deadline = Instant::now() + PAGE_TIMEOUT;
+    let mut tries = 0;
     loop {
+        tries += 1;
         let clicked = tab
             .wait_for_element_with_custom_timeout(selector, PAGE_TIMEOUT)
             .and_then(|b| b.click().map(|_| ()));
         match clicked {
             Ok(()) => return,
-            Err(e) if Instant::now() >= deadline => panic!("click {selector}: {e}"),
+            Err(e) if tries >= 3 && Instant::now() >= deadline => {
+                panic!("click {selector}: {e} ({tries} tries)")
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
