@@ -362,10 +362,10 @@ fn a_silent_worker_becomes_unhealthy_and_a_heartbeat_recovers_it() {
     user_action(&mut c, "job", 30_000, 3, 1000);
     worker(&mut c, "w1", &["job"], None);
     assert_eq!(c.worker("w1").unwrap().status, WorkerStatus::Active);
-    c.advance_clock(89_000).unwrap();
+    c.advance_clock(85_000).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     assert_ne!(c.worker("w1").unwrap().status, WorkerStatus::Unhealthy);
-    c.advance_clock(2_000).unwrap();
+    c.advance_clock(6_000).unwrap();
     assert!(wait_until(Duration::from_secs(5), || {
         c.worker("w1").unwrap().status == WorkerStatus::Unhealthy
     }));
