@@ -32,7 +32,7 @@ else
 fi
 flo="${FLO_BIN:-$PWD/target/$profile/flo}"
 work=$(mktemp -d)
-trap 'kill -9 "${pid:-0}" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill -9 "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 data="$work/data"
 times="$work/times"
 : > "$times"
