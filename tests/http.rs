@@ -105,7 +105,7 @@ fn metrics_count_kv_puts_and_an_action_run_as_they_happen() {
     assert!(
         total(&after, "flo_log_records_total", &[]) > total(&before, "flo_log_records_total", &[])
     );
-    assert!(total(&after, "flo_log_fdatasync_seconds", &[]) >= 1.0);
+    assert!(total(&after, "flo_log_write_seconds", &[]) >= 1.0);
     assert_eq!(
         total(&after, "flo_wasm_executions_total", &[("result", "ok")]),
         1.0

@@ -81,7 +81,7 @@ pub enum Command {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DurabilityArg {
-    /// Acknowledge mutations after fdatasync.
+    /// Acknowledge mutations once their log records are durable (written and synced).
     Sync,
     /// Acknowledge before the sync (which follows within ~1 ms).
     Async,

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 /// When a client's mutation is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// After its records are written and fdatasync'ed (the default).
+    /// After its records are written and synced (the default).
     Sync,
     /// Before the sync; the flusher writes and syncs right behind (within ~1 ms).
     Async,

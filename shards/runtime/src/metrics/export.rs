@@ -241,7 +241,7 @@ fn encode_log(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
         e,
         shards,
         "flo_log_batches",
-        "Log batches written (one write and one fdatasync each).",
+        "Log batches written (one durable O_DSYNC write each).",
         |s| s.log_batches.load(Ordering::Relaxed),
     )?;
     shard_counters(e, shards, "flo_log_records", "Log records written.", |s| {
@@ -264,13 +264,13 @@ fn encode_log(e: &mut DescriptorEncoder, shards: &[ShardView]) -> fmt::Result {
         histogram(&mut m, &shard_labels(s), s.live.batch_records.read())?;
     }
     let mut m = e.encode_descriptor(
-        "flo_log_fdatasync_seconds",
-        "Time of each log batch's fdatasync.",
+        "flo_log_write_seconds",
+        "Time of each log batch's write, durable when it returns (O_DSYNC: its sync included).",
         None,
         MetricType::Histogram,
     )?;
     for s in shards {
-        histogram(&mut m, &shard_labels(s), s.live.fdatasync.read())?;
+        histogram(&mut m, &shard_labels(s), s.live.write_time.read())?;
     }
     shard_gauges(
         e,

@@ -96,13 +96,13 @@ pub(crate) struct ShardMetrics {
     /// Recovered and listening.
     pub serving: AtomicBool,
     ops: Box<[OpSlot]>,
-    /// Log batches written (one write and one fdatasync each), their records and bytes
-    /// (padding included), records per batch, and the fdatasync's latency.
+    /// Log batches written (one durable write each), their records and bytes (padding
+    /// included), records per batch, and each write's latency (its sync included).
     pub log_batches: AtomicU64,
     pub log_records: AtomicU64,
     pub log_bytes: AtomicU64,
     pub batch_records: Histogram,
-    pub fdatasync: Histogram,
+    pub write_time: Histogram,
     /// WebAssembly executions by `EXEC_RESULTS`, and their time.
     pub executions: [AtomicU64; EXEC_RESULTS.len()],
     pub execution_time: Histogram,
@@ -138,7 +138,7 @@ impl ShardMetrics {
             log_records: AtomicU64::new(0),
             log_bytes: AtomicU64::new(0),
             batch_records: Histogram::new(BATCH_RECORDS),
-            fdatasync: Histogram::new(LATENCY),
+            write_time: Histogram::new(LATENCY),
             executions: Default::default(),
             execution_time: Histogram::new(LATENCY),
             executions_reused: AtomicU64::new(0),
@@ -184,8 +184,8 @@ impl ShardMetrics {
         &self.ops[start]
     }
 
-    /// Counts a log batch written: its records and bytes, and how long its fdatasync took.
-    pub fn log_batch(&self, records: u64, bytes: u64, sync_ns: u64) {
+    /// Counts a log batch written: its records and bytes, and how long its write took.
+    pub fn log_batch(&self, records: u64, bytes: u64, write_ns: u64) {
         if !self.counting {
             return;
         }
@@ -193,7 +193,7 @@ impl ShardMetrics {
         self.log_records.fetch_add(records, Ordering::Relaxed);
         self.log_bytes.fetch_add(bytes, Ordering::Relaxed);
         self.batch_records.observe(records);
-        self.fdatasync.observe(sync_ns);
+        self.write_time.observe(write_ns);
     }
 
     /// Counts an execution that ended as `EXEC_RESULTS[result]` after `elapsed_ns`.
