@@ -132,6 +132,10 @@ pub(crate) struct SegmentWriter {
     spare: Option<DmaFile>,
     /// The current segment holds records or zeros up to here (`fill_ahead`).
     filled: u64,
+    /// The current segment opened without O_DSYNC, for the zeros (`fill_ahead`): they need
+    /// not be durable by themselves, and a sync per slice held up the batch behind it.
+    /// With the segment's first LSN; opened on the first slice.
+    zeros: Option<(u64, DmaFile)>,
     /// Tests: a disk of a set capacity.
     fault: Option<FaultDisk>,
 }
@@ -165,6 +169,7 @@ impl SegmentWriter {
             segments,
             spare: None,
             filled: offset,
+            zeros: None,
             fault,
         };
         writer
@@ -235,9 +240,21 @@ impl SegmentWriter {
             return Ok(false);
         }
         let len = FILL_CHUNK_BYTES.min(self.segment_bytes - self.filled);
-        let mut buf = self.file.alloc_dma_buffer(len as usize);
+        if self
+            .zeros
+            .as_ref()
+            .is_none_or(|(lsn, _)| *lsn != self.first_lsn)
+        {
+            let path = self.dir.join(segment_file_name(self.first_lsn));
+            let file = open_file(path, 0).await?;
+            if let Some((_, old)) = self.zeros.replace((self.first_lsn, file)) {
+                poked(old.close()).await.map_err(fatal)?;
+            }
+        }
+        let (_, zeros) = self.zeros.as_ref().expect("opened just above");
+        let mut buf = zeros.alloc_dma_buffer(len as usize);
         buf.as_bytes_mut().fill(0);
-        let written = poked(self.file.write_at(buf, self.filled))
+        let written = poked(zeros.write_at(buf, self.filled))
             .await
             .map_err(retryable)?;
         if written as u64 != len {
