@@ -715,7 +715,8 @@ fn an_archived_run_keeps_the_records_it_points_at_and_reads_back_whole() {
     // Segments of puts only, and a snapshot.
     put_many(&mut c, 0, 300);
     let first_segment = segment_files(dir.path(), 0)[0].clone();
-    let input = br#"{"order":"ORD-7","note":"written once"}"#;
+    // Over 128 bytes: the archived state leaves out the input's fields too.
+    let input = br#"{"order":"ORD-7","note":"written once, in the run's start record; the archive's state holds only what differs from it"}"#;
     let run_id = c
         .start_workflow("approval", input, StartOptions::default())
         .unwrap();
@@ -742,6 +743,14 @@ fn an_archived_run_keeps_the_records_it_points_at_and_reads_back_whole() {
             "{when}"
         );
         assert_eq!(run.output.as_deref(), Some(&br#"{"n":2}"#[..]), "{when}");
+        let state: serde_json::Value =
+            serde_json::from_slice(run.state.as_deref().unwrap_or_default()).unwrap();
+        let given: serde_json::Value = serde_json::from_slice(input).unwrap();
+        assert_eq!(
+            (&state["order"], &state["note"], &state["n"]),
+            (&given["order"], &given["note"], &serde_json::json!(2)),
+            "{when}: {state}"
+        );
         let history = c.workflow_history(&run_id).unwrap();
         assert_eq!(
             history[0].detail.as_bytes(),

@@ -93,6 +93,7 @@ fn refs_of(run: &WfRun, doc: &WfArchived, imaged_lsn: u64) -> Option<Refs> {
     Some(Refs {
         input: run.started_lsn,
         outputs,
+        ..Refs::default()
     })
 }
 
@@ -109,6 +110,7 @@ fn action_refs(run: &Run, info: &flo_protocol::RunInfo, imaged_lsn: u64) -> Opti
     Some(Refs {
         input: run.created_lsn,
         outputs: vec![output],
+        ..Refs::default()
     })
 }
 

@@ -97,6 +97,53 @@ pub struct Refs {
     pub input: u64,
     /// Per step (the document's steps, in order): LSN of the step's `WfStepFinished`.
     pub outputs: Vec<u64>,
+    /// The document's `state` holds only the fields that differ from the input's
+    /// (`state_over_input`): the input, once put back, gives the rest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub state_over_input: bool,
+}
+
+/// Inputs smaller than this are kept in the state as they are: parsing the two documents
+/// would cost more than the bytes it saves.
+const STATE_OVER_INPUT_MIN_BYTES: usize = 128;
+
+/// `state` (a JSON object) as the fields that differ from `input`'s, when `input` is an
+/// object whose every field the state holds and the two give `state` back byte for byte
+/// (`state_with_input`); None: the state is written whole.
+fn state_over_input(state: &[u8], input: &[u8]) -> Option<Vec<u8>> {
+    if input.len() < STATE_OVER_INPUT_MIN_BYTES {
+        return None;
+    }
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(state) else {
+        return None;
+    };
+    let Ok(serde_json::Value::Object(given)) = serde_json::from_slice(input) else {
+        return None;
+    };
+    for (k, v) in &given {
+        match fields.get(k) {
+            Some(kept) if kept == v => {
+                fields.remove(k);
+            }
+            Some(_) => {}
+            None => return None,
+        }
+    }
+    let diff = serde_json::to_vec(&serde_json::Value::Object(fields)).ok()?;
+    (state_with_input(&diff, input)?.as_slice() == state).then_some(diff)
+}
+
+/// The state a difference (`state_over_input`) stands for: the input's fields with the
+/// difference's laid over them.
+fn state_with_input(diff: &[u8], input: &[u8]) -> Option<Vec<u8>> {
+    let Ok(serde_json::Value::Object(diff)) = serde_json::from_slice(diff) else {
+        return None;
+    };
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(input) else {
+        return None;
+    };
+    fields.extend(diff);
+    serde_json::to_vec(&serde_json::Value::Object(fields)).ok()
 }
 
 impl Refs {
@@ -272,11 +319,23 @@ impl CompactWf {
                 total_ms: s.total_ms,
             })
             .collect();
+        let mut refs = refs.filter(|r| r.floor().is_some()).cloned();
+        // With the input left out, the state leaves out the input's fields too.
+        let state = match (refs.as_mut(), &info.state) {
+            (Some(r), Some(state)) if r.input > 0 => match state_over_input(state, &info.input) {
+                Some(diff) => {
+                    r.state_over_input = true;
+                    Some(diff)
+                }
+                None => Some(state.clone()),
+            },
+            _ => info.state.clone(),
+        };
         Some(CompactWf {
             workflow: info.workflow.clone(),
             version: info.version.clone(),
             status: workflow_status_code(info.status),
-            input: match refs {
+            input: match &refs {
                 Some(r) if r.input > 0 => Vec::new(),
                 _ => info.input.clone(),
             },
@@ -289,13 +348,13 @@ impl CompactWf {
             created_at_ms: from,
             updated: offset(info.updated_at_ms, from),
             search_attributes: info.search_attributes.clone(),
-            state: info.state.clone(),
+            state,
             current_step: info.current_step.clone(),
             waiting_for: info.waiting_for.clone(),
             branches: info.branches.clone(),
             step_since_ms: info.step_since_ms,
             history,
-            refs: refs.filter(|r| r.floor().is_some()).cloned(),
+            refs,
         })
     }
 
@@ -316,6 +375,13 @@ impl CompactWf {
         };
         if refs.input > 0 {
             self.input = input.ok_or("the run's start record holds no input")?;
+            if refs.state_over_input {
+                let diff = self.state.take().ok_or("the run's state is missing")?;
+                self.state = Some(
+                    state_with_input(&diff, &self.input)
+                        .ok_or("the run's state cannot be rebuilt from its input")?,
+                );
+            }
         }
         for (step, &lsn) in self.steps.iter_mut().zip(&refs.outputs) {
             if lsn > 0 {
@@ -539,6 +605,50 @@ mod tests {
         let compact = CompactWf::of(&other, &[], None).unwrap();
         let back = round_trip(&compact).expand(other.namespace.clone(), other.run_id.clone());
         assert_eq!(back, (other, Vec::new()));
+    }
+
+    /// With the input pointed at, the state leaves out the input's fields it holds
+    /// unchanged, and comes back whole once the input is put back.
+    #[test]
+    fn a_state_leaves_out_its_inputs_fields_and_comes_back_whole() {
+        let (mut info, history) = doc();
+        let note = "x".repeat(300);
+        info.input =
+            serde_json::to_vec(&serde_json::json!({"n": 1, "note": note, "qty": 2})).unwrap();
+        // A default, a step's field, an input field laid over.
+        let state = serde_json::json!({"n": 1, "note": note, "qty": 5, "ok": true, "region": "eu"});
+        info.state = Some(serde_json::to_vec(&state).unwrap());
+        let refs = Refs {
+            input: 7,
+            outputs: vec![0, 0],
+            ..Refs::default()
+        };
+        let compact = CompactWf::of(&info, &history, Some(&refs)).unwrap();
+        assert!(compact.refs.as_ref().unwrap().state_over_input);
+        assert!(compact.input.is_empty());
+        assert_eq!(
+            compact.state.as_deref(),
+            Some(&br#"{"ok":true,"qty":5,"region":"eu"}"#[..])
+        );
+        let mut back = round_trip(&compact);
+        back.fill(Some(info.input.clone()), |_| Ok(None)).unwrap();
+        let back = back.expand(info.namespace.clone(), info.run_id.clone());
+        assert_eq!(back, (info.clone(), history.clone()));
+
+        // Written whole: a state without one of the input's fields, a small input.
+        let mut without = info.clone();
+        without.state = Some(br#"{"n":1,"ok":true}"#.to_vec());
+        let mut small = info.clone();
+        small.input = br#"{"n":1}"#.to_vec();
+        for whole in [without, small] {
+            let compact = CompactWf::of(&whole, &history, Some(&refs)).unwrap();
+            assert!(!compact.refs.as_ref().unwrap().state_over_input);
+            assert_eq!(compact.state, whole.state);
+            let mut back = round_trip(&compact);
+            back.fill(Some(whole.input.clone()), |_| Ok(None)).unwrap();
+            let back = back.expand(whole.namespace.clone(), whole.run_id.clone());
+            assert_eq!(back, (whole, history.clone()));
+        }
     }
 
     #[test]
