@@ -716,7 +716,8 @@ fn an_archived_run_keeps_the_records_it_points_at_and_reads_back_whole() {
     put_many(&mut c, 0, 300);
     let first_segment = segment_files(dir.path(), 0)[0].clone();
     // Over 128 bytes: the archived state leaves out the input's fields too.
-    let input = br#"{"order":"ORD-7","note":"written once, in the run's start record; the archive's state holds only what differs from it"}"#;
+    let input = br#"{"order":"ORD-7","note":"written once, in the run's start record; the archive's state holds only the fields that differ from the input's"}"#;
+    assert!(input.len() >= 128, "{}", input.len());
     let run_id = c
         .start_workflow("approval", input, StartOptions::default())
         .unwrap();

@@ -533,6 +533,9 @@ fn without_payloads(record: &Record) -> Record {
             let mut info = doc.info.clone();
             info.input.clear();
             info.output = None;
+            // Written as its difference from the input (`Refs::state_over_input`, set as the
+            // document is written) when that gives it back.
+            info.state = None;
             for step in &mut info.steps {
                 step.output = None;
             }
@@ -543,7 +546,10 @@ fn without_payloads(record: &Record) -> Record {
                 }
             }
             let mut bare = WfArchived::new(info, history);
-            bare.refs = doc.refs.clone();
+            bare.refs = doc.refs.clone().map(|mut r| {
+                r.state_over_input = false;
+                r
+            });
             ArchivedRun::Workflow(Box::new(bare))
         }
         _ => return record.clone(),
