@@ -111,26 +111,27 @@ const STATE_OVER_INPUT_MIN_BYTES: usize = 128;
 /// object whose every field the state holds and the two give `state` back byte for byte
 /// (`state_with_input`); None: the state is written whole.
 fn state_over_input(state: &[u8], input: &[u8]) -> Option<Vec<u8>> {
+    use serde_json::Value;
     if input.len() < STATE_OVER_INPUT_MIN_BYTES {
         return None;
     }
-    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(state) else {
+    let Ok(Value::Object(fields)) = serde_json::from_slice(state) else {
         return None;
     };
-    let Ok(serde_json::Value::Object(given)) = serde_json::from_slice(input) else {
+    let Ok(Value::Object(mut whole)) = serde_json::from_slice(input) else {
         return None;
     };
-    for (k, v) in &given {
-        match fields.get(k) {
-            Some(kept) if kept == v => {
-                fields.remove(k);
-            }
-            Some(_) => {}
-            None => return None,
-        }
+    if !whole.keys().all(|k| fields.contains_key(k)) {
+        return None;
     }
-    let diff = serde_json::to_vec(&serde_json::Value::Object(fields)).ok()?;
-    (state_with_input(&diff, input)?.as_slice() == state).then_some(diff)
+    let diff: serde_json::Map<String, Value> = fields
+        .into_iter()
+        .filter(|(k, v)| whole.get(k) != Some(v))
+        .collect();
+    let bytes = serde_json::to_vec(&diff).ok()?;
+    // What a read makes of it (`state_with_input`), from what is parsed already.
+    whole.extend(diff);
+    (serde_json::to_vec(&whole).ok()?.as_slice() == state).then_some(bytes)
 }
 
 /// The state a difference (`state_over_input`) stands for: the input's fields with the
