@@ -231,7 +231,9 @@ impl SegmentWriter {
 
     /// Writes the next slice of zeros when the appends came within `FILL_AHEAD_BYTES` of
     /// the zeros' end. Slices are whole (`FILL_CHUNK_BYTES`), never a block at a time: each
-    /// slice is a durable write that records its space as written, so they must be few.
+    /// slice written makes the next batch's sync record its space as written, so they must
+    /// be few. Not durable by themselves (a plain handle): a crash leaves zeros or space
+    /// never written, which read the same.
     /// Returns whether it wrote anything. Only between batches: a slice is never in flight
     /// while a batch is written to the file.
     pub async fn fill_ahead(&mut self) -> Result<bool, LogWriteError> {
