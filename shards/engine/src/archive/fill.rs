@@ -12,14 +12,7 @@ use crate::fold::workflows::step_output_json;
 /// `fill_archived` before the record is decoded to answer from.
 pub fn archived_refs(payload: &[u8]) -> Vec<u64> {
     match Record::decode(payload) {
-        Ok(Record::RunArchived {
-            run: ArchivedRun::Workflow(doc),
-            ..
-        }) => doc.refs.as_ref().map(Refs::lsns).unwrap_or_default(),
-        Ok(Record::RunArchived {
-            run: ArchivedRun::Action(_, Some(refs)),
-            ..
-        }) => refs.lsns(),
+        Ok(Record::RunArchived { run, .. }) => run.refs().map(Refs::lsns).unwrap_or_default(),
         _ => Vec::new(),
     }
 }

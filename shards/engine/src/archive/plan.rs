@@ -34,12 +34,7 @@ pub fn plan_archive(
             let mut info = crate::fold::runs::run_info(namespace, run_id, run, false);
             let refs = action_refs(run, &info, imaged_lsn);
             if let Some(refs) = &refs {
-                if refs.input > 0 {
-                    info.input = Vec::new();
-                }
-                if refs.outputs.first().is_some_and(|&l| l > 0) {
-                    info.output = None;
-                }
+                refs.leave_out_of(&mut info);
             }
             ArchivedRun::Action(Box::new(info), refs)
         }

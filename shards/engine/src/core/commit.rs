@@ -521,12 +521,7 @@ fn without_payloads(record: &Record) -> Record {
     let bare = match run {
         ArchivedRun::Action(info, Some(refs)) => {
             let mut info = info.clone();
-            if refs.input > 0 {
-                info.input.clear();
-            }
-            if refs.outputs.first().is_some_and(|&l| l > 0) {
-                info.output = None;
-            }
+            refs.leave_out_of(&mut info);
             ArchivedRun::Action(info, Some(refs.clone()))
         }
         ArchivedRun::Workflow(doc) if doc.refs.is_some() => {

@@ -871,14 +871,7 @@ impl ShardState {
                     impossible(lsn, format_args!("archived run {run_id:?} does not exist"));
                 }
                 let (key, entry) = run.entry(lsn);
-                let floor = match &run {
-                    crate::fold::archived::ArchivedRun::Workflow(w) => {
-                        w.refs.as_ref().and_then(|r| r.floor())
-                    }
-                    crate::fold::archived::ArchivedRun::Action(_, refs) => {
-                        refs.as_ref().and_then(|r| r.floor())
-                    }
-                };
+                let floor = run.refs().and_then(|r| r.floor());
                 self.archive.insert(key, entry, run.finished_at_ms(), floor);
             }
             Record::RunsForgotten { before_lsn } => {

@@ -143,6 +143,14 @@ impl ArchivedRun {
         }
     }
 
+    /// Where the log holds the payloads the document leaves out, if it points at any.
+    pub fn refs(&self) -> Option<&Refs> {
+        match self {
+            ArchivedRun::Action(_, refs) => refs.as_ref(),
+            ArchivedRun::Workflow(w) => w.refs.as_ref(),
+        }
+    }
+
     /// When the run finished.
     pub fn finished_at_ms(&self) -> u64 {
         match self {

@@ -148,6 +148,17 @@ fn state_with_input(diff: &[u8], input: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl Refs {
+    /// An action run's document without the payloads these point at (they read as empty
+    /// until a reader puts them back).
+    pub fn leave_out_of(&self, info: &mut flo_protocol::RunInfo) {
+        if self.input > 0 {
+            info.input.clear();
+        }
+        if self.outputs.first().is_some_and(|&l| l > 0) {
+            info.output = None;
+        }
+    }
+
     /// The earliest record the document refers to (the log must keep it as long as the
     /// run is retained), if any.
     pub fn floor(&self) -> Option<u64> {
