@@ -781,6 +781,70 @@ fn an_await_parked_on_an_empty_queue_receives_a_task_invoked_later_once_its_leas
     assert!(t.c.nodes[1].fact(&format!("leased {NS}/{run_id} a1")) == 1);
 }
 
+/// An await whose home has tasks of its own is answered once every shard answered its first
+/// ask: the other shards lease what they hold then and park nothing, so a task invoked there
+/// a moment later waits for the worker's next await instead of being leased for an answer
+/// that will not take it (and released, and leased again).
+#[test]
+fn an_await_served_by_its_home_parks_no_want_on_the_other_shards() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let invoke = |t: &mut T, shard: u32, n: u32| {
+        let request = t.send_on(
+            shard,
+            2,
+            Op::ActionInvoke(invoke_spec("review", json!({ "n": n }))),
+        );
+        t.settle();
+        match t.reply_on(2, request) {
+            Some(Ok(Reply::Invoked { run_id, .. })) => run_id,
+            other => panic!("{other:?}"),
+        }
+    };
+    let home_task = invoke(&mut t, 0, 1);
+    assert_eq!(t.c.owner(NS, &home_task), 0);
+
+    // The await reaches shard 1 and is answered there; a task is invoked on shard 1 before
+    // the home hears that answer (and answers its worker).
+    let request = t.send(0, await_op(&w, "review", 30_000));
+    assert!(t.c.deliver(0, 1), "the want went to shard 1");
+    let invoked = t.send_on(
+        1,
+        2,
+        Op::ActionInvoke(invoke_spec("review", json!({ "n": 2 }))),
+    );
+    t.c.step(1, Input::Idle);
+    t.settle();
+    let got = tasks(t.reply_on(t.conn, request));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].task_id, home_task);
+    let later = match t.reply_on(2, invoked) {
+        Some(Ok(Reply::Invoked { run_id, .. })) => run_id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(t.c.owner(NS, &later), 1);
+    let status = t.c.engine(1).state().runs.get(NS, &later).unwrap().status;
+    assert_eq!(status, RunStatus::Pending);
+    assert_eq!(
+        t.c.nodes[1].fact(&format!("leased {NS}/{later} a1")),
+        0,
+        "leased for an await that was answered without it"
+    );
+
+    // The worker's next await takes it, leased once.
+    let request = t.send(0, await_op(&w, "review", 30_000));
+    t.settle();
+    let got = tasks(t.reply_on(t.conn, request));
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].task_id.as_str(), got[0].attempt),
+        (later.as_str(), 1)
+    );
+    assert_eq!(t.c.nodes[1].fact(&format!("leased {NS}/{later} a1")), 1);
+}
+
 /// A shard that cannot be asked for tasks (it is stopping) is not taken for one that has
 /// none: the worker hears why at once, instead of "no tasks" after its whole block.
 #[test]

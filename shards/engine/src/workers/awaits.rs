@@ -4,7 +4,8 @@
 //! `TaskAwait` asks every shard at once for a share of the tasks it wants (a *want*): the
 //! home leases from its own queues directly and sends the others a `Want`. A shard with
 //! matching tasks leases them (a logged record) and answers with the assignments once the
-//! lease is durable; a shard with none parks the want and delivers when tasks arrive. The
+//! lease is durable; a shard with none parks the want and delivers when tasks arrive (unless
+//! the home leased tasks of its own: then the answer is near and nothing parks). The
 //! home answers the worker as soon as every shard answered and at least one task came, or
 //! at the deadline with none; then it cancels the wants still parked. Tasks that reach the
 //! home after the await was answered (or whose worker's connection closed) are released:
@@ -349,6 +350,11 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
         );
         parked.push(me);
     }
+    // With tasks of its own the await is answered as soon as every shard answered this
+    // ask: the others lease what they hold now and park nothing (a want parked there
+    // would lease tasks that reach the home after its answer: released, leased again —
+    // measured, 0.76 extra leases per task with two shards under load).
+    let others_deadline_ms = if tasks.is_empty() { deadline_ms } else { 0 };
     for s in (0..shards).filter(|&s| s != me) {
         let msg = WantMsg {
             namespace: key.0.clone(),
@@ -357,7 +363,7 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
             actions: ask.actions.clone(),
             labels: ask.labels.clone(),
             room: shares[s as usize],
-            deadline_ms,
+            deadline_ms: others_deadline_ms,
             load,
         };
         let waiting = Waiting::WantShare {
