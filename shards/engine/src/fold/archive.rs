@@ -2,8 +2,9 @@
 //! a tag (status, dead-lettered, a hash of its action or workflow name) that answers
 //! conflicts and filters lists without a read. About 24 bytes per run (16 in the archive
 //! log, 4 and a control byte per slot of a hash table), whatever the run's size. The table
-//! grows a few entries per insert (`Moving`): for a while after it doubles, the full table
-//! it replaced is still held (5 bytes per slot more, as a growth in one go holds at once).
+//! grows and shrinks a few entries at a time (`Moving`): for a while after it doubles, the
+//! full table it replaced is still held (5 bytes per slot more, as a growth in one go
+//! holds at once).
 
 use crate::image::{Image, Part};
 use crate::tables::TableHasher;
@@ -164,7 +165,7 @@ struct Moving {
     old: HashTable<u32>,
     /// The next log position whose entry moves, if the old table still points at it.
     next: u64,
-    /// The log's end when the growth began: every entry of `old` is before it.
+    /// The log's end when the move began: every entry of `old` is before it.
     end: u64,
 }
 
@@ -187,8 +188,8 @@ pub enum RunIndexError {
 pub struct RunIndex {
     log: Log,
     table: HashTable<u32>,
-    /// While the table grows: the full table it replaced, emptied into it a few entries per
-    /// insert (`Moving`).
+    /// While the table grows or shrinks: the table it replaced, emptied into it a few
+    /// entries at a time (`Moving`).
     moving: Option<Moving>,
     /// Seeded: keys are hashes of client-chosen ids.
     hasher: TableHasher,
@@ -251,7 +252,7 @@ impl RunIndex {
     }
 
     /// The table is full, or mostly empty after a forget: a table twice its entries
-    /// replaces it, and takes them a few per insert (`Moving`).
+    /// replaces it, and takes them a few at a time (`Moving`).
     fn start_moving(&mut self) {
         let old = std::mem::take(&mut self.table);
         self.table = HashTable::with_capacity((old.len() * 2).max(TABLE_MIN));
@@ -266,7 +267,7 @@ impl RunIndex {
     }
 
     /// Moves the entries at the next `positions` log positions still in the old table to
-    /// the new one; ends the growth once the old table is empty.
+    /// the new one; ends the move once the old table is empty.
     fn move_some(&mut self, positions: u64) {
         let Self {
             log,
@@ -289,13 +290,10 @@ impl RunIndex {
                 table.insert_unique(hash, s, |&s| hasher.hash_one(log.key(s)));
             }
         }
-        if m.next >= m.end && !m.old.is_empty() {
+        let left_behind = m.next >= m.end && !m.old.is_empty();
+        debug_assert!(!left_behind, "{} entries left behind a move", m.old.len());
+        if left_behind {
             // Not expected (every entry of the old table is before `end`): move the rest.
-            debug_assert!(
-                false,
-                "{} entries left behind a table's growth",
-                m.old.len()
-            );
             for s in m.old.drain() {
                 table.insert_unique(hasher.hash_one(log.key(s)), s, |&s| {
                     hasher.hash_one(log.key(s))
