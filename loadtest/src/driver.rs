@@ -498,7 +498,8 @@ impl<'a, G: Generator> Worker<'a, G> {
             },
             permits_done: 0,
             window: cfg.progress.then(|| (new_histogram(), start)),
-            sent_at: start,
+            // As if it last sent a quantum before the start: the first operations go at once.
+            sent_at: start.checked_sub(SEND_QUANTUM).unwrap_or(start),
         }
     }
 
@@ -850,6 +851,10 @@ mod tests {
         let start = Instant::now();
         let mut worker = Worker::new(&cfg, &shared, Invoke, start);
         let ms = Duration::from_millis;
+        assert!(
+            worker.next_send_time() <= start,
+            "the first operation waits for nothing"
+        );
         // Sent at 10 ms; operation 1000 is due at 10 ms, 1001 at 10.01 ms: they wait for
         // the quantum and go together.
         worker.sent_at = start + ms(10);
