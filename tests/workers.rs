@@ -583,6 +583,7 @@ fn review_tasks_do_not_go_to_an_await_whose_connection_closed() {
                 actions: vec!["job".into()],
                 max_tasks: 10,
                 block_ms: 20_000,
+                home_only: false,
             })
             .unwrap();
         std::thread::sleep(Duration::from_millis(300));
@@ -663,6 +664,7 @@ fn await_op(worker_id: &str, action: &str, max_tasks: u32, block_ms: u64) -> flo
         actions: vec![action.into()],
         max_tasks,
         block_ms,
+        home_only: false,
     }
 }
 

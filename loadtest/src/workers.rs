@@ -4,7 +4,9 @@
 //! input as the result. A worker queues the completions of a batch and its next await
 //! together and flushes them with one write, so awaiting overlaps completing; it awaits only
 //! while at most `--await-batch` completions are unanswered, so no more than twice that
-//! many tasks are ever in its hands.
+//! many tasks are ever in its hands. Each worker's id is homed on its connection's shard;
+//! once the workers cover every shard, each awaits its home's tasks alone (`home_only`):
+//! invocations stay on the invoking connection's shard, so no task crosses between shards.
 //!
 //! The run ends once the workers completed the tasks the invoking side's outcome calls for
 //! (one per successful invoke for `worker`, three per completed run for `workflow-worker`).
@@ -215,15 +217,20 @@ struct ThreadOutcome {
 fn worker_thread(index: usize, cfg: &Config, shared: &Shared, barrier: &Barrier) -> ThreadOutcome {
     let mut worker = TaskWorker::new(cfg, shared, String::new());
     let token = cfg.token.as_deref();
+    let mut shards = 0;
     let registered = driver::open_spread(&cfg.addr, token, cfg.workers, &shared.placed).and_then(
-        |(mut conn, _shards, shard)| {
+        |(mut conn, count, shard)| {
             worker.worker_id = home_worker_id(&mut conn, &cfg.namespace, index, shard)?;
             worker.register(&mut conn)?;
             shared.registered.fetch_add(1, Relaxed);
+            shards = if shard.is_some() { count } else { 0 };
             Ok(conn)
         },
     );
     barrier.wait();
+    // Every worker is placed now: if each shard has one (homed there), each awaits its
+    // home's tasks alone and nothing crosses between shards.
+    worker.home_only = shards > 0 && every_shard_has_one(&shared.placed, shards);
     let deadline = Instant::now() + cfg.max_duration;
     let mut outcome = ThreadOutcome {
         latency_us: new_histogram(),
@@ -252,6 +259,12 @@ fn worker_thread(index: usize, cfg: &Config, shared: &Shared, barrier: &Barrier)
     outcome
 }
 
+/// Whether the connections placed so far cover every one of `shards` shards.
+fn every_shard_has_one(placed: &Mutex<Vec<usize>>, shards: u32) -> bool {
+    let placed = placed.lock().unwrap_or_else(|e| e.into_inner());
+    placed.len() >= shards as usize && placed.iter().all(|&n| n > 0)
+}
+
 /// A worker id whose home (the shard its id hashes to, where its awaits are answered) is
 /// `shard`, the shard of its connection: its requests then take no hop to reach it.
 fn home_worker_id(
@@ -275,6 +288,8 @@ struct TaskWorker<'a> {
     cfg: &'a Config,
     shared: &'a Shared,
     worker_id: String,
+    /// Await its home's tasks alone (a worker is homed on every shard).
+    home_only: bool,
     next_id: u64,
     /// The await in flight, if any (at most one).
     await_id: Option<u64>,
@@ -293,6 +308,7 @@ impl<'a> TaskWorker<'a> {
             cfg,
             shared,
             worker_id,
+            home_only: false,
             next_id: FIRST_REQUEST_ID,
             await_id: None,
             heartbeat_id: None,
@@ -385,6 +401,7 @@ impl<'a> TaskWorker<'a> {
             actions: vec![self.cfg.action.clone()],
             max_tasks: self.cfg.await_batch,
             block_ms: AWAIT_BLOCK_MS,
+            home_only: self.home_only,
         }
     }
 

@@ -208,6 +208,11 @@ pub enum Op {
         actions: Vec<String>,
         max_tasks: u32,
         block_ms: u64,
+        /// Only the tasks held on the worker's home shard (the shard its id hashes to),
+        /// not every shard's: with a worker homed on each shard, each connected to its
+        /// home, no task, await or report crosses between shards.
+        #[serde(default, skip_serializing_if = "is_false")]
+        home_only: bool,
     },
     /// Report a leased task done. `attempt`, when given, must be the leased attempt.
     TaskComplete {
@@ -1544,6 +1549,11 @@ pub struct ShardMap {
     pub shard_count: u32,
     /// `owners[partition]` = shard owning it.
     pub owners: Vec<u32>,
+}
+
+/// For `skip_serializing_if`: a flag left at its default is not written.
+fn is_false(flag: &bool) -> bool {
+    !*flag
 }
 
 /// The hash that places keys (`ShardMap::hash`, "xxh3-64"): xxh3-64 (seed 0) over

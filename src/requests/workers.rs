@@ -168,6 +168,7 @@ impl TypedRequest for AwaitTasks<'_> {
             actions: self.actions,
             max_tasks: self.max_tasks,
             block_ms: self.block_ms,
+            home_only: false,
         }
     }
 

@@ -399,6 +399,7 @@ fn sample_ops() -> Vec<Op> {
             actions: vec!["charge".into(), "refund".into()],
             max_tasks: 16,
             block_ms: 30_000,
+            home_only: true,
         },
         Op::TaskComplete {
             namespace: ns(),

@@ -291,6 +291,7 @@ fn await_op(worker: &str, action: &str, block_ms: u64) -> Op {
         actions: vec![action.into()],
         max_tasks: 4,
         block_ms,
+        home_only: false,
     }
 }
 
@@ -845,6 +846,83 @@ fn an_await_served_by_its_home_parks_no_want_on_the_other_shards() {
     assert_eq!(t.c.nodes[1].fact(&format!("leased {NS}/{later} a1")), 1);
 }
 
+/// `home_only`: the home alone is asked, for the await's whole room. Another shard's tasks
+/// stay there (for a worker homed on it), and a want parks on the home only.
+#[test]
+fn a_home_only_await_takes_its_homes_tasks_and_asks_no_other_shard() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let invoke = |t: &mut T, shard: u32, n: u32| {
+        let request = t.send_on(
+            shard,
+            2,
+            Op::ActionInvoke(invoke_spec("review", json!({ "n": n }))),
+        );
+        t.settle();
+        match t.reply_on(2, request) {
+            Some(Ok(Reply::Invoked { run_id, .. })) => run_id,
+            other => panic!("{other:?}"),
+        }
+    };
+    let elsewhere = invoke(&mut t, 1, 1);
+    assert_eq!(t.c.owner(NS, &elsewhere), 1);
+    let home: Vec<String> = (2..5).map(|n| invoke(&mut t, 0, n)).collect();
+    let home_only = |block_ms| match await_op(&w, "review", block_ms) {
+        Op::TaskAwait {
+            namespace,
+            worker_id,
+            actions,
+            max_tasks,
+            block_ms,
+            ..
+        } => Op::TaskAwait {
+            namespace,
+            worker_id,
+            actions,
+            max_tasks,
+            block_ms,
+            home_only: true,
+        },
+        _ => unreachable!(),
+    };
+
+    // All three home tasks in one answer (an await split over two shards would have
+    // asked the home for two of its four), and nothing sent to shard 1.
+    let request = t.send(0, home_only(30_000));
+    assert!(!t.c.deliver(0, 1), "a home-only await asked shard 1");
+    t.settle();
+    let mut got: Vec<String> = tasks(t.reply_on(t.conn, request))
+        .into_iter()
+        .map(|task| task.task_id)
+        .collect();
+    got.sort();
+    let mut want = home.clone();
+    want.sort();
+    assert_eq!(got, want);
+
+    // With none left at home the want parks there: shard 1's new task does not answer
+    // it, the home's next one does.
+    let request = t.send(0, home_only(30_000));
+    assert!(!t.c.deliver(0, 1), "a home-only await asked shard 1");
+    t.settle();
+    assert_eq!(t.reply_on(t.conn, request), None, "answered with no task");
+    let second_elsewhere = invoke(&mut t, 1, 5);
+    assert_eq!(t.reply_on(t.conn, request), None, "answered from shard 1");
+    let next_home = invoke(&mut t, 0, 6);
+    let got = tasks(t.reply_on(t.conn, request));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].task_id, next_home);
+
+    // Shard 1's tasks were never leased.
+    for run in [&elsewhere, &second_elsewhere] {
+        let status = t.c.engine(1).state().runs.get(NS, run).unwrap().status;
+        assert_eq!(status, RunStatus::Pending);
+        assert_eq!(t.c.nodes[1].fact(&format!("leased {NS}/{run} a1")), 0);
+    }
+}
+
 /// A shard that cannot be asked for tasks (it is stopping) is not taken for one that has
 /// none: the worker hears why at once, instead of "no tasks" after its whole block.
 #[test]
@@ -1137,6 +1215,7 @@ fn two_open_awaits_of_one_worker_each_receive_their_own_task() {
         actions: vec!["review".into()],
         max_tasks: 1,
         block_ms: b,
+        home_only: false,
     };
     // One on the home, one forwarded from the other shard.
     let first = t.send_on(0, 11, one(30_000));

@@ -84,6 +84,7 @@ impl T {
             actions: vec![action.into()],
             max_tasks: 1,
             block_ms: 0,
+            home_only: false,
         }) {
             Reply::Tasks(tasks) => tasks.len(),
             other => panic!("{other:?}"),

@@ -388,6 +388,7 @@ mod tests {
                 actions: vec![],
                 max_tasks: 1,
                 block_ms: 0,
+                home_only: false,
             },
             Op::TaskComplete {
                 namespace: n(),

@@ -295,18 +295,17 @@ impl Engine {
                 actions,
                 max_tasks,
                 block_ms,
+                home_only,
             } => {
-                workers::await_tasks(
-                    &mut self.core,
-                    &mut self.awaits,
-                    &self.workers,
-                    to,
+                let request = workers::AwaitRequest {
                     namespace,
                     worker_id,
                     actions,
                     max_tasks,
                     block_ms,
-                );
+                    home_only,
+                };
+                workers::await_tasks(&mut self.core, &mut self.awaits, &self.workers, to, request);
                 return None;
             }
             op @ (Op::TaskComplete { .. } | Op::TaskFail { .. } | Op::TaskTouch { .. }) => {

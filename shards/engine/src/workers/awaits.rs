@@ -11,6 +11,10 @@
 //! home after the await was answered (or whose worker's connection closed) are released:
 //! pending again, same attempt.
 //!
+//! An await with `home_only` asks its home alone (for all its room): a worker homed on
+//! each shard, connected to it, then takes that shard's tasks with no message between
+//! shards (the SDK's `ActionWorkerBuilder::spawn_on_every_shard`).
+//!
 //! A worker may have several awaits open at once (one per slot, or per thread): each is
 //! its own want (numbered by the home), served on its own, so a task goes to exactly one of
 //! them. At most `AWAITS_PER_WORKER_MAX` are open per worker; one more answers the oldest
@@ -70,6 +74,18 @@ struct Ask {
     actions: Vec<String>,
     labels: Option<Map<String, Value>>,
     max_tasks: u32,
+    /// Only the home's tasks: no other shard is asked.
+    home_only: bool,
+}
+
+/// A worker's `TaskAwait`, as its home receives it.
+pub struct AwaitRequest {
+    pub namespace: String,
+    pub worker_id: String,
+    pub actions: Vec<String>,
+    pub max_tasks: u32,
+    pub block_ms: u64,
+    pub home_only: bool,
 }
 
 /// A worker's want parked on a shard that had no matching task when asked (keyed there by
@@ -227,18 +243,21 @@ pub fn abandon_forwarded(core: &mut Core, aw: &mut Awaits, from: u32, worker: Wo
 }
 
 /// `TaskAwait` on the worker's home shard.
-#[allow(clippy::too_many_arguments)]
 pub fn await_tasks(
     core: &mut Core,
     aw: &mut Awaits,
     registry: &WorkerRegistry,
     to: ReplyTo,
-    namespace: String,
-    worker_id: String,
-    actions: Vec<String>,
-    max_tasks: u32,
-    block_ms: u64,
+    request: AwaitRequest,
 ) {
+    let AwaitRequest {
+        namespace,
+        worker_id,
+        actions,
+        max_tasks,
+        block_ms,
+        home_only,
+    } = request;
     let labels = match check_await(core, registry, &namespace, &worker_id, &actions, max_tasks) {
         Ok(Some(labels)) => labels,
         Ok(None) => {
@@ -279,6 +298,7 @@ pub fn await_tasks(
                 actions,
                 labels,
                 max_tasks,
+                home_only,
             }),
         },
     );
@@ -307,7 +327,7 @@ fn free_slots(aw: &Awaits, registry: &WorkerRegistry, worker: &WorkerKey) -> u32
 }
 
 /// A held await asks every shard for up to `room` tasks: the home leases from its own
-/// queues, the others get a `Want`.
+/// queues, the others get a `Want` (none with `home_only`: the home is asked for all).
 fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u32) {
     let Some(open) = aw.awaits.get_mut(&want_id) else {
         return;
@@ -318,10 +338,18 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
     open.room = room as usize;
     let key = open.worker.clone();
     let deadline_ms = open.deadline_ms;
-    let shards = core.partitioning().shards;
-    let shares = split(room, shards, aw.rotate);
-    aw.rotate = aw.rotate.wrapping_add(1);
     let me = core.shard();
+    let shards = core.partitioning().shards;
+    let others: Vec<u32> = if ask.home_only {
+        Vec::new()
+    } else {
+        (0..shards).filter(|&s| s != me).collect()
+    };
+    let mut shares = split(room, shards, aw.rotate);
+    aw.rotate = aw.rotate.wrapping_add(1);
+    if ask.home_only {
+        shares[me as usize] = room;
+    }
     let now = core.now_ms();
     let (tasks, lsn) = lease_tasks(
         core,
@@ -355,7 +383,7 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
     // would lease tasks that reach the home after its answer: released, leased again —
     // measured, 0.76 extra leases per task with two shards under load).
     let others_deadline_ms = if tasks.is_empty() { deadline_ms } else { 0 };
-    for s in (0..shards).filter(|&s| s != me) {
+    for &s in &others {
         let msg = WantMsg {
             namespace: key.0.clone(),
             worker_id: key.1.clone(),
@@ -377,7 +405,7 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
         open.tasks = tasks;
         open.lsn = lsn;
         open.parked = parked;
-        open.immediate_pending = shards - 1;
+        open.immediate_pending = others.len() as u32;
     }
     maybe_answer(core, aw, want_id);
 }

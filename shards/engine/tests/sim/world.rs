@@ -1340,6 +1340,7 @@ impl Sim {
                 actions: self.workers[i].actions.clone(),
                 max_tasks: 1 + self.rng.below(4) as u32,
                 block_ms: if eager { 1_000 } else { self.rng.below(4_000) },
+                home_only: false,
             };
             self.send(shard, conn, op);
         }
