@@ -179,7 +179,7 @@ pub struct Client {
 }
 
 /// Connections a client tries at most to land on the shard it asked for.
-const SHARD_TRIES: usize = 64;
+pub(crate) const SHARD_TRIES: usize = 64;
 
 impl Client {
     /// Connects and performs the handshake (no token: a server without an auth file).

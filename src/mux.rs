@@ -3,9 +3,7 @@
 //! for its id, so a long poll holds up nobody else. When the connection is lost, every
 //! waiting call fails with `Error::Io`.
 
-use crate::client::{Connection, Error, FailMode, TaskRef};
-#[cfg(test)]
-use crate::requests::task_await_op;
+use crate::client::{Connection, Error, FailMode, SHARD_TRIES, TaskRef};
 use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     Op, RUN_WAIT_MS_MAX, Reply, Request, Response, RunInfo, TASK_AWAIT_MS_MAX, TaskAssignment,
@@ -39,6 +37,10 @@ pub struct MuxOptions {
     pub reply_timeout: Duration,
     /// Presented in the handshake to a server started with `--auth-file` (default none).
     pub token: Option<String>,
+    /// Connect again until the connection lands on this shard (default none: wherever the
+    /// kernel puts it), as [`Client::connect_on_shard`](crate::Client::connect_on_shard)
+    /// does; a reconnection lands there too.
+    pub shard: Option<u32>,
 }
 
 impl Default for MuxOptions {
@@ -48,6 +50,7 @@ impl Default for MuxOptions {
             connect_timeout: Duration::from_secs(5),
             reply_timeout: Duration::from_secs(30),
             token: None,
+            shard: None,
         }
     }
 }
@@ -129,10 +132,11 @@ impl MuxClient {
         Self::connect_with(addr, MuxOptions::default())
     }
 
-    /// Connects, performs the handshake and starts the reader thread.
+    /// Connects, performs the handshake and starts the reader thread. With
+    /// `options.shard`, connects again until the connection is on that shard; fails if the
+    /// server does not name its shards, has no such shard, or 64 tries missed it.
     pub fn connect_with(addr: impl ToSocketAddrs, options: MuxOptions) -> Result<Self, Error> {
-        let mut conn = Connection::connect_timeout(addr, options.connect_timeout)?;
-        let hello = handshake(&mut conn, options.reply_timeout, options.token.as_deref())?;
+        let (conn, hello) = connect_landed(addr, &options)?;
         let writer = conn.try_clone_stream()?;
         writer.set_write_timeout(Some(options.reply_timeout))?;
         let shared = Arc::new(Shared {
@@ -182,6 +186,11 @@ impl MuxClient {
 
     pub fn server_version(&self) -> &str {
         &self.server_version
+    }
+
+    /// How keys map to shards (see [`Client::shard_map`](crate::Client::shard_map)).
+    pub fn shard_map(&self) -> Result<flo_protocol::ShardMap, Error> {
+        send(self, requests::GetShardMap)
     }
 
     /// Whether the connection is gone (lost, or closed by `shutdown`/`close`).
@@ -336,6 +345,44 @@ impl Shared {
 
 /// Performs the handshake on `conn` before the reader thread takes it; returns what the
 /// server tells of itself.
+/// A connection with its handshake done, on `options.shard` when one is asked for.
+fn connect_landed(
+    addr: impl ToSocketAddrs,
+    options: &MuxOptions,
+) -> Result<(Connection, requests::ServerHello), Error> {
+    let addrs: Vec<_> = addr.to_socket_addrs()?.collect();
+    let token = options.token.as_deref();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut conn = Connection::connect_timeout(&addrs[..], options.connect_timeout)?;
+        let hello = handshake(&mut conn, options.reply_timeout, token)?;
+        let Some(want) = options.shard else {
+            return Ok((conn, hello));
+        };
+        match hello.shard {
+            Some(shard) if shard == want => return Ok((conn, hello)),
+            None => {
+                return Err(Error::Protocol(
+                    "the server does not say which shard serves a connection".into(),
+                ));
+            }
+            Some(_) if want >= hello.shard_count => {
+                return Err(Error::Protocol(format!(
+                    "the server has {} shards, no shard {want}",
+                    hello.shard_count
+                )));
+            }
+            Some(_) if tries >= SHARD_TRIES => {
+                return Err(Error::Protocol(format!(
+                    "no connection landed on shard {want} in {SHARD_TRIES} tries"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+}
+
 fn handshake(
     conn: &mut Connection,
     timeout: Duration,

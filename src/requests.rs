@@ -25,7 +25,7 @@ pub(crate) use streams::{
 };
 pub(crate) use workers::{
     AwaitTasks, CompleteTask, DeregisterWorker, DrainWorker, FailTask, GetWorker, Heartbeat,
-    ListWorkers, RegisterWorker, TouchTask, task_await_op, tasks_of,
+    ListWorkers, RegisterWorker, TouchTask, tasks_of,
 };
 pub(crate) use workflows::{
     CancelWorkflow, ControlWorkflow, CreateWorkflow, GetWorkflow, GetWorkflowRun,

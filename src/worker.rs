@@ -11,7 +11,7 @@
 use crate::client::{Error, FailMode, generate_worker_id, hostname};
 use crate::handler::{ActionContext, Handler, HandlerResult, Report, Session, run_handler};
 use crate::mux::{MuxClient, MuxOptions, PendingReply};
-use crate::requests::{is_not_found, task_await_op, tasks_of};
+use crate::requests::{AwaitTasks, TypedRequest, is_not_found, tasks_of};
 use flo_protocol::{
     ACTION_NAME_BYTES_MAX, NAMESPACE_BYTES_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
     TaskAssignment, WORKER_ID_BYTES_MAX, WORKER_METADATA_BYTES_MAX, WORKER_PROCESSES_MAX,
@@ -76,6 +76,11 @@ pub struct WorkerOptions {
     /// Presented in every handshake (a server started with `--auth-file`: a `worker`
     /// token for the worker's namespace).
     pub token: Option<String>,
+    /// The one shard this worker serves (set by
+    /// [`ActionWorkerBuilder::spawn_on_every_shard`], with an id homed there): it connects
+    /// to that shard and awaits only its tasks. None: connected anywhere, it takes tasks
+    /// from every shard.
+    pub shard: Option<u32>,
 }
 
 /// Builds an `ActionWorker`: settings, then one handler per action.
@@ -218,6 +223,72 @@ impl ActionWorkerBuilder {
     pub fn spawn(self) -> Result<RunningWorker, WorkerError> {
         self.build()?.spawn()
     }
+
+    /// Spawns one worker per shard of the server, each connected to its shard under an id
+    /// homed there (`{worker_id}-{n}`) and awaiting only that shard's tasks: a task's
+    /// lease, its delivery and its report then stay on the shard that holds it. A worker
+    /// connected anywhere (`spawn`) takes tasks from every shard, and each of its awaits
+    /// and each report on another shard's task is a message between shards: this is the
+    /// way to run workers at high rates. Each runs `concurrency` tasks at once. Fails like
+    /// `spawn` for any of them (those already started are then asked to stop).
+    pub fn spawn_on_every_shard(self) -> Result<Vec<RunningWorker>, WorkerError> {
+        validate(&self.options, &self.handlers).map_err(WorkerError::Config)?;
+        let ids = ids_per_shard(&self.options)?;
+        let mut running = Vec::with_capacity(ids.len());
+        for (shard, worker_id) in ids.into_iter().enumerate() {
+            let builder = ActionWorkerBuilder {
+                options: WorkerOptions {
+                    worker_id,
+                    shard: Some(shard as u32),
+                    ..self.options.clone()
+                },
+                handlers: self.handlers.clone(),
+            };
+            running.push(builder.spawn()?);
+        }
+        Ok(running)
+    }
+}
+
+/// A worker id homed on each shard of the server (`ids[s]` hashes to shard `s`), derived
+/// from `options.worker_id`.
+fn ids_per_shard(options: &WorkerOptions) -> Result<Vec<String>, WorkerError> {
+    let mux = MuxClient::connect_with(
+        options.addr.as_str(),
+        MuxOptions {
+            namespace: options.namespace.clone(),
+            connect_timeout: options.connect_timeout,
+            reply_timeout: options.reply_timeout,
+            token: options.token.clone(),
+            shard: None,
+        },
+    )?;
+    let map = mux.shard_map()?;
+    mux.close();
+    let shards = map.owners.iter().copied().max().map_or(1, |s| s + 1);
+    let mut ids: Vec<Option<String>> = vec![None; shards as usize];
+    let mut missing = ids.len();
+    // With N shards an id lands on a given one once in N tries: 64 Ki tries leave none
+    // unfound in practice.
+    for n in 0..65_536u32 {
+        let id = format!("{}-{n}", options.worker_id);
+        let shard = map.shard_of(&options.namespace, &id).unwrap_or(0);
+        if let Some(slot @ None) = ids.get_mut(shard as usize) {
+            *slot = Some(id);
+            missing -= 1;
+            if missing == 0 {
+                break;
+            }
+        }
+    }
+    ids.into_iter()
+        .enumerate()
+        .map(|(shard, id)| {
+            id.ok_or_else(|| {
+                WorkerError::Config(format!("found no worker id homed on shard {shard}"))
+            })
+        })
+        .collect()
 }
 
 fn validate(options: &WorkerOptions, handlers: &[(String, Handler)]) -> Result<(), String> {
@@ -339,6 +410,7 @@ impl ActionWorker {
                 action_timeout: ACTION_TIMEOUT_DEFAULT,
                 shutdown_timeout: Duration::from_secs(300),
                 token: None,
+                shard: None,
             },
             handlers: Vec::new(),
         }
@@ -652,6 +724,7 @@ fn connect_and_register(shared: &Shared) -> Result<MuxClient, Error> {
         connect_timeout: shared.options.connect_timeout,
         reply_timeout: shared.options.reply_timeout,
         token: shared.options.token.clone(),
+        shard: shared.options.shard,
     };
     let client = MuxClient::connect_with(shared.options.addr.as_str(), options)?;
     register(shared, &client)?;
@@ -736,13 +809,14 @@ fn poll_loop(shared: &Shared, jobs: &Sender<TaskAssignment>) -> Option<PendingRe
             reconnect(shared, &mut backoff);
             continue;
         };
-        let op = task_await_op(
-            &shared.options.namespace,
+        let mut poll = AwaitTasks::new(
             &shared.worker_id,
             &shared.actions,
             free.min(TASK_AWAIT_TASKS_MAX),
             shared.options.block_ms,
         );
+        poll.home_only = shared.options.shard.is_some();
+        let op = poll.op(&shared.options.namespace);
         let reply = match client.send(op) {
             Ok(pending) => loop {
                 if let Some(reply) = pending.wait_timeout(wake) {

@@ -5,10 +5,12 @@ mod common;
 
 use common::{TestServer, cli_ok, temp_dir, user_action, wait_until};
 use flo::protocol::{RunInfo, RunStatus};
-use flo::{ActionResult, ActionWorker, Client, InvokeOptions, NonRetryableError};
+use flo::{
+    ActionResult, ActionWorker, Client, InvokeOptions, MuxClient, MuxOptions, NonRetryableError,
+};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn wait_final(client: &mut Client, run_id: &str) -> RunInfo {
@@ -277,4 +279,86 @@ fn a_handler_past_the_action_timeout_fails_its_attempt_and_the_worker_goes_on() 
         .action("quick", |_ctx| Ok(ActionResult::empty()))
         .build();
     assert!(matches!(refused, Err(flo::WorkerError::Config(e)) if e.contains("action timeout")));
+}
+
+/// `spawn_on_every_shard`: a worker per shard, each homed on and connected to its shard,
+/// takes that shard's tasks and no other's; tasks invoked on every shard all complete.
+#[test]
+fn workers_spawned_on_every_shard_each_take_their_own_shards_tasks() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let mut c = server.client();
+    user_action(&mut c, "resize", 30_000, 3, 50);
+    let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let record = seen.clone();
+    let workers = ActionWorker::builder(server.addr)
+        .worker_id("resizer")
+        .concurrency(4)
+        .action("resize", move |ctx| {
+            let taken = (ctx.worker_id().to_string(), ctx.task_id().to_string());
+            record.lock().unwrap().push(taken);
+            ActionResult::json(&json!({"resized": true}))
+        })
+        .spawn_on_every_shard()
+        .expect("workers start");
+    let map = c.shard_map().unwrap();
+    let homes: Vec<Option<u32>> = workers
+        .iter()
+        .map(|w| map.shard_of("default", w.worker_id()))
+        .collect();
+    assert_eq!(homes, [Some(0), Some(1)], "one worker homed on each shard");
+
+    let mut runs = Vec::new();
+    for shard in 0..2 {
+        let mut on = Client::connect_on_shard(server.addr, None, shard).unwrap();
+        for n in 0..10 {
+            let input = format!(r#"{{"image":{n}}}"#);
+            let run_id = on
+                .invoke("resize", input.as_bytes(), InvokeOptions::default())
+                .unwrap();
+            assert_eq!(map.shard_of("default", &run_id), Some(shard));
+            runs.push(run_id);
+        }
+    }
+    for run_id in &runs {
+        let run = wait_final(&mut c, run_id);
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), runs.len(), "each task taken once");
+    for (worker, task) in &seen {
+        assert_eq!(
+            map.shard_of("default", worker),
+            map.shard_of("default", task),
+            "worker {worker} took task {task} of another shard"
+        );
+    }
+    for worker in workers {
+        let stats = worker.stop_and_join().unwrap();
+        assert_eq!(stats.tasks_completed, 10, "{stats:?}");
+    }
+}
+
+/// `MuxOptions::shard`: the connection lands on the shard asked for; a shard the server
+/// does not have is a clear error.
+#[test]
+fn a_mux_client_lands_on_the_shard_it_asks_for() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    for shard in [0, 1, 1, 0] {
+        let options = MuxOptions {
+            shard: Some(shard),
+            ..MuxOptions::default()
+        };
+        let mux = MuxClient::connect_with(server.addr, options).unwrap();
+        assert_eq!(mux.shard(), Some(shard));
+    }
+    let options = MuxOptions {
+        shard: Some(2),
+        ..MuxOptions::default()
+    };
+    match MuxClient::connect_with(server.addr, options) {
+        Err(e) => assert!(e.to_string().contains("no shard 2"), "{e}"),
+        Ok(_) => panic!("landed on a shard the server does not have"),
+    }
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::fake_server::FakeServer;
+use crate::requests::AwaitTasks;
 use flo_protocol::{ErrorCode, WorkerType};
 
 fn spec(worker_id: &str) -> WorkerSpec {
@@ -175,7 +176,7 @@ fn dropped_pending_reply_is_forgotten() {
     let client = connect(&fake);
     client.register_worker(spec("w")).unwrap();
     let pending = client
-        .send(task_await_op("default", "w", &["a"], 1, 30_000))
+        .send(AwaitTasks::new("w", &["a"], 1, 30_000).op("default"))
         .unwrap();
     assert!(pending.wait_timeout(Duration::from_millis(10)).is_none());
     drop(pending);

@@ -139,6 +139,8 @@ pub(crate) struct AwaitTasks<'a> {
     pub actions: Vec<String>,
     pub max_tasks: u32,
     pub block_ms: u64,
+    /// Only the tasks of the worker's home shard (`TaskAwait::home_only`).
+    pub home_only: bool,
 }
 
 impl<'a> AwaitTasks<'a> {
@@ -154,6 +156,7 @@ impl<'a> AwaitTasks<'a> {
             actions: actions.iter().map(|a| a.as_ref().to_string()).collect(),
             max_tasks,
             block_ms,
+            home_only: false,
         }
     }
 }
@@ -168,7 +171,7 @@ impl TypedRequest for AwaitTasks<'_> {
             actions: self.actions,
             max_tasks: self.max_tasks,
             block_ms: self.block_ms,
-            home_only: false,
+            home_only: self.home_only,
         }
     }
 
@@ -178,18 +181,6 @@ impl TypedRequest for AwaitTasks<'_> {
             other => Err(unexpected(other)),
         }
     }
-}
-
-/// The `TaskAwait` operation, for a caller that sends it without waiting (the worker's
-/// poll); `tasks_of` reads its reply.
-pub(crate) fn task_await_op(
-    namespace: &str,
-    worker_id: &str,
-    actions: &[impl AsRef<str>],
-    max_tasks: u32,
-    block_ms: u64,
-) -> Op {
-    AwaitTasks::new(worker_id, actions, max_tasks, block_ms).op(namespace)
 }
 
 /// The tasks of a `TaskAwait` reply.
