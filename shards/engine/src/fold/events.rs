@@ -4,16 +4,25 @@
 //! LSN of the record that says it. Derived in `apply` (no record of its own: an event is as
 //! durable as its record, costs no log bytes, and replay rebuilds it), held in snapshots;
 //! readers page through it by position (`workflows::events`, `flo workflow events`).
+//!
+//! The ring is kept in chunks of `CHUNK` events: a full chunk never changes, so a snapshot
+//! shares the full ones (an `Arc` clone each), copies the open one and is encoded on the
+//! writer's thread (`EventsView`). Encoding the 65,536 events on the shard paused it ~7 ms
+//! per snapshot (measured at 25,000 workflow runs/s: the most of a 9–12 ms pause).
 
 use crate::fold::record::{Record, RunControl, StepNext, StepWait};
 use crate::fold::workflows::Workflows;
 use flo_protocol::WorkflowRunStatus;
-use serde::{Deserialize, Serialize};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Events each shard keeps; older ones are dropped (a reader behind them is told so).
 pub const EVENTS_KEPT: usize = 65_536;
+
+/// Events per chunk of the ring: a snapshot copies at most this many.
+const CHUNK: usize = 512;
 
 /// Bits of a position below the record's LSN: the event's index among its record's.
 const INDEX_BITS: u32 = 3;
@@ -107,17 +116,108 @@ pub struct EventsRead<'a> {
     pub gap: bool,
 }
 
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The ring: written as `[events, dropped_to]` (the events one array, oldest first),
+/// however they are chunked.
+#[derive(Debug, Default, Clone)]
 pub struct RunEvents {
-    ring: VecDeque<RunEvent>,
+    /// Full chunks, oldest first; never changed (shared with snapshot images).
+    sealed: VecDeque<Arc<[RunEvent]>>,
+    /// Events at the front of the first full chunk that were dropped.
+    skip: usize,
+    /// The newest events, fewer than `CHUNK`.
+    open: Vec<RunEvent>,
+    /// Events kept.
+    len: usize,
     /// The position of the newest event dropped (0: none yet).
     dropped_to: u64,
     /// The namespace and workflow names the last event took (shared, not copied again).
-    #[serde(skip)]
     names: (Option<Arc<str>>, Option<Arc<str>>),
     /// Events pushed since the process started (what `note` added is the difference).
-    #[serde(skip)]
     pushed: u64,
+}
+
+impl PartialEq for RunEvents {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.dropped_to == other.dropped_to && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for RunEvents {}
+
+/// The ring as a snapshot holds it: its full chunks shared, its open one copied. Encoded
+/// as `RunEvents` is.
+pub struct EventsView {
+    sealed: Vec<Arc<[RunEvent]>>,
+    skip: usize,
+    open: Vec<RunEvent>,
+    len: usize,
+    dropped_to: u64,
+}
+
+impl EventsView {
+    fn slices(&self) -> impl Iterator<Item = &[RunEvent]> {
+        let first = self.sealed.first().map(|c| &c[self.skip..]);
+        let rest = self.sealed.iter().skip(1).map(|c| &c[..]);
+        first
+            .into_iter()
+            .chain(rest)
+            .chain(std::iter::once(&self.open[..]))
+    }
+}
+
+impl Serialize for EventsView {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        write_ring(serializer, self.slices(), self.len, self.dropped_to)
+    }
+}
+
+impl Serialize for RunEvents {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        write_ring(serializer, self.slices(), self.len, self.dropped_to)
+    }
+}
+
+/// `[events, dropped_to]`, as the ring was written when it was one `VecDeque`.
+fn write_ring<'a, S: Serializer>(
+    serializer: S,
+    slices: impl Iterator<Item = &'a [RunEvent]>,
+    len: usize,
+    dropped_to: u64,
+) -> Result<S::Ok, S::Error> {
+    /// The events, one array (`len` of them in `slices`).
+    struct Events<'a>(Vec<&'a [RunEvent]>, usize);
+    impl Serialize for Events<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut seq = serializer.serialize_seq(Some(self.1))?;
+            for event in self.0.iter().copied().flatten() {
+                seq.serialize_element(event)?;
+            }
+            seq.end()
+        }
+    }
+    let mut ring = serializer.serialize_struct("RunEvents", 2)?;
+    ring.serialize_field("ring", &Events(slices.collect(), len))?;
+    ring.serialize_field("dropped_to", &dropped_to)?;
+    ring.end()
+}
+
+impl<'de> Deserialize<'de> for RunEvents {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            ring: Vec<RunEvent>,
+            dropped_to: u64,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let mut events = RunEvents {
+            dropped_to: wire.dropped_to,
+            ..RunEvents::default()
+        };
+        for event in wire.ring {
+            events.append(event);
+        }
+        Ok(events)
+    }
 }
 
 /// `name` as an `Arc`, the one in `last` if it is the same.
@@ -138,7 +238,43 @@ impl RunEvents {
 
     /// The newest `n` events, oldest first.
     pub fn newest(&self, n: usize) -> impl Iterator<Item = &RunEvent> {
-        self.ring.range(self.ring.len().saturating_sub(n)..)
+        let mut tail: Vec<&[RunEvent]> = Vec::new();
+        let mut left = n.min(self.len);
+        let mut slices: Vec<&[RunEvent]> = self.slices().collect();
+        while left > 0
+            && let Some(slice) = slices.pop()
+        {
+            let take = left.min(slice.len());
+            tail.push(&slice[slice.len() - take..]);
+            left -= take;
+        }
+        tail.into_iter().rev().flatten()
+    }
+
+    /// The kept events, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &RunEvent> {
+        self.slices().flatten()
+    }
+
+    /// The kept events in runs of consecutive ones, oldest first.
+    fn slices(&self) -> impl Iterator<Item = &[RunEvent]> {
+        let first = self.sealed.front().map(|c| &c[self.skip..]);
+        let rest = self.sealed.iter().skip(1).map(|c| &c[..]);
+        first
+            .into_iter()
+            .chain(rest)
+            .chain(std::iter::once(&self.open[..]))
+    }
+
+    /// For a snapshot: the full chunks shared, the open one copied.
+    pub fn view(&self) -> EventsView {
+        EventsView {
+            sealed: self.sealed.iter().cloned().collect(),
+            skip: self.skip,
+            open: self.open.clone(),
+            len: self.len,
+            dropped_to: self.dropped_to,
+        }
     }
 
     fn note_events(&mut self, lsn: u64, record: &Record, workflows: &Workflows) {
@@ -257,14 +393,49 @@ impl RunEvents {
         }
     }
 
+    /// `push` for tests of other modules.
+    #[cfg(test)]
+    pub(crate) fn push_for_tests(&mut self, event: RunEvent) {
+        self.push(event);
+    }
+
     fn push(&mut self, event: RunEvent) {
         self.pushed += 1;
-        if self.ring.len() >= EVENTS_KEPT
-            && let Some(old) = self.ring.pop_front()
-        {
-            self.dropped_to = old.pos;
+        if self.len >= EVENTS_KEPT {
+            self.drop_oldest();
         }
-        self.ring.push_back(event);
+        self.append(event);
+    }
+
+    /// Adds `event` as the newest.
+    fn append(&mut self, event: RunEvent) {
+        if self.open.capacity() == 0 {
+            self.open.reserve_exact(CHUNK);
+        }
+        self.open.push(event);
+        self.len += 1;
+        if self.open.len() >= CHUNK {
+            let full = std::mem::take(&mut self.open);
+            self.sealed.push_back(Arc::from(full));
+        }
+    }
+
+    fn drop_oldest(&mut self) {
+        let Some(first) = self.sealed.front() else {
+            // Fewer events than a chunk holds.
+            if !self.open.is_empty() {
+                self.dropped_to = self.open.remove(0).pos;
+                self.len -= 1;
+            }
+            return;
+        };
+        self.dropped_to = first[self.skip].pos;
+        self.skip += 1;
+        self.len -= 1;
+        if self.skip == first.len() {
+            self.sealed.pop_front();
+            self.skip = 0;
+        }
     }
 
     /// Up to `limit` events of `namespace` (and `workflow`, when given) after position
@@ -276,10 +447,13 @@ impl RunEvents {
         after: u64,
         limit: usize,
     ) -> EventsRead<'_> {
-        let start = self.ring.partition_point(|e| e.pos <= after);
         let mut events = Vec::new();
         let mut next = after;
-        for e in self.ring.range(start..) {
+        let after_it = self
+            .slices()
+            .skip_while(|slice| slice.last().is_none_or(|e| e.pos <= after))
+            .flat_map(|slice| &slice[slice.partition_point(|e| e.pos <= after)..]);
+        for e in after_it {
             if events.len() >= limit {
                 break;
             }
@@ -297,15 +471,19 @@ impl RunEvents {
 
     /// The position of the newest event (0: none).
     pub fn last_pos(&self) -> u64 {
-        self.ring.back().map_or(self.dropped_to, |e| e.pos)
+        let newest = self
+            .open
+            .last()
+            .or_else(|| self.sealed.back().and_then(|c| c.last()));
+        newest.map_or(self.dropped_to, |e| e.pos)
     }
 
     pub fn len(&self) -> usize {
-        self.ring.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
+        self.len == 0
     }
 }
 
@@ -346,5 +524,89 @@ mod tests {
         assert!(read.events.is_empty());
         let end = events.read("ns", None, events.last_pos(), 10);
         assert!(end.events.is_empty() && end.next == events.last_pos());
+    }
+
+    /// The ring as it was kept and written before chunks: one `VecDeque`.
+    #[derive(Serialize)]
+    struct OneDeque {
+        ring: VecDeque<RunEvent>,
+        dropped_to: u64,
+    }
+
+    fn encoded(value: &impl Serialize) -> Vec<u8> {
+        let mut out = Vec::new();
+        value
+            .serialize(&mut rmp_serde::Serializer::new(&mut out))
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn the_chunked_ring_keeps_reads_and_writes_what_one_deque_did() {
+        let mut events = RunEvents::default();
+        let mut model = OneDeque {
+            ring: VecDeque::new(),
+            dropped_to: 0,
+        };
+        // Past the bound and a few chunks on, checked at chunk edges and in between.
+        let total = EVENTS_KEPT + 3 * CHUNK + 7;
+        for n in 1..=total as u64 {
+            let e = event(n << INDEX_BITS, "ns", if n % 3 == 0 { "a" } else { "b" });
+            events.push(e.clone());
+            if model.ring.len() >= EVENTS_KEPT {
+                model.dropped_to = model.ring.pop_front().unwrap().pos;
+            }
+            model.ring.push_back(e);
+            let n = n as usize;
+            if n % (CHUNK / 2) == 0 || n % CHUNK == 1 || n == total {
+                assert_eq!(events.len(), model.ring.len());
+                assert!(events.iter().eq(model.ring.iter()), "after {n}");
+                assert_eq!(events.last_pos(), model.ring.back().unwrap().pos);
+                let newest: Vec<u64> = events.newest(CHUNK + 3).map(|e| e.pos).collect();
+                let want: Vec<u64> = model
+                    .ring
+                    .iter()
+                    .rev()
+                    .take(CHUNK + 3)
+                    .rev()
+                    .map(|e| e.pos)
+                    .collect();
+                assert_eq!(newest, want, "after {n}");
+            }
+        }
+        assert_eq!(encoded(&events), encoded(&model), "the bytes of one deque");
+        assert_eq!(encoded(&events.view()), encoded(&model));
+        let back: RunEvents = rmp_serde::from_slice(&encoded(&events)).unwrap();
+        assert_eq!(back, events);
+        assert_eq!(back.last_pos(), events.last_pos());
+
+        // A read from a position in the middle of a chunk, going across chunks.
+        let from = model.ring[CHUNK + 5].pos;
+        let read = events.read("ns", Some("a"), from, 2 * CHUNK);
+        let want: Vec<u64> = model
+            .ring
+            .iter()
+            .filter(|e| e.pos > from && &*e.workflow == "a")
+            .take(2 * CHUNK)
+            .map(|e| e.pos)
+            .collect();
+        let got: Vec<u64> = read.events.iter().map(|e| e.pos).collect();
+        assert_eq!(got, want);
+        assert!(!read.gap);
+        assert!(events.read("ns", None, 0, 1).gap);
+    }
+
+    #[test]
+    fn a_view_is_not_changed_by_what_the_ring_does_after() {
+        let mut events = RunEvents::default();
+        for n in 1..=(2 * CHUNK as u64 + 10) {
+            events.push(event(n << INDEX_BITS, "ns", "wf"));
+        }
+        let view = events.view();
+        let before = encoded(&events);
+        for n in 0..(EVENTS_KEPT as u64) {
+            events.push(event((100_000 + n) << INDEX_BITS, "ns", "wf"));
+        }
+        assert_eq!(encoded(&view), before);
     }
 }
