@@ -558,7 +558,7 @@ mod tests {
             }
             model.ring.push_back(e);
             let n = n as usize;
-            if n % (CHUNK / 2) == 0 || n % CHUNK == 1 || n == total {
+            if n.is_multiple_of(CHUNK / 2) || n % CHUNK == 1 || n == total {
                 assert_eq!(events.len(), model.ring.len());
                 assert!(events.iter().eq(model.ring.iter()), "after {n}");
                 assert_eq!(events.last_pos(), model.ring.back().unwrap().pos);
