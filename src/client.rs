@@ -181,6 +181,28 @@ pub struct Client {
 /// Connections a client tries at most to land on the shard it asked for.
 pub(crate) const SHARD_TRIES: usize = 64;
 
+/// Whether a connection the server says is on `shard` (of `shard_count`) is on `want`; an
+/// error when no connection ever will be.
+pub(crate) fn on_shard(want: u32, shard: Option<u32>, shard_count: u32) -> Result<bool, Error> {
+    match shard {
+        Some(shard) if shard == want => Ok(true),
+        None => Err(Error::Protocol(
+            "the server does not say which shard serves a connection".into(),
+        )),
+        Some(_) if want >= shard_count => Err(Error::Protocol(format!(
+            "the server has {shard_count} shards, no shard {want}"
+        ))),
+        Some(_) => Ok(false),
+    }
+}
+
+/// `SHARD_TRIES` connections landed elsewhere.
+pub(crate) fn missed_shard(want: u32) -> Error {
+    Error::Protocol(format!(
+        "no connection landed on shard {want} in {SHARD_TRIES} tries"
+    ))
+}
+
 impl Client {
     /// Connects and performs the handshake (no token: a server without an auth file).
     pub fn connect(addr: impl ToSocketAddrs) -> Result<Self, Error> {
@@ -235,31 +257,16 @@ impl Client {
             return Ok(());
         };
         for _ in 0..SHARD_TRIES {
-            match self.shard {
-                Some(shard) if shard == want => return Ok(()),
-                None => {
-                    return Err(Error::Protocol(
-                        "the server does not say which shard serves a connection".into(),
-                    ));
-                }
-                Some(_) if want >= self.shard_count => {
-                    return Err(Error::Protocol(format!(
-                        "the server has {} shards, no shard {want}",
-                        self.shard_count
-                    )));
-                }
-                Some(_) => {
-                    self.conn = Connection::connect(self.addr)?;
-                    self.hello()?;
-                }
+            if on_shard(want, self.shard, self.shard_count)? {
+                return Ok(());
             }
+            self.conn = Connection::connect(self.addr)?;
+            self.hello()?;
         }
-        match self.shard {
-            Some(shard) if shard == want => Ok(()),
-            _ => Err(Error::Protocol(format!(
-                "no connection landed on shard {want} in {SHARD_TRIES} tries"
-            ))),
+        if on_shard(want, self.shard, self.shard_count)? {
+            return Ok(());
         }
+        Err(missed_shard(want))
     }
 
     fn hello(&mut self) -> Result<(), Error> {

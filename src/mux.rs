@@ -3,7 +3,7 @@
 //! for its id, so a long poll holds up nobody else. When the connection is lost, every
 //! waiting call fails with `Error::Io`.
 
-use crate::client::{Connection, Error, FailMode, SHARD_TRIES, TaskRef};
+use crate::client::{Connection, Error, FailMode, SHARD_TRIES, TaskRef, missed_shard, on_shard};
 use crate::requests::{self, Transport, TypedRequest, send};
 use flo_protocol::{
     Op, RUN_WAIT_MS_MAX, Reply, Request, Response, RunInfo, TASK_AWAIT_MS_MAX, TaskAssignment,
@@ -352,35 +352,18 @@ fn connect_landed(
 ) -> Result<(Connection, requests::ServerHello), Error> {
     let addrs: Vec<_> = addr.to_socket_addrs()?.collect();
     let token = options.token.as_deref();
-    let mut tries = 0;
-    loop {
-        tries += 1;
+    for _ in 0..SHARD_TRIES {
         let mut conn = Connection::connect_timeout(&addrs[..], options.connect_timeout)?;
         let hello = handshake(&mut conn, options.reply_timeout, token)?;
-        let Some(want) = options.shard else {
-            return Ok((conn, hello));
+        let landed = match options.shard {
+            None => true,
+            Some(want) => on_shard(want, hello.shard, hello.shard_count)?,
         };
-        match hello.shard {
-            Some(shard) if shard == want => return Ok((conn, hello)),
-            None => {
-                return Err(Error::Protocol(
-                    "the server does not say which shard serves a connection".into(),
-                ));
-            }
-            Some(_) if want >= hello.shard_count => {
-                return Err(Error::Protocol(format!(
-                    "the server has {} shards, no shard {want}",
-                    hello.shard_count
-                )));
-            }
-            Some(_) if tries >= SHARD_TRIES => {
-                return Err(Error::Protocol(format!(
-                    "no connection landed on shard {want} in {SHARD_TRIES} tries"
-                )));
-            }
-            Some(_) => {}
+        if landed {
+            return Ok((conn, hello));
         }
     }
+    Err(missed_shard(options.shard.unwrap_or(0)))
 }
 
 fn handshake(

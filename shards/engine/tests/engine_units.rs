@@ -295,6 +295,20 @@ fn await_op(worker: &str, action: &str, block_ms: u64) -> Op {
     }
 }
 
+/// Invokes `review` with `{"n": n}` on `shard` (a connection there): the run's id.
+fn invoke_review_on(t: &mut T, shard: u32, n: u32) -> String {
+    let request = t.send_on(
+        shard,
+        2,
+        Op::ActionInvoke(invoke_spec("review", json!({ "n": n }))),
+    );
+    t.settle();
+    match t.reply_on(2, request) {
+        Some(Ok(Reply::Invoked { run_id, .. })) => run_id,
+        other => panic!("{other:?}"),
+    }
+}
+
 fn tasks(r: Option<ReplyResult>) -> Vec<TaskAssignment> {
     match r {
         Some(Ok(Reply::Tasks(t))) => t,
@@ -792,18 +806,7 @@ fn an_await_served_by_its_home_parks_no_want_on_the_other_shards() {
     t.user_action("review", 60_000, 3, 1000);
     let w = worker_homed_on(&t, 0);
     t.worker(&w, &["review"], None);
-    let invoke = |t: &mut T, shard: u32, n: u32| {
-        let request = t.send_on(
-            shard,
-            2,
-            Op::ActionInvoke(invoke_spec("review", json!({ "n": n }))),
-        );
-        t.settle();
-        match t.reply_on(2, request) {
-            Some(Ok(Reply::Invoked { run_id, .. })) => run_id,
-            other => panic!("{other:?}"),
-        }
-    };
+    let invoke = invoke_review_on;
     let home_task = invoke(&mut t, 0, 1);
     assert_eq!(t.c.owner(NS, &home_task), 0);
 
@@ -854,38 +857,17 @@ fn a_home_only_await_takes_its_homes_tasks_and_asks_no_other_shard() {
     t.user_action("review", 60_000, 3, 1000);
     let w = worker_homed_on(&t, 0);
     t.worker(&w, &["review"], None);
-    let invoke = |t: &mut T, shard: u32, n: u32| {
-        let request = t.send_on(
-            shard,
-            2,
-            Op::ActionInvoke(invoke_spec("review", json!({ "n": n }))),
-        );
-        t.settle();
-        match t.reply_on(2, request) {
-            Some(Ok(Reply::Invoked { run_id, .. })) => run_id,
-            other => panic!("{other:?}"),
-        }
-    };
+    let invoke = invoke_review_on;
     let elsewhere = invoke(&mut t, 1, 1);
     assert_eq!(t.c.owner(NS, &elsewhere), 1);
     let home: Vec<String> = (2..5).map(|n| invoke(&mut t, 0, n)).collect();
-    let home_only = |block_ms| match await_op(&w, "review", block_ms) {
-        Op::TaskAwait {
-            namespace,
-            worker_id,
-            actions,
-            max_tasks,
-            block_ms,
-            ..
-        } => Op::TaskAwait {
-            namespace,
-            worker_id,
-            actions,
-            max_tasks,
-            block_ms,
-            home_only: true,
-        },
-        _ => unreachable!(),
+    let home_only = |block_ms| Op::TaskAwait {
+        namespace: NS.into(),
+        worker_id: w.clone(),
+        actions: vec!["review".into()],
+        max_tasks: 4,
+        block_ms,
+        home_only: true,
     };
 
     // All three home tasks in one answer (an await split over two shards would have

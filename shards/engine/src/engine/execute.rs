@@ -289,23 +289,8 @@ impl Engine {
                 workers::worker_gone(&mut self.core, &mut self.awaits, &namespace, &worker_id);
                 Done::now(result)
             }
-            Op::TaskAwait {
-                namespace,
-                worker_id,
-                actions,
-                max_tasks,
-                block_ms,
-                home_only,
-            } => {
-                let request = workers::AwaitRequest {
-                    namespace,
-                    worker_id,
-                    actions,
-                    max_tasks,
-                    block_ms,
-                    home_only,
-                };
-                workers::await_tasks(&mut self.core, &mut self.awaits, &self.workers, to, request);
+            op @ Op::TaskAwait { .. } => {
+                workers::await_tasks(&mut self.core, &mut self.awaits, &self.workers, to, op);
                 return None;
             }
             op @ (Op::TaskComplete { .. } | Op::TaskFail { .. } | Op::TaskTouch { .. }) => {

@@ -156,13 +156,22 @@ pub struct EventsView {
 
 impl EventsView {
     fn slices(&self) -> impl Iterator<Item = &[RunEvent]> {
-        let first = self.sealed.first().map(|c| &c[self.skip..]);
-        let rest = self.sealed.iter().skip(1).map(|c| &c[..]);
-        first
-            .into_iter()
-            .chain(rest)
-            .chain(std::iter::once(&self.open[..]))
+        slices(&self.sealed, self.skip, &self.open)
     }
+}
+
+/// The events of full chunks `sealed` (the first `skip` of the first one dropped), then
+/// `open`, in runs of consecutive ones.
+fn slices<'a>(
+    sealed: impl IntoIterator<Item = &'a Arc<[RunEvent]>>,
+    skip: usize,
+    open: &'a [RunEvent],
+) -> impl Iterator<Item = &'a [RunEvent]> {
+    sealed
+        .into_iter()
+        .enumerate()
+        .map(move |(i, c)| if i == 0 { &c[skip..] } else { &c[..] })
+        .chain(std::iter::once(open))
 }
 
 impl Serialize for EventsView {
@@ -258,12 +267,7 @@ impl RunEvents {
 
     /// The kept events in runs of consecutive ones, oldest first.
     fn slices(&self) -> impl Iterator<Item = &[RunEvent]> {
-        let first = self.sealed.front().map(|c| &c[self.skip..]);
-        let rest = self.sealed.iter().skip(1).map(|c| &c[..]);
-        first
-            .into_iter()
-            .chain(rest)
-            .chain(std::iter::once(&self.open[..]))
+        slices(&self.sealed, self.skip, &self.open)
     }
 
     /// For a snapshot: the full chunks shared, the open one copied.

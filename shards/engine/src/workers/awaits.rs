@@ -78,16 +78,6 @@ struct Ask {
     home_only: bool,
 }
 
-/// A worker's `TaskAwait`, as its home receives it.
-pub struct AwaitRequest {
-    pub namespace: String,
-    pub worker_id: String,
-    pub actions: Vec<String>,
-    pub max_tasks: u32,
-    pub block_ms: u64,
-    pub home_only: bool,
-}
-
 /// A worker's want parked on a shard that had no matching task when asked (keyed there by
 /// its origin shard and want id).
 struct Want {
@@ -248,16 +238,20 @@ pub fn await_tasks(
     aw: &mut Awaits,
     registry: &WorkerRegistry,
     to: ReplyTo,
-    request: AwaitRequest,
+    op: flo_protocol::Op,
 ) {
-    let AwaitRequest {
+    let flo_protocol::Op::TaskAwait {
         namespace,
         worker_id,
         actions,
         max_tasks,
         block_ms,
         home_only,
-    } = request;
+    } = op
+    else {
+        core.reply_op(to, 0, Err(ErrorValue::internal("not a task await")));
+        return;
+    };
     let labels = match check_await(core, registry, &namespace, &worker_id, &actions, max_tasks) {
         Ok(Some(labels)) => labels,
         Ok(None) => {

@@ -10,9 +10,9 @@ mod tasks;
 #[cfg(feature = "test-support")]
 pub use awaits::AWAITS_PER_WORKER_MAX;
 pub use awaits::{
-    AwaitRequest, Awaits, abandon_forwarded, await_tasks, cancel_want, conn_closed, dispatch,
-    expire_awaits, forward_await, on_await_relayed, on_delivery, on_want, on_want_share,
-    serve_held, serve_parked, sweep_wants, worker_gone,
+    Awaits, abandon_forwarded, await_tasks, cancel_want, conn_closed, dispatch, expire_awaits,
+    forward_await, on_await_relayed, on_delivery, on_want, on_want_share, serve_held, serve_parked,
+    sweep_wants, worker_gone,
 };
 pub use ops::report;
 pub use registry::WorkerRegistry;
