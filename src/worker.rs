@@ -253,20 +253,10 @@ impl ActionWorkerBuilder {
 /// A worker id homed on each shard of the server (`ids[s]` hashes to shard `s`), derived
 /// from `options.worker_id`.
 fn ids_per_shard(options: &WorkerOptions) -> Result<Vec<String>, WorkerError> {
-    let mux = MuxClient::connect_with(
-        options.addr.as_str(),
-        MuxOptions {
-            namespace: options.namespace.clone(),
-            connect_timeout: options.connect_timeout,
-            reply_timeout: options.reply_timeout,
-            token: options.token.clone(),
-            shard: None,
-        },
-    )?;
+    let mux = MuxClient::connect_with(options.addr.as_str(), mux_options(options, None))?;
     let map = mux.shard_map()?;
     mux.close();
-    let shards = map.owners.iter().copied().max().map_or(1, |s| s + 1);
-    let mut ids: Vec<Option<String>> = vec![None; shards as usize];
+    let mut ids: Vec<Option<String>> = vec![None; mux.shard_count().max(1) as usize];
     let mut missing = ids.len();
     // With N shards an id lands on a given one once in N tries: 64 Ki tries leave none
     // unfound in practice.
@@ -718,14 +708,19 @@ impl Slots {
     }
 }
 
+/// How a worker's connections are made: on `shard` if one is given.
+fn mux_options(options: &WorkerOptions, shard: Option<u32>) -> MuxOptions {
+    MuxOptions {
+        namespace: options.namespace.clone(),
+        connect_timeout: options.connect_timeout,
+        reply_timeout: options.reply_timeout,
+        token: options.token.clone(),
+        shard,
+    }
+}
+
 fn connect_and_register(shared: &Shared) -> Result<MuxClient, Error> {
-    let options = MuxOptions {
-        namespace: shared.options.namespace.clone(),
-        connect_timeout: shared.options.connect_timeout,
-        reply_timeout: shared.options.reply_timeout,
-        token: shared.options.token.clone(),
-        shard: shared.options.shard,
-    };
+    let options = mux_options(&shared.options, shared.options.shard);
     let client = MuxClient::connect_with(shared.options.addr.as_str(), options)?;
     register(shared, &client)?;
     Ok(client)

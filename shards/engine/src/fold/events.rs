@@ -246,13 +246,23 @@ impl RunEvents {
     }
 
     /// The newest `n` events, oldest first.
+    /// (Called after each record that says events, while webhooks are armed: it walks
+    /// back from the newest chunk only as far as `n` reaches.)
     pub fn newest(&self, n: usize) -> impl Iterator<Item = &RunEvent> {
-        let mut tail: Vec<&[RunEvent]> = Vec::new();
+        let sealed = self.sealed.len();
+        let backwards = std::iter::once(&self.open[..]).chain(
+            self.sealed
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, c)| if i == 0 { &c[self.skip..] } else { &c[..] }),
+        );
+        let mut tail: Vec<&[RunEvent]> = Vec::with_capacity(2.min(sealed + 1));
         let mut left = n.min(self.len);
-        let mut slices: Vec<&[RunEvent]> = self.slices().collect();
-        while left > 0
-            && let Some(slice) = slices.pop()
-        {
+        for slice in backwards {
+            if left == 0 {
+                break;
+            }
             let take = left.min(slice.len());
             tail.push(&slice[slice.len() - take..]);
             left -= take;

@@ -334,11 +334,7 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
     let deadline_ms = open.deadline_ms;
     let me = core.shard();
     let shards = core.partitioning().shards;
-    let others: Vec<u32> = if ask.home_only {
-        Vec::new()
-    } else {
-        (0..shards).filter(|&s| s != me).collect()
-    };
+    let others = (0..shards).filter(|&s| s != me && !ask.home_only);
     let mut shares = split(room, shards, aw.rotate);
     aw.rotate = aw.rotate.wrapping_add(1);
     if ask.home_only {
@@ -377,7 +373,7 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
     // would lease tasks that reach the home after its answer: released, leased again —
     // measured, 0.76 extra leases per task with two shards under load).
     let others_deadline_ms = if tasks.is_empty() { deadline_ms } else { 0 };
-    for &s in &others {
+    for s in others.clone() {
         let msg = WantMsg {
             namespace: key.0.clone(),
             worker_id: key.1.clone(),
@@ -399,7 +395,7 @@ fn ask_shards(core: &mut Core, aw: &mut Awaits, want_id: u64, room: u32, load: u
         open.tasks = tasks;
         open.lsn = lsn;
         open.parked = parked;
-        open.immediate_pending = others.len() as u32;
+        open.immediate_pending = others.count() as u32;
     }
     maybe_answer(core, aw, want_id);
 }
