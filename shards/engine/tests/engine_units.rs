@@ -905,6 +905,40 @@ fn a_home_only_await_takes_its_homes_tasks_and_asks_no_other_shard() {
     }
 }
 
+/// An await split over two shards takes every share it asked for: the other shard's
+/// tasks join the home's in one answer (they were released, then leased again, when the
+/// home's share was as large as what was left of the room).
+#[test]
+fn an_await_takes_the_other_shards_share_beside_its_homes() {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    let mut want: Vec<String> = [(0, 1), (0, 2), (1, 3), (1, 4)]
+        .into_iter()
+        .map(|(shard, n)| invoke_review_on(&mut t, shard, n))
+        .collect();
+    // Four tasks for a room of four: two asked of each shard.
+    let request = t.send(0, await_op(&w, "review", 30_000));
+    t.settle();
+    let mut got: Vec<String> = tasks(t.reply_on(t.conn, request))
+        .into_iter()
+        .map(|task| task.task_id)
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    for run in &want {
+        let owner = t.c.owner(NS, run);
+        let status = t.c.engine(owner).state().runs.get(NS, run).unwrap().status;
+        assert_eq!(status, RunStatus::Running, "{run} was released");
+        assert_eq!(
+            t.c.nodes[owner as usize].fact(&format!("leased {NS}/{run} a1")),
+            1
+        );
+    }
+}
+
 /// A shard that cannot be asked for tasks (it is stopping) is not taken for one that has
 /// none: the worker hears why at once, instead of "no tasks" after its whole block.
 #[test]

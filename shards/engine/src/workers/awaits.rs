@@ -569,20 +569,7 @@ pub fn on_delivery(
             } else {
                 open.parked.retain(|&s| s != from);
             }
-            let room = open.room.saturating_sub(open.tasks.len());
-            let mut bytes: usize = open.tasks.iter().map(|t| t.payload.len()).sum();
-            let mut extra = Vec::new();
-            for task in tasks {
-                let fits =
-                    open.tasks.is_empty() || bytes + task.payload.len() <= AWAIT_REPLY_BYTES_MAX;
-                if open.tasks.len() < room && fits {
-                    bytes += task.payload.len();
-                    open.tasks.push(task);
-                } else {
-                    extra.push(task);
-                }
-            }
-            extra
+            fit(open, tasks)
         }
     };
     if !extra.is_empty() {
@@ -590,6 +577,23 @@ pub fn on_delivery(
         release(core, from, &key.0, &key.1, ids);
     }
     maybe_answer(core, aw, want_id);
+}
+
+/// Adds `tasks` to `open` while they fit (its room, the answer's bytes); returns the rest.
+fn fit(open: &mut OpenAwait, tasks: Vec<TaskAssignment>) -> Vec<TaskAssignment> {
+    let mut bytes: usize = open.tasks.iter().map(|t| t.payload.len()).sum();
+    let mut extra = Vec::new();
+    for task in tasks {
+        let fits = open.tasks.is_empty() || bytes + task.payload.len() <= AWAIT_REPLY_BYTES_MAX;
+        // The room counts every task it holds (the tasks held before these included).
+        if open.tasks.len() < open.room && fits {
+            bytes += task.payload.len();
+            open.tasks.push(task);
+        } else {
+            extra.push(task);
+        }
+    }
+    extra
 }
 
 fn maybe_answer(core: &mut Core, aw: &mut Awaits, want_id: u64) {
