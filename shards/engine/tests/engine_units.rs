@@ -295,6 +295,15 @@ fn await_op(worker: &str, action: &str, block_ms: u64) -> Op {
     }
 }
 
+/// Two shards, the user action `review`, and a worker of it homed on shard 0 (its id).
+fn review_worker_on_shard_0() -> (T, String) {
+    let mut t = T::new(2);
+    t.user_action("review", 60_000, 3, 1000);
+    let w = worker_homed_on(&t, 0);
+    t.worker(&w, &["review"], None);
+    (t, w)
+}
+
 /// Invokes `review` with `{"n": n}` on `shard` (a connection there): the run's id.
 fn invoke_review_on(t: &mut T, shard: u32, n: u32) -> String {
     let request = t.send_on(
@@ -745,10 +754,7 @@ fn worker_homed_on(t: &T, shard: u32) -> String {
 
 #[test]
 fn an_await_parked_on_an_empty_queue_receives_a_task_invoked_later_once_its_lease_is_durable() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let request = t.send(0, await_op(&w, "review", 30_000));
     t.settle();
     assert!(
@@ -802,10 +808,7 @@ fn an_await_parked_on_an_empty_queue_receives_a_task_invoked_later_once_its_leas
 /// that will not take it (and released, and leased again).
 #[test]
 fn an_await_served_by_its_home_parks_no_want_on_the_other_shards() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let invoke = invoke_review_on;
     let home_task = invoke(&mut t, 0, 1);
     assert_eq!(t.c.owner(NS, &home_task), 0);
@@ -853,10 +856,7 @@ fn an_await_served_by_its_home_parks_no_want_on_the_other_shards() {
 /// stay there (for a worker homed on it), and a want parks on the home only.
 #[test]
 fn a_home_only_await_takes_its_homes_tasks_and_asks_no_other_shard() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let invoke = invoke_review_on;
     let elsewhere = invoke(&mut t, 1, 1);
     assert_eq!(t.c.owner(NS, &elsewhere), 1);
@@ -910,10 +910,7 @@ fn a_home_only_await_takes_its_homes_tasks_and_asks_no_other_shard() {
 /// home's share was as large as what was left of the room).
 #[test]
 fn an_await_takes_the_other_shards_share_beside_its_homes() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let mut want: Vec<String> = [(0, 1), (0, 2), (1, 3), (1, 4)]
         .into_iter()
         .map(|(shard, n)| invoke_review_on(&mut t, shard, n))
@@ -943,10 +940,7 @@ fn an_await_takes_the_other_shards_share_beside_its_homes() {
 /// none: the worker hears why at once, instead of "no tasks" after its whole block.
 #[test]
 fn an_await_a_shard_cannot_answer_fails_with_the_reason() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     t.c.step(1, Input::Stop);
     let request = t.send(0, await_op(&w, "review", 30_000));
     t.settle();
@@ -961,10 +955,7 @@ fn an_await_a_shard_cannot_answer_fails_with_the_reason() {
 
 #[test]
 fn a_closed_connections_open_await_releases_its_tasks() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let run_id = t.invoke(0, invoke_spec("review", json!({})));
     assert_eq!(t.c.owner(NS, &run_id), 0);
 
@@ -1135,10 +1126,7 @@ fn a_run_pending_at_a_crash_is_offered_again_after_replay() {
 /// wait forever.
 #[test]
 fn a_closed_connections_forwarded_await_leaves_no_call_behind() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let conn = 9;
     t.send_on(1, conn, await_op(&w, "review", 5_000));
     t.settle();
@@ -1221,10 +1209,7 @@ fn a_definition_repeated_after_a_crash_is_answered_only_once_every_shard_has_it(
 /// not answer the first), and neither gets a task the other got.
 #[test]
 fn two_open_awaits_of_one_worker_each_receive_their_own_task() {
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let one = |b| Op::TaskAwait {
         namespace: NS.into(),
         worker_id: w.clone(),
@@ -1262,10 +1247,7 @@ fn two_open_awaits_of_one_worker_each_receive_their_own_task() {
 #[test]
 fn a_worker_over_its_bound_of_open_awaits_gets_its_oldest_answered_empty() {
     let max = flo_engine::testing::AWAITS_PER_WORKER_MAX;
-    let mut t = T::new(2);
-    t.user_action("review", 60_000, 3, 1000);
-    let w = worker_homed_on(&t, 0);
-    t.worker(&w, &["review"], None);
+    let (mut t, w) = review_worker_on_shard_0();
     let requests: Vec<u64> = (0..max)
         .map(|_| t.send_on(0, 5, await_op(&w, "review", 30_000)))
         .collect();

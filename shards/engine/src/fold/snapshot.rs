@@ -15,7 +15,7 @@
 //! start after an upgrade.
 
 use crate::fold::archive::{RunIndex, RunIndexError};
-use crate::fold::events::{EventsView, RunEvents};
+use crate::fold::events::RunEvents;
 use crate::fold::kv::KvStore;
 use crate::fold::registry::Registry;
 use crate::fold::runs::Runs;
@@ -105,7 +105,7 @@ struct DecodedV3 {
 /// Fields of `Head`, the stores' array.
 const HEAD_FIELDS: u32 = 12;
 
-impl Encode for EventsView {
+impl Encode for RunEvents {
     fn encode(&self, out: &mut dyn io::Write) -> io::Result<()> {
         self.serialize(&mut rmp_serde::Serializer::new(out))
             .map_err(io::Error::other)
@@ -133,7 +133,7 @@ pub fn encode(state: &ShardState) -> Image {
     encode_value(&SNAPSHOT_FORMAT, &mut head);
     // The stores as the one array `Head` reads, written a field at a time so that the
     // event feed (65,536 events: ~7 ms to encode) is encoded on the writer's thread from
-    // a view sharing its full chunks; the same bytes as `HeadRef`'s.
+    // a clone sharing its full chunks; the same bytes as `HeadRef`'s.
     rmp::encode::write_array_len(&mut head, HEAD_FIELDS).expect("a Vec takes the bytes");
     encode_value(&state.shard, &mut head);
     encode_value(&state.applied_lsn, &mut head);
@@ -146,7 +146,7 @@ pub fn encode(state: &ShardState) -> Image {
     encode_value(&state.schedules, &mut head);
     encode_value(&state.search, &mut head);
     let mut image = Image::from(head);
-    image.push(Part::later(Arc::new(state.events.view())));
+    image.push(Part::later(Arc::new(state.events.clone())));
     let mut rest = Vec::new();
     encode_value(&state.webhooks, &mut rest);
     image.push(Part::Bytes(rest));
