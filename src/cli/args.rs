@@ -116,6 +116,12 @@ pub struct ServerArgs {
     /// Size at which log segments roll.
     #[arg(long, default_value_t = 64 << 20)]
     pub segment_bytes: u64,
+    /// Log batches each shard writes at once (each synced, acknowledged in order): a
+    /// record that comes while a batch is being written starts its own write. 1 writes one
+    /// batch at a time; more than 2 helps on disks that sync many writes at once (NVMe).
+    #[arg(long, value_name = "N", default_value_t = flo_runtime::LOG_WRITES_DEFAULT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=flo_runtime::LOG_WRITES_MAX as u64))]
+    pub log_writes: u64,
     /// Take a snapshot of each shard's state after this many bytes of log (and at a graceful
     /// stop): recovery replays only the log after it, and older segments can be deleted.
     #[arg(long, default_value_t = flo_runtime::SNAPSHOT_BYTES_DEFAULT)]

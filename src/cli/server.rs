@@ -53,6 +53,7 @@ fn serve(args: &ServerArgs) -> Result<(), CliError> {
         shards: args.shards,
         durability,
         segment_bytes: args.segment_bytes,
+        log_writes: args.log_writes as usize,
         retention_ms: args.retention,
         peer_timeout_ms: args.peer_timeout,
         max_connections: args.max_connections as usize,

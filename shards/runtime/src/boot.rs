@@ -855,7 +855,7 @@ async fn serve_shard(boot: ShardBoot) -> Result<(), ServerError> {
     (boot.config.release_memory)();
 
     let inbox = Rc::new(Inbox::default());
-    let slot = Rc::new(LogSlot::default());
+    let slot = Rc::new(LogSlot::new(boot.config.log_writes));
     slot.set_written(log.last_lsn);
     let log_map = Rc::new(LogMap::from_recovered(&log));
     let kept: Vec<u64> = snapshots::list(&boot.dir)

@@ -14,6 +14,8 @@ pub struct ServerConfig {
     pub shards: Option<u32>,
     pub durability: Durability,
     pub segment_bytes: u64,
+    /// Log batches written at once per shard (`--log-writes`), acknowledged in order.
+    pub log_writes: usize,
     /// A snapshot is taken after this many bytes of log (and at a graceful stop).
     pub snapshot_bytes: u64,
     /// Finished runs are forgotten this long after they finished.

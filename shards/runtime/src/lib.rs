@@ -32,6 +32,7 @@ pub use flo_engine::{
 };
 pub use flo_ual::SEGMENT_BYTES_MIN;
 pub use listener::FRAME_DEADLINE_MS_DEFAULT;
+pub use log_writer::{LOG_WRITES_DEFAULT, LOG_WRITES_MAX};
 pub use logging::{
     LOG_FILTER_DEFAULT, LogError, LogFormat, flush as flush_log, install as install_logging,
 };

@@ -134,6 +134,11 @@ impl LogBuffer {
         self.pending.len()
     }
 
+    /// LSN of the first record not yet taken, if any is pending.
+    pub fn first_pending_lsn(&self) -> Option<u64> {
+        (!self.pending.is_empty()).then_some(self.first_lsn)
+    }
+
     /// Takes the pending batch, leaving `spare` (cleared) in its place. Call it between
     /// operations only: a group never spans batches.
     pub fn take(&mut self, mut spare: Vec<u8>) -> Option<Batch> {

@@ -17,4 +17,7 @@ pub use format::{
     parse_segment_file_name, segment_file_name,
 };
 pub use read::{Found, MARK_SPACING_BYTES, find_record, segment_marks};
-pub use recovery::{ApplyError, RecoveredLog, RecoveryError, SegmentInfo, recover, recover_from};
+pub use recovery::{
+    ApplyError, BATCHES_IN_FLIGHT_MAX, RecoveredLog, RecoveryError, SegmentInfo, recover,
+    recover_from,
+};

@@ -5,8 +5,14 @@
 //! A group's records are held back until its last record (the first without
 //! `FLAG_GROUP_CONT`) is read and verified, then applied in order. A group still open
 //! where the data ends, or where damage makes a torn tail, is dropped with the tail: the
-//! file is cut at the end of the last complete group. A group still open when a batch
-//! starts (in this segment or a later one) means acknowledged records were lost: refused.
+//! file is cut at the end of the last complete group.
+//!
+//! A writer may have up to `BATCHES_IN_FLIGHT_MAX` batches of a segment in flight at once,
+//! acknowledged in order: a crash can leave one torn or missing and the ones started after
+//! it whole, none of them acknowledged. Damage (or a group left open) that at most
+//! `BATCHES_IN_FLIGHT_MAX - 1` batches follow, in its segment and none in a later one, is
+//! such a tail and is cut with them; more batches after it mean acknowledged records were
+//! lost: refused. Damage below the log's acknowledged mark is refused whatever follows.
 
 use crate::acked::{ACKED_MARK_FILE, read_acked_mark};
 use crate::format::{
@@ -18,6 +24,10 @@ use std::fs;
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+
+/// The most batches a writer has in flight at once (each at its own place in one segment,
+/// acknowledged in order): the batches after a torn one that recovery cuts with it.
+pub const BATCHES_IN_FLIGHT_MAX: usize = 4;
 
 /// `truncated` reason when the log ends inside a group.
 const INCOMPLETE_GROUP_AT_END: &str = "incomplete group at the end of the log";
@@ -164,6 +174,17 @@ fn list_segments(dir: &Path) -> Result<Vec<SegmentInfo>, RecoveryError> {
     Ok(segments)
 }
 
+/// Batches starting at block boundaries from `from` on.
+fn batches_from(buf: &[u8], from: usize) -> usize {
+    let mut count = 0;
+    let mut at = from;
+    while let Some(start) = find_batch_start(buf, at) {
+        count += 1;
+        at = start + 1;
+    }
+    count
+}
+
 /// A valid record flagged as the start of a batch, at a block boundary from `from` on.
 fn find_batch_start(buf: &[u8], from: usize) -> Option<usize> {
     let mut off = align_up(from as u64) as usize;
@@ -249,26 +270,27 @@ pub fn recover_from<E: Into<ApplyError>>(
         marks.retain(|&(_, offset)| offset < tail_end);
         segments[index].marks = marks;
 
-        // Damage or an open group: acceptable only as a torn tail, i.e. no batch was
-        // written after it.
-        let (offset, reason, group_start, batch_follows) = match stop {
+        // Damage or an open group: acceptable only as a torn tail, i.e. no more batches
+        // were written after it than were in flight with it (`BATCHES_IN_FLIGHT_MAX`).
+        let (offset, reason, group_start, batches_after) = match stop {
             Stop::Clean => continue,
-            Stop::BatchInGroup { group_start } => (group_start, INCOMPLETE_GROUP, None, true),
+            // The later batches start after the group's first record.
+            Stop::BatchInGroup { group_start } => (
+                group_start,
+                INCOMPLETE_GROUP,
+                None,
+                batches_from(&buf, group_start + 1),
+            ),
             Stop::OpenGroup { group_start } => {
-                (group_start, INCOMPLETE_GROUP, Some(group_start), false)
+                (group_start, INCOMPLETE_GROUP, Some(group_start), 0)
             }
             Stop::Damaged {
                 offset,
                 reason,
                 group_start,
-            } => (
-                offset,
-                reason,
-                group_start,
-                find_batch_start(&buf, offset).is_some(),
-            ),
+            } => (offset, reason, group_start, batches_from(&buf, offset)),
         };
-        if batch_follows || later_batch_exists(&segments[index + 1..])? {
+        if batches_after >= BATCHES_IN_FLIGHT_MAX || later_batch_exists(&segments[index + 1..])? {
             return Err(RecoveryError::Corruption {
                 file: seg.path.clone(),
                 offset: offset as u64,
@@ -667,6 +689,64 @@ mod tests {
         assert_eq!(rec.last_lsn, kept);
     }
 
+    /// A writer with batches in flight at once crashed: one is lost whole, or its last
+    /// record, or the end of a group, and the batches started after it were written whole.
+    /// None of them was acknowledged (they are, in order): a torn tail, cut with them.
+    #[test]
+    fn a_torn_batch_followed_by_the_batches_in_flight_with_it_is_a_torn_tail() {
+        // The second batch holds 5, 6-7 (a group) and 8; the records kept.
+        type Damage = fn(&SegmentWriter) -> Range<u64>;
+        let damages: [(&str, Damage, u64); 3] = [
+            (
+                "the whole batch",
+                |w| w.batch_starts[1]..w.batch_starts[2],
+                4,
+            ),
+            ("its last record", |w| w.record(8).start..w.record(8).end, 7),
+            (
+                "a group's last record",
+                |w| w.record(7).start..w.record(7).end,
+                5,
+            ),
+        ];
+        for (what, damage, kept) in damages {
+            for after in 1..BATCHES_IN_FLIGHT_MAX {
+                let dir = tempfile::tempdir().unwrap();
+                let mut w = SegmentWriter::new(dir.path(), 1);
+                w.batch(&groups(4, 1, 100))
+                    .batch(&[vec![100], vec![100; 2], vec![100]]);
+                for _ in 0..after {
+                    w.batch(&groups(3, 1, 1000));
+                }
+                zero(&w.path, damage(&w));
+                let (rec, applied) =
+                    replay(dir.path()).unwrap_or_else(|e| panic!("{what}, {after} after: {e}"));
+                assert_applied(&applied, 1..kept + 1, &[&w]);
+                assert_eq!((rec.last_lsn, rec.tail_end), (kept, w.record(kept).end));
+                assert!(rec.truncated.is_some(), "{what}, {after} after");
+                // The cut is durable: the batches after it are gone.
+                let (rec, applied) = replay(dir.path()).unwrap();
+                assert!(rec.truncated.is_none(), "{what}, {after} after");
+                assert_applied(&applied, 1..kept + 1, &[&w]);
+            }
+        }
+    }
+
+    /// The same tail below the acknowledged mark: the lost batch was synced (the mark
+    /// follows what is), so this is damage, not a crash.
+    #[test]
+    fn a_lost_batch_below_the_acknowledged_mark_is_refused_whatever_follows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SegmentWriter::new(dir.path(), 1);
+        w.batch(&groups(4, 1, 100))
+            .batch(&groups(3, 1, 100))
+            .batch(&groups(3, 1, 100));
+        zero(&w.path, w.batch_starts[1]..w.batch_starts[2]);
+        write_mark(dir.path(), 7);
+        let err = replay(dir.path()).unwrap_err();
+        assert!(matches!(err, RecoveryError::AckedDamaged { .. }), "{err}");
+    }
+
     fn write_mark(dir: &Path, lsn: u64) {
         let mut file = vec![0u8; crate::ACKED_MARK_BYTES as usize];
         let (at, bytes) = crate::acked_slot(0, lsn);
@@ -781,11 +861,13 @@ mod tests {
         assert_applied(&applied, 1..401, &[&w]);
     }
 
+    /// More batches after the damage than a writer has in flight at once: they were
+    /// written after the damaged one was acknowledged.
     #[test]
     fn damage_followed_by_valid_batches_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = SegmentWriter::new(dir.path(), 1);
-        for _ in 0..3 {
+        for _ in 0..2 + BATCHES_IN_FLIGHT_MAX {
             w.batch(&groups(5, 2, 100));
         }
         let mut bytes = fs::read(&w.path).unwrap();
@@ -801,12 +883,15 @@ mod tests {
     }
 
     #[test]
-    fn lost_record_before_a_later_batch_is_refused() {
-        // Zeros read as padding, so the scan meets the next batch out of sequence: that
-        // batch was written later, so the lost record was acknowledged.
+    fn lost_record_before_more_later_batches_than_were_in_flight_is_refused() {
+        // Zeros read as padding, so the scan meets the next batch out of sequence: so many
+        // batches were written after it that the lost record was acknowledged.
         let dir = tempfile::tempdir().unwrap();
         let mut w = SegmentWriter::new(dir.path(), 1);
-        w.batch(&groups(4, 1, 100)).batch(&groups(2, 1, 100));
+        w.batch(&groups(4, 1, 100));
+        for _ in 0..BATCHES_IN_FLIGHT_MAX {
+            w.batch(&groups(2, 1, 100));
+        }
         let last = w.record(4);
         zero(&w.path, last.start..last.end);
         let err = replay(dir.path()).unwrap_err();
@@ -928,8 +1013,11 @@ mod tests {
         let mut w = SegmentWriter::new(dir.path(), 1);
         w.batch(&groups(1, 2, 100))
             .batch(&[vec![100], vec![100; 3]]);
-        w.batch(&groups(2, 2, 100));
-        // The group's last record is lost, yet the next batch was written.
+        for _ in 0..BATCHES_IN_FLIGHT_MAX {
+            w.batch(&groups(2, 2, 100));
+        }
+        // The group's last record is lost, yet more batches were written than can have
+        // been in flight with it.
         let group_start = w.record(4).start;
         let last = w.record(6);
         zero(&w.path, last.start..last.end);

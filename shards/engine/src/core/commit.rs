@@ -453,6 +453,14 @@ impl Core {
         self.gate.held_len()
     }
 
+    /// Whether an effect or task waits for a record not yet taken for writing (those
+    /// taken are being written already).
+    pub fn waits_for_pending(&self) -> bool {
+        self.log
+            .first_pending_lsn()
+            .is_some_and(|first| self.gate.waits_for(first))
+    }
+
     // ---- the agenda ----
 
     /// Queues work for this input's step loop.

@@ -179,4 +179,9 @@ impl Gate {
     pub fn held_len(&self) -> usize {
         self.held.len()
     }
+
+    /// Whether an effect or task waits for a record at `lsn` or after.
+    pub fn waits_for(&self, lsn: u64) -> bool {
+        self.held.back().is_some_and(|(l, _)| *l >= lsn)
+    }
 }

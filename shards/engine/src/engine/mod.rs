@@ -206,13 +206,13 @@ impl Engine {
         self.core.pending_log_bytes()
     }
 
-    /// Whether something waits for the records appended to be durable: a reply, a message
-    /// to another shard, a task held by the durability gate, or a client that chose async
-    /// durability (its records are written right behind its answer). When nothing does,
-    /// the runtime may let the records wait a moment for the ones that follow (a workflow
-    /// run's steps behind its start) and write them in one batch.
+    /// Whether something waits for the records appended and not yet taken to be durable: a
+    /// reply, a message to another shard, a task held by the durability gate, or a client
+    /// that chose async durability (its records are written right behind its answer). When
+    /// nothing does, the runtime may let the records wait a moment for the ones that follow
+    /// (a workflow run's steps behind its start) and write them in one batch.
     pub fn wants_durable(&self) -> bool {
-        self.core.held_len() > 0 || self.core.durability() == Durability::Async
+        self.core.waits_for_pending() || self.core.durability() == Durability::Async
     }
 
     pub fn shard(&self) -> u32 {
