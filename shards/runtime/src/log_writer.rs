@@ -953,6 +953,62 @@ mod tests {
         });
     }
 
+    /// Batches handed over while one is being written start at once, never more than the
+    /// slot's `writes`; what is durable only ever moves forward, a segment rolls between
+    /// writes, and the log recovers whole.
+    #[test]
+    fn batches_are_written_two_at_a_time_and_acknowledged_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        fs::create_dir_all(&dir).unwrap();
+        run(async move {
+            let log = flo_ual::recover(&dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap();
+            let map = Rc::new(LogMap::from_recovered(&log));
+            let writer = SegmentWriter::open(&dir, &log, SEGMENT, None)
+                .await
+                .unwrap();
+            let slot = Rc::new(LogSlot::new(2));
+            let inbox = Rc::new(Inbox::default());
+            let metrics = std::sync::Arc::new(ShardMetrics::new(0, false));
+            glommio::spawn_local(writer_loop(
+                slot.clone(),
+                writer,
+                map.clone(),
+                inbox,
+                0,
+                metrics,
+            ))
+            .detach();
+            // Three segments' worth of one-block batches.
+            let total = 3 * SEGMENT / 4096 - 5;
+            let mut buf = LogBuffer::new(1);
+            let (mut handed, mut most, mut durable) = (0, 0, 0);
+            while durable < total {
+                while handed < total && !slot.busy() {
+                    slot.hand_over(batch(&mut buf));
+                    handed += 1;
+                }
+                most = most.max(slot.in_flight.get());
+                if let Some(Input::Durable { lsn, .. }) = slot.take_durable() {
+                    assert!(lsn > durable && lsn <= handed, "durable {lsn} after {durable}");
+                    assert_eq!(slot.written_lsn(), lsn);
+                    durable = lsn;
+                }
+                glommio::timer::sleep(Duration::from_micros(20)).await;
+            }
+            assert_eq!(most, 2, "two batches in flight at once, never more");
+            assert_eq!(files(&dir, ".ual").len(), 3);
+            let mut lsns = Vec::new();
+            let log = flo_ual::recover(&dir, |lsn, _, _| {
+                lsns.push(lsn);
+                Ok::<(), flo_ual::ApplyError>(())
+            })
+            .unwrap();
+            assert_eq!(lsns, (1..=total).collect::<Vec<_>>());
+            assert!(log.truncated.is_none());
+        });
+    }
+
     /// Room for two segment files: the first, and the spare that becomes the second. The
     /// third cannot be made ahead (the shard would turn read-only), the second segment is
     /// still filled, the batch that needs a third fails with no space and is written once
