@@ -990,7 +990,10 @@ mod tests {
                 }
                 most = most.max(slot.in_flight.get());
                 if let Some(Input::Durable { lsn, .. }) = slot.take_durable() {
-                    assert!(lsn > durable && lsn <= handed, "durable {lsn} after {durable}");
+                    assert!(
+                        lsn > durable && lsn <= handed,
+                        "durable {lsn} after {durable}"
+                    );
                     assert_eq!(slot.written_lsn(), lsn);
                     durable = lsn;
                 }
