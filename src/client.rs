@@ -677,6 +677,21 @@ impl Client {
         send(self, poll)
     }
 
+    /// `await_tasks` for the tasks of the worker's home shard only (the shard its id
+    /// belongs to, `ShardMap::shard_of`): no other shard is asked. For a worker per shard,
+    /// each connected to its home (`connect_on_shard`), so no task crosses between shards.
+    pub fn await_home_tasks(
+        &mut self,
+        worker_id: &str,
+        actions: &[&str],
+        max_tasks: u32,
+        block_ms: u64,
+    ) -> Result<Vec<TaskAssignment>, Error> {
+        let mut poll = requests::AwaitTasks::new(worker_id, actions, max_tasks, block_ms);
+        poll.home_only = true;
+        send(self, poll)
+    }
+
     /// Completes a task leased to `worker_id` with `result` (and a named outcome).
     pub fn complete_task(
         &mut self,

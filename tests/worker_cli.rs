@@ -937,3 +937,66 @@ fn worker_mistakes_fail_with_a_clear_message_and_exit_code_1_or_2_for_usage() {
     );
     server.stop();
 }
+
+/// `flo worker await --home-only`: only the tasks of the worker's home shard are leased
+/// (the other shard is not asked); a plain await then takes the other shard's.
+#[test]
+fn a_home_only_await_takes_only_the_tasks_of_the_workers_home_shard() {
+    let dir = temp_dir();
+    let server = TestServer::start(dir.path(), &["--shards", "2"]);
+    let addr = server.addr_string();
+    register_action(&addr, "resize", &["--timeout", "30000"]);
+    // Room for every task: an await splits its room between the shards it asks.
+    let mut args = vec!["worker", "register", "resizer", "resize"];
+    args.extend_from_slice(&["--max-concurrency", "64"]);
+    cli_ok(&addr, &args);
+    let mut client = server.client();
+    let map = client.shard_map().unwrap();
+    let home = map.shard_of("default", "resizer").unwrap();
+    let mut on_shard = |shard: u32| {
+        let mut on = flo::Client::connect_on_shard(server.addr, None, shard).unwrap();
+        (0..4)
+            .map(|n| {
+                let input = format!(r#"{{"image":{n}}}"#);
+                let opts = flo::InvokeOptions::default();
+                let run_id = on.invoke("resize", input.as_bytes(), opts).unwrap();
+                assert_eq!(map.shard_of("default", &run_id), Some(shard));
+                run_id
+            })
+            .collect::<Vec<String>>()
+    };
+    let mut homes = on_shard(home);
+    let mut others = on_shard(1 - home);
+    let mut await_ids = |extra: &[&str]| {
+        let mut args = vec![
+            "worker",
+            "await",
+            "resize",
+            "--worker-id",
+            "resizer",
+            "--max",
+            "16",
+            "--block",
+            AWAIT_NOTHING_MS,
+        ];
+        args.extend_from_slice(extra);
+        let tasks = cli_json(&addr, &args);
+        let mut ids: Vec<String> = tasks
+            .as_array()
+            .unwrap_or_else(|| panic!("not an array: {tasks}"))
+            .iter()
+            .map(task_id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    homes.sort();
+    others.sort();
+    assert_eq!(
+        await_ids(&["--home-only"]),
+        homes,
+        "the home shard's tasks only"
+    );
+    assert_eq!(await_ids(&["--home-only"]), Vec::<String>::new());
+    assert_eq!(await_ids(&[]), others, "a plain await asks the other shard");
+}

@@ -398,6 +398,10 @@ pub enum WorkerCommand {
         #[arg(long = "max", value_name = "N", default_value_t = 1,
               value_parser = clap::value_parser!(u32).range(1..=TASK_AWAIT_TASKS_MAX as i64))]
         max_tasks: u32,
+        /// Only tasks of the worker's home shard (the shard its id belongs to): no other
+        /// shard is asked. For one worker per shard.
+        #[arg(long)]
+        home_only: bool,
     },
     /// Report a leased task done, with its result.
     Complete {

@@ -80,9 +80,13 @@ pub fn run(client: &mut Client, cmd: &WorkerCommand, out: &Output) -> Result<(),
             worker_id,
             block_ms,
             max_tasks,
+            home_only,
         } => {
             let actions: Vec<&str> = actions.iter().map(String::as_str).collect();
-            let tasks = client.await_tasks(worker_id, &actions, *max_tasks, *block_ms)?;
+            let tasks = match home_only {
+                true => client.await_home_tasks(worker_id, &actions, *max_tasks, *block_ms)?,
+                false => client.await_tasks(worker_id, &actions, *max_tasks, *block_ms)?,
+            };
             let doc = if *max_tasks == 1 {
                 tasks.first().map_or(Value::Null, task_json)
             } else {
