@@ -953,7 +953,7 @@ fn a_home_only_await_takes_only_the_tasks_of_the_workers_home_shard() {
     let mut client = server.client();
     let map = client.shard_map().unwrap();
     let home = map.shard_of("default", "resizer").unwrap();
-    let mut on_shard = |shard: u32| {
+    let on_shard = |shard: u32| {
         let mut on = flo::Client::connect_on_shard(server.addr, None, shard).unwrap();
         (0..4)
             .map(|n| {
@@ -967,7 +967,7 @@ fn a_home_only_await_takes_only_the_tasks_of_the_workers_home_shard() {
     };
     let mut homes = on_shard(home);
     let mut others = on_shard(1 - home);
-    let mut await_ids = |extra: &[&str]| {
+    let await_ids = |extra: &[&str]| {
         let mut args = vec![
             "worker",
             "await",
