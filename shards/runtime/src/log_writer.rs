@@ -813,6 +813,19 @@ mod tests {
             .run(test)
     }
 
+    /// A new shard directory (removed with the returned guard).
+    fn shard_dir() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        fs::create_dir_all(&dir).unwrap();
+        (tmp, dir)
+    }
+
+    /// The log in `dir`, recovered (its records read and dropped).
+    fn recovered(dir: &Path) -> flo_ual::RecoveredLog {
+        flo_ual::recover(dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap()
+    }
+
     /// One record of ~3 KB: a batch of one block.
     fn batch(buf: &mut LogBuffer) -> Batch {
         buf.append(1, |p| p.extend_from_slice(&[7; 3000])).unwrap();
@@ -834,12 +847,10 @@ mod tests {
     /// the next (which starts filling from its start).
     #[test]
     fn zeros_go_ahead_of_the_appends_and_never_over_a_record() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("shard-000");
-        fs::create_dir_all(&dir).unwrap();
+        let (_tmp, dir) = shard_dir();
         let segment = 4 * FILL_AHEAD_BYTES;
         run(async move {
-            let log = flo_ual::recover(&dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap();
+            let log = recovered(&dir);
             let map = LogMap::from_recovered(&log);
             let mut w = SegmentWriter::open(&dir, &log, segment, None)
                 .await
@@ -886,11 +897,9 @@ mod tests {
     #[test]
     fn segment_files_are_written_o_dsync() {
         use std::os::fd::AsRawFd;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("shard-000");
-        fs::create_dir_all(&dir).unwrap();
+        let (_tmp, dir) = shard_dir();
         run(async move {
-            let log = flo_ual::recover(&dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap();
+            let log = recovered(&dir);
             let mut w = SegmentWriter::open(&dir, &log, SEGMENT, None)
                 .await
                 .unwrap();
@@ -929,15 +938,13 @@ mod tests {
     /// flight, and keeps it from sleeping (it spun at 15–20% of a core per shard).
     #[test]
     fn a_device_that_does_not_poll_gets_the_logs_writes_on_the_main_ring() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("shard-000");
-        fs::create_dir_all(&dir).unwrap();
+        let (_tmp, dir) = shard_dir();
         let Some(false) = device_polls(&dir) else {
             eprintln!("skipped: the device under {} polls", dir.display());
             return;
         };
         run(async move {
-            let log = flo_ual::recover(&dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap();
+            let log = recovered(&dir);
             let map = LogMap::from_recovered(&log);
             let mut w = SegmentWriter::open(&dir, &log, SEGMENT, None)
                 .await
@@ -958,11 +965,9 @@ mod tests {
     /// writes, and the log recovers whole.
     #[test]
     fn batches_are_written_two_at_a_time_and_acknowledged_in_order() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("shard-000");
-        fs::create_dir_all(&dir).unwrap();
+        let (_tmp, dir) = shard_dir();
         run(async move {
-            let log = flo_ual::recover(&dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap();
+            let log = recovered(&dir);
             let map = Rc::new(LogMap::from_recovered(&log));
             let writer = SegmentWriter::open(&dir, &log, SEGMENT, None)
                 .await
@@ -1029,7 +1034,7 @@ mod tests {
             data_dir: data,
         };
         run(async move {
-            let log = flo_ual::recover(&dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap();
+            let log = recovered(&dir);
             let map = LogMap::from_recovered(&log);
             let mut w = SegmentWriter::open(&dir, &log, SEGMENT, Some(fault))
                 .await
