@@ -381,14 +381,8 @@ impl SegmentWriter {
         if !self.fits(batch) {
             self.roll(batch.first_lsn).await?;
         }
-        let copy = Batch {
-            bytes: batch.bytes.clone(),
-            first_lsn: batch.first_lsn,
-            last_lsn: batch.last_lsn,
-            marks: batch.marks.clone(),
-        };
         let slot = Rc::new(LogSlot::new(1));
-        let write = self.start(copy);
+        let write = self.start(batch.clone());
         self.launch(&write, slot.clone());
         while write.outcome.borrow().is_none() {
             slot.signal.wait().await;
@@ -517,35 +511,36 @@ pub(crate) async fn writer_loop(
     let mut retry = false;
     loop {
         if std::mem::take(&mut retry) {
-            for write in writes.iter().filter(|w| w.no_space()) {
+            for write in writes.iter().filter(|w| w.no_space().is_some()) {
                 write.outcome.borrow_mut().take();
                 writer.launch(write, slot.clone());
             }
         }
         let mut outcome = settle(&slot, &mut writes, &writer, &map, &inbox, shard, &metrics);
-        // The batch handed over starts if a write is free and its segment has room (a roll
-        // waits for the writes in flight to end).
-        if outcome.is_ok() && writes.len() < slot.writes {
-            let fits = slot.batch.borrow().as_ref().map(|b| writer.fits(b));
-            let start = match fits {
-                Some(true) => true,
-                Some(false) if writes.is_empty() => {
-                    let first_lsn = slot.batch.borrow().as_ref().map_or(0, |b| b.first_lsn);
-                    match writer.roll(first_lsn).await {
-                        Ok(()) => true,
-                        Err(LogWriteError::NoSpace(e)) => {
-                            if !slot.stuck.replace(true) {
-                                inbox.poke();
-                            }
-                            outcome = Err(e);
-                            false
+        if outcome.is_ok() && startable(&slot, &writes, &writer) {
+            // Not the segment's: it rolls (no write is in flight). The batch stays in the
+            // slot meanwhile, so nothing is handed over behind it.
+            let roll = slot
+                .batch
+                .borrow()
+                .as_ref()
+                .filter(|b| !writer.fits(b))
+                .map(|b| b.first_lsn);
+            if let Some(first_lsn) = roll {
+                match writer.roll(first_lsn).await {
+                    Ok(()) => {}
+                    Err(LogWriteError::NoSpace(e)) => {
+                        if !slot.stuck.replace(true) {
+                            inbox.poke();
                         }
-                        Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
+                        outcome = Err(e);
                     }
+                    Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
                 }
-                _ => false,
-            };
-            if start && let Some(batch) = slot.batch.borrow_mut().take() {
+            }
+            if outcome.is_ok()
+                && let Some(batch) = slot.batch.borrow_mut().take()
+            {
                 let write = writer.start(batch);
                 writer.launch(&write, slot.clone());
                 writes.push_back(write);
@@ -579,10 +574,7 @@ pub(crate) async fn writer_loop(
                 Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
             }
         }
-        let startable = slot.batch.borrow().is_some()
-            && writes.len() < slot.writes
-            && (writes.is_empty() || slot.batch.borrow().as_ref().is_some_and(|b| writer.fits(b)));
-        if outcome.is_ok() && startable {
+        if outcome.is_ok() && startable(&slot, &writes, &writer) {
             continue;
         }
         // A write ends, a batch comes; while the disk is full, another look every second
@@ -599,6 +591,17 @@ pub(crate) async fn writer_loop(
             (DiskSpace::Available, Ok(())) => slot.signal.wait().await,
         }
     }
+}
+
+/// Whether the batch handed over can start now: a write is free, and its segment has room
+/// or rolls first (only once no write to it is in flight).
+fn startable(slot: &LogSlot, writes: &VecDeque<Write>, writer: &SegmentWriter) -> bool {
+    writes.len() < slot.writes
+        && slot
+            .batch
+            .borrow()
+            .as_ref()
+            .is_some_and(|b| writes.is_empty() || writer.fits(b))
 }
 
 /// Acknowledges the writes that ended, in order: each durable once the ones before it
@@ -634,7 +637,7 @@ fn settle(
     if let Some(batch) = acked {
         written(slot, batch, map.count(), inbox);
     }
-    match writes.front().and_then(|w| w.no_space_error()) {
+    match writes.front().and_then(Write::no_space) {
         Some(e) => {
             if !slot.stuck.replace(true) {
                 // A stop asked meanwhile need not wait for it (`ShardLoop::run`).
@@ -655,14 +658,8 @@ impl Write {
         matches!(&*self.outcome.borrow(), Some(Err(LogWriteError::Fatal(_))))
     }
 
-    fn no_space(&self) -> bool {
-        matches!(
-            &*self.outcome.borrow(),
-            Some(Err(LogWriteError::NoSpace(_)))
-        )
-    }
-
-    fn no_space_error(&self) -> Option<io::Error> {
+    /// Why its write found no space, if it did.
+    fn no_space(&self) -> Option<io::Error> {
         match &*self.outcome.borrow() {
             Some(Err(LogWriteError::NoSpace(e))) => Some(io::Error::new(e.kind(), e.to_string())),
             _ => None,

@@ -27,6 +27,7 @@ struct OpenGroup {
 }
 
 /// A batch taken for writing: bytes start on a block boundary of the segment.
+#[derive(Clone)]
 pub struct Batch {
     pub bytes: Vec<u8>,
     pub first_lsn: u64,
