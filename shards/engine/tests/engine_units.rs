@@ -325,6 +325,13 @@ fn tasks(r: Option<ReplyResult>) -> Vec<TaskAssignment> {
     }
 }
 
+/// The ids of the tasks a reply holds, sorted.
+fn sorted_task_ids(r: Option<ReplyResult>) -> Vec<String> {
+    let mut ids: Vec<String> = tasks(r).into_iter().map(|task| task.task_id).collect();
+    ids.sort();
+    ids
+}
+
 fn step_output(run: &WorkflowRunInfo, step: &str) -> Value {
     let s = run
         .steps
@@ -875,14 +882,9 @@ fn a_home_only_await_takes_its_homes_tasks_and_asks_no_other_shard() {
     let request = t.send(0, home_only(30_000));
     assert!(!t.c.deliver(0, 1), "a home-only await asked shard 1");
     t.settle();
-    let mut got: Vec<String> = tasks(t.reply_on(t.conn, request))
-        .into_iter()
-        .map(|task| task.task_id)
-        .collect();
-    got.sort();
     let mut want = home.clone();
     want.sort();
-    assert_eq!(got, want);
+    assert_eq!(sorted_task_ids(t.reply_on(t.conn, request)), want);
 
     // With none left at home the want parks there: shard 1's new task does not answer
     // it, the home's next one does.
@@ -918,13 +920,8 @@ fn an_await_takes_the_other_shards_share_beside_its_homes() {
     // Four tasks for a room of four: two asked of each shard.
     let request = t.send(0, await_op(&w, "review", 30_000));
     t.settle();
-    let mut got: Vec<String> = tasks(t.reply_on(t.conn, request))
-        .into_iter()
-        .map(|task| task.task_id)
-        .collect();
-    got.sort();
     want.sort();
-    assert_eq!(got, want);
+    assert_eq!(sorted_task_ids(t.reply_on(t.conn, request)), want);
     for run in &want {
         let owner = t.c.owner(NS, run);
         let status = t.c.engine(owner).state().runs.get(NS, run).unwrap().status;
