@@ -139,6 +139,69 @@ async fn open_file(path: PathBuf, flags: i32) -> Result<DmaFile, LogWriteError> 
     .map_err(retryable)
 }
 
+/// Gives `file` the segment size (it may hold some already: a spare a crash left).
+async fn allocate(
+    file: &DmaFile,
+    segment_bytes: u64,
+    fault: Option<&FaultDisk>,
+) -> Result<(), LogWriteError> {
+    let size = poked(file.file_size()).await.map_err(retryable)?;
+    if size >= segment_bytes {
+        return Ok(());
+    }
+    if let Some(fault) = fault.cloned() {
+        let more = segment_bytes - size;
+        poked(glommio::executor().spawn_blocking(move || fault.check(more)))
+            .await
+            .map_err(LogWriteError::NoSpace)?;
+    }
+    poked(file.pre_allocate(segment_bytes, false))
+        .await
+        .map_err(retryable)
+}
+
+/// Makes the next segment's file (allocated and synced, under `SPARE_FILE`). When it
+/// cannot get space, the file is removed: what it got goes back to the disk.
+async fn make_spare(
+    dir: &Path,
+    segment_bytes: u64,
+    fault: Option<&FaultDisk>,
+) -> Result<DmaFile, LogWriteError> {
+    let file = open_segment(dir.join(SPARE_FILE)).await?;
+    if let Err(e) = allocate(&file, segment_bytes, fault).await {
+        let removed = poked(file.remove()).await;
+        let _ = poked(file.close()).await;
+        return match removed {
+            Ok(()) => Err(e),
+            Err(r) => Err(LogWriteError::Fatal(io::Error::other(format!(
+                "{e}; and cannot remove {SPARE_FILE}: {r}"
+            )))),
+        };
+    }
+    poked(file.fdatasync()).await.map_err(fatal)?;
+    Ok(file)
+}
+
+/// The next segment's file.
+enum Spare {
+    None,
+    /// Being made; `ended` is set once the task's outcome is ready.
+    Making {
+        task: glommio::Task<Result<DmaFile, LogWriteError>>,
+        ended: Rc<Cell<bool>>,
+    },
+    Ready(DmaFile),
+}
+
+/// A slice of zeros being written ahead of the appends (`SegmentWriter::fill_ahead`).
+struct Fill {
+    from: u64,
+    len: u64,
+    /// Set once the task's outcome is ready.
+    ended: Rc<Cell<bool>>,
+    task: glommio::Task<Result<(), LogWriteError>>,
+}
+
 pub(crate) struct SegmentWriter {
     dir: PathBuf,
     /// The segment being written: its first LSN (its name) and its file.
@@ -149,14 +212,16 @@ pub(crate) struct SegmentWriter {
     offset: u64,
     segment_bytes: u64,
     segments: u32,
-    /// The next segment's file, allocated (`SPARE_FILE`).
-    spare: Option<DmaFile>,
+    /// The next segment's file (`SPARE_FILE`), made beside the writes.
+    spare: Spare,
     /// The current segment holds records or zeros up to here (`fill_ahead`).
     filled: u64,
     /// The current segment opened without O_DSYNC, for the zeros (`fill_ahead`): they need
     /// not be durable by themselves, and a sync per slice held up the batch behind it.
     /// With the segment's first LSN; opened on the first slice.
-    zeros: Option<(u64, DmaFile)>,
+    zeros: Option<(u64, Rc<DmaFile>)>,
+    /// A slice of zeros being written: batches below it go on meanwhile.
+    fill: Option<Fill>,
     /// Tests: a disk of a set capacity.
     fault: Option<FaultDisk>,
 }
@@ -188,13 +253,13 @@ impl SegmentWriter {
             offset,
             segment_bytes,
             segments,
-            spare: None,
+            spare: Spare::None,
             filled: offset,
             zeros: None,
+            fill: None,
             fault,
         };
-        writer
-            .allocate(&writer.file)
+        allocate(&writer.file, segment_bytes, writer.fault.as_ref())
             .await
             .map_err(LogWriteError::into_io)?;
         poked(writer.file.fdatasync()).await.map_err(to_io)?;
@@ -206,58 +271,70 @@ impl SegmentWriter {
         self.segments
     }
 
-    /// Gives `file` the segment size (it may hold some already: a spare a crash left).
-    async fn allocate(&self, file: &DmaFile) -> Result<(), LogWriteError> {
-        let size = poked(file.file_size()).await.map_err(retryable)?;
-        if size >= self.segment_bytes {
-            return Ok(());
-        }
-        if let Some(fault) = self.fault.clone() {
-            let more = self.segment_bytes - size;
-            poked(glommio::executor().spawn_blocking(move || fault.check(more)))
-                .await
-                .map_err(LogWriteError::NoSpace)?;
-        }
-        poked(file.pre_allocate(self.segment_bytes, false))
-            .await
-            .map_err(retryable)
-    }
-
     /// Whether the next segment's file should be made now: the current one is half full.
     pub fn wants_room(&self) -> bool {
-        self.spare.is_none() && self.offset >= self.segment_bytes / 2
+        matches!(self.spare, Spare::None) && self.offset >= self.segment_bytes / 2
     }
 
-    /// Makes the next segment's file (allocated and synced, under `SPARE_FILE`). When it
-    /// cannot get space, the file is removed: what it got goes back to the disk.
-    pub async fn make_room(&mut self) -> Result<(), LogWriteError> {
-        if self.spare.is_some() {
-            return Ok(());
+    /// Starts making the next segment's file beside the writes (it allocates and syncs a
+    /// file: milliseconds, tens of them on a busy disk, that acknowledgements and batches
+    /// need not wait for). `done` hears when it is made or failed (`settle_room`).
+    pub fn start_room(&mut self, done: Rc<LogSlot>) {
+        if !matches!(self.spare, Spare::None) {
+            return;
         }
-        let file = open_segment(self.dir.join(SPARE_FILE)).await?;
-        if let Err(e) = self.allocate(&file).await {
-            let removed = poked(file.remove()).await;
-            let _ = poked(file.close()).await;
-            return match removed {
-                Ok(()) => Err(e),
-                Err(r) => Err(LogWriteError::Fatal(io::Error::other(format!(
-                    "{e}; and cannot remove {SPARE_FILE}: {r}"
-                )))),
-            };
+        let ended = Rc::new(Cell::new(false));
+        let (dir, bytes, fault, told) = (
+            self.dir.clone(),
+            self.segment_bytes,
+            self.fault.clone(),
+            ended.clone(),
+        );
+        let task = glommio::spawn_local(async move {
+            let made = make_spare(&dir, bytes, fault.as_ref()).await;
+            told.set(true);
+            done.signal.notify();
+            made
+        });
+        self.spare = Spare::Making { task, ended };
+    }
+
+    /// Takes the outcome of the next segment's file being made, once it ended (or, with
+    /// `wait`, when it does). A failed one is gone: `wants_room` asks for it again.
+    async fn settle_room(&mut self, wait: bool) -> Result<(), LogWriteError> {
+        match &self.spare {
+            Spare::Making { ended, .. } if wait || ended.get() => {}
+            _ => return Ok(()),
         }
-        poked(file.fdatasync()).await.map_err(fatal)?;
-        self.spare = Some(file);
+        let Spare::Making { task, .. } = std::mem::replace(&mut self.spare, Spare::None) else {
+            unreachable!("matched just above")
+        };
+        self.spare = Spare::Ready(task.await?);
         Ok(())
     }
 
-    /// Writes the next slice of zeros when the appends came within `FILL_AHEAD_BYTES` of
-    /// the zeros' end. Slices are whole (`FILL_CHUNK_BYTES`), never a block at a time: each
-    /// slice written makes the next batch's sync record its space as written, so they must
-    /// be few. Not durable by themselves (a plain handle): a crash leaves zeros or space
-    /// never written, which read the same.
-    /// Returns whether it wrote anything. Only between batches: a slice is never in flight
-    /// while a batch is written to the file.
-    pub async fn fill_ahead(&mut self) -> Result<bool, LogWriteError> {
+    /// Makes the next segment's file now, or waits for the one being made.
+    pub async fn make_room(&mut self) -> Result<(), LogWriteError> {
+        self.settle_room(true).await?;
+        if matches!(self.spare, Spare::None) {
+            self.spare = Spare::Ready(
+                make_spare(&self.dir, self.segment_bytes, self.fault.as_ref()).await?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Starts writing the next slice of zeros when the appends came within
+    /// `FILL_AHEAD_BYTES` of the zeros' end and no slice is being written. Slices are whole
+    /// (`FILL_CHUNK_BYTES`), never a block at a time: each slice written makes the next
+    /// batch's sync record its space as written, so they must be few. Not durable by
+    /// themselves (a plain handle): a crash leaves zeros or space never written, which read
+    /// the same. Batches below the slice are written meanwhile (`clear_of_zeros`); `done`
+    /// hears when it ends (`settle_fill`). Returns whether it started one.
+    pub async fn fill_ahead(&mut self, done: Rc<LogSlot>) -> Result<bool, LogWriteError> {
+        if self.fill.is_some() {
+            return Ok(false);
+        }
         self.filled = self.filled.max(self.offset);
         if self.filled >= self.segment_bytes.min(self.offset + FILL_AHEAD_BYTES) {
             return Ok(false);
@@ -269,35 +346,74 @@ impl SegmentWriter {
             .is_none_or(|(lsn, _)| *lsn != self.first_lsn)
         {
             let path = self.dir.join(segment_file_name(self.first_lsn));
-            let file = open_file(path, 0).await?;
-            if let Some((_, old)) = self.zeros.replace((self.first_lsn, file)) {
+            let file = Rc::new(open_file(path, 0).await?);
+            // No slice is in flight: nothing else holds the old one.
+            if let Some((_, old)) = self.zeros.replace((self.first_lsn, file))
+                && let Ok(old) = Rc::try_unwrap(old)
+            {
                 poked(old.close()).await.map_err(fatal)?;
             }
         }
         let (_, zeros) = self.zeros.as_ref().expect("opened just above");
+        let zeros = zeros.clone();
         let mut buf = zeros.alloc_dma_buffer(len as usize);
         buf.as_bytes_mut().fill(0);
-        let written = poked(zeros.write_at(buf, self.filled))
-            .await
-            .map_err(retryable)?;
-        if written as u64 != len {
-            return Err(LogWriteError::NoSpace(io::Error::new(
-                io::ErrorKind::StorageFull,
-                format!("short write of zeros: {written} of {len} bytes"),
-            )));
-        }
-        self.filled += len;
+        let (from, ended) = (self.filled, Rc::new(Cell::new(false)));
+        let told = ended.clone();
+        let task = glommio::spawn_local(async move {
+            let written = match poked(zeros.write_at(buf, from)).await {
+                Ok(written) if written as u64 == len => Ok(()),
+                Ok(written) => Err(LogWriteError::NoSpace(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!("short write of zeros: {written} of {len} bytes"),
+                ))),
+                Err(e) => Err(retryable(e)),
+            };
+            drop(zeros);
+            told.set(true);
+            done.signal.notify();
+            written
+        });
+        self.fill = Some(Fill {
+            from,
+            len,
+            ended,
+            task,
+        });
         Ok(true)
+    }
+
+    /// Takes the outcome of the slice of zeros being written, once it ended (or, with
+    /// `wait`, when it does).
+    pub async fn settle_fill(&mut self, wait: bool) -> Result<(), LogWriteError> {
+        if !self.fill.as_ref().is_some_and(|f| wait || f.ended.get()) {
+            return Ok(());
+        }
+        let fill = self.fill.take().expect("just seen");
+        fill.task.await?;
+        self.filled = self.filled.max(fill.from + fill.len);
+        Ok(())
+    }
+
+    /// Whether `batch` (which fits the segment) ends before the slice of zeros being
+    /// written, if one is: a batch never goes where zeros are still on their way.
+    fn clear_of_zeros(&self, batch: &Batch) -> bool {
+        self.fill
+            .as_ref()
+            .is_none_or(|f| self.offset + align_up(batch.bytes.len() as u64) <= f.from)
     }
 
     /// Moves on to a new segment starting at `first_lsn`: the spare file, made now if it
     /// was not, takes its name.
     async fn roll(&mut self, first_lsn: u64) -> Result<(), LogWriteError> {
+        debug_assert!(self.fill.is_none(), "a segment rolls once its zeros are written");
         self.make_room().await?;
-        let spare = self.spare.take().expect("made just above");
+        let Spare::Ready(spare) = std::mem::replace(&mut self.spare, Spare::None) else {
+            unreachable!("made just above")
+        };
         let name = segment_file_name(first_lsn);
         if let Err(e) = poked(spare.rename(self.dir.join(&name))).await {
-            self.spare = Some(spare);
+            self.spare = Spare::Ready(spare);
             return Err(retryable(e));
         }
         poked(sync_dir(&self.dir))
@@ -517,6 +633,15 @@ pub(crate) async fn writer_loop(
             }
         }
         let mut outcome = settle(&slot, &mut writes, &writer, &map, &inbox, shard, &metrics);
+        // What goes on beside the batches: the zeros, the next segment's file.
+        if let Err(e) = writer.settle_fill(false).await {
+            filling = zeros_failed(shard, e);
+        }
+        match writer.settle_room(false).await {
+            Ok(()) => {}
+            Err(LogWriteError::NoSpace(e)) => outcome = outcome.and(Err(e)),
+            Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
+        }
         if outcome.is_ok() && startable(&slot, &writes, &writer) {
             // Not the segment's: it rolls (no write is in flight). The batch stays in the
             // slot meanwhile, so nothing is handed over behind it.
@@ -549,30 +674,18 @@ pub(crate) async fn writer_loop(
             }
         }
         if outcome.is_ok() && writer.wants_room() {
-            outcome = match writer.make_room().await {
-                Ok(()) => Ok(()),
-                Err(LogWriteError::NoSpace(e)) => Err(e),
-                Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
-            };
+            writer.start_room(slot.clone());
         }
         space = tell_space(space, &outcome, shard, &inbox);
         let idle = writes.is_empty() && slot.batch.borrow().is_none();
-        // Nothing to write: zeros ahead, a slice at a time, while no batch comes.
-        if filling && outcome.is_ok() && idle {
-            match writer.fill_ahead().await {
-                Ok(true) => continue,
-                Ok(false) => {}
-                // Appends into space not filled are as durable, only slower to sync.
-                Err(LogWriteError::NoSpace(e)) => {
-                    tracing::warn!(
-                        target: "flo::storage",
-                        shard,
-                        "cannot write zeros ahead of the log ({e}); appends go on without"
-                    );
-                    filling = false;
-                }
-                Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
-            }
+        // Nothing to write: zeros ahead, a slice at a time (batches that come meanwhile go
+        // below it).
+        if filling
+            && outcome.is_ok()
+            && idle
+            && let Err(e) = writer.fill_ahead(slot.clone()).await
+        {
+            filling = zeros_failed(shard, e);
         }
         if outcome.is_ok() && startable(&slot, &writes, &writer) {
             continue;
@@ -594,14 +707,33 @@ pub(crate) async fn writer_loop(
 }
 
 /// Whether the batch handed over can start now: a write is free, and its segment has room
-/// or rolls first (only once no write to it is in flight).
+/// below the zeros being written, or rolls first (only once no write to it is in flight).
 fn startable(slot: &LogSlot, writes: &VecDeque<Write>, writer: &SegmentWriter) -> bool {
     writes.len() < slot.writes
-        && slot
-            .batch
-            .borrow()
-            .as_ref()
-            .is_some_and(|b| writes.is_empty() || writer.fits(b))
+        && slot.batch.borrow().as_ref().is_some_and(|b| {
+            if writer.fits(b) {
+                writer.clear_of_zeros(b)
+            } else {
+                writes.is_empty() && writer.fill.is_none()
+            }
+        })
+}
+
+/// The zeros could not be written: appends into space not filled are as durable, only
+/// slower to sync, so they go on without (returns false: no more zeros); a failure other
+/// than no space stops the process.
+fn zeros_failed(shard: u32, e: LogWriteError) -> bool {
+    match e {
+        LogWriteError::NoSpace(e) => {
+            tracing::warn!(
+                target: "flo::storage",
+                shard,
+                "cannot write zeros ahead of the log ({e}); appends go on without"
+            );
+            false
+        }
+        LogWriteError::Fatal(e) => exit_fatal(shard, e),
+    }
 }
 
 /// Acknowledges the writes that ended, in order: each durable once the ones before it
@@ -829,6 +961,13 @@ mod tests {
         buf.take(Vec::new()).unwrap()
     }
 
+    /// Writes the next slice of zeros, if one is due; whether it was.
+    async fn fill(w: &mut SegmentWriter) -> bool {
+        let started = w.fill_ahead(Rc::new(LogSlot::new(1))).await.unwrap();
+        w.settle_fill(true).await.unwrap();
+        started
+    }
+
     fn files(dir: &Path, ext: &str) -> Vec<String> {
         let mut found: Vec<String> = fs::read_dir(dir)
             .unwrap()
@@ -854,7 +993,7 @@ mod tests {
                 .unwrap();
             let mut buf = LogBuffer::new(1);
             let mut slices = 0;
-            while w.fill_ahead().await.unwrap() {
+            while fill(&mut w).await {
                 slices += 1;
             }
             assert_eq!(slices, FILL_AHEAD_BYTES / FILL_CHUNK_BYTES);
@@ -863,7 +1002,7 @@ mod tests {
             for i in 1..=per_segment + 10 {
                 w.write(&batch(&mut buf), &map).await.unwrap();
                 let before = w.filled.max(w.offset);
-                while w.fill_ahead().await.unwrap() {}
+                while fill(&mut w).await {}
                 let slice = (w.filled - before) % FILL_CHUNK_BYTES;
                 assert!(slice == 0 || w.filled == segment, "{i}: a part slice");
                 assert!(
@@ -887,6 +1026,56 @@ mod tests {
         });
     }
 
+    /// A slice of zeros is written beside the batches: one below it starts at once, one that
+    /// would reach into it waits for it; every record recovers.
+    #[test]
+    fn batches_below_the_zeros_being_written_go_beside_them() {
+        let (_tmp, dir) = shard_dir();
+        run(async move {
+            let log = recovered(&dir);
+            let map = LogMap::from_recovered(&log);
+            let mut w = SegmentWriter::open(&dir, &log, 4 * FILL_AHEAD_BYTES, None)
+                .await
+                .unwrap();
+            while fill(&mut w).await {}
+            let mut buf = LogBuffer::new(1);
+            w.write(&batch(&mut buf), &map).await.unwrap();
+            let slot = Rc::new(LogSlot::new(2));
+            assert!(w.fill_ahead(slot.clone()).await.unwrap(), "the appends moved on");
+            assert!(!w.fill_ahead(slot.clone()).await.unwrap(), "one slice at a time");
+            let from = w.fill.as_ref().unwrap().from;
+            assert_eq!(from, FILL_AHEAD_BYTES);
+            let small = batch(&mut buf);
+            assert!(w.clear_of_zeros(&small));
+            let write = w.start(small);
+            w.launch(&write, slot.clone());
+            // A batch reaching past the slice's start waits for it.
+            for _ in 0..(from - w.offset) / 3000 + 1 {
+                buf.append(1, |p| p.extend_from_slice(&[7; 3000])).unwrap();
+            }
+            let large = buf.take(Vec::new()).unwrap();
+            assert!(w.fits(&large) && !w.clear_of_zeros(&large));
+            while write.outcome.borrow().is_none() {
+                slot.signal.wait().await;
+            }
+            assert!(matches!(&*write.outcome.borrow(), Some(Ok(_))));
+            w.note(&write, &map);
+            w.settle_fill(true).await.unwrap();
+            assert_eq!(w.filled, from + FILL_CHUNK_BYTES);
+            assert!(w.clear_of_zeros(&large));
+            w.write(&large, &map).await.unwrap();
+            let mut records = 0;
+            let log = flo_ual::recover(&dir, |_, _, payload| {
+                assert_eq!(payload, &[7; 3000][..]);
+                records += 1;
+                Ok::<(), flo_ual::ApplyError>(())
+            })
+            .unwrap();
+            assert!(log.truncated.is_none());
+            assert_eq!(records, large.last_lsn);
+        });
+    }
+
     /// A batch is durable when its write returns only because the segment files (the
     /// current one and the spare that becomes the next) are open O_DSYNC: no `fdatasync`
     /// follows the write. A crash test cannot see a missing flag (kill -9 loses nothing the
@@ -901,7 +1090,9 @@ mod tests {
                 .await
                 .unwrap();
             w.make_room().await.unwrap();
-            let spare = w.spare.as_ref().unwrap();
+            let Spare::Ready(spare) = &w.spare else {
+                panic!("made just above")
+            };
             for fd in [w.file.as_raw_fd(), spare.as_raw_fd()] {
                 // SAFETY: F_GETFL on a descriptor the writer holds open.
                 let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
