@@ -317,9 +317,8 @@ impl SegmentWriter {
     pub async fn make_room(&mut self) -> Result<(), LogWriteError> {
         self.settle_room(true).await?;
         if matches!(self.spare, Spare::None) {
-            self.spare = Spare::Ready(
-                make_spare(&self.dir, self.segment_bytes, self.fault.as_ref()).await?,
-            );
+            self.spare =
+                Spare::Ready(make_spare(&self.dir, self.segment_bytes, self.fault.as_ref()).await?);
         }
         Ok(())
     }
@@ -406,7 +405,10 @@ impl SegmentWriter {
     /// Moves on to a new segment starting at `first_lsn`: the spare file, made now if it
     /// was not, takes its name.
     async fn roll(&mut self, first_lsn: u64) -> Result<(), LogWriteError> {
-        debug_assert!(self.fill.is_none(), "a segment rolls once its zeros are written");
+        debug_assert!(
+            self.fill.is_none(),
+            "a segment rolls once its zeros are written"
+        );
         self.make_room().await?;
         let Spare::Ready(spare) = std::mem::replace(&mut self.spare, Spare::None) else {
             unreachable!("made just above")
@@ -1041,8 +1043,14 @@ mod tests {
             let mut buf = LogBuffer::new(1);
             w.write(&batch(&mut buf), &map).await.unwrap();
             let slot = Rc::new(LogSlot::new(2));
-            assert!(w.fill_ahead(slot.clone()).await.unwrap(), "the appends moved on");
-            assert!(!w.fill_ahead(slot.clone()).await.unwrap(), "one slice at a time");
+            assert!(
+                w.fill_ahead(slot.clone()).await.unwrap(),
+                "the appends moved on"
+            );
+            assert!(
+                !w.fill_ahead(slot.clone()).await.unwrap(),
+                "one slice at a time"
+            );
             let from = w.fill.as_ref().unwrap().from;
             assert_eq!(from, FILL_AHEAD_BYTES);
             let small = batch(&mut buf);
