@@ -182,14 +182,35 @@ async fn make_spare(
     Ok(file)
 }
 
+/// Work of the writer's that goes on beside its batch writes; the slot's signal says
+/// when it ended.
+struct Beside<T> {
+    task: glommio::Task<Result<T, LogWriteError>>,
+    /// Set once the task's outcome is ready.
+    ended: Rc<Cell<bool>>,
+}
+
+impl<T: 'static> Beside<T> {
+    fn spawn(
+        done: Rc<LogSlot>,
+        work: impl std::future::Future<Output = Result<T, LogWriteError>> + 'static,
+    ) -> Self {
+        let ended = Rc::new(Cell::new(false));
+        let told = ended.clone();
+        let task = glommio::spawn_local(async move {
+            let outcome = work.await;
+            told.set(true);
+            done.signal.notify();
+            outcome
+        });
+        Beside { task, ended }
+    }
+}
+
 /// The next segment's file.
 enum Spare {
     None,
-    /// Being made; `ended` is set once the task's outcome is ready.
-    Making {
-        task: glommio::Task<Result<DmaFile, LogWriteError>>,
-        ended: Rc<Cell<bool>>,
-    },
+    Making(Beside<DmaFile>),
     Ready(DmaFile),
 }
 
@@ -197,9 +218,7 @@ enum Spare {
 struct Fill {
     from: u64,
     len: u64,
-    /// Set once the task's outcome is ready.
-    ended: Rc<Cell<bool>>,
-    task: glommio::Task<Result<(), LogWriteError>>,
+    write: Beside<()>,
 }
 
 pub(crate) struct SegmentWriter {
@@ -283,33 +302,23 @@ impl SegmentWriter {
         if !matches!(self.spare, Spare::None) {
             return;
         }
-        let ended = Rc::new(Cell::new(false));
-        let (dir, bytes, fault, told) = (
-            self.dir.clone(),
-            self.segment_bytes,
-            self.fault.clone(),
-            ended.clone(),
-        );
-        let task = glommio::spawn_local(async move {
-            let made = make_spare(&dir, bytes, fault.as_ref()).await;
-            told.set(true);
-            done.signal.notify();
-            made
-        });
-        self.spare = Spare::Making { task, ended };
+        let (dir, bytes, fault) = (self.dir.clone(), self.segment_bytes, self.fault.clone());
+        self.spare = Spare::Making(Beside::spawn(done, async move {
+            make_spare(&dir, bytes, fault.as_ref()).await
+        }));
     }
 
     /// Takes the outcome of the next segment's file being made, once it ended (or, with
     /// `wait`, when it does). A failed one is gone: `wants_room` asks for it again.
     async fn settle_room(&mut self, wait: bool) -> Result<(), LogWriteError> {
         match &self.spare {
-            Spare::Making { ended, .. } if wait || ended.get() => {}
+            Spare::Making(made) if wait || made.ended.get() => {}
             _ => return Ok(()),
         }
-        let Spare::Making { task, .. } = std::mem::replace(&mut self.spare, Spare::None) else {
+        let Spare::Making(made) = std::mem::replace(&mut self.spare, Spare::None) else {
             unreachable!("matched just above")
         };
-        self.spare = Spare::Ready(task.await?);
+        self.spare = Spare::Ready(made.task.await?);
         Ok(())
     }
 
@@ -357,39 +366,33 @@ impl SegmentWriter {
         let zeros = zeros.clone();
         let mut buf = zeros.alloc_dma_buffer(len as usize);
         buf.as_bytes_mut().fill(0);
-        let (from, ended) = (self.filled, Rc::new(Cell::new(false)));
-        let told = ended.clone();
-        let task = glommio::spawn_local(async move {
-            let written = match poked(zeros.write_at(buf, from)).await {
+        let from = self.filled;
+        let write = Beside::spawn(done, async move {
+            match poked(zeros.write_at(buf, from)).await {
                 Ok(written) if written as u64 == len => Ok(()),
                 Ok(written) => Err(LogWriteError::NoSpace(io::Error::new(
                     io::ErrorKind::StorageFull,
                     format!("short write of zeros: {written} of {len} bytes"),
                 ))),
                 Err(e) => Err(retryable(e)),
-            };
-            drop(zeros);
-            told.set(true);
-            done.signal.notify();
-            written
+            }
         });
-        self.fill = Some(Fill {
-            from,
-            len,
-            ended,
-            task,
-        });
+        self.fill = Some(Fill { from, len, write });
         Ok(true)
     }
 
     /// Takes the outcome of the slice of zeros being written, once it ended (or, with
     /// `wait`, when it does).
     pub async fn settle_fill(&mut self, wait: bool) -> Result<(), LogWriteError> {
-        if !self.fill.as_ref().is_some_and(|f| wait || f.ended.get()) {
+        if !self
+            .fill
+            .as_ref()
+            .is_some_and(|f| wait || f.write.ended.get())
+        {
             return Ok(());
         }
         let fill = self.fill.take().expect("just seen");
-        fill.task.await?;
+        fill.write.task.await?;
         self.filled = self.filled.max(fill.from + fill.len);
         Ok(())
     }
@@ -627,6 +630,9 @@ pub(crate) async fn writer_loop(
     let mut writes: VecDeque<Write> = VecDeque::new();
     // Writes that found no space go again after the next wait.
     let mut retry = false;
+    // The next segment's file could not be made: the disk is full (for the engine) until it
+    // is, made again in the loop after each wait.
+    let mut room_short: Option<io::Error> = None;
     loop {
         if std::mem::take(&mut retry) {
             for write in writes.iter().filter(|w| w.no_space().is_some()) {
@@ -640,8 +646,9 @@ pub(crate) async fn writer_loop(
             filling = zeros_failed(shard, e);
         }
         match writer.settle_room(false).await {
+            Ok(()) if matches!(writer.spare, Spare::Ready(_)) => room_short = None,
             Ok(()) => {}
-            Err(LogWriteError::NoSpace(e)) => outcome = outcome.and(Err(e)),
+            Err(LogWriteError::NoSpace(e)) => room_short = Some(e),
             Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
         }
         if outcome.is_ok() && startable(&slot, &writes, &writer) {
@@ -655,7 +662,7 @@ pub(crate) async fn writer_loop(
                 .map(|b| b.first_lsn);
             if let Some(first_lsn) = roll {
                 match writer.roll(first_lsn).await {
-                    Ok(()) => {}
+                    Ok(()) => room_short = None,
                     Err(LogWriteError::NoSpace(e)) => {
                         if !slot.stuck.replace(true) {
                             inbox.poke();
@@ -676,14 +683,30 @@ pub(crate) async fn writer_loop(
             }
         }
         if outcome.is_ok() && writer.wants_room() {
-            writer.start_room(slot.clone());
+            if room_short.is_none() {
+                writer.start_room(slot.clone());
+            } else {
+                // Short of room: tried here, after each wait, until there is.
+                match writer.make_room().await {
+                    Ok(()) => room_short = None,
+                    Err(LogWriteError::NoSpace(e)) => room_short = Some(e),
+                    Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
+                }
+            }
         }
-        space = tell_space(space, &outcome, shard, &inbox);
+        // Full for the engine while a write or the next segment's file found no room (the
+        // batches still go into what is left of the segment).
+        let short = room_short
+            .as_ref()
+            .filter(|_| outcome.is_ok())
+            .map(|e| Err(io::Error::new(e.kind(), e.to_string())));
+        space = tell_space(space, short.as_ref().unwrap_or(&outcome), shard, &inbox);
         let idle = writes.is_empty() && slot.batch.borrow().is_none();
         // Nothing to write: zeros ahead, a slice at a time (batches that come meanwhile go
         // below it).
         if filling
             && outcome.is_ok()
+            && room_short.is_none()
             && idle
             && let Err(e) = writer.fill_ahead(slot.clone()).await
         {
