@@ -14,14 +14,16 @@
 //! only once every write to it has ended.
 //!
 //! **Written ahead.** When it has nothing to write, the writer writes zeros a little ahead
-//! of its appends (`FILL_CHUNK_BYTES` at a time, so a batch waits for at most one slice):
+//! of its appends (`FILL_CHUNK_BYTES` at a time, written beside the batches: a batch waits
+//! for a slice only if it would reach into it):
 //! an append then overwrites blocks the file system has already written, and its sync
 //! writes no metadata (into space allocated but never written, each sync also records the
 //! space as written: about a third of the sync's time on this machine's disk). Zeros read
 //! as padding, so recovery reads them as it reads allocated space.
 //!
-//! **Disk full.** The next segment's file is made ahead, under a name recovery never
-//! reads (`SPARE_FILE`), once the current segment is half full, and renamed at rollover.
+//! **Disk full.** The next segment's file is made ahead, by a task beside the writes,
+//! under a name recovery never reads (`SPARE_FILE`), once the current segment is half
+//! full, and renamed at rollover (which waits for it).
 //! When there is no room for it, the shard hears `DiskSpace::Full` while half a segment of
 //! room is left for the work in flight, and becomes read-only; the writer tries again every
 //! `SPACE_RETRY_MS` and as soon as a snapshot deleted segments, and says `Available` once
