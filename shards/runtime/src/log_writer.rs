@@ -56,7 +56,8 @@ pub const LOG_WRITES_MAX: usize = flo_ual::BATCHES_IN_FLIGHT_MAX;
 
 /// The next segment's file, allocated ahead; renamed to its segment name at rollover.
 /// Recovery lists `*.ual` files only, so one left by a crash is never read as a segment;
-/// the writer takes it up again.
+/// the writer removes it when it opens the log (it may hold records of a segment whose
+/// rename the crash lost: none of them was acknowledged).
 pub(crate) const SPARE_FILE: &str = "next-segment.spare";
 /// While the disk is full, room for the next segment is looked for this often.
 const SPACE_RETRY_MS: u64 = 1000;
@@ -216,6 +217,14 @@ enum Spare {
     Ready(DmaFile),
 }
 
+/// A rollover's directory sync (the new segment's name made durable), going on beside the
+/// first writes to that segment (`SegmentWriter::roll`).
+struct Naming {
+    /// The new segment's first LSN.
+    segment: u64,
+    sync: Beside<()>,
+}
+
 /// A slice of zeros being written ahead of the appends (`SegmentWriter::fill_ahead`).
 struct Fill {
     from: u64,
@@ -243,6 +252,8 @@ pub(crate) struct SegmentWriter {
     zeros: Option<(u64, Rc<DmaFile>)>,
     /// A slice of zeros being written: batches below it go on meanwhile.
     fill: Option<Fill>,
+    /// The last rollover's directory sync, while it goes on.
+    naming: Option<Naming>,
     /// Tests: a disk of a set capacity.
     fault: Option<FaultDisk>,
 }
@@ -278,12 +289,17 @@ impl SegmentWriter {
             filled: offset,
             zeros: None,
             fill: None,
+            naming: None,
             fault,
         };
         allocate(&writer.file, segment_bytes, writer.fault.as_ref())
             .await
             .map_err(LogWriteError::into_io)?;
         poked(writer.file.fdatasync()).await.map_err(to_io)?;
+        let spare = dir.join(SPARE_FILE);
+        if spare.exists() {
+            poked(glommio::io::remove(spare)).await.map_err(to_io)?;
+        }
         poked(sync_dir(dir)).await?;
         Ok(writer)
     }
@@ -408,12 +424,14 @@ impl SegmentWriter {
     }
 
     /// Moves on to a new segment starting at `first_lsn`: the spare file, made now if it
-    /// was not, takes its name.
-    async fn roll(&mut self, first_lsn: u64) -> Result<(), LogWriteError> {
+    /// was not, takes its name. The directory's sync that makes the name durable goes on
+    /// beside the writes to the new segment (`Naming`); `done` hears when it ends.
+    async fn roll(&mut self, first_lsn: u64, done: Rc<LogSlot>) -> Result<(), LogWriteError> {
         debug_assert!(
             self.fill.is_none(),
             "a segment rolls once its zeros are written"
         );
+        self.settle_naming(true).await?;
         self.make_room().await?;
         let Spare::Ready(spare) = std::mem::replace(&mut self.spare, Spare::None) else {
             unreachable!("made just above")
@@ -423,19 +441,47 @@ impl SegmentWriter {
             self.spare = Spare::Ready(spare);
             return Err(retryable(e));
         }
-        poked(sync_dir(&self.dir))
-            .await
-            .map_err(LogWriteError::Fatal)?;
         let old = std::mem::replace(&mut self.file, Rc::new(spare));
-        // Every write to it has ended (`fits`): no copy of it is left.
-        if let Ok(old) = Rc::try_unwrap(old) {
-            poked(old.close()).await.map_err(fatal)?;
-        }
+        let dir = self.dir.clone();
+        let sync = Beside::spawn(done, async move {
+            // Every write to it has ended (`fits`): no copy of it is left.
+            if let Ok(old) = Rc::try_unwrap(old) {
+                poked(old.close()).await.map_err(fatal)?;
+            }
+            poked(sync_dir(&dir)).await.map_err(LogWriteError::Fatal)
+        });
+        self.naming = Some(Naming {
+            segment: first_lsn,
+            sync,
+        });
         self.first_lsn = first_lsn;
         self.offset = 0;
         self.filled = 0;
         self.segments += 1;
         Ok(())
+    }
+
+    /// Takes the outcome of the last rollover's directory sync, once it ended (or, with
+    /// `wait`, when it does): the new segment's writes may be acknowledged from then on.
+    async fn settle_naming(&mut self, wait: bool) -> Result<(), LogWriteError> {
+        if !self
+            .naming
+            .as_ref()
+            .is_some_and(|n| wait || n.sync.ended.get())
+        {
+            return Ok(());
+        }
+        let naming = self.naming.take().expect("just seen");
+        naming.sync.task.await
+    }
+
+    /// Whether `write`'s segment has its name for good (a write to a segment whose
+    /// directory sync is still going on is not acknowledged: a crash could leave its
+    /// records under the spare's name, where recovery never looks).
+    fn named(&self, write: &Write) -> bool {
+        self.naming
+            .as_ref()
+            .is_none_or(|n| n.segment != write.segment)
     }
 
     /// Whether `batch` goes in the current segment (else the segment rolls first, once no
@@ -501,10 +547,10 @@ impl SegmentWriter {
     /// the same place).
     #[cfg(test)]
     pub async fn write(&mut self, batch: &Batch, map: &LogMap) -> Result<Duration, LogWriteError> {
-        if !self.fits(batch) {
-            self.roll(batch.first_lsn).await?;
-        }
         let slot = Rc::new(LogSlot::new(1));
+        if !self.fits(batch) {
+            self.roll(batch.first_lsn, slot.clone()).await?;
+        }
         let write = self.start(batch.clone());
         self.launch(&write, slot.clone());
         while write.outcome.borrow().is_none() {
@@ -513,6 +559,7 @@ impl SegmentWriter {
         let outcome = write.outcome.borrow_mut().take().expect("just seen");
         match outcome {
             Ok(took) => {
+                self.settle_naming(true).await?;
                 self.note(&write, map);
                 Ok(took)
             }
@@ -642,8 +689,12 @@ pub(crate) async fn writer_loop(
                 writer.launch(write, slot.clone());
             }
         }
+        // What goes on beside the batches: the last rollover's directory sync (first: the
+        // writes it holds are acknowledged just below), the zeros, the next segment's file.
+        if let Err(e) = writer.settle_naming(false).await {
+            exit_fatal(shard, e.into_io());
+        }
         let mut outcome = settle(&slot, &mut writes, &writer, &map, &inbox, shard, &metrics);
-        // What goes on beside the batches: the zeros, the next segment's file.
         if let Err(e) = writer.settle_fill(false).await {
             filling = zeros_failed(shard, e);
         }
@@ -663,7 +714,7 @@ pub(crate) async fn writer_loop(
                 .filter(|b| !writer.fits(b))
                 .map(|b| b.first_lsn);
             if let Some(first_lsn) = roll {
-                match writer.roll(first_lsn).await {
+                match writer.roll(first_lsn, slot.clone()).await {
                     Ok(()) => room_short = None,
                     Err(LogWriteError::NoSpace(e)) => {
                         if !slot.stuck.replace(true) {
@@ -781,7 +832,7 @@ fn settle(
         exit_fatal(shard, e);
     }
     let mut acked = None;
-    while writes.front().is_some_and(Write::ok) {
+    while writes.front().is_some_and(|w| w.ok() && writer.named(w)) {
         let write = writes.pop_front().expect("just seen");
         let Some(Ok(took)) = write.outcome.borrow_mut().take() else {
             unreachable!("just seen ok")
@@ -1238,6 +1289,71 @@ mod tests {
         });
     }
 
+    /// A rollover does not wait for the directory's sync that makes the new segment's name
+    /// durable: the next batch is written at once, and acknowledged (with every one behind
+    /// it) only once the sync ended.
+    #[test]
+    fn a_new_segments_writes_are_acknowledged_once_its_name_is_durable() {
+        let (_tmp, dir) = shard_dir();
+        run(async move {
+            let log = recovered(&dir);
+            let map = LogMap::from_recovered(&log);
+            let inbox = Inbox::default();
+            let metrics = ShardMetrics::new(0, false);
+            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, None)
+                .await
+                .unwrap();
+            let mut buf = LogBuffer::new(1);
+            let slot = Rc::new(LogSlot::new(2));
+            let mut next = batch(&mut buf);
+            while w.fits(&next) {
+                w.write(&next, &map).await.unwrap();
+                next = batch(&mut buf);
+            }
+            w.roll(next.first_lsn, slot.clone()).await.unwrap();
+            assert!(w.naming.is_some(), "the sync goes on beside");
+            // Held: the rollover's sync stands in for one that takes long.
+            w.settle_naming(true).await.unwrap();
+            let gate = Rc::new(Signal::default());
+            let opened = gate.clone();
+            w.naming = Some(Naming {
+                segment: w.first_lsn,
+                sync: Beside::spawn(slot.clone(), async move {
+                    opened.wait().await;
+                    Ok(())
+                }),
+            });
+            let mut writes = VecDeque::new();
+            for b in [next, batch(&mut buf)] {
+                let write = w.start(b);
+                w.launch(&write, slot.clone());
+                writes.push_back(write);
+            }
+            while !writes.iter().all(Write::ok) {
+                slot.signal.wait().await;
+            }
+            settle(&slot, &mut writes, &w, &map, &inbox, 0, &metrics).unwrap();
+            assert_eq!(writes.len(), 2, "written, not acknowledged");
+            assert!(slot.take_durable().is_none());
+            gate.notify();
+            while w.naming.is_some() {
+                slot.signal.wait().await;
+                w.settle_naming(false).await.unwrap();
+            }
+            settle(&slot, &mut writes, &w, &map, &inbox, 0, &metrics).unwrap();
+            assert!(writes.is_empty());
+            let per_segment = SEGMENT / 4096;
+            assert!(matches!(
+                slot.take_durable(),
+                Some(Input::Durable { lsn, .. }) if lsn == per_segment + 2
+            ));
+            assert_eq!(
+                files(&dir, ".ual").last(),
+                Some(&segment_file_name(per_segment + 1))
+            );
+        });
+    }
+
     /// Room for two segment files: the first, and the spare that becomes the second. The
     /// third cannot be made ahead (the shard would turn read-only), the second segment is
     /// still filled, the batch that needs a third fails with no space and is written once
@@ -1289,9 +1405,11 @@ mod tests {
             fs::write(&capacity, (8 * SEGMENT).to_string()).unwrap();
             w.write(&last, &map).await.unwrap();
             assert_eq!((w.segments(), files(&dir, ".ual").len()), (3, 3));
-            // A spare left behind (as by a crash) is not a segment.
+            // A spare left behind (as by a crash) is not a segment, and goes when the log
+            // is opened again (it could hold records of a segment whose name was lost).
             w.make_room().await.unwrap();
             assert_eq!(files(&dir, ".spare").len(), 1);
+            drop(w);
             let mut lsns = Vec::new();
             let log = flo_ual::recover(&dir, |lsn, _, payload| {
                 assert_eq!(payload.len(), 3000);
@@ -1301,6 +1419,10 @@ mod tests {
             .unwrap();
             assert_eq!(log.segments.len(), 3);
             assert_eq!(lsns, (1..=2 * per_segment + 1).collect::<Vec<_>>());
+            SegmentWriter::open(&dir, &log, SEGMENT, None)
+                .await
+                .unwrap();
+            assert!(files(&dir, ".spare").is_empty());
         });
     }
 }
