@@ -23,7 +23,9 @@
 //!
 //! **Disk full.** The next segment's file is made ahead, by a task beside the writes,
 //! under a name recovery never reads (`SPARE_FILE`), once the current segment is half
-//! full, and renamed at rollover (which waits for it).
+//! full, and renamed at rollover (which waits for it). The directory sync that makes the
+//! name durable goes on beside the new segment's first writes, which are acknowledged once
+//! it ended (`Naming`).
 //! When there is no room for it, the shard hears `DiskSpace::Full` while half a segment of
 //! room is left for the work in flight, and becomes read-only; the writer tries again every
 //! `SPACE_RETRY_MS` and as soon as a snapshot deleted segments, and says `Available` once
