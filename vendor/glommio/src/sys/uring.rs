@@ -1226,6 +1226,8 @@ pub(crate) struct Reactor {
     /// flo: whether `latency_preemption_timeout_src` holds the preemption timer (not a
     /// user timer armed for a sleep).
     latency_timer_preempts: Cell<bool>,
+    /// flo: when the preemption timer armed fires.
+    latency_timer_deadline: Cell<Option<std::time::Instant>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1358,6 +1360,7 @@ impl Reactor {
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
             latency_timer_preempts: Cell::new(false),
+            latency_timer_deadline: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1828,8 +1831,18 @@ impl Reactor {
         //
         // flo: on a turn that will not sleep, a preemption timer still armed stays armed
         // (cancelling and re-arming it took a trip into the kernel on each turn); it is
-        // re-armed once it fired. So is the throughput timer.
-        let keep_preempt = preempt_timer().is_some() && self.latency_timer_preempts.get();
+        // re-armed once it fired. So is the throughput timer. On a turn that may sleep it
+        // stays armed too unless a user timer is due before it: it then stands in for the
+        // user timer (a sleeping reactor wakes at most once, within the preemption period,
+        // where cancelling it before each sleep and arming it again after took two
+        // operations per sleep).
+        let keep_preempt = self.latency_timer_preempts.get()
+            && (preempt_timer().is_some()
+                || match (user_timer, self.latency_timer_deadline.get()) {
+                    (None, _) => true,
+                    (Some(due), Some(fires)) => fires <= std::time::Instant::now() + due,
+                    (Some(_), None) => false,
+                });
         match self.latency_preemption_timeout_src.take() {
             Some(timer) if keep_preempt && timer.result().is_none() => {
                 self.latency_preemption_timeout_src.set(Some(timer));
@@ -1875,7 +1888,12 @@ impl Reactor {
         if should_sleep {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
-            if let Some(dur) = user_timer {
+            //
+            // flo: unless the preemption timer kept armed fires first.
+            let kept = self.latency_preemption_timeout_src.take();
+            let armed = kept.as_ref().is_some_and(|t| t.result().is_none());
+            self.latency_preemption_timeout_src.set(kept);
+            if let Some(dur) = user_timer.filter(|_| !armed) {
                 self.latency_preemption_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
                 assert!(flush_rings!(lat_ring)? > 0);
@@ -1914,6 +1932,8 @@ impl Reactor {
                 self.latency_preemption_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
                 self.latency_timer_preempts.set(true);
+                self.latency_timer_deadline
+                    .set(Some(std::time::Instant::now() + preempt));
             }
             flush_rings!(lat_ring, main_ring)?;
         }
