@@ -210,6 +210,11 @@ impl<T: 'static> Beside<T> {
         });
         Beside { task, ended }
     }
+
+    /// Whether its outcome is to be taken now: it ended, or the taker waits for it.
+    fn over(&self, wait: bool) -> bool {
+        wait || self.ended.get()
+    }
 }
 
 /// The next segment's file.
@@ -332,7 +337,7 @@ impl SegmentWriter {
     /// `wait`, when it does). A failed one is gone: `wants_room` asks for it again.
     async fn settle_room(&mut self, wait: bool) -> Result<(), LogWriteError> {
         match &self.spare {
-            Spare::Making(made) if wait || made.ended.get() => {}
+            Spare::Making(made) if made.over(wait) => {}
             _ => return Ok(()),
         }
         let Spare::Making(made) = std::mem::replace(&mut self.spare, Spare::None) else {
@@ -404,14 +409,9 @@ impl SegmentWriter {
     /// Takes the outcome of the slice of zeros being written, once it ended (or, with
     /// `wait`, when it does).
     pub async fn settle_fill(&mut self, wait: bool) -> Result<(), LogWriteError> {
-        if !self
-            .fill
-            .as_ref()
-            .is_some_and(|f| wait || f.write.ended.get())
-        {
+        let Some(fill) = self.fill.take_if(|f| f.write.over(wait)) else {
             return Ok(());
-        }
-        let fill = self.fill.take().expect("just seen");
+        };
         fill.write.task.await?;
         self.filled = self.filled.max(fill.from + fill.len);
         Ok(())
@@ -466,15 +466,10 @@ impl SegmentWriter {
     /// Takes the outcome of the last rollover's directory sync, once it ended (or, with
     /// `wait`, when it does): the new segment's writes may be acknowledged from then on.
     async fn settle_naming(&mut self, wait: bool) -> Result<(), LogWriteError> {
-        if !self
-            .naming
-            .as_ref()
-            .is_some_and(|n| wait || n.sync.ended.get())
-        {
-            return Ok(());
+        match self.naming.take_if(|n| n.sync.over(wait)) {
+            Some(naming) => naming.sync.task.await,
+            None => Ok(()),
         }
-        let naming = self.naming.take().expect("just seen");
-        naming.sync.task.await
     }
 
     /// Whether `write`'s segment has its name for good (a write to a segment whose
