@@ -92,10 +92,6 @@ for i in $(seq 1 "$starts"); do
     fi
     end=$(date +%s%N)
     echo "$i $(( (end - begin) / 1000000 ))" >> "$times"
-    if grep -q "woke .* shard threads" "$work/err"; then
-        kicks=$((kicks + 1))
-        echo "start $i: stalled, woken: $(grep -m1 "woke .* shard threads" "$work/err")" >&2
-    fi
     if ! "$flo" --addr "$addr" kv put "start-$i" "$i" > /dev/null 2> "$work/cli"; then
         failures=$((failures + 1))
         alive=no
@@ -111,6 +107,12 @@ for i in $(seq 1 "$starts"); do
         kill -TERM "$pid"
     fi
     wait "$pid" 2>/dev/null || true
+    # Read once the server is gone: its stderr is written by a thread of its own, and may
+    # not be out yet when the ready line is.
+    if grep -q "woke .* shard threads" "$work/err"; then
+        kicks=$((kicks + 1))
+        echo "start $i: stalled, woken: $(grep -m1 "woke .* shard threads" "$work/err")" >&2
+    fi
     if [ $((i % 100)) -eq 0 ]; then
         echo "$i starts, $hangs hangs, $failures failures" >&2
     fi
