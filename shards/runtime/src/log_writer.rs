@@ -144,7 +144,7 @@ async fn open_file(path: PathBuf, flags: i32) -> Result<DmaFile, LogWriteError> 
     .map_err(retryable)
 }
 
-/// Gives `file` the segment size (it may hold some already: a spare a crash left).
+/// Gives `file` the segment size (it may have it already: the segment recovery continues).
 async fn allocate(
     file: &DmaFile,
     segment_bytes: u64,
@@ -1308,7 +1308,11 @@ mod tests {
                 next = batch(&mut buf);
             }
             w.roll(next.first_lsn, slot.clone()).await.unwrap();
-            assert!(w.naming.is_some(), "the sync goes on beside");
+            // Spawned, not yet run: the rollover returned without waiting for it.
+            assert!(
+                w.naming.as_ref().is_some_and(|n| !n.sync.ended.get()),
+                "the sync goes on beside"
+            );
             // Held: the rollover's sync stands in for one that takes long.
             w.settle_naming(true).await.unwrap();
             let gate = Rc::new(Signal::default());

@@ -1850,6 +1850,7 @@ impl Reactor {
             timer => {
                 drop(timer);
                 self.latency_timer_preempts.set(false);
+                self.latency_timer_deadline.set(None);
             }
         }
 
@@ -1896,6 +1897,10 @@ impl Reactor {
             if let Some(dur) = user_timer.filter(|_| !armed) {
                 self.latency_preemption_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                // flo: a user timer now (a preemption timer that fired just above may have
+                // been held): never kept as the preemption timer, nor taken for one.
+                self.latency_timer_preempts.set(false);
+                self.latency_timer_deadline.set(None);
                 assert!(flush_rings!(lat_ring)? > 0);
             }
             // From this moment on the remote executors are aware that we are sleeping
