@@ -13,23 +13,32 @@ pub fn run_id_taken(run_id: &str, workflow: &str, status: &str) -> flo_protocol:
 /// (namespace, worker id).
 pub type WorkerKey = (String, String);
 
-/// The first id after counter `last` that `ok` accepts (an id this shard owns and no run
-/// has). Counters never wrap: past `u64::MAX` (where an older version let a caller's
+/// The first id `{prefix}{n}` (`prefix` the concatenation of its parts) after counter
+/// `last` that `ok` accepts (an id this shard owns and no run has), built in one buffer.
+/// Counters never wrap: past `u64::MAX` (where an older version let a caller's
 /// `wfrun-18446744073709551615` push one) ids go on with a second number.
-pub fn fresh_run_id(last: u64, make: impl Fn(u64) -> String, ok: impl Fn(&str) -> bool) -> String {
+pub fn fresh_run_id(last: u64, prefix: &[&str], ok: impl Fn(&str) -> bool) -> String {
+    use std::fmt::Write;
+    let mut id = String::with_capacity(prefix.iter().map(|p| p.len()).sum::<usize>() + 24);
+    prefix.iter().for_each(|p| id.push_str(p));
+    let base = id.len();
     let mut n = last;
     while let Some(next) = n.checked_add(1) {
         n = next;
-        let id = make(n);
+        id.truncate(base);
+        let _ = write!(id, "{n}");
         if ok(&id) {
             return id;
         }
     }
-    let base = make(u64::MAX);
+    id.truncate(base);
+    let _ = write!(id, "{}.", u64::MAX);
+    let base = id.len();
     let mut k = 0u64;
     loop {
         k = k.wrapping_add(1);
-        let id = format!("{base}.{k}");
+        id.truncate(base);
+        let _ = write!(id, "{k}");
         if ok(&id) {
             return id;
         }
@@ -42,7 +51,7 @@ mod tests {
 
     #[test]
     fn fresh_ids_skip_what_is_taken_and_never_wrap() {
-        let make = |n| format!("wfrun-{n}");
+        let make = &["wf", "run-"];
         assert_eq!(fresh_run_id(0, make, |_| true), "wfrun-1");
         assert_eq!(fresh_run_id(4, make, |id| id != "wfrun-5"), "wfrun-6");
         let last = fresh_run_id(u64::MAX - 1, make, |_| true);

@@ -5,8 +5,9 @@
 //! What one connection may hold is bounded where it is taken, not where it is produced: a
 //! request reserves room for its reply before it is admitted (`reply_reserve_bytes`), the
 //! read buffer grows with the bytes that arrive (never with a length a header declares)
-//! and shrinks back after a large frame, the writer copies small replies into one buffer
-//! of `WRITE_BUFFER_BYTES` and writes a large one from where it lies.
+//! and shrinks back after a large frame, replies are encoded one after another into
+//! buffers of about `WRITE_BUFFER_BYTES` (`Outbox`) that the writer writes whole and gives
+//! back.
 
 use crate::inbox::{Inbox, Signal};
 use crate::metrics::{ShardMetrics, result_index};
@@ -81,9 +82,11 @@ pub(crate) const UNAUTHENTICATED_FRAME_BYTES_MAX: usize = 8 << 10;
 /// How long a frame may take to arrive once its first bytes did; then the connection is
 /// closed (a peer that sends a header and trickles, or nothing, holds no buffer for long).
 pub const FRAME_DEADLINE_MS_DEFAULT: u64 = 30_000;
-/// Replies smaller than this are copied into one buffer of this size and written together;
-/// a larger one is written from its own buffer.
+/// Replies are encoded one after another into a buffer until it holds this much (one
+/// syscall writes them all); the next begins another.
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
+/// A connection's first reply buffer; it grows (doubling) with what it is given.
+const WRITE_BUFFER_START_BYTES: usize = 4 << 10;
 /// After its client closed, how long a connection still waits to deliver owed replies.
 const LINGER_MS: u64 = 30_000;
 /// Connections a shard is refusing at once (each holds its socket until the client takes
@@ -104,7 +107,7 @@ const ACCEPT_RETRY_MS: u64 = 10;
 const RELEASE_MEMORY_EVERY_MS: u64 = 1000;
 
 pub(crate) struct Conn {
-    ready: RefCell<Vec<Vec<u8>>>,
+    ready: RefCell<Outbox>,
     signal: Signal,
     inflight: Cell<usize>,
     /// Bytes of the replies in `ready` and being written.
@@ -229,11 +232,72 @@ impl Admission {
 /// The open connections of a shard, by id.
 pub(crate) type Conns = Rc<RefCell<HashMap<ConnId, Rc<Conn>>>>;
 
-pub(crate) fn encode_response(id: u64, result: ReplyResult) -> Vec<u8> {
-    let mut out = Vec::new();
+/// Replies encoded and not yet taken by the writer, in order: one after another in chunks
+/// of about `WRITE_BUFFER_BYTES`, each written whole with one syscall. The writer gives a
+/// written chunk's buffer back: a busy connection encodes its replies into no new buffer.
+#[derive(Default)]
+struct Outbox {
+    chunks: Vec<Chunk>,
+    /// A written chunk's buffer, emptied, for the next chunk.
+    spare: Option<Vec<u8>>,
+}
+
+struct Chunk {
+    bytes: Vec<u8>,
+    /// Replies in `bytes`.
+    frames: usize,
+}
+
+impl Outbox {
+    /// Appends the reply to `id`; the bytes it took (0: it could not be encoded at all).
+    fn encode(&mut self, id: u64, result: ReplyResult) -> usize {
+        let room = match self.chunks.last() {
+            Some(last) => last.bytes.len() < WRITE_BUFFER_BYTES,
+            None => false,
+        };
+        if !room {
+            let bytes = self
+                .spare
+                .take()
+                .unwrap_or_else(|| Vec::with_capacity(WRITE_BUFFER_START_BYTES));
+            self.chunks.push(Chunk { bytes, frames: 0 });
+        }
+        let chunk = self.chunks.last_mut().expect("a chunk was just made");
+        let start = chunk.bytes.len();
+        encode_response(id, result, &mut chunk.bytes);
+        let taken = chunk.bytes.len() - start;
+        if taken > 0 {
+            chunk.frames += 1;
+        }
+        taken
+    }
+
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// A written chunk's buffer, kept for the next chunk unless one is kept already or it
+    /// grew past twice the usual size (a large reply: freed). Whether it was freed large.
+    fn give_back(&mut self, mut bytes: Vec<u8>) -> bool {
+        if bytes.capacity() > 2 * WRITE_BUFFER_BYTES {
+            return true;
+        }
+        if self.spare.is_none() {
+            bytes.clear();
+            self.spare = Some(bytes);
+        }
+        false
+    }
+}
+
+/// Appends the frame of the reply to `id` to `out`; a reply that cannot be sent as it is
+/// (over the frame limit) is replaced by an error saying why; nothing is appended only
+/// when not even that can be encoded.
+pub(crate) fn encode_response(id: u64, result: ReplyResult, out: &mut Vec<u8>) {
+    let start = out.len();
     let response = Response { id, result };
-    if let Err(e) = encode_frame(&response, &mut out) {
-        out.clear();
+    if let Err(e) = encode_frame(&response, out) {
+        out.truncate(start);
         let result = Err(match e {
             // Stored data too large for one reply: the client can ask for less.
             FrameError::TooLarge { len, max } => ErrorValue::bad_request(format!(
@@ -242,11 +306,10 @@ pub(crate) fn encode_response(id: u64, result: ReplyResult) -> Vec<u8> {
             )),
             e => ErrorValue::internal(format!("cannot send the reply: {e}")),
         });
-        if encode_frame(&Response { id, result }, &mut out).is_err() {
-            out.clear();
+        if encode_frame(&Response { id, result }, out).is_err() {
+            out.truncate(start);
         }
     }
-    out
 }
 
 /// The reply room a request reserves before it is admitted: as much as its reply can
@@ -356,7 +419,7 @@ impl Conn {
             held_waits_bytes: Cell::new(0),
             id,
             inbox,
-            ready: RefCell::new(Vec::new()),
+            ready: RefCell::default(),
             signal: Signal::default(),
             inflight: Cell::new(0),
             queued_bytes: Cell::new(0),
@@ -390,15 +453,14 @@ impl Conn {
         {
             flo_engine::auth::hide_counts(reply);
         }
-        let frame = encode_response(request, result);
+        let bytes = self.ready.borrow_mut().encode(request, result);
         // What the release freed may let the reader admit more.
         self.room.notify();
-        if frame.is_empty() {
+        if bytes == 0 {
             self.inflight.set(self.inflight.get().saturating_sub(1));
             return;
         }
-        self.queued_bytes.set(self.queued_bytes.get() + frame.len());
-        self.ready.borrow_mut().push(frame);
+        self.queued_bytes.set(self.queued_bytes.get() + bytes);
         self.signal.notify();
     }
 
@@ -844,7 +906,8 @@ pub(crate) async fn accept_loop(
 /// `REFUSAL_LINGER_MS`): a close with unread bytes would reset the connection and could
 /// lose the answer.
 async fn refuse(mut stream: TcpStream, error: ErrorValue, linger: bool) {
-    let frame = encode_response(0, Err(error));
+    let mut frame = Vec::new();
+    encode_response(0, Err(error), &mut frame);
     let _ = futures_lite::future::or(
         async {
             let _ = stream.write_all(&frame).await;
@@ -897,7 +960,7 @@ async fn serve(
 }
 
 async fn write_loop(conn: Rc<Conn>, mut writer: futures_lite::io::WriteHalf<TcpStream>) {
-    let mut out = Vec::with_capacity(WRITE_BUFFER_BYTES);
+    let mut taken: Vec<Chunk> = Vec::new();
     let mut closed_at: Option<u64> = None;
     loop {
         if conn.ready.borrow().is_empty() {
@@ -917,11 +980,8 @@ async fn write_loop(conn: Rc<Conn>, mut writer: futures_lite::io::WriteHalf<TcpS
             conn.signal.wait().await;
             continue;
         }
-        let frames = std::mem::take(&mut *conn.ready.borrow_mut());
-        if write_frames(&conn, &mut writer, frames, &mut out)
-            .await
-            .is_err()
-        {
+        std::mem::swap(&mut taken, &mut conn.ready.borrow_mut().chunks);
+        if write_chunks(&conn, &mut writer, &mut taken).await.is_err() {
             // The peer is gone: drop what is left, let the reader finish.
             conn.reader_done.set(true);
             break;
@@ -930,41 +990,21 @@ async fn write_loop(conn: Rc<Conn>, mut writer: futures_lite::io::WriteHalf<TcpS
     let _ = writer.close().await;
 }
 
-/// Writes `frames` in order: the small ones gathered into `out` (at most
-/// `WRITE_BUFFER_BYTES`, one syscall for many), a large one from its own buffer; each is
-/// freed once written.
-async fn write_frames(
+/// Writes `chunks` in order, each with one syscall (as many as it takes when the socket
+/// takes part), and gives each buffer back to the outbox once written; `chunks` is left
+/// empty (its room kept for the next turn).
+async fn write_chunks(
     conn: &Conn,
     writer: &mut futures_lite::io::WriteHalf<TcpStream>,
-    frames: Vec<Vec<u8>>,
-    out: &mut Vec<u8>,
+    chunks: &mut Vec<Chunk>,
 ) -> std::io::Result<()> {
-    let mut gathered = 0;
-    for frame in frames {
-        if !out.is_empty() && out.len() + frame.len() > WRITE_BUFFER_BYTES {
-            writer.write_all(out).await?;
-            conn.written(gathered, out.len());
-            out.clear();
-            gathered = 0;
-        }
-        if frame.len() >= WRITE_BUFFER_BYTES {
+    for chunk in chunks.drain(..) {
+        writer.write_all(&chunk.bytes).await?;
+        conn.written(chunk.frames, chunk.bytes.len());
+        if conn.ready.borrow_mut().give_back(chunk.bytes) {
             conn.held_large.set(true);
-            writer.write_all(&frame).await?;
-            conn.written(1, frame.len());
-        } else {
-            out.extend_from_slice(&frame);
-            gathered += 1;
         }
     }
-    if !out.is_empty() {
-        writer.write_all(out).await?;
-        conn.written(gathered, out.len());
-        out.clear();
-    }
-    debug_assert!(
-        out.capacity() <= WRITE_BUFFER_BYTES,
-        "the write buffer grew"
-    );
     Ok(())
 }
 

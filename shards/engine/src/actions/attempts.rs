@@ -83,7 +83,7 @@ impl Executions {
         !self.executing.is_empty()
             && self
                 .executing
-                .contains_key(&(namespace.to_string(), run_id.to_string()))
+                .contains_key(crate::tables::pair(&(namespace, run_id)))
     }
 
     pub fn len(&self) -> usize {

@@ -12,6 +12,7 @@ use flo_protocol::{
     WorkflowStepInfo,
 };
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// History event types by their number here (append only: records keep the numbers).
 const EVENT_TYPES: [&str; 31] = [
@@ -248,15 +249,19 @@ fn at(offset: i64, from: u64) -> u64 {
 }
 
 /// The detail an event of `kind` at `step` has unless it says otherwise.
-fn implied_detail(kind: &str, step: Option<&WorkflowStepInfo>, info: &WorkflowRunInfo) -> String {
+fn implied_detail<'a>(
+    kind: &str,
+    step: Option<&'a WorkflowStepInfo>,
+    info: &'a WorkflowRunInfo,
+) -> Cow<'a, str> {
     match kind {
-        "workflow_started" => String::from_utf8_lossy(&info.input).into_owned(),
-        "step_started" => step.map(|s| s.name.clone()).unwrap_or_default(),
+        "workflow_started" => String::from_utf8_lossy(&info.input),
+        "step_started" => step.map_or("", |s| &s.name).into(),
         "step_completed" | "action_completed" => {
-            step.and_then(|s| s.outcome.clone()).unwrap_or_default()
+            step.and_then(|s| s.outcome.as_deref()).unwrap_or("").into()
         }
-        "workflow_completed" => info.terminal.clone().unwrap_or_default(),
-        _ => String::new(),
+        "workflow_completed" => info.terminal.as_deref().unwrap_or("").into(),
+        _ => "".into(),
     }
 }
 
@@ -466,9 +471,9 @@ impl CompactWf {
                     Some(StepName::Name(n)) => Some(n),
                     Some(StepName::At(_)) => step_info.map(|s| s.name.clone()),
                 };
-                let detail = e
-                    .detail
-                    .unwrap_or_else(|| implied_detail(name.unwrap_or(""), step_info, &info));
+                let detail = e.detail.unwrap_or_else(|| {
+                    implied_detail(name.unwrap_or(""), step_info, &info).into_owned()
+                });
                 HistoryEvent {
                     event_type,
                     step,

@@ -149,10 +149,10 @@ impl Runs {
     pub fn next_run_id(&self, namespace: &str, action: &str, ok: impl Fn(&str) -> bool) -> String {
         let last = self
             .counters
-            .get(&(namespace.to_string(), action.to_string()))
+            .get(crate::tables::pair(&(namespace, action)))
             .copied()
             .unwrap_or(0);
-        crate::ids::fresh_run_id(last, |n| format!("{action}-{n}"), ok)
+        crate::ids::fresh_run_id(last, &[action, "-"], ok)
     }
 
     /// Validates an invocation and builds its record. `run_id` is the id chosen for it.
@@ -290,7 +290,7 @@ impl Runs {
             return false;
         };
         self.counters
-            .get(&(namespace.to_string(), action.to_string()))
+            .get(crate::tables::pair(&(namespace, action)))
             .is_some_and(|&last| n <= last)
     }
 

@@ -70,7 +70,7 @@ pub struct Schedules {
 impl Schedules {
     pub fn get(&self, namespace: &str, workflow: &str) -> Option<&ScheduleState> {
         self.entries
-            .get(&(namespace.to_string(), workflow.to_string()))
+            .get(crate::tables::pair(&(namespace, workflow)))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -124,7 +124,7 @@ impl Schedules {
     pub fn run_final(&mut self, namespace: &str, workflow: &str, run_id: &str) {
         if let Some(s) = self
             .entries
-            .get_mut(&(namespace.to_string(), workflow.to_string()))
+            .get_mut(crate::tables::pair(&(namespace, workflow)))
         {
             s.running.remove(run_id);
         }

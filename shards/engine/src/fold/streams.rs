@@ -282,7 +282,7 @@ impl Streams {
     }
 
     pub fn def(&self, namespace: &str, name: &str) -> Option<&StreamDef> {
-        self.defs.get(&(namespace.to_string(), name.to_string()))
+        self.defs.get(crate::tables::pair(&(namespace, name)))
     }
 
     /// The stream's definition, or why there is none.
@@ -441,8 +441,7 @@ impl Streams {
     }
 
     pub(crate) fn def_mut(&mut self, namespace: &str, name: &str) -> Option<&mut StreamDef> {
-        self.defs
-            .get_mut(&(namespace.to_string(), name.to_string()))
+        self.defs.get_mut(crate::tables::pair(&(namespace, name)))
     }
 
     pub(crate) fn partition_mut(

@@ -75,7 +75,7 @@ impl WorkflowDefs {
     }
 
     pub fn def(&self, namespace: &str, name: &str) -> Option<&WfEntry> {
-        self.entries.get(&(namespace.to_string(), name.to_string()))
+        self.entries.get(crate::tables::pair(&(namespace, name)))
     }
 
     pub fn apply_defined(
@@ -111,7 +111,7 @@ impl WorkflowDefs {
     pub fn apply_enabled(&mut self, namespace: &str, name: &str, enabled: bool, at_ms: u64) {
         if let Some(entry) = self
             .entries
-            .get_mut(&(namespace.to_string(), name.to_string()))
+            .get_mut(crate::tables::pair(&(namespace, name)))
         {
             entry.enabled = enabled;
             entry.updated_at_ms = at_ms;

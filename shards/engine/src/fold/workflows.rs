@@ -397,7 +397,7 @@ impl Workflows {
     /// A fresh `wfrun-N` id that `ok` accepts (owned here, free).
     pub fn next_run_id(&self, namespace: &str, ok: impl Fn(&str) -> bool) -> String {
         let last = self.counters.get(namespace).copied().unwrap_or(0);
-        crate::ids::fresh_run_id(last, |n| format!("{GENERATED_RUN_ID_PREFIX}{n}"), ok)
+        crate::ids::fresh_run_id(last, &[GENERATED_RUN_ID_PREFIX], ok)
     }
 
     #[allow(clippy::too_many_arguments)]

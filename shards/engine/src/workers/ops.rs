@@ -28,7 +28,11 @@ pub fn report(core: &mut Core, registry: &mut WorkerRegistry, execs: &Executions
                 action: &action,
                 attempt,
             };
-            complete(core, registry, &r, (result, outcome, state))
+            let done = complete(core, registry, &r, (result, outcome, state));
+            if done.result.is_ok() {
+                core.schedule(Task::ActionFinal((namespace, task_id)));
+            }
+            done
         }
         Op::TaskFail {
             namespace,
@@ -76,7 +80,7 @@ pub fn report(core: &mut Core, registry: &mut WorkerRegistry, execs: &Executions
     }
 }
 
-/// `TaskComplete`.
+/// `TaskComplete` (the caller schedules what follows a completed run).
 fn complete(
     core: &mut Core,
     registry: &mut WorkerRegistry,
@@ -86,10 +90,6 @@ fn complete(
     let now = core.now_ms();
     match complete_task(core, r, completion, now) {
         Ok(lsn) => {
-            core.schedule(Task::ActionFinal((
-                r.namespace.to_string(),
-                r.task_id.to_string(),
-            )));
             note_task_done(core, registry, r.namespace, r.worker_id, r.action, true);
             Done {
                 result: Ok(Reply::Done),

@@ -93,12 +93,12 @@ impl WorkerRegistry {
 
     pub fn get(&self, namespace: &str, worker_id: &str) -> Option<&Worker> {
         self.workers
-            .get(&(namespace.to_string(), worker_id.to_string()))
+            .get(crate::tables::pair(&(namespace, worker_id)))
     }
 
     fn get_mut(&mut self, namespace: &str, worker_id: &str) -> Option<&mut Worker> {
         self.workers
-            .get_mut(&(namespace.to_string(), worker_id.to_string()))
+            .get_mut(crate::tables::pair(&(namespace, worker_id)))
     }
 
     pub fn require(&self, namespace: &str, worker_id: &str) -> Result<&Worker, ErrorValue> {
@@ -244,8 +244,7 @@ impl WorkerRegistry {
         }
         worker.status = WorkerStatus::Active;
         if lowered {
-            self.lowered
-                .push((namespace.to_string(), worker_id.to_string()));
+            self.note_lowered(namespace, worker_id);
         }
         Ok(WorkerStatus::Active)
     }
@@ -261,7 +260,7 @@ impl WorkerRegistry {
 
     pub fn deregister(&mut self, namespace: &str, worker_id: &str) -> Result<(), ErrorValue> {
         self.workers
-            .remove(&(namespace.to_string(), worker_id.to_string()))
+            .remove(crate::tables::pair(&(namespace, worker_id)))
             .map(|_| ())
             .ok_or_else(|| not_registered(namespace, worker_id))
     }
@@ -330,6 +329,18 @@ impl WorkerRegistry {
             p.last_run_at_ms = Some(at_ms);
         }
         if lowered {
+            self.note_lowered(namespace, worker_id);
+        }
+    }
+
+    /// Notes that the worker's load went down, once until the next `take_lowered` (taken
+    /// after each input: a few workers at most).
+    fn note_lowered(&mut self, namespace: &str, worker_id: &str) {
+        if !self
+            .lowered
+            .iter()
+            .any(|(n, w)| n == namespace && w == worker_id)
+        {
             self.lowered
                 .push((namespace.to_string(), worker_id.to_string()));
         }
