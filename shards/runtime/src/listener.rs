@@ -1261,6 +1261,53 @@ mod tests {
         }
     }
 
+    /// Replies go one after another into a chunk until it holds `WRITE_BUFFER_BYTES`; a
+    /// written chunk's buffer is reused unless a large reply grew it; every reply decodes
+    /// back in order.
+    #[test]
+    fn the_outbox_packs_replies_into_reused_chunks() {
+        let mut outbox = Outbox::default();
+        let small = |i: u64| (i, Ok(flo_protocol::Reply::Done));
+        for i in 1..=3 {
+            let (id, result) = small(i);
+            assert!(outbox.encode(id, result) > 0);
+        }
+        assert_eq!(outbox.chunks.len(), 1);
+        assert_eq!(outbox.chunks[0].frames, 3);
+        // A large reply joins the chunk (it had room); the next begins another chunk.
+        let large = ErrorValue::bad_request("x".repeat(2 * WRITE_BUFFER_BYTES));
+        let taken = outbox.encode(4, Err(large));
+        assert!(taken > 2 * WRITE_BUFFER_BYTES);
+        let (id, result) = small(5);
+        outbox.encode(id, result);
+        assert_eq!(
+            outbox.chunks.iter().map(|c| c.frames).collect::<Vec<_>>(),
+            [4, 1]
+        );
+        let mut ids = Vec::new();
+        let chunks = std::mem::take(&mut outbox.chunks);
+        let mut freed_large = Vec::new();
+        for chunk in chunks {
+            let mut at = 0;
+            while let Some((response, used)) =
+                flo_protocol::decode_frame::<Response>(&chunk.bytes[at..]).expect("decodes")
+            {
+                ids.push(response.id);
+                at += used;
+            }
+            assert_eq!(at, chunk.bytes.len());
+            freed_large.push(outbox.give_back(chunk.bytes));
+        }
+        assert_eq!(ids, [1, 2, 3, 4, 5]);
+        // The grown buffer is freed, the small one kept and used for the next chunk.
+        assert_eq!(freed_large, [true, false]);
+        let kept = outbox.spare.as_ref().expect("kept").as_ptr();
+        let (id, result) = small(6);
+        outbox.encode(id, result);
+        assert_eq!(outbox.chunks[0].bytes.as_ptr(), kept);
+        assert!(outbox.spare.is_none());
+    }
+
     fn run_wait() -> Op {
         Op::RunWait {
             namespace: "ns".into(),
