@@ -26,6 +26,19 @@ impl From<FrameError> for Error {
     }
 }
 
+/// Why a request could not be sent: one over the frame limit is refused here as the server
+/// would refuse it, saying how large it is and what the limits are.
+pub(crate) fn request_error(e: FrameError) -> Error {
+    match e {
+        FrameError::TooLarge { len, max } => Error::Server(ErrorValue::bad_request(format!(
+            "the request is {len} bytes, over the {max}-byte limit of one request (a KV value \
+             is at most {} bytes): send less at once",
+            flo_protocol::KV_VALUE_BYTES_MAX
+        ))),
+        e => e.into(),
+    }
+}
+
 /// A raw connection: send requests, receive responses, pipelined (many in flight).
 pub struct Connection {
     stream: TcpStream,
@@ -79,7 +92,7 @@ impl Connection {
 
     /// Queues a request; `flush` sends everything queued.
     pub fn queue(&mut self, request: &Request) -> Result<(), Error> {
-        Ok(encode_frame(request, &mut self.out)?)
+        encode_frame(request, &mut self.out).map_err(request_error)
     }
 
     pub fn flush(&mut self) -> Result<(), Error> {
@@ -333,7 +346,7 @@ impl Client {
             id: u64,
             op: &'a Op,
         }
-        encode_frame(&RequestRef { id, op }, &mut self.conn.out)?;
+        encode_frame(&RequestRef { id, op }, &mut self.conn.out).map_err(request_error)?;
         self.conn.flush()?;
         loop {
             let response = self.conn.recv()?;

@@ -210,7 +210,7 @@ impl MuxClient {
         let deadline = Instant::now() + self.reply_timeout + server_wait(&op);
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = Vec::new();
-        encode_frame(&Request { id, op }, &mut frame)?;
+        encode_frame(&Request { id, op }, &mut frame).map_err(crate::client::request_error)?;
         let (tx, rx) = mpsc::sync_channel(1);
         {
             let mut waiters = lock(&self.shared.waiters);

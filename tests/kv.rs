@@ -562,6 +562,16 @@ fn invalid_input_gets_bad_request_and_the_connection_keeps_working() {
         PutOptions::default(),
     ));
     assert!(msg.contains("value"), "{msg}");
+    // Over the frame limit, the client refuses it itself and says why.
+    let msg = bad(c.kv_put(
+        "big",
+        &vec![1u8; flo::protocol::FRAME_BYTES_MAX + 1],
+        PutOptions::default(),
+    ));
+    assert!(
+        msg.contains("limit of one request") && msg.contains("KV value"),
+        "{msg}"
+    );
     assert_eq!(
         c.kv_get("big").unwrap().unwrap().version,
         1,

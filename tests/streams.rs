@@ -553,8 +553,38 @@ fn bad_group_requests_get_clear_errors() {
         mode: GroupMode::Exclusive,
         ..Default::default()
     };
-    let (code, _) = server_error(c.create_group("s", "g", other).unwrap_err());
+    let (code, e) = server_error(c.create_group("s", "g", other).unwrap_err());
     assert_eq!(code, ErrorCode::Conflict);
+    assert!(e.contains("(mode shared, max deliveries"), "{e}");
+    // Each mode is one the CLI can create, under the name the docs give.
+    cli_ok(
+        &addr,
+        &[
+            "stream",
+            "group",
+            "create",
+            "s",
+            "keyed",
+            "--mode",
+            "key_shared",
+        ],
+    );
+    let text = cli_ok(&addr, &["stream", "group", "info", "s", "keyed"]);
+    assert!(text.contains("mode:            key_shared"), "{text}");
+    cli_ok(&addr, &["stream", "group", "delete", "s", "keyed"]);
+    c.create_stream(
+        "limited",
+        StreamConfig {
+            max_len: Some(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = cli_fails(&addr, &["stream", "create", "limited"]);
+    assert!(
+        e.contains("retention none, max length 10, max bytes none"),
+        "{e}"
+    );
     // An id never delivered to the group: nothing to ack.
     let id = c.append("s", vec![record("x", None)]).unwrap()[0];
     assert_eq!(c.ack("s", "g", vec![id]).unwrap(), 0);

@@ -1100,8 +1100,9 @@ impl HistoryEventType {
 }
 
 impl std::fmt::Display for HistoryEventType {
+    /// The name, padded to a width when one is asked for.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -1580,6 +1581,19 @@ impl ShardMap {
 #[cfg(test)]
 mod history_event_type {
     use super::*;
+
+    /// Tables line up: the name takes the width a format asks for.
+    #[test]
+    fn a_history_event_type_pads_to_a_width() {
+        assert_eq!(
+            format!(
+                "{:<16}|{:>14}|",
+                HistoryEventType::StepRetry,
+                HistoryEventType::StepStarted
+            ),
+            "step_retry      |  step_started|"
+        );
+    }
 
     /// Written as a plain string (as when the type was a `String`), read back from one;
     /// a name this version does not know survives as `Other`.

@@ -197,6 +197,17 @@ pub enum GroupMode {
     KeyShared,
 }
 
+impl GroupMode {
+    /// The mode's name, as definitions and the CLI write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupMode::Shared => "shared",
+            GroupMode::Exclusive => "exclusive",
+            GroupMode::KeyShared => "key_shared",
+        }
+    }
+}
+
 /// Where a new group starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -137,7 +137,7 @@ fn load_auth(args: &ServerArgs) -> Result<Option<Arc<AuthTable>>, CliError> {
             if !args.insecure {
                 return Err(CliError::Usage(format!(
                     "refusing to listen on {} without authentication: give --auth-file FILE \
-                     (see README, Authentication), listen on a loopback address, or give \
+                     (see docs/operations.md, Authentication), listen on a loopback address, or give \
                      --insecure to let anyone who can reach it do anything",
                     args.listen
                 )));

@@ -17,6 +17,9 @@ pub enum ModeArg {
     Shared,
     /// One consumer at a time per partition.
     Exclusive,
+    /// Records with one key go to one consumer, in order.
+    #[value(name = "key_shared", alias = "key-shared")]
+    KeyShared,
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,6 +114,7 @@ pub fn run(client: &mut Client, cmd: &GroupCommand, out: &Output) -> Result<(), 
                 mode: match mode {
                     ModeArg::Shared => GroupMode::Shared,
                     ModeArg::Exclusive => GroupMode::Exclusive,
+                    ModeArg::KeyShared => GroupMode::KeyShared,
                 },
                 start: *from,
                 max_deliveries: *max_deliveries,
@@ -218,19 +222,11 @@ pub fn run(client: &mut Client, cmd: &GroupCommand, out: &Output) -> Result<(), 
     Ok(())
 }
 
-fn mode_name(mode: GroupMode) -> &'static str {
-    match mode {
-        GroupMode::Shared => "shared",
-        GroupMode::Exclusive => "exclusive",
-        GroupMode::KeyShared => "key_shared",
-    }
-}
-
 fn group_json(g: &GroupInfo) -> Value {
     json!({
         "stream": g.stream,
         "group": g.group,
-        "mode": mode_name(g.mode),
+        "mode": g.mode.as_str(),
         "max_deliveries": g.max_deliveries,
         "message_timeout_ms": g.message_timeout_ms,
         "created_at_ms": g.created_at_ms,
@@ -246,7 +242,7 @@ fn group_json(g: &GroupInfo) -> Value {
 fn group_text(g: &GroupInfo) -> String {
     [
         format!("group:           {} (stream {})", g.group, g.stream),
-        format!("mode:            {}", mode_name(g.mode)),
+        format!("mode:            {}", g.mode.as_str()),
         format!("pending:         {}", g.pending),
         format!("lag:             {}", g.lag),
         format!(

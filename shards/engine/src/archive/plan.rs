@@ -31,11 +31,12 @@ pub fn plan_archive(
             {
                 return None;
             }
-            let mut info = crate::fold::runs::run_info(namespace, run_id, run, false);
-            let refs = action_refs(run, &info, imaged_lsn);
-            if let Some(refs) = &refs {
-                refs.leave_out_of(&mut info);
-            }
+            let refs = action_refs(run, imaged_lsn);
+            // The payloads the refs point at are left out, not copied to be dropped.
+            let bare = refs.as_ref().map_or((false, false), |r| {
+                (r.input > 0, r.outputs.first().is_some_and(|&l| l > 0))
+            });
+            let info = crate::fold::runs::run_info_leaving_out(namespace, run_id, run, bare);
             ArchivedRun::Action(Box::new(info), refs)
         }
         RunKind::Workflow => {
@@ -94,11 +95,11 @@ fn refs_of(run: &WfRun, doc: &WfArchived, imaged_lsn: u64) -> Option<Refs> {
 
 /// `refs_of` for an action run: its input in its `RunCreated`, its output in the
 /// `RunCompleted` that gave it (`outputs[0]`).
-fn action_refs(run: &Run, info: &flo_protocol::RunInfo, imaged_lsn: u64) -> Option<Refs> {
+fn action_refs(run: &Run, imaged_lsn: u64) -> Option<Refs> {
     if run.created_lsn <= imaged_lsn {
         return None;
     }
-    let output = match &info.output {
+    let output = match &run.output {
         Some(_) if run.output_lsn > imaged_lsn => run.output_lsn,
         _ => 0,
     };

@@ -373,19 +373,37 @@ fn fields<'a>(run_id: &'a str, run: &'a Run) -> RunFields<'a> {
 }
 
 pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunInfo {
-    let status = if running && run.status == RunStatus::Pending {
-        RunStatus::Running
-    } else {
-        run.status
-    };
+    let mut info = run_info_leaving_out(namespace, run_id, run, (false, false));
+    if running && run.status == RunStatus::Pending {
+        info.status = RunStatus::Running;
+    }
+    info
+}
+
+/// The run's document for its archive record, without its input and/or output (`bare`:
+/// left out, as the log holds them already: `archived::Refs::leave_out_of`).
+pub fn run_info_leaving_out(
+    namespace: &str,
+    run_id: &str,
+    run: &Run,
+    (bare_input, bare_output): (bool, bool),
+) -> RunInfo {
     RunInfo {
         run_id: run_id.into(),
         namespace: namespace.into(),
         action: run.action.clone(),
         action_version: run.action_version,
-        status,
-        input: run.input.clone(),
-        output: run.output.clone(),
+        status: run.status,
+        input: if bare_input {
+            Vec::new()
+        } else {
+            run.input.clone()
+        },
+        output: if bare_output {
+            None
+        } else {
+            run.output.clone()
+        },
         outcome: run.outcome.clone(),
         error: run.error.clone(),
         attempt: run.attempt,

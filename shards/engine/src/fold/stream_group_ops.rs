@@ -91,9 +91,11 @@ impl Streams {
                 return Ok(None);
             }
             return Err(ErrorValue::conflict(format!(
-                "group {group:?} of stream {stream:?} exists with other settings ({:?}, max \
+                "group {group:?} of stream {stream:?} exists with other settings (mode {}, max \
                  deliveries {}, message timeout {} ms); delete it first to change them",
-                g.mode, g.max_deliveries, g.message_timeout_ms
+                g.mode.as_str(),
+                g.max_deliveries,
+                g.message_timeout_ms
             )));
         }
         if def.groups.len() >= GROUPS_PER_STREAM_MAX {

@@ -403,10 +403,15 @@ impl Streams {
             if def.same_settings(config, shards) {
                 return Ok(None);
             }
+            let limit =
+                |v: Option<u64>, unit: &str| v.map_or("none".to_string(), |v| format!("{v}{unit}"));
             return Err(ErrorValue::conflict(format!(
-                "stream {name:?} exists with other settings ({} partitions, retention {:?} \
-                 ms, max length {:?}, max bytes {:?}); delete it first to change them",
-                def.partitions, def.retention_ms, def.max_len, def.max_bytes
+                "stream {name:?} exists with other settings ({} partitions, retention {}, \
+                 max length {}, max bytes {}); delete it first to change them",
+                def.partitions,
+                limit(def.retention_ms, " ms"),
+                limit(def.max_len, ""),
+                limit(def.max_bytes, "")
             )));
         }
         // Room for the stream and the dead-letter stream its first group brings.

@@ -103,35 +103,41 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
     if chosen.is_empty() {
         return (Vec::new(), 0);
     }
-    let tasks: Vec<LeasedTask> = chosen
+    // Each lease and its assignment, as the lease record leaves the run (its attempt is
+    // the one leased; nothing else the assignment says changes).
+    let (tasks, assignments): (Vec<LeasedTask>, Vec<TaskAssignment>) = chosen
         .into_iter()
         .map(|run_id| {
-            let run = core
-                .state()
-                .runs
-                .get(want.namespace, &run_id)
-                .expect("chosen");
+            let state = core.state();
+            let run = state.runs.get(want.namespace, &run_id).expect("chosen");
             // A workflow step's `timeoutMs` is its task's lease.
-            let lease_ms = core
-                .state()
+            let lease_ms = state
                 .step_timeout_ms(want.namespace, run.step.as_ref())
                 .or_else(|| {
-                    let def = core.state().registry.get(want.namespace, &run.action);
+                    let def = state.registry.get(want.namespace, &run.action);
                     def.map(|d| d.timeout_ms)
                 })
                 .unwrap_or(LEASE_MS_FALLBACK);
-            LeasedTask {
+            let expires_at_ms = now_ms.saturating_add(lease_ms);
+            let assignment = TaskAssignment {
+                task_id: run_id.clone(),
+                action: run.action.clone(),
+                namespace: want.namespace.to_string(),
+                payload: run.input.clone(),
                 attempt: run.attempt,
-                expires_at_ms: now_ms.saturating_add(lease_ms),
+                priority: run.priority,
+                created_at_ms: run.created_at_ms,
+                lease_expires_at_ms: expires_at_ms,
+                state: state.step_run_state(want.namespace, run.step.as_ref()),
+            };
+            let lease = LeasedTask {
+                attempt: run.attempt,
+                expires_at_ms,
                 run_id,
-            }
+            };
+            (lease, assignment)
         })
-        .collect();
-    // The lease record's observe watches each lease's expiry.
-    let expiries: Vec<(String, u64)> = tasks
-        .iter()
-        .map(|t| (t.run_id.clone(), t.expires_at_ms))
-        .collect();
+        .unzip();
     core.counts_mut().tasks_leased += tasks.len() as u64;
     let lsn = core.commit(Record::TasksLeased {
         namespace: want.namespace.to_string(),
@@ -139,25 +145,6 @@ pub fn lease_tasks(core: &mut Core, want: &WantSpec, now_ms: u64) -> (Vec<TaskAs
         tasks,
         at_ms: now_ms,
     });
-    let mut assignments = Vec::with_capacity(expiries.len());
-    for (run_id, expires_at_ms) in expiries {
-        let Some(run) = core.state().runs.get(want.namespace, &run_id) else {
-            continue;
-        };
-        assignments.push(TaskAssignment {
-            task_id: run_id.clone(),
-            action: run.action.clone(),
-            namespace: want.namespace.to_string(),
-            payload: run.input.clone(),
-            attempt: run.attempt,
-            priority: run.priority,
-            created_at_ms: run.created_at_ms,
-            lease_expires_at_ms: expires_at_ms,
-            state: core
-                .state()
-                .step_run_state(want.namespace, run.step.as_ref()),
-        });
-    }
     (assignments, lsn)
 }
 
