@@ -270,6 +270,12 @@ fn cli_without_a_server_exits_non_zero_with_a_clear_message() {
             "{stderr}"
         );
     }
+    // An address that is not one is a usage error, said before any connection is tried.
+    for bad in ["notanaddr", "host:port", ":9000"] {
+        let (status, _, stderr) = run_cli(bad, &["kv", "get", "x"]);
+        assert_eq!(status.code(), Some(2), "{bad}: {stderr}");
+        assert!(stderr.contains("is not a server address"), "{stderr}");
+    }
 }
 
 /// The README's first command runs `flo server` with the default, relative data directory

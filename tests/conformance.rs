@@ -327,7 +327,18 @@ fn history_pages_with_limit_and_after_cover_the_whole_history_in_order() {
 
     // Human form: the cursor of the next page is printed.
     let text = cli_ok(&addr, &["workflow", "history", "paged", "--limit", "2"]);
-    assert!(text.contains("--after 2"), "{text}");
+    assert!(
+        text.contains("flo workflow history paged --limit 2 --after 2"),
+        "{text}"
+    );
+    // Its columns line up: each event's type is padded to the header's EVENT column, so
+    // the step column begins where the header's STEP does.
+    let header = text.lines().next().unwrap();
+    let step_at = header.find("STEP").unwrap();
+    for line in text.lines().skip(1).take(2) {
+        assert_eq!(&line[step_at - 1..step_at], " ", "{text}");
+        assert_ne!(&line[step_at..=step_at], " ", "{text}");
+    }
     // Past the end: an empty page without a cursor.
     let end = cli_json(&addr, &["workflow", "history", "paged", "--after", "1000"]);
     assert_eq!(end["events"], Value::Array(Vec::new()));

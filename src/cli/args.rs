@@ -20,7 +20,8 @@ pub struct Cli {
         long,
         global = true,
         env = "FLO_ADDR",
-        default_value = "127.0.0.1:9000"
+        default_value = "127.0.0.1:9000",
+        value_parser = parse_addr
     )]
     pub addr: String,
     /// Namespace to work in.
@@ -828,4 +829,17 @@ fn parse_http(s: &str) -> Result<HttpArg, String> {
     s.parse()
         .map(HttpArg::On)
         .map_err(|_| format!("{s:?} is neither an address (127.0.0.1:9001) nor `off`"))
+}
+
+/// A server address: HOST:PORT (a name or an IP address, and a port number).
+fn parse_addr(s: &str) -> Result<String, String> {
+    let port = s
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    match port {
+        Some((host, Ok(_))) if !host.is_empty() => Ok(s.to_string()),
+        _ => Err(format!(
+            "{s:?} is not a server address: give HOST:PORT, e.g. 127.0.0.1:9000"
+        )),
+    }
 }

@@ -263,8 +263,9 @@ pub fn run(client: &mut Client, cmd: &WorkflowCommand, out: &Output) -> Result<(
             out.print(doc, || {
                 let mut text = history_text(&page.events);
                 if let Some(next) = page.next_after {
+                    let limit = limit.map_or(String::new(), |l| format!(" --limit {l}"));
                     text.push_str(&format!(
-                        "\n(more events: flo workflow history {run_id} --after {next})"
+                        "\n(more events: flo workflow history {run_id}{limit} --after {next})"
                     ));
                 }
                 text
