@@ -98,37 +98,37 @@ impl Index {
     pub fn observe(&mut self, touch: &Touch, state: &ShardState) {
         match touch {
             Touch::Nothing => {}
-            Touch::Run(key) => self.observe_run(key, state),
+            Touch::Run((ns, id)) => self.observe_run(ns, id, state),
             Touch::Runs(ns, ids) => {
                 for id in ids {
-                    self.observe_run(&(ns.clone(), id.clone()), state);
+                    self.observe_run(ns, id, state);
                 }
             }
             Touch::WfRun(key) => self.observe_wf_run(key, state),
-            Touch::RunAndStep(run, wf) => {
-                self.observe_run(run, state);
+            Touch::RunAndStep((ns, id), wf) => {
+                self.observe_run(ns, id, state);
                 self.observe_wf_run(wf, state);
             }
         }
     }
 
-    fn observe_run(&mut self, key: &RunKey, state: &ShardState) {
-        let Some(run) = state.runs.get(&key.0, &key.1) else {
+    fn observe_run(&mut self, namespace: &str, run_id: &str, state: &ShardState) {
+        let Some(run) = state.runs.get(namespace, run_id) else {
             return;
         };
+        let key = || (namespace.to_string(), run_id.to_string());
         match (run.status, &run.lease) {
             (RunStatus::Pending, _) => {
                 // A run whose action is gone waits in the user queue (its action may be
                 // registered again).
                 let queue = state
                     .registry
-                    .get(&key.0, &run.action)
+                    .get(namespace, &run.action)
                     .map_or(Queue::User, |def| Queue::of(def.kind));
-                self.runs.queue(key.clone(), run, queue);
+                self.runs.queue(key(), run, queue);
             }
             (RunStatus::Running, Some(lease)) => {
-                self.runs
-                    .watch_lease(key.clone(), run.seq, lease.expires_at_ms)
+                self.runs.watch_lease(key(), run.seq, lease.expires_at_ms)
             }
             _ => {}
         }
@@ -205,7 +205,7 @@ impl Index {
     pub fn rebuild(state: &ShardState) -> Index {
         let mut index = Index::default();
         for (ns, id, _) in state.runs.iter() {
-            index.observe_run(&(ns.to_string(), id.to_string()), state);
+            index.observe_run(ns, id, state);
         }
         for (ns, id, _) in state.workflows.all_runs() {
             index.observe_wf_run(&(ns.to_string(), id.to_string()), state);

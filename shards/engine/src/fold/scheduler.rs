@@ -3,7 +3,7 @@
 //! are hints: whoever pops one checks the run in the fold (it may have moved on since).
 
 use super::runs::Run;
-use crate::tables::{HashMap, HashSet};
+use crate::tables::{HashMap, HashSet, pair};
 use flo_protocol::ActionKind;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -76,13 +76,20 @@ impl Scheduler {
             Queue::Wasm => self.push_ready((run.priority, Reverse(run.seq), key)),
             Queue::User => {
                 let (namespace, run_id) = key;
-                let action = (namespace, run.action.clone());
-                self.user_ready.entry(action.clone()).or_default().push((
-                    run.priority,
-                    Reverse(run.seq),
-                    run_id,
-                ));
-                self.user_dirty.insert(action);
+                let entry = (run.priority, Reverse(run.seq), run_id);
+                // The action's queue and mark are looked up borrowed; owned keys are made
+                // only for a queue or a mark that is new.
+                let action = (namespace.as_str(), run.action.as_str());
+                match self.user_ready.get_mut(pair(&action)) {
+                    Some(queue) => queue.push(entry),
+                    None => {
+                        let owned = (namespace.clone(), run.action.clone());
+                        self.user_ready.insert(owned, BinaryHeap::from([entry]));
+                    }
+                }
+                if !self.user_dirty.contains(pair(&action)) {
+                    self.user_dirty.insert((namespace, run.action.clone()));
+                }
             }
         }
     }
