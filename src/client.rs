@@ -26,15 +26,15 @@ impl From<FrameError> for Error {
     }
 }
 
-/// Why a request could not be sent: one over the frame limit is refused here as the server
-/// would refuse it, saying how large it is and what the limits are.
+/// Why a request could not be sent (nothing was): one over the frame limit says how large
+/// it is and what the limits are.
 pub(crate) fn request_error(e: FrameError) -> Error {
     match e {
-        FrameError::TooLarge { len, max } => Error::Server(ErrorValue::bad_request(format!(
+        FrameError::TooLarge { len, max } => Error::Protocol(format!(
             "the request is {len} bytes, over the {max}-byte limit of one request (a KV value \
              is at most {} bytes): send less at once",
             flo_protocol::KV_VALUE_BYTES_MAX
-        ))),
+        )),
         e => e.into(),
     }
 }
