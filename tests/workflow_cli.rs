@@ -544,6 +544,13 @@ fn mistakes_get_clear_errors() {
         cli_json(&addr, &["workflow", "list"])["workflows"],
         json!([])
     );
+    // An empty file: the issue has no path to name.
+    let empty = write(files.path(), "empty.yaml", "# nothing yet\n");
+    let err = cli_usage_fails(
+        &addr,
+        &["workflow", "create", "-f", empty.to_str().unwrap()],
+    );
+    assert!(err.contains("E100: the definition is empty"), "{err}");
     let err = cli_usage_fails(&addr, &["workflow", "create", "-f", "/nonexistent.yaml"]);
     assert!(err.contains("cannot read workflow definition"), "{err}");
 

@@ -27,7 +27,10 @@ pub fn plan_create(
     let validated = flo_workflow::parse_workflow(yaml).map_err(|issues| {
         let lines: Vec<String> = issues
             .iter()
-            .map(|i| format!("  {} {}: {}", i.code, i.path, i.message))
+            .map(|i| match i.path.as_str() {
+                "" => format!("  {}: {}", i.code, i.message),
+                path => format!("  {} {path}: {}", i.code, i.message),
+            })
             .collect();
         ErrorValue::bad_request(format!(
             "invalid workflow definition:\n{}",

@@ -14,7 +14,10 @@ pub(crate) fn graph(yaml: &str) -> Value {
         Err(issues) => {
             let first = issues
                 .first()
-                .map(|i| format!("{} at {}: {}", i.code, i.path, i.message))
+                .map(|i| match i.path.as_str() {
+                    "" => format!("{}: {}", i.code, i.message),
+                    path => format!("{} at {path}: {}", i.code, i.message),
+                })
                 .unwrap_or_default();
             json!({"error": format!("the definition does not parse here: {first}")})
         }
