@@ -33,9 +33,7 @@ pub fn plan_archive(
             }
             let refs = action_refs(run, imaged_lsn);
             // The payloads the refs point at are left out, not copied to be dropped.
-            let bare = refs.as_ref().map_or((false, false), |r| {
-                (r.input > 0, r.outputs.first().is_some_and(|&l| l > 0))
-            });
+            let bare = refs.as_ref().map_or((false, false), Refs::action_left_out);
             let info = crate::fold::runs::run_info_leaving_out(namespace, run_id, run, bare);
             ArchivedRun::Action(Box::new(info), refs)
         }

@@ -152,12 +152,18 @@ impl Refs {
     /// An action run's document without the payloads these point at (they read as empty
     /// until a reader puts them back).
     pub fn leave_out_of(&self, info: &mut flo_protocol::RunInfo) {
-        if self.input > 0 {
+        let (input, output) = self.action_left_out();
+        if input {
             info.input.clear();
         }
-        if self.outputs.first().is_some_and(|&l| l > 0) {
+        if output {
             info.output = None;
         }
+    }
+
+    /// Whether an action run's document leaves out its input, its output.
+    pub fn action_left_out(&self) -> (bool, bool) {
+        (self.input > 0, self.outputs.first().is_some_and(|&l| l > 0))
     }
 
     /// The earliest record the document refers to (the log must keep it as long as the

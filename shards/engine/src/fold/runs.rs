@@ -381,7 +381,7 @@ pub fn run_info(namespace: &str, run_id: &str, run: &Run, running: bool) -> RunI
 }
 
 /// The run's document for its archive record, without its input and/or output (`bare`:
-/// left out, as the log holds them already: `archived::Refs::leave_out_of`).
+/// left out, as the log holds them already: `archived::Refs::action_left_out`).
 pub fn run_info_leaving_out(
     namespace: &str,
     run_id: &str,
