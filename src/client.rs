@@ -189,6 +189,8 @@ pub struct Client {
     token: Option<String>,
     /// The shard this client keeps its connection on (`connect_on_shard`).
     want_shard: Option<u32>,
+    /// How long a reply may take to arrive (`set_read_timeout`); None: without end.
+    read_timeout: Option<Duration>,
 }
 
 /// Connections a client tries at most to land on the shard it asked for.
@@ -241,6 +243,7 @@ impl Client {
             shard: None,
             token: token.map(str::to_string),
             want_shard: None,
+            read_timeout: None,
         };
         client.hello()?;
         Ok(client)
@@ -273,13 +276,28 @@ impl Client {
             if on_shard(want, self.shard, self.shard_count)? {
                 return Ok(());
             }
-            self.conn = Connection::connect(self.addr)?;
-            self.hello()?;
+            self.reconnect()?;
         }
         if on_shard(want, self.shard, self.shard_count)? {
             return Ok(());
         }
         Err(missed_shard(want))
+    }
+
+    /// A new connection to the server, with this client's read timeout, handshaken.
+    fn reconnect(&mut self) -> Result<(), Error> {
+        self.conn = Connection::connect(self.addr)?;
+        self.conn.set_read_timeout(self.read_timeout)?;
+        self.hello()
+    }
+
+    /// How long to wait for a reply before the call fails with an I/O error of kind
+    /// `WouldBlock` or `TimedOut` (None: without end, the default); kept across the
+    /// connections the client makes again. A call that timed out leaves its reply
+    /// unread: connect again rather than go on with this client.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        self.read_timeout = timeout;
+        self.conn.set_read_timeout(timeout)
     }
 
     fn hello(&mut self) -> Result<(), Error> {
@@ -327,8 +345,7 @@ impl Client {
                 if e.code == ErrorCode::Unavailable
                     && e.message.starts_with(IDLE_CLOSED_PREFIX) =>
             {
-                self.conn = Connection::connect(self.addr)?;
-                self.hello()?;
+                self.reconnect()?;
                 self.land()?;
                 self.round_trip(&op)
             }

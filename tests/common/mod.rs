@@ -21,6 +21,8 @@ pub const FLO_BIN: &str = env!("CARGO_BIN_EXE_flo");
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a graceful stop (or a CLI run) may take.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longer than any reply a test waits for (blocking reads and waits take seconds).
+pub const CLIENT_READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// Segment size used unless a test asks for another: small, so parallel tests stay light
 /// on disk, large enough that most tests never roll a segment.
 pub const TEST_SEGMENT_BYTES: u64 = 4 << 20;
@@ -143,8 +145,14 @@ impl TestServer {
     }
 
     /// A new SDK client (handshake done) in the `default` namespace.
+    /// A client of this server. A reply it waits for longer than `CLIENT_READ_TIMEOUT`
+    /// fails the test (a lost reply must not hang the suite).
     pub fn client(&self) -> Client {
-        Client::connect(self.addr).expect("connect to the test server")
+        let mut client = Client::connect(self.addr).expect("connect to the test server");
+        client
+            .set_read_timeout(Some(CLIENT_READ_TIMEOUT))
+            .expect("set the client's read timeout");
+        client
     }
 
     pub fn addr_string(&self) -> String {
