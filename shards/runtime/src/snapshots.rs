@@ -479,9 +479,12 @@ impl Snapshotter {
         self.logged_since_attempt.set(0);
         let me = self.clone();
         glommio::spawn_local(async move {
-            // A snapshot never stands ahead of the log it continues.
+            // A snapshot never stands ahead of the log it continues. A batch stuck for lack
+            // of room waits for the operator to free space (seconds or more): looked at less
+            // often.
             while slot.written_lsn() < lsn {
-                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                let ms = if slot.stuck() { 100 } else { 1 };
+                glommio::timer::sleep(std::time::Duration::from_millis(ms)).await;
             }
             let started = std::time::Instant::now();
             let dir = me.dir.clone();
