@@ -276,6 +276,20 @@ fn cli_without_a_server_exits_non_zero_with_a_clear_message() {
         assert_eq!(status.code(), Some(2), "{bad}: {stderr}");
         assert!(stderr.contains("is not a server address"), "{stderr}");
     }
+    // A page size the server would refuse is a usage error too, for every listing.
+    let pages: [&[&str]; 6] = [
+        &["kv", "list", "--limit", "0"],
+        &["action", "runs", "a", "--limit", "0"],
+        &["action", "dlq", "a", "--limit", "0"],
+        &["workflow", "list-runs", "w", "--limit", "10001"],
+        &["workflow", "timed-out", "w", "--limit", "0"],
+        &["workflow", "history", "r", "--limit", "0"],
+    ];
+    for args in pages {
+        let (status, _, stderr) = run_cli(&addr, args);
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("for '--limit <N>'"), "{stderr}");
+    }
 }
 
 /// The README's first command runs `flo server` with the default, relative data directory

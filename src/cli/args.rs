@@ -2,8 +2,8 @@ use super::arg_value::{ArgBytes, ArgText, parse_bytes, parse_text};
 use super::duration::parse_ttl;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flo::protocol::{
-    EVENTS_LIMIT_MAX, HISTORY_LIMIT_MAX, KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX, RUN_ID_BYTES_MAX,
-    TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
+    EVENTS_LIMIT_MAX, HISTORY_LIMIT_MAX, KV_LIST_LIMIT_MAX, KV_WAIT_MS_MAX, LEASE_EXTEND_MS_MAX,
+    RUN_ID_BYTES_MAX, RUN_LIST_LIMIT_MAX, TASK_AWAIT_MS_MAX, TASK_AWAIT_TASKS_MAX,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -248,7 +248,7 @@ pub enum KvCommand {
     /// List keys by prefix, in key order (a page; the next with --cursor).
     List {
         prefix: Option<String>,
-        #[arg(long)]
+        #[arg(long, value_name = "N", value_parser = limit_parser(KV_LIST_LIMIT_MAX))]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.
         #[arg(long)]
@@ -324,7 +324,7 @@ pub enum ActionCommand {
         /// 'status = "failed" AND labels.region = "eu" AND created_at > "2026-11-01"'.
         #[arg(long)]
         query: Option<String>,
-        #[arg(long)]
+        #[arg(long, value_name = "N", value_parser = limit_parser(RUN_LIST_LIMIT_MAX))]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.
         #[arg(long)]
@@ -350,7 +350,7 @@ pub enum ActionCommand {
         /// dead-lettered); prints each run redriven.
         #[arg(long)]
         redrive: bool,
-        #[arg(long)]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.
         #[arg(long, conflicts_with = "redrive")]
@@ -571,8 +571,7 @@ pub enum WorkflowCommand {
     History {
         run_id: String,
         /// Events per page [default: 100].
-        #[arg(long, value_name = "N",
-              value_parser = clap::value_parser!(u32).range(1..=HISTORY_LIMIT_MAX as i64))]
+        #[arg(long, value_name = "N", value_parser = limit_parser(HISTORY_LIMIT_MAX))]
         limit: Option<u32>,
         /// Only events after this sequence number (the previous page's last).
         #[arg(long, value_name = "SEQ")]
@@ -592,8 +591,7 @@ pub enum WorkflowCommand {
         #[arg(long)]
         follow: bool,
         /// Events per page [default: 100].
-        #[arg(long, value_name = "N",
-              value_parser = clap::value_parser!(u32).range(1..=EVENTS_LIMIT_MAX as i64))]
+        #[arg(long, value_name = "N", value_parser = limit_parser(EVENTS_LIMIT_MAX))]
         limit: Option<u32>,
     },
     /// Send a typed signal to a run (kept until a step waits for that type).
@@ -633,7 +631,8 @@ pub enum WorkflowCommand {
         #[arg(long, value_parser = parse_ttl)]
         older_than: Option<u64>,
         /// At most this many runs per workflow.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_name = "N",
+              value_parser = limit_parser(RUN_LIST_LIMIT_MAX))]
         limit: u32,
     },
     /// Continue every run `timed-out` lists, in batches; prints how many.
@@ -672,7 +671,7 @@ pub enum WorkflowCommand {
         /// With --query: `started_at` (newest first) or `started_at:asc`.
         #[arg(long, value_name = "FIELD[:asc|:desc]", requires = "query")]
         order_by: Option<String>,
-        #[arg(long)]
+        #[arg(long, value_name = "N", value_parser = limit_parser(RUN_LIST_LIMIT_MAX))]
         limit: Option<u32>,
         /// Where to go on: the cursor the previous page printed.
         #[arg(long)]
@@ -842,4 +841,9 @@ fn parse_addr(s: &str) -> Result<String, String> {
             "{s:?} is not a server address: give HOST:PORT, e.g. 127.0.0.1:9000"
         )),
     }
+}
+
+/// A page size of 1 to `max` (0 or more is a usage error, as the server would refuse it).
+fn limit_parser(max: u32) -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=i64::from(max))
 }

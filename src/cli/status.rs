@@ -35,7 +35,7 @@ pub fn run(client: &mut Client, out: &Output) -> Result<(), CliError> {
     });
     out.print(doc, || {
         let mut text = format!(
-            "flo {} · {} shards · durability {} · {} partitions",
+            "flo {} · {} shards · durability {} · keys hashed into {} partitions",
             info.server_version,
             info.shards.len(),
             info.durability,

@@ -17,12 +17,41 @@ use std::marker::PhantomData;
 pub(super) fn parse_raw(yaml: &str) -> Result<RawWorkflow, ValidationIssue> {
     let de = serde_yaml::Deserializer::from_str(yaml);
     serde_path_to_error::deserialize(de).map_err(|err| {
-        let path = match err.path().to_string() {
-            root if root == "." => String::new(),
-            path => path,
-        };
+        let path = known_path(&err.path().to_string());
         shape_issue(path, err.into_inner())
     })
+}
+
+/// The path as far as it is known: a syntax error deep in a value ends in segments the
+/// reader never named (`?`), left out; the root is the empty path.
+fn known_path(path: &str) -> String {
+    let mut known = path;
+    while let Some(parent) = known.strip_suffix(".?").or(known.strip_suffix('?')) {
+        known = parent;
+    }
+    match known {
+        "." => String::new(),
+        known => known.to_string(),
+    }
+}
+
+/// serde_yaml's text as a user reads it: without the path it starts with (the issue says
+/// it), and with the shape asked for where it names a struct of ours (`struct RawStep`).
+fn plain_text(text: &str, path: &str) -> String {
+    let text = text
+        .strip_prefix(path)
+        .and_then(|rest| rest.strip_prefix(": "))
+        .filter(|_| !path.is_empty())
+        .unwrap_or(text);
+    let mut plain = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("struct Raw") {
+        plain.push_str(&rest[..at]);
+        plain.push_str("a mapping");
+        rest = rest[at..]["struct ".len()..].trim_start_matches(|c: char| c.is_alphanumeric());
+    }
+    plain.push_str(rest);
+    plain
 }
 
 /// E100, or E106 / E401 when serde says so (an unknown field, a field given twice).
@@ -42,7 +71,8 @@ fn shape_issue(path: String, err: serde_yaml::Error) -> ValidationIssue {
             .map_or(String::new(), |(parent, _)| parent.to_string()),
         _ => path,
     };
-    // serde_yaml's text already carries the path and, when known, `at line L column C`.
+    // serde_yaml's text carries, when known, `at line L column C`.
+    let text = plain_text(&text, &path);
     let message = match err.location() {
         Some(_) => text,
         None => format!("{text} (the YAML could not be read)"),
@@ -379,6 +409,30 @@ mod tests {
         let issues = errors(yaml);
         assert_issue(&issues, code, path);
         issues
+    }
+
+    /// A shape or syntax error reads plainly: its path once, as far as it is known, and no
+    /// name of ours.
+    #[test]
+    fn shape_and_syntax_errors_name_their_path_once_and_no_struct_of_ours() {
+        let issues = errors(&wf("steps:\n  a: [1]\n"));
+        let shape = issues.iter().find(|i| i.code == "E100").expect("E100");
+        assert_eq!(shape.path, "steps.a");
+        assert!(
+            shape
+                .message
+                .starts_with("invalid type: sequence, expected a mapping"),
+            "{}",
+            shape.message
+        );
+        let syntax = errors(&wf("terminals:\n  done: {status: completed\n"));
+        assert_eq!(syntax[0].path, "terminals.done", "{syntax:#?}");
+        assert!(!syntax[0].message.contains("Raw"), "{}", syntax[0].message);
+        assert_eq!(known_path("a.?.?"), "a");
+        assert_eq!(known_path("?"), "");
+        assert_eq!(known_path("."), "");
+        assert_eq!(plain_text("x: struct RawPlan here", "x"), "a mapping here");
+        assert_eq!(plain_text("y: z", "x"), "y: z");
     }
 
     fn codes(issues: &[ValidationIssue]) -> Vec<(&str, &str)> {
