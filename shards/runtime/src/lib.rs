@@ -18,6 +18,7 @@ mod mesh;
 mod metrics;
 mod module_cache;
 mod poke;
+mod reserve;
 mod shard_loop;
 mod snapshots;
 mod stderr;

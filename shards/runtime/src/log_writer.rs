@@ -29,8 +29,10 @@
 //! When there is no room for it, the shard hears `DiskSpace::Full` while half a segment of
 //! room is left for the work in flight, and becomes read-only; the writer tries again every
 //! `SPACE_RETRY_MS` and as soon as a snapshot deleted segments, and says `Available` once
-//! it succeeds. A batch write that finds no space is kept and written again later (nothing
-//! in it was acknowledged); a write failed otherwise (its sync among it), or any other
+//! it succeeds. A batch that does not fit the segment when there is no next one (taken
+//! before the shard knew) goes into the segment grown with room the snapshot reserve lends
+//! (`SegmentWriter::grow`). A batch write that finds no space is kept and written again
+//! later (nothing in it was acknowledged); a write failed otherwise (its sync among it), or any other
 //! error, stops the process: a sync is never retried.
 
 use crate::fault_disk::FaultDisk;
@@ -263,6 +265,9 @@ pub(crate) struct SegmentWriter {
     naming: Option<Naming>,
     /// Tests: a disk of a set capacity.
     fault: Option<FaultDisk>,
+    /// Bytes the current segment holds past `segment_bytes`: lent by the snapshot reserve
+    /// for batches that found no room for the next segment (`grow`).
+    grown: u64,
 }
 
 impl SegmentWriter {
@@ -298,6 +303,7 @@ impl SegmentWriter {
             fill: None,
             naming: None,
             fault,
+            grown: 0,
         };
         allocate(&writer.file, segment_bytes, writer.fault.as_ref())
             .await
@@ -459,8 +465,39 @@ impl SegmentWriter {
         self.first_lsn = first_lsn;
         self.offset = 0;
         self.filled = 0;
+        self.grown = 0;
         self.segments += 1;
         Ok(())
+    }
+
+    /// There is no room for the next segment, and a batch of `batch_bytes` does not fit the
+    /// current one (the shard took it before it knew): the current segment grows by the
+    /// batch, with room the snapshot reserve lends (`reserve::lend`). No snapshot could get
+    /// past the batch otherwise: one never stands ahead of the log. Whether it grew (false:
+    /// the reserve holds less, or is gone). Only while no write to the segment is in flight.
+    async fn grow(&mut self, batch_bytes: usize) -> Result<bool, LogWriteError> {
+        let bytes = align_up(batch_bytes as u64);
+        let dir = self.dir.clone();
+        let lent =
+            poked(glommio::executor().spawn_blocking(move || crate::reserve::lend(&dir, bytes)))
+                .await
+                .map_err(LogWriteError::NoSpace)?;
+        if !lent {
+            return Ok(false);
+        }
+        let end = self.offset + bytes;
+        if let Some(fault) = self.fault.clone() {
+            let more = end.saturating_sub(self.segment_bytes + self.grown);
+            poked(glommio::executor().spawn_blocking(move || fault.check(more)))
+                .await
+                .map_err(LogWriteError::NoSpace)?;
+        }
+        poked(self.file.pre_allocate(end, false))
+            .await
+            .map_err(retryable)?;
+        poked(self.file.fdatasync()).await.map_err(fatal)?;
+        self.grown = end - self.segment_bytes;
+        Ok(true)
     }
 
     /// Takes the outcome of the last rollover's directory sync, once it ended (or, with
@@ -484,7 +521,8 @@ impl SegmentWriter {
     /// Whether `batch` goes in the current segment (else the segment rolls first, once no
     /// write to it is in flight).
     fn fits(&self, batch: &Batch) -> bool {
-        self.offset == 0 || self.offset + align_up(batch.bytes.len() as u64) <= self.segment_bytes
+        self.offset == 0
+            || self.offset + align_up(batch.bytes.len() as u64) <= self.segment_bytes + self.grown
     }
 
     /// Starts writing `batch` in the current segment, after what was written or started
@@ -546,7 +584,15 @@ impl SegmentWriter {
     pub async fn write(&mut self, batch: &Batch, map: &LogMap) -> Result<Duration, LogWriteError> {
         let slot = Rc::new(LogSlot::new(1));
         if !self.fits(batch) {
-            self.roll(batch.first_lsn, slot.clone()).await?;
+            match self.roll(batch.first_lsn, slot.clone()).await {
+                Ok(()) => {}
+                Err(LogWriteError::NoSpace(e)) => {
+                    if !self.grow(batch.bytes.len()).await? {
+                        return Err(LogWriteError::NoSpace(e));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
         let write = self.start(batch.clone());
         self.launch(&write, slot.clone());
@@ -711,15 +757,14 @@ pub(crate) async fn writer_loop(
                 .filter(|b| !writer.fits(b))
                 .map(|b| b.first_lsn);
             if let Some(first_lsn) = roll {
-                match writer.roll(first_lsn, slot.clone()).await {
-                    Ok(()) => room_short = None,
-                    Err(LogWriteError::NoSpace(e)) => {
+                match roll_or_grow(&mut writer, first_lsn, &slot, shard).await {
+                    Ok(short) => room_short = short,
+                    Err(e) => {
                         if !slot.stuck.replace(true) {
                             inbox.poke();
                         }
                         outcome = Err(e);
                     }
-                    Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
                 }
             }
             if outcome.is_ok()
@@ -778,6 +823,38 @@ pub(crate) async fn writer_loop(
             }
             (DiskSpace::Available, Ok(())) => slot.signal.wait().await,
         }
+    }
+}
+
+/// Rolls the segment for the batch in the slot (which does not fit the current one) or,
+/// without room for the next segment, grows the current one with room the snapshot reserve
+/// lends (then the room is still short: the error). Err: no room either way (the batch
+/// waits).
+async fn roll_or_grow(
+    writer: &mut SegmentWriter,
+    first_lsn: u64,
+    slot: &Rc<LogSlot>,
+    shard: u32,
+) -> Result<Option<io::Error>, io::Error> {
+    let short = match writer.roll(first_lsn, slot.clone()).await {
+        Ok(()) => return Ok(None),
+        Err(LogWriteError::NoSpace(e)) => e,
+        Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
+    };
+    let len = slot.batch.borrow().as_ref().map_or(0, |b| b.bytes.len());
+    match writer.grow(len).await {
+        Ok(true) => {
+            tracing::warn!(
+                target: "flo::storage",
+                shard,
+                "no room for the next log segment ({short}): the current one grew by a batch \
+                 taken before that was known, with room from {}",
+                crate::reserve::RESERVE_FILE
+            );
+            Ok(Some(short))
+        }
+        Ok(false) | Err(LogWriteError::NoSpace(_)) => Err(short),
+        Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
     }
 }
 
@@ -1352,6 +1429,70 @@ mod tests {
                 files(&dir, ".ual").last(),
                 Some(&segment_file_name(per_segment + 1))
             );
+        });
+    }
+
+    /// Room for two segment files and a snapshot reserve: a batch that needs a third
+    /// segment is written into the second, grown with room the reserve lends, as long as the
+    /// reserve holds enough; then it waits for room. Recovery reads the grown segment whole.
+    #[test]
+    fn a_batch_without_room_for_the_next_segment_grows_the_current_one_from_the_reserve() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let dir = data.join("shard-000");
+        fs::create_dir_all(&dir).unwrap();
+        const RESERVE: u64 = 3 * 4096;
+        crate::reserve::keep(&dir, RESERVE, None).unwrap();
+        let capacity = tmp.path().join("capacity");
+        fs::write(&capacity, (2 * SEGMENT + RESERVE).to_string()).unwrap();
+        let fault = FaultDisk {
+            capacity_file: capacity.clone(),
+            data_dir: data,
+        };
+        run(async move {
+            let log = recovered(&dir);
+            let map = LogMap::from_recovered(&log);
+            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, Some(fault))
+                .await
+                .unwrap();
+            let mut buf = LogBuffer::new(1);
+            let per_segment = SEGMENT / 4096;
+            for _ in 0..2 * per_segment {
+                w.write(&batch(&mut buf), &map).await.unwrap();
+                if w.wants_room() {
+                    let _ = w.make_room().await;
+                }
+            }
+            assert_eq!(w.segments(), 2);
+            let reserve = dir.join(crate::reserve::RESERVE_FILE);
+            let second = dir.join(segment_file_name(per_segment + 1));
+            let len = |p: &Path| fs::metadata(p).unwrap().len();
+            for lent in 1..=3 {
+                w.write(&batch(&mut buf), &map).await.unwrap();
+                assert_eq!(w.segments(), 2);
+                assert_eq!(len(&second), SEGMENT + lent * 4096);
+                assert_eq!(len(&reserve), RESERVE - lent * 4096);
+            }
+            let e = w.write(&batch(&mut buf), &map).await.unwrap_err();
+            assert!(matches!(e, LogWriteError::NoSpace(_)), "{e}");
+            assert_eq!(files(&dir, ".ual").len(), 2);
+            drop(w);
+            let mut lsns = Vec::new();
+            let log = flo_ual::recover(&dir, |lsn, _, _| {
+                lsns.push(lsn);
+                Ok::<(), flo_ual::ApplyError>(())
+            })
+            .unwrap();
+            assert_eq!(lsns, (1..=2 * per_segment + 3).collect::<Vec<_>>());
+            // Opened again with room: the next batch starts the third segment.
+            let map = LogMap::from_recovered(&log);
+            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, None)
+                .await
+                .unwrap();
+            let mut buf = LogBuffer::new(2 * per_segment + 4);
+            w.write(&batch(&mut buf), &map).await.unwrap();
+            assert_eq!((w.segments(), files(&dir, ".ual").len()), (3, 3));
+            assert_eq!(len(&second), SEGMENT + 3 * 4096);
         });
     }
 

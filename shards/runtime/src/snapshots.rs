@@ -7,15 +7,16 @@
 //! run needs are then deleted.
 //!
 //! **Room for one snapshot.** A full disk is left through a snapshot (it lets segments
-//! go), which needs room itself: each shard keeps a preallocated file, `RESERVE_FILE`,
-//! as large as its last image and a quarter more (at least `RESERVE_BYTES_MIN`). A
+//! go), which needs room itself: each shard keeps a preallocated file, `RESERVE_FILE`
+//! (`reserve.rs`), as large as its last image and a quarter more. A
 //! snapshot that finds no room removes it and tries again; after each snapshot it is made
 //! again, before the log writer hears that segments were deleted, so the log never takes
-//! that room. While the disk is full the loop takes a snapshot whenever something was
+//! that room (but for a batch stuck without a next segment, which it borrows). While the disk is full the loop takes a snapshot whenever something was
 //! logged since the last (deletes are still taken), at most every
 //! `READ_ONLY_SNAPSHOT_EVERY_MS`.
 
 use crate::fault_disk::FaultDisk;
+use crate::reserve::{self, RESERVE_FILE};
 use flo_engine::image::Image;
 use std::fs;
 use std::io::{self, Write};
@@ -30,76 +31,14 @@ pub const SNAPSHOTS_KEPT: usize = 2;
 const SYNC_SLICE_BYTES: usize = 8 << 20;
 /// Log bytes between two snapshots, by default.
 pub const SNAPSHOT_BYTES_DEFAULT: u64 = 256 << 20;
-/// The file keeping room for one snapshot (not a segment, not a snapshot: recovery never
-/// reads it; an operator may delete it, see `docs/operations.md`).
-pub const RESERVE_FILE: &str = "snapshot.reserve";
-/// The smallest reserve (a shard without a snapshot yet).
-const RESERVE_BYTES_MIN: u64 = 1 << 20;
 /// While the disk is full, a snapshot at most this often (each one may let segments go).
 const READ_ONLY_SNAPSHOT_EVERY_MS: u64 = 2_000;
-
-/// The reserve for a shard whose last image took `image_bytes`.
-pub fn reserve_bytes_for(image_bytes: u64) -> u64 {
-    (image_bytes + image_bytes / 4).max(RESERVE_BYTES_MIN)
-}
 
 fn is_no_space(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
     )
-}
-
-/// Makes the reserve file `bytes` long, allocated (blocking). A smaller one grows if there
-/// is room, else keeps its size; a larger one shrinks. Returns its size now.
-pub fn keep_reserve(dir: &Path, bytes: u64, fault: Option<&FaultDisk>) -> io::Result<u64> {
-    use std::os::fd::AsRawFd;
-    let path = dir.join(RESERVE_FILE);
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
-    let had = file.metadata()?.len();
-    if had >= bytes {
-        if had > bytes {
-            file.set_len(bytes)?;
-        }
-        return Ok(bytes);
-    }
-    let grown = fault
-        .map_or(Ok(()), |f| f.check(bytes - had))
-        .and_then(|()| {
-            // SAFETY: posix_fallocate on a file descriptor we own; it returns the error.
-            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
-            match rc {
-                0 => file.sync_all(),
-                rc => Err(io::Error::from_raw_os_error(rc)),
-            }
-        });
-    match grown {
-        Ok(()) => Ok(bytes),
-        Err(e) => {
-            // What a failed allocation took goes back.
-            file.set_len(had)?;
-            if had == 0 {
-                fs::remove_file(&path)?;
-            }
-            Err(e)
-        }
-    }
-}
-
-/// Removes the reserve (blocking). Whether there was one.
-fn release_reserve(dir: &Path) -> io::Result<bool> {
-    match fs::remove_file(dir.join(RESERVE_FILE)) {
-        Ok(()) => {
-            fs::File::open(dir)?.sync_all()?;
-            Ok(true)
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 /// `write`, and when it finds no room: the reserve released and `write` once more.
@@ -113,7 +52,7 @@ pub fn write_with_reserve(
 ) -> (io::Result<Vec<u64>>, bool) {
     match write(dir, lsn, image, marks, fault) {
         Err(e) if is_no_space(&e) => {
-            let released = clean_temporaries(dir).and_then(|()| release_reserve(dir));
+            let released = clean_temporaries(dir).and_then(|()| reserve::release(dir));
             match released {
                 Ok(true) => (write(dir, lsn, image, marks, fault), true),
                 Ok(false) => (Err(e), false),
@@ -383,8 +322,8 @@ impl Snapshotter {
     /// Makes the reserve for an image of `image_bytes` (blocking); says once per shard
     /// when there is no room for it.
     fn refresh_reserve(&self, image_bytes: u64) {
-        let bytes = reserve_bytes_for(image_bytes);
-        self.reserved(bytes, keep_reserve(&self.dir, bytes, self.fault.as_ref()));
+        let bytes = reserve::bytes_for(image_bytes);
+        self.reserved(bytes, reserve::keep(&self.dir, bytes, self.fault.as_ref()));
     }
 
     /// What making the reserve came to: said once while there is no room for it.
@@ -578,11 +517,11 @@ impl Snapshotter {
             }
             // The reserve first (sized for this image), then the log: a writer short of
             // space looks again now.
-            let bytes = reserve_bytes_for(image_bytes);
+            let bytes = reserve::bytes_for(image_bytes);
             let (dir, fault) = (me.dir.clone(), me.fault.clone());
             let reserved = crate::poke::poked(
                 glommio::executor()
-                    .spawn_blocking(move || keep_reserve(&dir, bytes, fault.as_ref())),
+                    .spawn_blocking(move || reserve::keep(&dir, bytes, fault.as_ref())),
             )
             .await;
             me.reserved(bytes, reserved);
