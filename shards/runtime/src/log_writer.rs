@@ -265,9 +265,12 @@ pub(crate) struct SegmentWriter {
     naming: Option<Naming>,
     /// Tests: a disk of a set capacity.
     fault: Option<FaultDisk>,
-    /// Bytes the current segment holds past `segment_bytes`: lent by the snapshot reserve
-    /// for batches that found no room for the next segment (`grow`).
+    /// Bytes the current segment's file holds past `segment_bytes`: lent by the snapshot
+    /// reserve for batches that found no room for the next segment (`grow`).
     grown: u64,
+    /// Bytes the reserve lent that the segment did not take yet (its growth failed): taken
+    /// before the reserve is asked for more.
+    loan: u64,
 }
 
 impl SegmentWriter {
@@ -290,7 +293,7 @@ impl SegmentWriter {
         let file = open_segment(dir.join(&name))
             .await
             .map_err(LogWriteError::into_io)?;
-        let writer = SegmentWriter {
+        let mut writer = SegmentWriter {
             dir: dir.to_path_buf(),
             first_lsn,
             file: Rc::new(file),
@@ -304,10 +307,13 @@ impl SegmentWriter {
             naming: None,
             fault,
             grown: 0,
+            loan: 0,
         };
         allocate(&writer.file, segment_bytes, writer.fault.as_ref())
             .await
             .map_err(LogWriteError::into_io)?;
+        let size = poked(writer.file.file_size()).await.map_err(to_io)?;
+        writer.grown = size.saturating_sub(segment_bytes);
         poked(writer.file.fdatasync()).await.map_err(to_io)?;
         let spare = dir.join(SPARE_FILE);
         if spare.exists() {
@@ -476,18 +482,20 @@ impl SegmentWriter {
     /// past the batch otherwise: one never stands ahead of the log. Whether it grew (false:
     /// the reserve holds less, or is gone). Only while no write to the segment is in flight.
     async fn grow(&mut self, batch_bytes: usize) -> Result<bool, LogWriteError> {
-        let bytes = align_up(batch_bytes as u64);
-        let dir = self.dir.clone();
-        let lent =
-            poked(glommio::executor().spawn_blocking(move || crate::reserve::lend(&dir, bytes)))
-                .await
-                .map_err(LogWriteError::NoSpace)?;
-        if !lent {
-            return Ok(false);
+        let end = self.offset + align_up(batch_bytes as u64);
+        let more = end.saturating_sub(self.segment_bytes + self.grown);
+        if self.loan < more {
+            let (dir, ask) = (self.dir.clone(), more - self.loan);
+            let lent =
+                poked(glommio::executor().spawn_blocking(move || crate::reserve::lend(&dir, ask)))
+                    .await
+                    .map_err(LogWriteError::NoSpace)?;
+            if !lent {
+                return Ok(false);
+            }
+            self.loan += ask;
         }
-        let end = self.offset + bytes;
         if let Some(fault) = self.fault.clone() {
-            let more = end.saturating_sub(self.segment_bytes + self.grown);
             poked(glommio::executor().spawn_blocking(move || fault.check(more)))
                 .await
                 .map_err(LogWriteError::NoSpace)?;
@@ -496,7 +504,8 @@ impl SegmentWriter {
             .await
             .map_err(retryable)?;
         poked(self.file.fdatasync()).await.map_err(fatal)?;
-        self.grown = end - self.segment_bytes;
+        self.loan -= more;
+        self.grown = end.max(self.segment_bytes) - self.segment_bytes;
         Ok(true)
     }
 
@@ -1434,17 +1443,19 @@ mod tests {
 
     /// Room for two segment files and a snapshot reserve: a batch that needs a third
     /// segment is written into the second, grown with room the reserve lends, as long as the
-    /// reserve holds enough; then it waits for room. Recovery reads the grown segment whole.
+    /// reserve holds enough; then it waits for room. What was lent for a growth that failed
+    /// is not asked for again. Recovery reads the grown segment whole.
     #[test]
     fn a_batch_without_room_for_the_next_segment_grows_the_current_one_from_the_reserve() {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().join("data");
         let dir = data.join("shard-000");
         fs::create_dir_all(&dir).unwrap();
-        const RESERVE: u64 = 3 * 4096;
+        const RESERVE: u64 = 4 * 4096;
         crate::reserve::keep(&dir, RESERVE, None).unwrap();
         let capacity = tmp.path().join("capacity");
-        fs::write(&capacity, (2 * SEGMENT + RESERVE).to_string()).unwrap();
+        let room = 2 * SEGMENT + RESERVE;
+        fs::write(&capacity, room.to_string()).unwrap();
         let fault = FaultDisk {
             capacity_file: capacity.clone(),
             data_dir: data,
@@ -1467,12 +1478,27 @@ mod tests {
             let reserve = dir.join(crate::reserve::RESERVE_FILE);
             let second = dir.join(segment_file_name(per_segment + 1));
             let len = |p: &Path| fs::metadata(p).unwrap().len();
-            for lent in 1..=3 {
+            for lent in 1..=2 {
                 w.write(&batch(&mut buf), &map).await.unwrap();
                 assert_eq!(w.segments(), 2);
                 assert_eq!(len(&second), SEGMENT + lent * 4096);
                 assert_eq!(len(&reserve), RESERVE - lent * 4096);
             }
+            // The room the reserve lends is taken by something else: the batch waits, and
+            // trying again takes no more from the reserve.
+            fs::write(&capacity, (room - 4096).to_string()).unwrap();
+            let next = batch(&mut buf);
+            for _ in 0..2 {
+                let e = w.write(&next, &map).await.unwrap_err();
+                assert!(matches!(e, LogWriteError::NoSpace(_)), "{e}");
+                assert_eq!(len(&reserve), RESERVE - 3 * 4096);
+            }
+            fs::write(&capacity, room.to_string()).unwrap();
+            w.write(&next, &map).await.unwrap();
+            assert_eq!(len(&second), SEGMENT + 3 * 4096);
+            assert_eq!(len(&reserve), RESERVE - 3 * 4096);
+            w.write(&batch(&mut buf), &map).await.unwrap();
+            assert_eq!(len(&reserve), 0);
             let e = w.write(&batch(&mut buf), &map).await.unwrap_err();
             assert!(matches!(e, LogWriteError::NoSpace(_)), "{e}");
             assert_eq!(files(&dir, ".ual").len(), 2);
@@ -1483,16 +1509,16 @@ mod tests {
                 Ok::<(), flo_ual::ApplyError>(())
             })
             .unwrap();
-            assert_eq!(lsns, (1..=2 * per_segment + 3).collect::<Vec<_>>());
+            assert_eq!(lsns, (1..=2 * per_segment + 4).collect::<Vec<_>>());
             // Opened again with room: the next batch starts the third segment.
             let map = LogMap::from_recovered(&log);
             let mut w = SegmentWriter::open(&dir, &log, SEGMENT, None)
                 .await
                 .unwrap();
-            let mut buf = LogBuffer::new(2 * per_segment + 4);
+            let mut buf = LogBuffer::new(2 * per_segment + 5);
             w.write(&batch(&mut buf), &map).await.unwrap();
             assert_eq!((w.segments(), files(&dir, ".ual").len()), (3, 3));
-            assert_eq!(len(&second), SEGMENT + 3 * 4096);
+            assert_eq!(len(&second), SEGMENT + 4 * 4096);
         });
     }
 
