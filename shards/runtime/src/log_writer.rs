@@ -1116,6 +1116,32 @@ mod tests {
         flo_ual::recover(dir, |_, _, _| Ok::<(), flo_ual::ApplyError>(())).unwrap()
     }
 
+    /// A shard directory on a disk of `bytes` (the fault-injecting capacity file): its
+    /// guard, the directory, the capacity file and the disk.
+    fn capped_shard_dir(bytes: u64) -> (tempfile::TempDir, PathBuf, PathBuf, FaultDisk) {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let dir = data.join("shard-000");
+        fs::create_dir_all(&dir).unwrap();
+        let capacity = tmp.path().join("capacity");
+        fs::write(&capacity, bytes.to_string()).unwrap();
+        let fault = FaultDisk {
+            capacity_file: capacity.clone(),
+            data_dir: data,
+        };
+        (tmp, dir, capacity, fault)
+    }
+
+    /// A writer of `SEGMENT`-byte segments on the log in `dir` (on `fault`'s disk).
+    async fn opened(dir: &Path, fault: FaultDisk) -> (SegmentWriter, LogMap) {
+        let log = recovered(dir);
+        let map = LogMap::from_recovered(&log);
+        let w = SegmentWriter::open(dir, &log, SEGMENT, Some(fault))
+            .await
+            .unwrap();
+        (w, map)
+    }
+
     /// One record of ~3 KB: a batch of one block.
     fn batch(buf: &mut LogBuffer) -> Batch {
         buf.append(1, |p| p.extend_from_slice(&[7; 3000])).unwrap();
@@ -1447,25 +1473,12 @@ mod tests {
     /// is not asked for again. Recovery reads the grown segment whole.
     #[test]
     fn a_batch_without_room_for_the_next_segment_grows_the_current_one_from_the_reserve() {
-        let tmp = tempfile::tempdir().unwrap();
-        let data = tmp.path().join("data");
-        let dir = data.join("shard-000");
-        fs::create_dir_all(&dir).unwrap();
         const RESERVE: u64 = 4 * 4096;
-        crate::reserve::keep(&dir, RESERVE, None).unwrap();
-        let capacity = tmp.path().join("capacity");
         let room = 2 * SEGMENT + RESERVE;
-        fs::write(&capacity, room.to_string()).unwrap();
-        let fault = FaultDisk {
-            capacity_file: capacity.clone(),
-            data_dir: data,
-        };
+        let (_tmp, dir, capacity, fault) = capped_shard_dir(room);
+        crate::reserve::keep(&dir, RESERVE, None).unwrap();
         run(async move {
-            let log = recovered(&dir);
-            let map = LogMap::from_recovered(&log);
-            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, Some(fault))
-                .await
-                .unwrap();
+            let (mut w, map) = opened(&dir, fault).await;
             let mut buf = LogBuffer::new(1);
             let per_segment = SEGMENT / 4096;
             for _ in 0..2 * per_segment {
@@ -1528,22 +1541,9 @@ mod tests {
     /// there is room; recovery finds every record and ignores the spare.
     #[test]
     fn the_next_segment_is_made_ahead_and_a_batch_without_room_is_written_once_there_is() {
-        let tmp = tempfile::tempdir().unwrap();
-        let data = tmp.path().join("data");
-        let dir = data.join("shard-000");
-        fs::create_dir_all(&dir).unwrap();
-        let capacity = tmp.path().join("capacity");
-        fs::write(&capacity, (2 * SEGMENT + 4096).to_string()).unwrap();
-        let fault = FaultDisk {
-            capacity_file: capacity.clone(),
-            data_dir: data,
-        };
+        let (_tmp, dir, capacity, fault) = capped_shard_dir(2 * SEGMENT + 4096);
         run(async move {
-            let log = recovered(&dir);
-            let map = LogMap::from_recovered(&log);
-            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, Some(fault))
-                .await
-                .unwrap();
+            let (mut w, map) = opened(&dir, fault).await;
             let mut buf = LogBuffer::new(1);
             let per_segment = SEGMENT / 4096;
             for i in 1..=per_segment + per_segment / 2 {
