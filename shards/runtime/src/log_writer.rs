@@ -40,6 +40,7 @@ use crate::inbox::{Inbox, Signal};
 use crate::log_reader::LogMap;
 use crate::metrics::ShardMetrics;
 use crate::poke::poked;
+use crate::reserve::is_no_space;
 use flo_engine::{DiskSpace, Input};
 use flo_ual::{Batch, RecoveredLog, align_up, segment_file_name};
 use glommio::io::{Directory, DmaFile, OpenOptions};
@@ -96,13 +97,6 @@ impl LogWriteError {
 fn to_io(e: glommio::GlommioError<()>) -> io::Error {
     // Keeps the error's kind (StorageFull, QuotaExceeded): glommio's conversion does.
     io::Error::from(e)
-}
-
-fn is_no_space(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-    )
 }
 
 /// An error of an operation that may be tried again when it is for lack of space.

@@ -17,6 +17,14 @@ pub const RESERVE_FILE: &str = "snapshot.reserve";
 /// The smallest reserve (a shard without a snapshot yet).
 const RESERVE_BYTES_MIN: u64 = 1 << 20;
 
+/// Whether `e` says the disk is full (ENOSPC, or EDQUOT: a quota's limit).
+pub fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
 /// The reserve for a shard whose last image took `image_bytes`.
 pub fn bytes_for(image_bytes: u64) -> u64 {
     (image_bytes + image_bytes / 4).max(RESERVE_BYTES_MIN)

@@ -16,7 +16,7 @@
 //! `READ_ONLY_SNAPSHOT_EVERY_MS`.
 
 use crate::fault_disk::FaultDisk;
-use crate::reserve::{self, RESERVE_FILE};
+use crate::reserve::{self, RESERVE_FILE, is_no_space};
 use flo_engine::image::Image;
 use std::fs;
 use std::io::{self, Write};
@@ -33,13 +33,6 @@ const SYNC_SLICE_BYTES: usize = 8 << 20;
 pub const SNAPSHOT_BYTES_DEFAULT: u64 = 256 << 20;
 /// While the disk is full, a snapshot at most this often (each one may let segments go).
 const READ_ONLY_SNAPSHOT_EVERY_MS: u64 = 2_000;
-
-fn is_no_space(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-    )
-}
 
 /// `write`, and when it finds no room: the reserve released and `write` once more.
 /// Returns what `write` returns and whether the reserve was released.
