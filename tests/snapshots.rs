@@ -240,9 +240,9 @@ const PUT_STUCK: Duration = Duration::from_secs(10);
 
 /// Puts `value` under `k0000`, `k0001`, … until one is refused; returns how many were
 /// acknowledged. A put the shard took before it knew there is no room for the next segment,
-/// and that does not fit the current one, is written there all the same (the segment
-/// grows with room the snapshot reserve lends): every put is answered.
-fn put_until_full(c: &mut Client, value: &[u8]) -> usize {
+/// and that does not fit the current one, is written there all the same while the snapshot
+/// reserve can lend the room (the segment grows); else it would wait for room, unanswered.
+fn put_until_full(server: &TestServer, c: &mut Client, value: &[u8]) -> usize {
     c.set_read_timeout(Some(PUT_STUCK)).unwrap();
     let mut acked = 0;
     let refusal = loop {
@@ -256,7 +256,8 @@ fn put_until_full(c: &mut Client, value: &[u8]) -> usize {
         .unwrap();
     assert!(
         refusal.to_string().contains("disk full on shard 0"),
-        "put {acked}: {refusal}"
+        "put {acked}: {refusal}\n{}",
+        server.stderr()
     );
     assert!(acked >= 5, "only {acked} puts before the disk was full");
     acked
@@ -276,7 +277,7 @@ fn deletes_are_taken_while_the_disk_is_full() {
     let mut c = server.client();
     common::user_action(&mut c, "report", 60_000, 0, 1000);
     cli_ok(&addr, &["stream", "append", "audit", "one record"]);
-    let acked = put_until_full(&mut c, &[7u8; 1024]);
+    let acked = put_until_full(&server, &mut c, &[7u8; 1024]);
     assert!(c.status().unwrap().shards[0].disk_full);
     let stderr = cli_fails(&addr, &["kv", "put", "late", "v"]);
     assert!(stderr.contains("disk full on shard 0"), "{stderr}");
@@ -324,7 +325,7 @@ fn a_full_disk_snapshots_its_way_out_through_the_reserve() {
     // left when the disk is full. Five to a segment: the last may come before the shard
     // knows there is no room for the next segment, and not fit (the segment grows).
     let value = vec![9u8; 8192];
-    let acked = put_until_full(&mut c, &value);
+    let acked = put_until_full(&server, &mut c, &value);
     assert!(
         wait_until(Duration::from_secs(20), || !c.status().unwrap().shards[0]
             .disk_full),

@@ -262,9 +262,6 @@ pub(crate) struct SegmentWriter {
     /// Bytes the current segment's file holds past `segment_bytes`: lent by the snapshot
     /// reserve for batches that found no room for the next segment (`grow`).
     grown: u64,
-    /// Bytes the reserve lent that the segment did not take yet (its growth failed): taken
-    /// before the reserve is asked for more.
-    loan: u64,
 }
 
 impl SegmentWriter {
@@ -301,7 +298,6 @@ impl SegmentWriter {
             naming: None,
             fault,
             grown: 0,
-            loan: 0,
         };
         allocate(&writer.file, segment_bytes, writer.fault.as_ref())
             .await
@@ -472,33 +468,32 @@ impl SegmentWriter {
 
     /// There is no room for the next segment, and a batch of `batch_bytes` does not fit the
     /// current one (the shard took it before it knew): the current segment grows by the
-    /// batch, with room the snapshot reserve lends (`reserve::lend`). No snapshot could get
-    /// past the batch otherwise: one never stands ahead of the log. Whether it grew (false:
-    /// the reserve holds less, or is gone). Only while no write to the segment is in flight.
+    /// batch, with room the snapshot reserve lends (`reserve::lend_to`). No snapshot could
+    /// get past the batch otherwise (one never stands ahead of the log), so it is lent even
+    /// if what is left may be short for the next image. Whether it grew (false: the reserve
+    /// holds less, or is gone). Only while no write to the segment is in flight.
     async fn grow(&mut self, batch_bytes: usize) -> Result<bool, LogWriteError> {
         let end = self.offset + align_up(batch_bytes as u64);
-        let more = end.saturating_sub(self.segment_bytes + self.grown);
-        if self.loan < more {
-            let (dir, ask) = (self.dir.clone(), more - self.loan);
-            let lent =
-                poked(glommio::executor().spawn_blocking(move || crate::reserve::lend(&dir, ask)))
-                    .await
-                    .map_err(LogWriteError::NoSpace)?;
-            if !lent {
+        let (dir, fault) = (self.dir.clone(), self.fault.clone());
+        let path = self.dir.join(segment_file_name(self.first_lsn));
+        let lent = poked(
+            glommio::executor()
+                .spawn_blocking(move || crate::reserve::lend_to(&dir, &path, end, fault.as_ref())),
+        )
+        .await;
+        match lent {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                tracing::warn!(
+                    target: "flo::storage",
+                    "cannot take room from {} for the log: {e}",
+                    crate::reserve::RESERVE_FILE
+                );
                 return Ok(false);
             }
-            self.loan += ask;
         }
-        if let Some(fault) = self.fault.clone() {
-            poked(glommio::executor().spawn_blocking(move || fault.check(more)))
-                .await
-                .map_err(LogWriteError::NoSpace)?;
-        }
-        poked(self.file.pre_allocate(end, false))
-            .await
-            .map_err(retryable)?;
         poked(self.file.fdatasync()).await.map_err(fatal)?;
-        self.loan -= more;
         self.grown = end.max(self.segment_bytes) - self.segment_bytes;
         Ok(true)
     }
@@ -587,15 +582,11 @@ impl SegmentWriter {
     pub async fn write(&mut self, batch: &Batch, map: &LogMap) -> Result<Duration, LogWriteError> {
         let slot = Rc::new(LogSlot::new(1));
         if !self.fits(batch) {
-            match self.roll(batch.first_lsn, slot.clone()).await {
-                Ok(()) => {}
-                Err(LogWriteError::NoSpace(e)) => {
-                    if !self.grow(batch.bytes.len()).await? {
-                        return Err(LogWriteError::NoSpace(e));
-                    }
-                }
-                Err(e) => return Err(e),
-            }
+            // As the writer's loop does it: the batch in the slot meanwhile.
+            *slot.batch.borrow_mut() = Some(batch.clone());
+            let rolled = roll_or_grow(self, batch.first_lsn, &slot, 0).await;
+            slot.batch.borrow_mut().take();
+            rolled.map_err(LogWriteError::NoSpace)?;
         }
         let write = self.start(batch.clone());
         self.launch(&write, slot.clone());
@@ -856,7 +847,19 @@ async fn roll_or_grow(
             );
             Ok(Some(short))
         }
-        Ok(false) | Err(LogWriteError::NoSpace(_)) => Err(short),
+        Ok(false) | Err(LogWriteError::NoSpace(_)) => {
+            if !slot.stuck() {
+                tracing::warn!(
+                    target: "flo::storage",
+                    shard,
+                    "no room for the next log segment ({short}), and {} cannot hold the \
+                     {len}-byte batch that needs it: the batch waits for room (free disk \
+                     space, see docs/operations.md, \"Disk full\")",
+                    crate::reserve::RESERVE_FILE
+                );
+            }
+            Err(short)
+        }
         Err(LogWriteError::Fatal(e)) => exit_fatal(shard, e),
     }
 }
@@ -1463,8 +1466,8 @@ mod tests {
 
     /// Room for two segment files and a snapshot reserve: a batch that needs a third
     /// segment is written into the second, grown with room the reserve lends, as long as the
-    /// reserve holds enough; then it waits for room. What was lent for a growth that failed
-    /// is not asked for again. Recovery reads the grown segment whole.
+    /// reserve holds enough; then it waits for room. Room lent that went elsewhere goes back
+    /// to the reserve. Recovery reads the grown segment whole.
     #[test]
     fn a_batch_without_room_for_the_next_segment_grows_the_current_one_from_the_reserve() {
         const RESERVE: u64 = 4 * 4096;
@@ -1492,13 +1495,14 @@ mod tests {
                 assert_eq!(len(&reserve), RESERVE - lent * 4096);
             }
             // The room the reserve lends is taken by something else: the batch waits, and
-            // trying again takes no more from the reserve.
+            // the reserve takes its room back each time.
             fs::write(&capacity, (room - 4096).to_string()).unwrap();
             let next = batch(&mut buf);
             for _ in 0..2 {
                 let e = w.write(&next, &map).await.unwrap_err();
                 assert!(matches!(e, LogWriteError::NoSpace(_)), "{e}");
-                assert_eq!(len(&reserve), RESERVE - 3 * 4096);
+                assert_eq!(len(&reserve), RESERVE - 2 * 4096);
+                assert_eq!(len(&second), SEGMENT + 2 * 4096);
             }
             fs::write(&capacity, room.to_string()).unwrap();
             w.write(&next, &map).await.unwrap();
@@ -1526,6 +1530,38 @@ mod tests {
             w.write(&batch(&mut buf), &map).await.unwrap();
             assert_eq!((w.segments(), files(&dir, ".ual").len()), (3, 3));
             assert_eq!(len(&second), SEGMENT + 4 * 4096);
+        });
+    }
+
+    /// A segment file longer than the writer's segments (grown, or made with a larger
+    /// `--segment-bytes`) is written to its end before the log rolls.
+    #[test]
+    fn a_segment_file_longer_than_the_segments_is_used_to_its_end() {
+        let (_tmp, dir) = shard_dir();
+        run(async move {
+            let log = recovered(&dir);
+            let map = LogMap::from_recovered(&log);
+            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, None)
+                .await
+                .unwrap();
+            let mut buf = LogBuffer::new(1);
+            let per_segment = SEGMENT / 4096;
+            for _ in 0..per_segment / 2 {
+                w.write(&batch(&mut buf), &map).await.unwrap();
+            }
+            drop(w);
+            let log = recovered(&dir);
+            let map = LogMap::from_recovered(&log);
+            let mut w = SegmentWriter::open(&dir, &log, SEGMENT / 4, None)
+                .await
+                .unwrap();
+            let mut buf = LogBuffer::new(per_segment / 2 + 1);
+            for _ in 0..per_segment / 2 {
+                w.write(&batch(&mut buf), &map).await.unwrap();
+                assert_eq!((w.segments(), files(&dir, ".ual").len()), (1, 1));
+            }
+            w.write(&batch(&mut buf), &map).await.unwrap();
+            assert_eq!((w.segments(), files(&dir, ".ual").len()), (2, 2));
         });
     }
 

@@ -2,7 +2,7 @@
 //! keeps room for one snapshot on a full disk (a snapshot is what lets segments go). The
 //! snapshot writer makes it (`keep`, after each snapshot, as large as the image and a
 //! quarter more) and releases it when it finds no room (`release`); the log writer borrows
-//! from it (`lend`) for a batch the shard took before it knew there is no room for the next
+//! from it (`lend_to`) for a batch the shard took before it knew there is no room for the next
 //! segment, which no snapshot could otherwise get past (a snapshot never stands ahead of
 //! the log). Blocking calls: run them off the shard thread.
 
@@ -33,7 +33,6 @@ pub fn bytes_for(image_bytes: u64) -> u64 {
 /// Makes the reserve file `bytes` long, allocated. A smaller one grows if there is room,
 /// else keeps its size; a larger one shrinks. Returns its size now.
 pub fn keep(dir: &Path, bytes: u64, fault: Option<&FaultDisk>) -> io::Result<u64> {
-    use std::os::fd::AsRawFd;
     let path = dir.join(RESERVE_FILE);
     let file = fs::OpenOptions::new()
         .create(true)
@@ -49,14 +48,8 @@ pub fn keep(dir: &Path, bytes: u64, fault: Option<&FaultDisk>) -> io::Result<u64
     }
     let grown = fault
         .map_or(Ok(()), |f| f.check(bytes - had))
-        .and_then(|()| {
-            // SAFETY: posix_fallocate on a file descriptor we own; it returns the error.
-            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
-            match rc {
-                0 => file.sync_all(),
-                rc => Err(io::Error::from_raw_os_error(rc)),
-            }
-        });
+        .and_then(|()| allocate(&file, bytes))
+        .and_then(|()| file.sync_all());
     match grown {
         Ok(()) => Ok(bytes),
         Err(e) => {
@@ -82,24 +75,52 @@ pub fn release(dir: &Path) -> io::Result<bool> {
     }
 }
 
-/// Gives `bytes` of the reserve back to the disk, for the log to take: the reserve is cut
-/// by as much (the next snapshot makes it whole again). Whether it held as much (else it
-/// is left as it is).
-pub fn lend(dir: &Path, bytes: u64) -> io::Result<bool> {
-    let file = match fs::OpenOptions::new()
+/// Moves room from the reserve to a log segment, `file`, so that it is allocated to `end`
+/// bytes: the reserve is cut by what the segment needs more, and the segment allocated, in
+/// one call (a snapshot's `keep` cannot take the room between). Whether it did: false when
+/// the reserve holds less (or is gone), or when the room went elsewhere meanwhile (then the
+/// reserve takes it back, if it can). The caller syncs the segment.
+pub fn lend_to(dir: &Path, file: &Path, end: u64, fault: Option<&FaultDisk>) -> io::Result<bool> {
+    let segment = fs::OpenOptions::new().write(true).open(file)?;
+    let more = end.saturating_sub(segment.metadata()?.len());
+    if more == 0 {
+        return Ok(true);
+    }
+    let reserve = match fs::OpenOptions::new()
         .write(true)
         .open(dir.join(RESERVE_FILE))
     {
-        Ok(file) => file,
+        Ok(reserve) => reserve,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
     };
-    let had = file.metadata()?.len();
-    if had < bytes {
+    let had = reserve.metadata()?.len();
+    if had < more {
         return Ok(false);
     }
-    file.set_len(had - bytes)?;
-    Ok(true)
+    reserve.set_len(had - more)?;
+    let taken = fault
+        .map_or(Ok(()), |f| f.check(more))
+        .and_then(|()| allocate(&segment, end));
+    match taken {
+        Ok(()) => Ok(true),
+        Err(e) if is_no_space(&e) => {
+            // The room went elsewhere: the reserve takes back what it can.
+            let _ = allocate(&reserve, had);
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Allocates `file`'s first `len` bytes (its size grows to `len` if smaller).
+fn allocate(file: &fs::File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: posix_fallocate on a file descriptor we own; it returns the error.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) } {
+        0 => Ok(()),
+        rc => Err(io::Error::from_raw_os_error(rc)),
+    }
 }
 
 #[cfg(test)]
@@ -107,15 +128,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_reserve_lends_what_it_holds_and_no_more() {
+    fn a_reserve_lends_to_a_segment_what_it_holds_and_no_more() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!lend(dir.path(), 4096).unwrap(), "no reserve: nothing lent");
+        let segment = dir.path().join("1.ual");
+        fs::write(&segment, vec![0; 8192]).unwrap();
+        let len = |name: &str| fs::metadata(dir.path().join(name)).unwrap().len();
+        assert!(
+            !lend_to(dir.path(), &segment, 12288, None).unwrap(),
+            "no reserve"
+        );
         assert_eq!(keep(dir.path(), 1 << 20, None).unwrap(), 1 << 20);
-        assert!(lend(dir.path(), 4096).unwrap());
-        let len = || fs::metadata(dir.path().join(RESERVE_FILE)).unwrap().len();
-        assert_eq!(len(), (1 << 20) - 4096);
-        assert!(!lend(dir.path(), 1 << 20).unwrap(), "more than it holds");
-        assert_eq!(len(), (1 << 20) - 4096);
+        assert!(lend_to(dir.path(), &segment, 12288, None).unwrap());
+        assert_eq!((len("1.ual"), len(RESERVE_FILE)), (12288, (1 << 20) - 4096));
+        assert!(
+            lend_to(dir.path(), &segment, 8192, None).unwrap(),
+            "as long already"
+        );
+        assert!(
+            !lend_to(dir.path(), &segment, 2 << 20, None).unwrap(),
+            "more than it holds"
+        );
+        assert_eq!((len("1.ual"), len(RESERVE_FILE)), (12288, (1 << 20) - 4096));
         assert_eq!(
             keep(dir.path(), 1 << 20, None).unwrap(),
             1 << 20,
