@@ -1129,11 +1129,11 @@ mod tests {
         (tmp, dir, capacity, fault)
     }
 
-    /// A writer of `SEGMENT`-byte segments on the log in `dir` (on `fault`'s disk).
-    async fn opened(dir: &Path, fault: FaultDisk) -> (SegmentWriter, LogMap) {
+    /// A writer of `segment`-byte segments on the log in `dir` (on `fault`'s disk, if any).
+    async fn opened(dir: &Path, segment: u64, fault: Option<FaultDisk>) -> (SegmentWriter, LogMap) {
         let log = recovered(dir);
         let map = LogMap::from_recovered(&log);
-        let w = SegmentWriter::open(dir, &log, SEGMENT, Some(fault))
+        let w = SegmentWriter::open(dir, &log, segment, fault)
             .await
             .unwrap();
         (w, map)
@@ -1170,11 +1170,7 @@ mod tests {
         let (_tmp, dir) = shard_dir();
         let segment = 4 * FILL_AHEAD_BYTES;
         run(async move {
-            let log = recovered(&dir);
-            let map = LogMap::from_recovered(&log);
-            let mut w = SegmentWriter::open(&dir, &log, segment, None)
-                .await
-                .unwrap();
+            let (mut w, map) = opened(&dir, segment, None).await;
             let mut buf = LogBuffer::new(1);
             let mut slices = 0;
             while fill(&mut w).await {
@@ -1475,7 +1471,7 @@ mod tests {
         let (_tmp, dir, capacity, fault) = capped_shard_dir(room);
         crate::reserve::keep(&dir, RESERVE, None).unwrap();
         run(async move {
-            let (mut w, map) = opened(&dir, fault).await;
+            let (mut w, map) = opened(&dir, SEGMENT, Some(fault)).await;
             let mut buf = LogBuffer::new(1);
             let per_segment = SEGMENT / 4096;
             for _ in 0..2 * per_segment {
@@ -1539,22 +1535,14 @@ mod tests {
     fn a_segment_file_longer_than_the_segments_is_used_to_its_end() {
         let (_tmp, dir) = shard_dir();
         run(async move {
-            let log = recovered(&dir);
-            let map = LogMap::from_recovered(&log);
-            let mut w = SegmentWriter::open(&dir, &log, SEGMENT, None)
-                .await
-                .unwrap();
+            let (mut w, map) = opened(&dir, SEGMENT, None).await;
             let mut buf = LogBuffer::new(1);
             let per_segment = SEGMENT / 4096;
             for _ in 0..per_segment / 2 {
                 w.write(&batch(&mut buf), &map).await.unwrap();
             }
             drop(w);
-            let log = recovered(&dir);
-            let map = LogMap::from_recovered(&log);
-            let mut w = SegmentWriter::open(&dir, &log, SEGMENT / 4, None)
-                .await
-                .unwrap();
+            let (mut w, map) = opened(&dir, SEGMENT / 4, None).await;
             let mut buf = LogBuffer::new(per_segment / 2 + 1);
             for _ in 0..per_segment / 2 {
                 w.write(&batch(&mut buf), &map).await.unwrap();
@@ -1573,7 +1561,7 @@ mod tests {
     fn the_next_segment_is_made_ahead_and_a_batch_without_room_is_written_once_there_is() {
         let (_tmp, dir, capacity, fault) = capped_shard_dir(2 * SEGMENT + 4096);
         run(async move {
-            let (mut w, map) = opened(&dir, fault).await;
+            let (mut w, map) = opened(&dir, SEGMENT, Some(fault)).await;
             let mut buf = LogBuffer::new(1);
             let per_segment = SEGMENT / 4096;
             for i in 1..=per_segment + per_segment / 2 {
