@@ -843,7 +843,8 @@ fn parse_addr(s: &str) -> Result<String, String> {
     }
 }
 
-/// A page size of 1 to `max` (0 or more is a usage error, as the server would refuse it).
+/// A page size of 1 to `max` (0, or more than `max`, is a usage error: the server would
+/// refuse it).
 fn limit_parser(max: u32) -> clap::builder::RangedI64ValueParser<u32> {
     clap::value_parser!(u32).range(1..=i64::from(max))
 }

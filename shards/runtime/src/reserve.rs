@@ -79,7 +79,7 @@ pub fn release(dir: &Path) -> io::Result<bool> {
 /// bytes: the reserve is cut by what the segment needs more, and the segment allocated, in
 /// one call (a snapshot's `keep` cannot take the room between). Whether it did: false when
 /// the reserve holds less (or is gone), or when the room went elsewhere meanwhile (then the
-/// reserve takes it back, if it can). The caller syncs the segment.
+/// reserve takes it back, if it can, as after any error). The caller syncs the segment.
 pub fn lend_to(dir: &Path, file: &Path, end: u64, fault: Option<&FaultDisk>) -> io::Result<bool> {
     let segment = fs::OpenOptions::new().write(true).open(file)?;
     let more = end.saturating_sub(segment.metadata()?.len());
@@ -104,12 +104,15 @@ pub fn lend_to(dir: &Path, file: &Path, end: u64, fault: Option<&FaultDisk>) -> 
         .and_then(|()| allocate(&segment, end));
     match taken {
         Ok(()) => Ok(true),
-        Err(e) if is_no_space(&e) => {
-            // The room went elsewhere: the reserve takes back what it can.
+        Err(e) => {
+            // The room went elsewhere (or the segment could not take it): the reserve takes
+            // back what it can, so that trying again does not wear it away.
             let _ = allocate(&reserve, had);
-            Ok(false)
+            match is_no_space(&e) {
+                true => Ok(false),
+                false => Err(e),
+            }
         }
-        Err(e) => Err(e),
     }
 }
 
