@@ -32,8 +32,8 @@
 //! it succeeds. A batch that does not fit the segment when there is no next one (taken
 //! before the shard knew) goes into the segment grown with room the snapshot reserve lends
 //! (`SegmentWriter::grow`). A batch write that finds no space is kept and written again
-//! later (nothing in it was acknowledged); a write failed otherwise (its sync among it), or any other
-//! error, stops the process: a sync is never retried.
+//! later (nothing in it was acknowledged); a write failed otherwise (its sync among it),
+//! or any other error, stops the process: a sync is never retried.
 
 use crate::fault_disk::FaultDisk;
 use crate::inbox::{Inbox, Signal};
@@ -481,17 +481,9 @@ impl SegmentWriter {
                 .spawn_blocking(move || crate::reserve::lend_to(&dir, &path, end, fault.as_ref())),
         )
         .await;
-        match lent {
-            Ok(true) => {}
-            Ok(false) => return Ok(false),
-            Err(e) => {
-                tracing::warn!(
-                    target: "flo::storage",
-                    "cannot take room from {} for the log: {e}",
-                    crate::reserve::RESERVE_FILE
-                );
-                return Ok(false);
-            }
+        // An error other than a full disk stops the process, as any in the writer does.
+        if !lent.map_err(LogWriteError::Fatal)? {
+            return Ok(false);
         }
         poked(self.file.fdatasync()).await.map_err(fatal)?;
         self.grown = end.max(self.segment_bytes) - self.segment_bytes;

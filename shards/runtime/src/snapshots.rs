@@ -8,12 +8,12 @@
 //!
 //! **Room for one snapshot.** A full disk is left through a snapshot (it lets segments
 //! go), which needs room itself: each shard keeps a preallocated file, `RESERVE_FILE`
-//! (`reserve.rs`), as large as its last image and a quarter more. A
-//! snapshot that finds no room removes it and tries again; after each snapshot it is made
-//! again, before the log writer hears that segments were deleted, so the log never takes
-//! that room (but for a batch stuck without a next segment, which it borrows). While the disk is full the loop takes a snapshot whenever something was
-//! logged since the last (deletes are still taken), at most every
-//! `READ_ONLY_SNAPSHOT_EVERY_MS`.
+//! (`reserve.rs`), as large as its last image and a quarter more. A snapshot that finds
+//! no room removes it and tries again; after each snapshot it is made again, before the
+//! log writer hears that segments were deleted, so the log never takes that room (but for
+//! a batch stuck without a next segment, which borrows it). While the disk is full the
+//! loop takes a snapshot whenever something was logged since the last (deletes are still
+//! taken), at most every `READ_ONLY_SNAPSHOT_EVERY_MS`.
 
 use crate::fault_disk::FaultDisk;
 use crate::reserve::{self, RESERVE_FILE, is_no_space};
